@@ -1,0 +1,32 @@
+# Set-up and checks. `make demo` and `make test` work on a fresh clone.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first: 2.13.0 is a CPU build on local disk; a plain requirement would pull CUDA.
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/hexiscale validate instances/problems/demo-tiny.yaml instances/plans/demo-tiny.json
+	$(BIN)/hexiscale evaluate instances/problems/demo-tiny.yaml instances/plans/demo-tiny.json
+	$(BIN)/hexiscale solve instances/problems/demo-tiny.yaml --solver heuristic -o .demo-plan.json
+	$(BIN)/hexiscale run instances/problems/demo-tiny.yaml .demo-plan.json --model tiny --steps 3
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -x --timeout=600
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .demo-plan.json

@@ -1,0 +1,22 @@
+"""hexiscale: plan and run LLM training on heterogeneous GPU clusters.
+
+    import hexiscale as hx
+    problem = hx.load_problem("instances/problems/case-study-llama2-13b.yaml")
+    result = hx.solve(problem, solver="heuristic")
+    print(hx.evaluate(problem, result.plan).iteration_s)
+"""
+
+from planner import (
+    Cluster, Estimate, GpuType, InputError, InvalidPlanError, Link, Machine, ModelSpec,
+    Pipeline, Plan, Problem, Stage, TrainingSpec, Violation, evaluate, load_plan, load_problem,
+    save_plan, validate,
+)
+from solvers.common import SolveResult, SolverOptions
+from solvers.registry import solve
+
+__all__ = [
+    "Cluster", "Estimate", "GpuType", "InputError", "InvalidPlanError", "Link", "Machine",
+    "ModelSpec", "Pipeline", "Plan", "Problem", "SolveResult", "SolverOptions", "Stage",
+    "TrainingSpec", "Violation", "evaluate", "load_plan", "load_problem", "save_plan", "solve",
+    "validate",
+]

@@ -1,0 +1,12 @@
+"""The `hexiscale` command line (typer + rich). Each command family lives in its own module
+and registers itself on `app`."""
+
+from hexiscale.cli.app import app
+
+
+def main() -> None:
+    app()
+
+
+# command modules: importing them registers their commands
+from hexiscale.cli import inspect as _inspect  # noqa: E402,F401

@@ -1,0 +1,151 @@
+"""Reading and writing problem, cluster, model and plan files (YAML or JSON).
+
+Every failure is an `InputError` naming the file, the field and the reason, so that the CLI
+prints one line instead of a traceback. A problem file refers to its cluster and model
+either inline, by a path relative to itself, or by the name of a bundled instance.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from planner.hardware import Cluster
+from planner.plan import PLAN_FORMAT, Plan
+from planner.problem import Problem
+from planner.workload import ModelSpec, TrainingSpec
+
+T = TypeVar("T", bound=BaseModel)
+KINDS = ("clusters", "models", "problems", "plans")
+
+
+class InputError(ValueError):
+    """A malformed input file: which file, which field, why."""
+
+    def __init__(self, file: str | Path, field: str, reason: str):
+        self.file, self.field, self.reason = str(file), field, reason
+        super().__init__(f"{self.file}: {field}: {reason}" if field else f"{self.file}: {reason}")
+
+
+def bundled_dir(kind: str) -> Path:
+    """Folder of the bundled instances of one kind (clusters, models, problems, plans)."""
+    return Path(str(resources.files("instances").joinpath(kind)))
+
+
+def bundled_names(kind: str) -> list[str]:
+    folder = bundled_dir(kind)
+    return sorted(p.stem for p in folder.glob("*.yaml")) + sorted(p.stem for p in folder.glob("*.json"))
+
+
+def read_mapping(path: Path) -> dict[str, Any]:
+    """Parse a YAML or JSON file whose top level must be a mapping."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(path, "", f"cannot read file ({exc.strerror})") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, "", f"JSON syntax error at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(path, "", f"YAML syntax error{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise InputError(path, "", f"expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def build(cls: type[T], data: Any, file: str | Path, prefix: str = "") -> T:
+    """Validate `data` as `cls`; turn pydantic's errors into one InputError."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = errors[0]
+        field = ".".join(str(x) for x in (prefix, *first["loc"]) if x != "")
+        reason = first["msg"].removeprefix("Value error, ")
+        if "input" in first and first["type"] not in ("missing",) and not isinstance(first["input"], (dict, list)):
+            reason += f" (got {first['input']!r})"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise InputError(file, field or "(top level)", reason + more) from None
+
+
+def _resolve(ref: Any, kind: str, base: Path, file: Path, field: str) -> tuple[dict[str, Any], Path]:
+    """A cluster/model reference: inline mapping, relative path, or bundled name."""
+    if isinstance(ref, dict):
+        return ref, file
+    if not isinstance(ref, str):
+        raise InputError(file, field, f"expected a mapping, a file path or a bundled {kind[:-1]} name")
+    for candidate in (base / ref, base / f"{ref}.yaml", bundled_dir(kind) / f"{ref}.yaml"):
+        if candidate.is_file():
+            return read_mapping(candidate), candidate
+    raise InputError(file, field, f"no file or bundled {kind[:-1]} named {ref!r} "
+                                  f"(bundled: {', '.join(bundled_names(kind))})")
+
+
+def _find(path: str | Path, kind: str) -> Path:
+    """A path as given, or the name of a bundled instance of that kind."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    for candidate in (bundled_dir(kind) / f"{path}.yaml", bundled_dir(kind) / f"{path}.json"):
+        if candidate.is_file():
+            return candidate
+    raise InputError(p, "", "no such file" + (f" or bundled {kind[:-1]}" if "/" not in str(path) else ""))
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    path = _find(path, "clusters")
+    return build(Cluster, read_mapping(path), path)
+
+
+def load_model(path: str | Path) -> ModelSpec:
+    path = _find(path, "models")
+    return build(ModelSpec, read_mapping(path), path)
+
+
+def load_problem(path: str | Path) -> Problem:
+    """Read a problem file; its cluster and model may be inline, paths or bundled names."""
+    path = _find(path, "problems")
+    data = read_mapping(path)
+    missing = [k for k in ("cluster", "model", "training") if k not in data]
+    if missing:
+        raise InputError(path, missing[0], "field required")
+    unknown = sorted(set(data) - {"name", "cluster", "model", "training"})
+    if unknown:
+        raise InputError(path, unknown[0], "unknown field (expected name, cluster, model, training)")
+    cluster_data, cluster_file = _resolve(data["cluster"], "clusters", path.parent, path, "cluster")
+    model_data, model_file = _resolve(data["model"], "models", path.parent, path, "model")
+    inline = "cluster" if cluster_file == path else ""
+    cluster = build(Cluster, cluster_data, cluster_file, inline)
+    model = build(ModelSpec, model_data, model_file, "model" if model_file == path else "")
+    training = build(TrainingSpec, data["training"], path, "training")
+    return Problem(name=str(data.get("name", path.stem)), cluster=cluster, model=model, training=training)
+
+
+def load_plan(path: str | Path) -> Plan:
+    path = _find(path, "plans")
+    data = read_mapping(path)
+    if data.get("format") != PLAN_FORMAT:
+        raise InputError(path, "format", f"expected {PLAN_FORMAT!r}, got {data.get('format')!r}")
+    return build(Plan, data, path)
+
+
+def save_plan(plan: Plan, path: str | Path) -> None:
+    Path(path).write_text(plan.to_json() + "\n")
+
+
+def problem_to_dict(problem: Problem) -> dict[str, Any]:
+    """A self-contained problem mapping (cluster and model inline), for writing files."""
+    return problem.model_dump(mode="json", exclude_defaults=True)
+
+
+def save_yaml(data: dict[str, Any], path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(data, sort_keys=False))

@@ -1,0 +1,15 @@
+"""A problem = cluster + model + training (DESIGN.md §1)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from planner.hardware import Cluster, Frozen
+from planner.workload import ModelSpec, TrainingSpec
+
+
+class Problem(Frozen):
+    name: str = Field(default="problem", description="problem name, echoed in plan files")
+    cluster: Cluster
+    model: ModelSpec
+    training: TrainingSpec

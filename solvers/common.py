@@ -1,0 +1,50 @@
+"""What every solver shares: its options and its result type (DESIGN.md §5).
+
+A solver is a function `solve(problem, options) -> SolveResult`; `solvers.registry` maps
+names to them. Whatever the path, the plan it returns is judged by `planner.evaluate`.
+"""
+
+from __future__ import annotations
+
+from pydantic import ConfigDict, Field
+
+from planner.hardware import Frozen
+from planner.plan import Plan, SolveStatus
+
+
+class SolverOptions(Frozen):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    time_limit_s: float = Field(default=60.0, gt=0, description="wall-clock budget")
+    threads: int = Field(default=2, ge=1, description="worker threads where the solver uses them")
+    seed: int = Field(default=0, description="random seed; equal seeds give equal plans")
+    hint: Plan | None = Field(default=None, description="a plan to warm-start from")
+    max_pipelines: int | None = Field(default=None, ge=1, description="limit on D (None: solver default)")
+    max_stages: int | None = Field(default=None, ge=1, description="limit on stages per pipeline")
+    progress: bool = Field(default=False, description="show progress on the terminal")
+    verbose: bool = Field(default=False, description="print the backend's own log")
+
+
+class ModelSize(Frozen):
+    variables: int = Field(ge=0)
+    constraints: int = Field(ge=0)
+
+
+class SolveResult(Frozen):
+    solver: str = Field(description="registry name of the solver")
+    status: SolveStatus
+    plan: Plan | None = Field(default=None, description="best plan found (None if none)")
+    objective_s: float | None = Field(default=None, ge=0, description="the solver's T for the plan")
+    bound_s: float | None = Field(default=None, ge=0, description="proven lower bound on the optimal T")
+    wall_s: float = Field(ge=0, description="solve wall time")
+    model_size: ModelSize | None = Field(default=None, description="exact models only")
+    restrictions: tuple[str, ...] = Field(
+        default=(), description="limits that may cut the optimum (e.g. at most 4 pipelines)")
+    message: str = Field(default="", description="explanation, e.g. why a problem is infeasible")
+
+    @property
+    def gap(self) -> float | None:
+        """(objective − bound) / objective, when both are known."""
+        if self.objective_s is None or self.bound_s is None or self.objective_s == 0:
+            return None
+        return max(0.0, (self.objective_s - self.bound_s) / self.objective_s)
