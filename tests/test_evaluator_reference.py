@@ -1,0 +1,183 @@
+"""The vectorized evaluator against a second, deliberately naive reading of DESIGN.md §3.
+
+The reference below walks every stage, layer and pair of holders with plain Python loops and
+device-level bw()/lat() lookups, written from the text of DESIGN.md without using
+planner.cost. Agreement on random plans over random clusters checks the numpy code paths
+(segment grouping of layers, reduceat over pipelines, diagonal handling in bw_min)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from planner import Cluster, Link, Machine, ModelSpec, Pipeline, Plan, Problem, Stage, TrainingSpec
+from planner.evaluate import evaluate
+
+GPUS = ["A100-80G", "RTX4090", "RTX3090", "H20", "V100"]
+
+
+def ar(n, x, bw, a):
+    return 0.0 if n <= 1 else 2 * (n - 1) / n * x / (bw * 1e9) + 2 * (n - 1) * a
+
+
+def bc(n, x, bw, a):
+    return 0.0 if n <= 1 else (n - 1) / n * x / (bw * 1e9) + (n - 1) * a
+
+
+def reference(problem: Problem, plan: Plan) -> dict:
+    cl, mo, tr = problem.cluster, problem.model, problem.training
+    h, s, b, V = mo.hidden, tr.seq_len, tr.micro_batch, mo.vocab
+    d = h // mo.heads
+    k = mo.kv_heads or mo.heads
+    p_layer = h * (h + 2 * k * d) + h * h + (3 if mo.gated else 2) * h * mo.ffn_hidden + 2 * h
+    p_emb, p_head = V * h, V * h + h
+    f_layer, f_head = 2 * (p_layer - 2 * h) + 4 * s * h, 2 * V * h
+    c, r = (4, 6) if tr.recompute else (3, 4)
+    A = b * s * h * tr.act_bytes
+    gpu = lambda dev: cl.catalog[cl.machines[machine(dev)].gpu]  # noqa: E731
+
+    def machine(dev):
+        acc = 0
+        for i, m in enumerate(cl.machines):
+            acc += m.count
+            if dev < acc:
+                return i
+
+    def bw_lat(i, j):  # device-level bw(i,j), lat(i,j) of §1
+        mi, mj = machine(i), machine(j)
+        if mi == mj:
+            m = cl.machines[mi]
+            return m.intra_bw_gbps, (m.intra_latency_us if m.intra_latency_us is not None else cl.intra_latency_us) * 1e-6
+        for ln in cl.links:
+            if {ln.a, ln.b} == {cl.machines[mi].name, cl.machines[mj].name}:
+                lat = ln.latency_us if ln.latency_us is not None else cl.inter_latency_us
+                return ln.bw_gbps, lat * 1e-6
+        return cl.inter_bw_gbps, cl.inter_latency_us * 1e-6
+
+    pipes, holders = [], {}  # holders[layer] = list of (pipeline, stage)
+    D = len(plan.pipelines)
+    for p, pipe in enumerate(plan.pipelines):
+        S, m = len(pipe.stages), pipe.batch // b
+        taus, pps, start = [], [], 0
+        for kk, st in enumerate(pipe.stages):
+            t, n, dev0 = len(st.devices), st.layers, st.devices[0]
+            last, first = kk == S - 1, kk == 0
+            g = gpu(dev0)
+            bw_s, a_s = bw_lat(dev0, dev0)
+            C = c * b * s * (n * f_layer + (f_head if last else 0)) / (t * g.peak_tflops * g.efficiency * 1e12)
+            taus.append(C + n * r * ar(t, A, bw_s, a_s))
+            if last:
+                pps.append(0.0)
+            else:
+                nxt = pipe.stages[kk + 1]
+                bw_l, a_l = bw_lat(dev0, nxt.devices[0])
+                bw_n, a_n = bw_lat(nxt.devices[0], nxt.devices[0])
+                pps.append(2 * (A / (bw_l * 1e9) + a_l + bc(len(nxt.devices), A, bw_n, a_n)))
+            for layer in range(start, start + n):
+                holders.setdefault(layer, []).append((p, kk))
+            if first:
+                holders.setdefault("emb", []).append((p, kk))
+            if last:
+                holders.setdefault("head", []).append((p, kk))
+            start += n
+        pipes.append(sum(taus) + sum(pps) + (m - 1) * max(max(x, y) for x, y in zip(taus, pps)))
+
+    tau_dp = {}
+    for layer, hs in holders.items():
+        if D == 1:
+            tau_dp[layer] = 0.0
+            continue
+        stages = [plan.pipelines[p].stages[kk] for p, kk in hs]
+        t_min = min(len(st.devices) for st in stages)
+        pairs = [bw_lat(x.devices[0], y.devices[0]) for i, x in enumerate(stages) for y in stages[i + 1:]]
+        params = p_emb if layer == "emb" else p_head if layer == "head" else p_layer
+        tau_dp[layer] = ar(D, params * tr.grad_bytes / t_min, min(q[0] for q in pairs), max(q[1] for q in pairs))
+    stage_dp = {}
+    for layer, hs in holders.items():
+        for key in hs:
+            stage_dp[key] = stage_dp.get(key, 0.0) + tau_dp[layer]
+    t_dp = max(stage_dp.values())
+
+    memory = {}
+    for p, pipe in enumerate(plan.pipelines):
+        S, m = len(pipe.stages), pipe.batch // b
+        for kk, st in enumerate(pipe.stages):
+            t, n, first, last = len(st.devices), st.layers, kk == 0, kk == len(pipe.stages) - 1
+            W = tr.param_state_bytes * (n * p_layer + first * p_emb + last * p_head) / t
+            a_full = s * b * h * (10 + 24 / t)
+            q = min(S - kk, m)
+            act = q * n * (2 * s * b * h if tr.recompute else a_full) + (a_full if tr.recompute else 0)
+            act += (4 * b * s * V / t) if last else 0
+            memory[(p, kk)] = W + act + tr.reserved_gib * 2**30
+    return {"T": max(pipes) + t_dp, "pipes": pipes, "dp": t_dp, "stage_dp": stage_dp, "memory": memory}
+
+
+def random_problem(rng: random.Random) -> Problem:
+    machines = [
+        Machine(name=f"m{i}", gpu=rng.choice(GPUS), count=rng.choice([1, 2, 4, 8]),
+                intra_bw_gbps=rng.choice([16, 32, 300]),
+                intra_latency_us=rng.choice([None, 2.0]))
+        for i in range(rng.randint(1, 5))
+    ]
+    links = []
+    for i in range(len(machines)):
+        for j in range(i + 1, len(machines)):
+            if rng.random() < 0.4:
+                links.append(Link(a=f"m{i}", b=f"m{j}", bw_gbps=rng.choice([0.5, 5, 25]),
+                                  latency_us=rng.choice([None, 100.0])))
+    cluster = Cluster(machines=machines, inter_bw_gbps=rng.choice([1.25, 12.5]), links=links)
+    heads = rng.choice([8, 16])
+    model = ModelSpec(layers=rng.randint(1, 12), hidden=heads * 64, heads=heads,
+                      kv_heads=rng.choice([heads, heads // 2, 2]), ffn_hidden=rng.choice([1024, 2816]),
+                      vocab=rng.choice([1000, 32000]), gated=rng.random() < 0.7)
+    b = rng.choice([1, 2])
+    training = TrainingSpec(seq_len=rng.choice([512, 2048]), global_batch=b * rng.randint(4, 24),
+                            micro_batch=b, recompute=rng.random() < 0.6)
+    return Problem(cluster=cluster, model=model, training=training)
+
+
+def random_plan(problem: Problem, rng: random.Random) -> Plan | None:
+    """Carve stages out of machines (power-of-two sizes dividing a and k), group into pipelines."""
+    cl, mo, tr = problem.cluster, problem.model, problem.training
+    groups = []
+    for mi in range(len(cl.machines)):
+        free = cl.devices_of(mi)
+        rng.shuffle(free)
+        while free:
+            t = rng.choice([x for x in mo.tp_sizes(len(free))])
+            groups.append(tuple(free[:t]))
+            free = free[t:]
+            if rng.random() < 0.2:
+                break  # leave some devices idle
+    rng.shuffle(groups)
+    d = rng.randint(1, max(1, min(len(groups), tr.global_batch // tr.micro_batch, 4)))
+    pipes = [groups[i::d] for i in range(d)]
+    pipes = [[g for g in p][: mo.layers] for p in pipes if p]
+    micro = tr.global_batch // tr.micro_batch
+    cuts = sorted(rng.sample(range(1, micro), len(pipes) - 1)) if len(pipes) > 1 else []
+    counts = [y - x for x, y in zip([0, *cuts], [*cuts, micro])]
+    out = []
+    for p, m in zip(pipes, counts):
+        cut = sorted(rng.sample(range(1, mo.layers), len(p) - 1)) if len(p) > 1 else []
+        layers = [y - x for x, y in zip([0, *cut], [*cut, mo.layers])]
+        out.append(Pipeline(batch=m * tr.micro_batch,
+                            stages=[Stage(devices=g, layers=n) for g, n in zip(p, layers)]))
+    return Plan(pipelines=out)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_evaluator_matches_naive_reference(seed):
+    rng = random.Random(seed)
+    problem = random_problem(rng)
+    plan = random_plan(problem, rng)
+    est = evaluate(problem, plan)
+    ref = reference(problem, plan)
+    assert math.isclose(est.iteration_s, ref["T"], rel_tol=1e-9)
+    assert math.isclose(est.dp_s, ref["dp"], rel_tol=1e-9, abs_tol=1e-15)
+    for pe, want in zip(est.pipelines, ref["pipes"]):
+        assert math.isclose(pe.time_s, want, rel_tol=1e-9)
+    for st in est.stages:
+        assert math.isclose(st.dp_s, ref["stage_dp"][(st.pipeline, st.index)], rel_tol=1e-9, abs_tol=1e-15)
+        assert math.isclose(st.memory_gib * 2**30, ref["memory"][(st.pipeline, st.index)], rel_tol=1e-9)
