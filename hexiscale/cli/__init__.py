@@ -10,3 +10,4 @@ def main() -> None:
 
 # command modules: importing them registers their commands
 from hexiscale.cli import inspect as _inspect  # noqa: E402,F401
+from hexiscale.cli import generate as _generate  # noqa: E402,F401

@@ -1,0 +1,63 @@
+"""`hexiscale generate cluster|problem`: synthetic clusters for tests and scaling runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+
+from hexiscale.cli.app import app, console, fail, friendly_errors
+from instances.generate import generate_cluster, generated_problem, write_cluster, write_problem
+
+generate_app = typer.Typer(no_args_is_help=True, help="Generate synthetic clusters and problems.")
+app.add_typer(generate_app, name="generate")
+
+GPUS = typer.Option(..., "--gpus", min=4, help="number of GPUs (a multiple of 4)")
+MIX = typer.Option("A100-80G:0.25,RTX4090:0.5,H20:0.25", "--mix",
+                   help="GPU types and weights, e.g. A100-80G:0.25,RTX4090:0.5,H20:0.25")
+SEED = typer.Option(0, "--seed", help="random seed (same seed, same cluster)")
+OUTPUT = typer.Option(..., "-o", "--output", help="YAML file to write")
+
+
+def _cluster_or_fail(gpus: int, mix: str, seed: int):
+    try:
+        return generate_cluster(gpus, mix, seed)
+    except ValueError as exc:  # bad --gpus / --mix: one line, exit 2
+        fail(str(exc))
+
+
+def _summary(cluster) -> str:
+    counts: dict[str, int] = {}
+    for m in cluster.machines:
+        counts[m.gpu] = counts.get(m.gpu, 0) + m.count
+    types = ", ".join(f"{n}×{g}" for g, n in counts.items())
+    return (f"{cluster.num_devices} GPUs on {len(cluster.machines)} machines ({types}), "
+            f"{len(cluster.links)} link overrides")
+
+
+@generate_app.command("cluster")
+@friendly_errors
+def cluster_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path = OUTPUT) -> None:
+    """Write a random heterogeneous cluster (machines of 4 or 8 GPUs, racks, uneven links)."""
+    cluster = _cluster_or_fail(gpus, mix, seed)
+    write_cluster(cluster, output)
+    console.print(f"[green]wrote[/] {output}: {_summary(cluster)}")
+
+
+@generate_app.command("problem")
+@friendly_errors
+def problem_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path = OUTPUT,
+                model: str = typer.Option("llama2-70b", help="bundled model name or model file"),
+                seq_len: int = typer.Option(4096, min=1, help="sequence length s"),
+                global_batch: int = typer.Option(None, min=1, help="B (default: one sequence per GPU)"),
+                micro_batch: int = typer.Option(1, min=1, help="b"),
+                recompute: bool = typer.Option(True, help="full activation recomputation")) -> None:
+    """Write a self-contained problem: a generated cluster paired with a model."""
+    cluster = _cluster_or_fail(gpus, mix, seed)
+    try:
+        problem = generated_problem(cluster, model, seq_len, global_batch, micro_batch, recompute)
+    except ValidationError as exc:  # e.g. a global batch that is not a multiple of the micro-batch
+        fail("training: " + exc.errors()[0]["msg"].removeprefix("Value error, "))
+    write_problem(problem, output)
+    console.print(f"[green]wrote[/] {output}: {problem.name}, {_summary(cluster)}")
