@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
+
 import typer
+from rich import box
+from rich.table import Table
 
 from hexiscale.cli.app import app, console, fail, friendly_errors
-from planner.io import load_plan, load_problem
+from planner.estimate import Estimate
+from planner.evaluate import evaluate as evaluate_plan
+from planner.hardware import Cluster
+from planner.io import KINDS, bundled_names, load_cluster, load_model, load_plan, load_problem
+from planner.plan import Plan
+from planner.problem import Problem
 from planner.validate import validate as validate_plan
+from planner.workload import ModelSpec, TrainingSpec
 
 
 @app.command()
@@ -25,3 +35,154 @@ def validate(problem: str = typer.Argument(..., help="problem file or bundled na
             console.print(f"[red]✗[/] {v}", highlight=False)
         fail(f"{plan}: plan is invalid ({len(violations)} violations)")
     console.print(f"[green]ok[/] plan {plan} is valid for {prob.name}")
+
+
+# -- evaluate ----------------------------------------------------------------------------
+
+
+def format_devices(devices) -> str:
+    """[0, 1, 2, 3, 8] → "0-3,8": contiguous runs collapsed."""
+    runs, start = [], None
+    for i, d in enumerate(devices):
+        if start is None:
+            start = d
+        if i + 1 == len(devices) or devices[i + 1] != d + 1:
+            runs.append(f"{start}" if start == d else f"{start}-{d}")
+            start = None
+    return ",".join(runs)
+
+
+def seconds(x: float) -> str:
+    """Human-scaled time: 1.234 s, 45.6 ms, 7.9 µs."""
+    unit, div = time_unit([x])
+    return f"{x / div:.4g} {unit}"
+
+
+def time_unit(values) -> tuple[str, float]:
+    """One unit for a whole column set, so that numbers line up: (name, divisor)."""
+    top = max(values, default=0.0)
+    return ("s", 1.0) if top >= 1 else ("ms", 1e-3) if top >= 1e-3 else ("µs", 1e-6)
+
+
+def stage_table_view(est: Estimate) -> Table:
+    unit, div = time_unit([x for s in est.stages for x in (s.tau_s, s.pp_s, s.dp_s)])
+    table = Table(title=f"stages (p.k = pipeline.stage; C, T_tp, τ, T_pp per micro-batch, dp per "
+                        f"iteration, in {unit}; memory GiB per device)",
+                  header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False)
+    for col in ("p.k", "machine", "devices", "t", "layers", "C", "T_tp", "τ", "T_pp", "dp",
+                "mem/cap", "free"):
+        table.add_column(col, justify="left" if col in ("machine", "devices", "layers") else "right",
+                         no_wrap=col != "devices")
+    for s in est.stages:
+        free = f"[red]{s.headroom_gib:.1f}[/]" if s.headroom_gib < 0 else f"{s.headroom_gib:.1f}"
+        table.add_row(
+            f"{s.pipeline}.{s.index}", s.machine, format_devices(s.devices), str(s.tp),
+            f"{s.first_layer}-{s.first_layer + s.layers - 1}",
+            *(f"{x / div:.3g}" for x in (s.compute_s, s.tp_s, s.tau_s, s.pp_s, s.dp_s)),
+            f"{s.memory_gib:.1f}/{s.capacity_gib:.0f}", free,
+        )
+    return table
+
+
+def summary_view(problem: Problem, est: Estimate) -> Table:
+    table = Table(title="iteration", show_header=False, box=box.SIMPLE)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    slowest = max(est.pipelines, key=lambda p: p.time_s)
+    table.add_row("T (iteration)", seconds(est.iteration_s))
+    table.add_row("max T_pipe", f"{seconds(est.pipe_s)}  (pipeline {slowest.index})")
+    table.add_row("T_dp", seconds(est.dp_s))
+    for p in est.pipelines:
+        table.add_row(f"  pipeline {p.index}", f"B_p={p.batch}, m={p.micro_batches}: "
+                      f"{seconds(p.time_s)} (bubble {seconds(p.bubble_s)})")
+    table.add_row("tokens/s", f"{est.tokens_per_s:,.0f}")
+    table.add_row("MFU", f"{est.mfu:.1%}")
+    table.add_row("min headroom", f"{est.min_headroom_gib:.2f} GiB")
+    table.add_row("bottleneck", f"{est.bottleneck.kind}: {est.bottleneck.description}")
+    return table
+
+
+@app.command()
+@friendly_errors
+def evaluate(problem: str = typer.Argument(..., help="problem file or bundled name"),
+             plan: str = typer.Argument(..., help="plan file or bundled plan name"),
+             as_json: bool = typer.Option(False, "--json", help="print the whole Estimate as JSON")) -> None:
+    """Price a plan: per-stage times and memory, T, throughput, MFU and the bottleneck."""
+    prob, the_plan = load_problem(problem), load_plan(plan)
+    est = evaluate_plan(prob, the_plan)
+    if as_json:
+        typer.echo(est.model_dump_json(indent=2))
+        return
+    console.print(stage_table_view(est))
+    console.print(summary_view(prob, est))
+    over = [v for v in validate_plan(prob, the_plan) if v.rule == "memory"]
+    for v in over:
+        console.print(f"[red]✗ out of memory[/] {v}", highlight=False)
+
+
+# -- instances ---------------------------------------------------------------------------
+
+
+def _gpu_summary(cluster) -> str:
+    counts: dict[str, int] = {}
+    for m in cluster.machines:
+        counts[m.gpu] = counts.get(m.gpu, 0) + m.count
+    return " + ".join(f"{n}×{g}" for g, n in counts.items())
+
+
+def _instance_rows(kind: str):
+    """(name, one-line summary) of each bundled instance of one kind."""
+    for name in bundled_names(kind):
+        if kind == "clusters":
+            c = load_cluster(name)
+            yield name, f"{c.num_devices} GPUs, {len(c.machines)} machines: {_gpu_summary(c)}"
+        elif kind == "models":
+            m = load_model(name)
+            yield name, (f"{m.total_params / 1e9:.3g}B params, L={m.layers} h={m.hidden} "
+                         f"a={m.heads} k={m.num_kv_heads} f={m.ffn_hidden} V={m.vocab}")
+        elif kind == "problems":
+            p = load_problem(name)
+            t = p.training
+            yield name, (f"{p.model.name} on {p.cluster.name} ({p.cluster.num_devices} GPUs), "
+                         f"s={t.seq_len} B={t.global_batch} b={t.micro_batch}"
+                         + ("" if t.recompute else ", no recompute"))
+        else:
+            pl = load_plan(name)
+            shape = " | ".join("→".join(f"tp{s.tp}×{s.layers}" for s in p.stages) for p in pl.pipelines)
+            yield name, f"for {pl.problem or '?'}: {len(pl.pipelines)} pipelines, {len(pl.devices)} devices: {shape}"
+
+
+@app.command()
+@friendly_errors
+def instances(kind: str = typer.Option(None, "--kind", help="clusters | models | problems | plans")) -> None:
+    """List the bundled clusters, models, problems and plans with one-line summaries."""
+    kinds = KINDS if kind is None else (kind,)
+    if kind is not None and kind not in KINDS:
+        fail(f"--kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+    for k in kinds:
+        table = Table(title=f"bundled {k}", header_style="bold", title_justify="left")
+        table.add_column("name", style="cyan", no_wrap=True)
+        table.add_column("summary")
+        for name, summary in _instance_rows(k):
+            table.add_row(name, summary)
+        console.print(table)
+
+
+# -- schema ------------------------------------------------------------------------------
+
+SCHEMA_TYPES = {"problem": Problem, "cluster": Cluster, "model": ModelSpec,
+                "training": TrainingSpec, "plan": Plan}
+
+
+@app.command()
+@friendly_errors
+def schema(type_: str = typer.Option(None, "--type", help="problem | cluster | model | training | plan "
+                                                          "(default: all, keyed by type)")) -> None:
+    """Print the JSON Schema of the input file formats."""
+    if type_ is not None and type_ not in SCHEMA_TYPES:
+        fail(f"--type: expected one of {', '.join(SCHEMA_TYPES)}, got {type_!r}")
+    if type_ is not None:
+        out = SCHEMA_TYPES[type_].model_json_schema()
+    else:
+        out = {name: cls.model_json_schema() for name, cls in SCHEMA_TYPES.items()}
+    typer.echo(json.dumps(out, indent=2))
