@@ -16,6 +16,11 @@ SolverFn = Callable[[Problem, SolverOptions], SolveResult]
 
 SOLVERS: dict[str, str] = {
     # name -> "module:function"; each path's issue adds its entries.
+    "symmetric": "solvers.baselines.symmetric:solve_symmetric",
+    "symmetric-all": "solvers.baselines.symmetric:solve_symmetric_all",
+    "random": "solvers.baselines.ablations:solve_random",
+    "ablation-one-tp": "solvers.baselines.ablations:solve_one_tp",
+    "ablation-equal-batch": "solvers.baselines.ablations:solve_equal_batch",
 }
 
 

@@ -1,0 +1,40 @@
+"""Pictures of a plan (matplotlib, PNG): the cluster graph with pipelines and stages, the
+1F1B schedule as a Gantt chart, and per-device memory against capacity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner.evaluate import evaluate
+from planner.plan import Plan
+from planner.problem import Problem
+
+
+def stage_labels(problem: Problem, plan: Plan) -> list[list[str]]:
+    """Row labels of the Gantt chart: stage, machine, t and layers."""
+    cluster = problem.cluster
+    return [
+        [f"s{k} {cluster.machines[cluster.machine_of_device[st.leader]].name} t{st.tp} n{st.layers}"
+         for k, st in enumerate(pipe.stages)]
+        for pipe in plan.pipelines
+    ]
+
+
+def draw_plan(problem: Problem, plan: Plan, out_dir: str | Path, prefix: str = "") -> list[Path]:
+    """Write cluster.png, schedule.png and memory.png (with `prefix`) into out_dir."""
+    from hexiscale.viz.cluster import draw_cluster
+    from hexiscale.viz.gantt import draw_gantt
+    from hexiscale.viz.memory import draw_memory
+    from hexiscale.viz.schedule import pipeline_schedule
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    estimate = evaluate(problem, plan)
+    solver = f" — {plan.solver.name}" if plan.solver else ""
+    title = f"{problem.name}{solver}: T = {estimate.iteration_s:.4g} s, MFU {estimate.mfu:.1%}"
+    paths = [out / f"{prefix}cluster.png", out / f"{prefix}schedule.png", out / f"{prefix}memory.png"]
+    draw_cluster(problem, plan, paths[0], title)
+    schedules = [pipeline_schedule(problem, estimate, p) for p in range(len(plan.pipelines))]
+    draw_gantt(schedules, stage_labels(problem, plan), paths[1], title)
+    draw_memory(problem, estimate, paths[2], title)
+    return paths

@@ -1,0 +1,108 @@
+"""The cluster as a picture: machines as boxes of devices, links between machines, and the
+plan on top — each pipeline in its own colour, each device labelled with its stage index,
+arrows along each pipeline's stage order, idle devices hollow."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.patches import FancyBboxPatch  # noqa: E402
+
+from planner.plan import Plan  # noqa: E402
+from planner.problem import Problem  # noqa: E402
+
+
+def pipeline_colours(num: int) -> list:
+    cmap = plt.get_cmap("tab10" if num <= 10 else "tab20")
+    return [cmap(i % cmap.N) for i in range(num)]
+
+
+def machine_centres(num: int) -> np.ndarray:
+    """Machines on a grid, row by row in file order (readable up to a few dozen)."""
+    cols = max(1, math.ceil(math.sqrt(num * 1.6)))
+    return np.array([(i % cols * 3.2, -(i // cols) * 2.6) for i in range(num)], dtype=float)
+
+
+def device_positions(problem: Problem, centres: np.ndarray) -> np.ndarray:
+    """Each device inside its machine's box, in a grid of up to 4 columns."""
+    pos = np.zeros((problem.cluster.num_devices, 2))
+    for m, machine in enumerate(problem.cluster.machines):
+        cols = min(4, machine.count)
+        rows = math.ceil(machine.count / cols)
+        for i, d in enumerate(problem.cluster.devices_of(m)):
+            pos[d] = centres[m] + ((i % cols - (cols - 1) / 2) * 0.6, ((rows - 1) / 2 - i // cols) * 0.6)
+    return pos
+
+
+def _draw_links(ax, problem: Problem, centres: np.ndarray) -> None:
+    """Machine-to-machine links, line width by bandwidth (drawn only where they differ or few)."""
+    cluster = problem.cluster
+    n = len(cluster.machines)
+    bw = cluster.bw_matrix
+    if n > 16 and not cluster.links:
+        return  # all-to-all at one speed: a full mesh would only hide the plan
+    top = max(bw[i, j] for i in range(n) for j in range(n) if i != j) if n > 1 else 1.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            (x0, y0), (x1, y1) = centres[i], centres[j]
+            ax.plot([x0, x1], [y0, y1], color="#BBBBBB", zorder=0,
+                    linewidth=0.5 + 3.0 * bw[i, j] / top)
+            if n <= 6:
+                ax.text((x0 + x1) / 2, (y0 + y1) / 2, f"{bw[i, j]:g} GB/s", fontsize=6,
+                        color="#777777", ha="center", zorder=1)
+
+
+def _draw_machines(ax, problem: Problem, centres: np.ndarray) -> None:
+    for m, machine in enumerate(problem.cluster.machines):
+        cols = min(4, machine.count)
+        rows = math.ceil(machine.count / cols)
+        w, h = cols * 0.6 + 0.3, rows * 0.6 + 0.3
+        cx, cy = centres[m]
+        ax.add_patch(FancyBboxPatch((cx - w / 2, cy - h / 2), w, h, boxstyle="round,pad=0.05",
+                                    facecolor="white", edgecolor="#555555", zorder=1))
+        ax.text(cx, cy + h / 2 + 0.12, f"{machine.name}\n{machine.count}× {machine.gpu}, "
+                f"{machine.intra_bw_gbps:g} GB/s", ha="center", va="bottom", fontsize=6.5)
+
+
+def draw_cluster(problem: Problem, plan: Plan, path, title: str = "") -> None:
+    """Write the cluster graph with the plan's pipelines and stages to `path` (PNG)."""
+    centres = machine_centres(len(problem.cluster.machines))
+    pos = device_positions(problem, centres)
+    colours = pipeline_colours(len(plan.pipelines))
+    lo, hi = centres.min(axis=0) - (1.7, 1.4), centres.max(axis=0) + (1.7, 1.9)
+    scale = min(1.0, 16.0 / (hi[0] - lo[0]), 14.0 / (hi[1] - lo[1]))  # keep big clusters on a page
+    fig, ax = plt.subplots(figsize=(3.2 + (hi[0] - lo[0]) * scale, 0.9 + (hi[1] - lo[1]) * scale))
+    _draw_links(ax, problem, centres)
+    _draw_machines(ax, problem, centres)
+    used = set(plan.devices)
+    idle = [d for d in range(problem.cluster.num_devices) if d not in used]
+    ax.scatter(pos[idle, 0], pos[idle, 1], s=120, facecolors="white", edgecolors="#999999", zorder=3)
+    for p, pipe in enumerate(plan.pipelines):
+        leaders = []
+        for k, stage in enumerate(pipe.stages):
+            xy = pos[list(stage.devices)]
+            ax.scatter(xy[:, 0], xy[:, 1], s=120, color=colours[p], edgecolors="black", linewidths=0.4, zorder=3)
+            for x, y in xy:
+                ax.text(x, y, str(k), ha="center", va="center", fontsize=6, color="white", zorder=4)
+            leaders.append(pos[stage.leader])
+        for a, b in zip(leaders, leaders[1:]):  # activation flow between stage leaders
+            ax.annotate("", xy=b, xytext=a, zorder=2, arrowprops=dict(
+                arrowstyle="-|>", color=colours[p], lw=1.2, alpha=0.8, connectionstyle="arc3,rad=0.15"))
+        ax.scatter([], [], s=60, color=colours[p], label=f"pipeline {p}: {len(pipe.stages)} stages, batch {pipe.batch}")
+    if idle:
+        ax.scatter([], [], s=60, facecolors="white", edgecolors="#999999", label=f"idle ({len(idle)})")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+    ax.set_xlim(lo[0], hi[0])
+    ax.set_ylim(lo[1], hi[1])
+    ax.set_aspect("equal")
+    ax.axis("off")
+    fig.suptitle((title + "\n" if title else "") + "devices by pipeline (colour) and stage (number); "
+                 "arrows: stage order", fontsize=9, x=0.01, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,67 @@
+"""Per-device memory against capacity: one bar per device, split into parameter state,
+activations and the runtime reserve (DESIGN.md §3.5), capacity as a black tick."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from hexiscale.viz.cluster import pipeline_colours  # noqa: E402
+from planner import cost  # noqa: E402
+from planner.estimate import Estimate  # noqa: E402
+from planner.hardware import GIB  # noqa: E402
+from planner.problem import Problem  # noqa: E402
+
+
+def device_memory(problem: Problem, estimate: Estimate) -> dict[str, np.ndarray]:
+    """Per device (GiB): state, activations, reserve, total, capacity, pipeline (-1: idle)."""
+    cluster, model, training = problem.cluster, problem.model, problem.training
+    n = cluster.num_devices
+    out = {k: np.zeros(n) for k in ("state", "activation", "reserve", "total")}
+    out["capacity"] = cluster.machine_memory_bytes[cluster.machine_of_device] / GIB
+    out["pipeline"] = np.full(n, -1)
+    for pipe in estimate.pipelines:
+        num = len(pipe.stages)
+        for st in pipe.stages:
+            first, last = int(st.index == 0), int(st.index == num - 1)
+            state = cost.stage_state_bytes(model, training, st.tp, st.layers, first, last) / GIB
+            q = cost.in_flight_micro_batches(num, st.index, pipe.micro_batches)
+            act = cost.stage_activation_bytes(model, training, st.tp, st.layers, q, last) / GIB
+            for d in st.devices:
+                out["state"][d], out["activation"][d] = state, float(act)
+                out["reserve"][d] = training.reserved_gib
+                out["total"][d] = st.memory_gib  # the evaluator's figure: the bar must match it
+                out["pipeline"][d] = pipe.index
+    return out
+
+
+def draw_memory(problem: Problem, estimate: Estimate, path, title: str = "") -> None:
+    """Write the memory bars to `path` (PNG)."""
+    mem = device_memory(problem, estimate)
+    n = problem.cluster.num_devices
+    x = np.arange(n)
+    colours = pipeline_colours(max(1, len(estimate.pipelines)))
+    edge = [colours[p] if p >= 0 else "#CCCCCC" for p in mem["pipeline"]]
+    fig, ax = plt.subplots(figsize=(min(20, 3 + n * 0.22), 4.2))
+    bottom = np.zeros(n)
+    for part, shade in (("state", "#4C72B0"), ("activation", "#DD8452"), ("reserve", "#AAAAAA")):
+        ax.bar(x, mem[part], bottom=bottom, color=shade, edgecolor=edge, linewidth=1.2, label=part, width=0.8)
+        bottom += mem[part]
+    ax.scatter(x, mem["capacity"], marker="_", s=140, color="black", linewidths=2, label="capacity", zorder=3)
+    over = mem["total"] > mem["capacity"]
+    if over.any():
+        ax.scatter(x[over], mem["total"][over], marker="v", color="red", zorder=4, label="over capacity")
+    ax.set_xlim(-0.8, n - 0.2)
+    ax.set_xlabel("device id (bar outline: pipeline colour; no bar: idle)")
+    ax.set_ylabel("GiB per device")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+    ax.set_title((title + "\n" if title else "") + f"memory per device vs capacity "
+                 f"(smallest headroom {estimate.min_headroom_gib:.2f} GiB)", fontsize=9, loc="left")
+    if n > 64:
+        ax.set_xticks(x[:: max(1, n // 32)])
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
