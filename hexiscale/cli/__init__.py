@@ -11,3 +11,5 @@ def main() -> None:
 # command modules: importing them registers their commands
 from hexiscale.cli import inspect as _inspect  # noqa: E402,F401
 from hexiscale.cli import generate as _generate  # noqa: E402,F401
+from hexiscale.cli import compare as _compare  # noqa: E402,F401
+from hexiscale.cli import show as _show  # noqa: E402,F401

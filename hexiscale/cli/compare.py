@@ -1,0 +1,182 @@
+"""`hexiscale compare`: every solver on the same problems, judged by the one evaluator.
+
+Each solver's plan is re-checked with `planner.validate` and priced with `planner.evaluate`
+(never with the solver's own figure), so the columns compare like with like: iteration time,
+tokens/s, MFU, the gap to the best lower bound any exact solver proved, the speed-up over the
+symmetric (Megatron-style) baseline, and the solve wall time.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import typer
+from pydantic import Field
+from rich import box
+from rich.table import Table
+
+from hexiscale.cli.app import app, console, fail, friendly_errors
+from planner.evaluate import evaluate
+from planner.hardware import Frozen
+from planner.io import load_problem, save_plan
+from planner.problem import Problem
+from planner.validate import validate
+from solvers.common import SolveResult, SolverOptions
+from solvers.registry import SOLVERS, solve
+
+EXACT_SOLVERS = ("cpsat", "milp")
+REFERENCE = "symmetric"
+DEFAULT_SOLVERS = "heuristic,cpsat,milp,symmetric,symmetric-all,random"
+
+
+class ComparisonRow(Frozen):
+    problem: str
+    solver: str
+    status: str = Field(description="solver status, or skipped | error | invalid")
+    iteration_s: float | None = Field(default=None, description="T by planner.evaluate")
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    bound_s: float | None = Field(default=None, description="this solver's proven lower bound")
+    gap: float | None = Field(default=None, description="(T − best bound of any solver) / T")
+    speedup: float | None = Field(default=None, description="T_symmetric / T")
+    wall_s: float | None = Field(default=None, description="solve wall time")
+    devices_used: int | None = None
+    pipelines: int | None = None
+    message: str = ""
+
+
+def run_solver(problem: Problem, name: str, options: SolverOptions, exact_max_devices: int) -> tuple[ComparisonRow, SolveResult | None]:
+    """One solver on one problem, its plan judged by the evaluator; failures become rows."""
+    base = dict(problem=problem.name, solver=name)
+    if name in EXACT_SOLVERS and problem.cluster.num_devices > exact_max_devices:
+        return ComparisonRow(**base, status="skipped", message=f"{problem.cluster.num_devices} devices > "
+                             f"--exact-max-devices {exact_max_devices}"), None
+    try:
+        result = solve(problem, name, options)
+    except Exception as exc:  # a crashing solver is a row of the table, not the end of the run
+        return ComparisonRow(**base, status="error", message=f"{type(exc).__name__}: {exc}"), None
+    row = dict(base, status=result.status.value, bound_s=result.bound_s, wall_s=result.wall_s,
+               message=result.message)
+    if result.plan is None:
+        return ComparisonRow(**row), result
+    violations = validate(problem, result.plan)
+    if violations:
+        return ComparisonRow(**dict(row, status="invalid", message=str(violations[0]))), result
+    est = evaluate(problem, result.plan)
+    return ComparisonRow(**row, iteration_s=est.iteration_s, tokens_per_s=est.tokens_per_s, mfu=est.mfu,
+                         devices_used=len(result.plan.devices), pipelines=len(result.plan.pipelines)), result
+
+
+def compare_problem(problem: Problem, solvers: list[str], options: SolverOptions, exact_max_devices: int = 32,
+                    plans_dir: Path | None = None, on_start=None) -> list[ComparisonRow]:
+    """All solvers on one problem, with gap and speed-up filled in from the others' results."""
+    rows, reference = [], None
+    for name in solvers:
+        if on_start:
+            on_start(problem.name, name)
+        row, result = run_solver(problem, name, options, exact_max_devices)
+        rows.append(row)
+        if plans_dir is not None and result is not None and result.plan is not None:
+            plans_dir.mkdir(parents=True, exist_ok=True)
+            save_plan(result.plan, plans_dir / f"{problem.name}.{name}.json")
+        if name == REFERENCE:
+            reference = row
+    if reference is None:  # the speed-up column needs the symmetric figure even if not asked for
+        reference, _ = run_solver(problem, REFERENCE, options, exact_max_devices)
+    bounds = [r.bound_s for r in rows if r.bound_s is not None]
+    best_bound = max(bounds) if bounds else None  # the tightest proven lower bound
+    return [_with_relative(r, best_bound, reference.iteration_s) for r in rows]
+
+
+def _with_relative(row: ComparisonRow, best_bound: float | None, symmetric_s: float | None) -> ComparisonRow:
+    if row.iteration_s is None:
+        return row
+    update = {}
+    if best_bound is not None:
+        update["gap"] = (row.iteration_s - best_bound) / row.iteration_s
+    if symmetric_s is not None:
+        update["speedup"] = symmetric_s / row.iteration_s
+    return row.model_copy(update=update)
+
+
+def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
+    return "—" if x is None else format(x, spec) + suffix
+
+
+STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "infeasible": "magenta",
+                "skipped": "dim", "error": "red", "invalid": "red"}
+
+
+def comparison_table(problem: Problem, rows: list[ComparisonRow]) -> Table:
+    best = min((r.iteration_s for r in rows if r.iteration_s is not None), default=None)
+    table = Table(title=f"{problem.name}: {problem.model.name} on {problem.cluster.name} "
+                        f"({problem.cluster.num_devices} GPUs)", box=box.SIMPLE_HEAD, header_style="bold")
+    for col in ("solver", "status", "T (s)", "tokens/s", "MFU", "gap", "× sym", "solve (s)", "used", "note"):
+        table.add_column(col, justify="left" if col in ("solver", "status", "note") else "right",
+                         no_wrap=col != "note", max_width=60 if col == "note" else None)
+    for r in rows:
+        t = _fmt(r.iteration_s, ".4g")
+        if r.iteration_s is not None and r.iteration_s == best:
+            t = f"[bold green]{t}[/]"
+        style = STATUS_STYLE.get(r.status, "")
+        table.add_row(r.solver, f"[{style}]{r.status}[/]" if style else r.status, t,
+                      _fmt(r.tokens_per_s, ",.0f"), _fmt(r.mfu, ".1%"), _fmt(r.gap, ".1%"),
+                      _fmt(r.speedup, ".2f", "×"), _fmt(r.wall_s, ".3g"),
+                      "—" if r.devices_used is None else f"{r.devices_used}/{problem.cluster.num_devices}",
+                      r.message)
+    return table
+
+
+def write_csv(rows: list[ComparisonRow], path: Path) -> None:
+    fields = list(ComparisonRow.model_fields)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(r.model_dump() for r in rows)
+
+
+def write_json(rows: list[ComparisonRow], path: Path) -> None:
+    Path(path).write_text(json.dumps([r.model_dump() for r in rows], indent=2) + "\n")
+
+
+def parse_solvers(spec: str) -> list[str]:
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [n for n in names if n not in SOLVERS]
+    if unknown:
+        fail(f"--solvers: unknown solver {', '.join(map(repr, unknown))}; available: {', '.join(SOLVERS)}")
+    if not names:
+        fail("--solvers: give at least one solver name")
+    return names
+
+
+@app.command()
+@friendly_errors
+def compare(
+    problems: list[str] = typer.Argument(..., help="problem files or bundled names"),
+    solvers: str = typer.Option(DEFAULT_SOLVERS, "--solvers", "-s", help="comma-separated solver names"),
+    time_limit: float = typer.Option(60.0, "--time-limit", "-t", min=0.001, help="seconds per solver run"),
+    exact_max_devices: int = typer.Option(32, help="skip cpsat/milp on clusters larger than this"),
+    seed: int = typer.Option(0, help="random seed for the randomized solvers"),
+    csv_path: Path = typer.Option(None, "--csv", help="write all rows as CSV"),
+    json_path: Path = typer.Option(None, "--json", help="write all rows as JSON"),
+    plans_dir: Path = typer.Option(None, "--plans", help="save each plan as PROBLEM.SOLVER.json here"),
+) -> None:
+    """Run several solvers on the same problems and compare their plans side by side."""
+    names = parse_solvers(solvers)
+    loaded = [load_problem(p) for p in problems]  # bad files fail before any solving
+    options = SolverOptions(time_limit_s=time_limit, seed=seed)
+    everything: list[ComparisonRow] = []
+    for problem in loaded:
+        with console.status("") as status:
+            rows = compare_problem(problem, names, options, exact_max_devices, plans_dir,
+                                   on_start=lambda p, s: status.update(f"solving {p} with {s} …"))
+        console.print(comparison_table(problem, rows))
+        everything += rows
+    console.print("[dim]T, tokens/s and MFU by planner.evaluate; gap = (T − best proven bound) / T; "
+                  "× sym = T_symmetric / T.[/]")
+    if csv_path:
+        write_csv(everything, csv_path)
+    if json_path:
+        write_json(everything, json_path)
