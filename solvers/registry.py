@@ -16,6 +16,7 @@ SolverFn = Callable[[Problem, SolverOptions], SolveResult]
 
 SOLVERS: dict[str, str] = {
     # name -> "module:function"; each path's issue adds its entries.
+    "heuristic": "solvers.heuristic:solve",
     "symmetric": "solvers.baselines.symmetric:solve_symmetric",
     "symmetric-all": "solvers.baselines.symmetric:solve_symmetric_all",
     "random": "solvers.baselines.ablations:solve_random",

@@ -1,0 +1,17 @@
+"""The heuristic solver path of DESIGN.md §5: METIS pools, per-pool pipelines, polish.
+
+Public API (used by the baselines too):
+- `HeuristicOptions`: knobs, including the random-partition baseline and the ablations;
+- `solve(problem, options)` and `solve_with(problem, options, heuristic)`;
+- `build_plan(problem, pools, heuristic)`: phase 2 (pools of device ids → Plan);
+- `partition(problem, D, partitioner, protect, seed)`: phase 1 alone;
+- `polish(problem, table)`: the layer / micro-batch local search alone.
+"""
+
+from solvers.heuristic.assemble import build_plan
+from solvers.heuristic.options import HeuristicOptions
+from solvers.heuristic.partition import partition
+from solvers.heuristic.polish import polish
+from solvers.heuristic.search import solve, solve_with
+
+__all__ = ["HeuristicOptions", "build_plan", "partition", "polish", "solve", "solve_with"]

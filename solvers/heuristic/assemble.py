@@ -1,0 +1,117 @@
+"""Pools → a complete plan: phase 2 for every pool, the batch split, the memory repair.
+
+`build_plan` is public: the random-partition baseline hands it its own pools and so runs
+exactly the heuristic's phase 2.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import replace
+from typing import Sequence
+
+import numpy as np
+
+from planner import cost
+from planner.evaluate import breakdown, stage_times
+from planner.plan import Pipeline, Plan, Stage
+from planner.problem import Problem
+from planner.table import StageTable, stage_table
+from solvers.heuristic.options import HeuristicOptions
+from solvers.heuristic.pipeline import StageSlot, build_pipeline
+
+
+def make_plan(problem: Problem, pipelines: list[list[StageSlot]], layers: list[np.ndarray],
+              micro: Sequence[int]) -> Plan:
+    b = problem.training.micro_batch
+    return Plan(problem=problem.name, pipelines=tuple(
+        Pipeline(batch=int(m) * b, stages=tuple(
+            Stage(devices=s.devices, layers=int(n)) for s, n in zip(slots, ns)))
+        for slots, ns, m in zip(pipelines, layers, micro)))
+
+
+def with_split(table: StageTable, layers: np.ndarray, micro: np.ndarray, micro_batch: int) -> StageTable:
+    """The same structure with other layer counts and micro-batch counts."""
+    cum = np.cumsum(layers) - layers
+    first_layer = cum - cum[table.pipe_start[:-1]][table.pipe]
+    return replace(table, layers=layers, first_layer=first_layer,
+                   micro_batches=micro[table.pipe], batch=micro * micro_batch)
+
+
+def pipe_time_coefficients(problem: Problem, table: StageTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per pipeline: T_pipe with one micro-batch, and what each further one adds [3.3]."""
+    d = table.num_pipelines
+    one = breakdown(problem, with_split(table, table.layers, np.ones(d, int), problem.training.micro_batch))
+    two = breakdown(problem, with_split(table, table.layers, np.full(d, 2), problem.training.micro_batch))
+    return one.pipe_time, two.pipe_time - one.pipe_time
+
+
+def split_batches(problem: Problem, table: StageTable, equal: bool) -> np.ndarray | None:
+    """Micro-batches per pipeline (m_p ≥ 1, Σ m_p = B/b): each one goes to the pipeline whose
+    T_pipe it raises least (optimal for the max); with `equal`, as even as the count allows."""
+    total, d = problem.training.micro_batches, table.num_pipelines
+    if d > total:
+        return None
+    if equal:
+        return np.array([total // d + (p < total % d) for p in range(d)])
+    base, step = pipe_time_coefficients(problem, table)
+    micro = np.ones(d, dtype=int)
+    heap = [(base[p] + step[p], p) for p in range(d)]
+    heapq.heapify(heap)
+    for _ in range(total - d):
+        _, p = heapq.heappop(heap)
+        micro[p] += 1
+        heapq.heappush(heap, (base[p] + micro[p] * step[p], p))
+    return micro
+
+
+def repair_memory(problem: Problem, table: StageTable) -> np.ndarray | None:
+    """Move layers off out-of-memory stages onto stages of the same pipeline with headroom,
+    each layer to the stage whose τ it raises least. Returns the new layer counts, or None
+    when some stage cannot fit even one layer or the pipeline has no headroom left."""
+    model, training = problem.model, problem.training
+    q = cost.in_flight_micro_batches(table.num_stages, table.index, table.micro_batches)
+    mem0 = cost.stage_memory_bytes(model, training, table.tp, 0, table.first, table.last, q)
+    slope = cost.stage_memory_bytes(model, training, table.tp, 1, table.first, table.last, q) - mem0
+    cap = problem.cluster.machine_memory_bytes[table.machine]
+    fits = np.floor((cap - mem0) / slope).astype(int)  # most layers each stage can hold
+    tau_layer = stage_times(problem, replace(table, layers=np.ones_like(table.layers)))[2]
+    layers = table.layers.copy()
+    for p in range(table.num_pipelines):
+        lo, hi = table.pipe_start[p], table.pipe_start[p + 1]
+        if np.any(fits[lo:hi] < 1) or fits[lo:hi].sum() < model.layers:
+            return None
+        for k in range(lo, hi):
+            while layers[k] > fits[k]:
+                room = np.flatnonzero(layers[lo:hi] < fits[lo:hi]) + lo
+                j = room[np.argmin(layers[room] * tau_layer[room])]  # least-loaded with headroom
+                layers[k] -= 1
+                layers[j] += 1
+    return layers
+
+
+def build_plan(problem: Problem, pools: Sequence[Sequence[int]], heuristic: HeuristicOptions | None = None,
+               tp_cap: int | None = None, max_stages: int | None = None) -> Plan | None:
+    """Phase 2 for every pool, then batches by pipeline speed and the memory repair.
+
+    Pools that cannot hold the model are left idle; None if no pool can, or if there are
+    more pipelines than micro-batches."""
+    heuristic = heuristic or HeuristicOptions()
+    pools = [np.asarray(p) for p in pools if len(p)]
+    micro_est = max(1, problem.training.micro_batches // max(1, len(pools)))
+    built = [build_pipeline(problem, pool, micro_est, tp_cap, heuristic.fixed_tp,
+                            heuristic.beam_width, max_stages) for pool in pools]
+    built = [b for b in built if b is not None]
+    if not built or len(built) > problem.training.micro_batches:
+        return None
+    slots = [s for s, _ in built]
+    layers = [n for _, n in built]
+    draft = make_plan(problem, slots, layers, [1] * len(built))
+    table = stage_table(problem, draft)
+    micro = split_batches(problem, table, heuristic.equal_batch)
+    table = with_split(table, table.layers, micro, problem.training.micro_batch)
+    fixed = repair_memory(problem, table)
+    if fixed is None:
+        return None
+    bounds = table.pipe_start
+    return make_plan(problem, slots, [fixed[bounds[p]: bounds[p + 1]] for p in range(len(slots))], micro)

@@ -1,0 +1,44 @@
+"""The heuristic's own knobs (DESIGN.md §5), one frozen options object.
+
+The random-partition baseline and the two ablations of DESIGN.md §5 are settings of this
+object (`partitioner="random"`, `fixed_tp=...`, `equal_batch=True`), so that they run
+exactly the same phase 2, batch split and polish as the heuristic itself.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from planner.hardware import Frozen
+
+
+class HeuristicOptions(Frozen):
+    partitioner: Literal["metis", "random"] = Field(
+        default="metis", description="phase 1: METIS multilevel k-way, or a random balanced split")
+    protect: Literal["auto", "pipeline", "data"] = Field(
+        default="auto",
+        description="which traffic the pools keep on fast links: 'pipeline' cuts the slowest "
+                    "links between pools (DP crosses them), 'data' the fastest; 'auto' tries "
+                    "both on small clusters and picks by message volume on large ones")
+    fixed_tp: int | None = Field(
+        default=None, ge=1, description="ablation: one TP size for every stage (a power of two)")
+    equal_batch: bool = Field(
+        default=False, description="ablation: equal batch per pipeline instead of by speed")
+    pipelines: tuple[int, ...] | None = Field(
+        default=None, description="D candidates to try (None: chosen from memory and batch bounds)")
+    max_d_candidates: int = Field(
+        default=14, ge=1, description="coarse D grid size before refining around the best D")
+    tp_caps: tuple[int | None, ...] = Field(
+        default=(None, 1, 2),
+        description="secondary-split candidates: the largest TP size a stage may take "
+                    "(None: the cost model chooses freely per machine)")
+    beam_width: int = Field(default=4, ge=1, description="top-τ width of the stage-order search")
+    polish_candidates: int = Field(
+        default=3, ge=1, description="how many of the best structures get the full polish")
+    polish_rounds: int = Field(default=400, ge=0, description="limit on accepted polish moves")
+    exhaustive_moves: int = Field(
+        default=4000, ge=0,
+        description="if a plan has at most this many single moves, the polish checks them all "
+                    "with the full evaluator (else only moves that touch the bottleneck)")

@@ -1,0 +1,123 @@
+"""Phase 1: split the cluster into D data-parallel pools (DESIGN.md §5).
+
+The cluster is a graph whose vertices are devices weighted by effective compute π and whose
+edges are links weighted by bandwidth. METIS (pymetis) does the multilevel k-way partition
+(heavy-edge coarsening, initial partition, projection, FM refinement); what METIS cannot
+express is written here: which links to protect, and the sparse edge set.
+
+Which links to protect: inside a pool run the pipeline's activations (and the TP groups,
+which never leave a machine); between pools run the gradient all-reduces. In "pipeline" mode
+the edge weight grows with bandwidth, so the cut falls on the slowest links; in "data" mode
+inter-machine weights are inverted, so pools straddle slow links and the DP sync, which
+pairs stage k of every pipeline, keeps the fast ones. Intra-machine edges always stay heavy:
+a machine's devices are the natural TP groups and pipeline neighbours.
+
+Inter-machine pairs at the cluster's default bandwidth carry no information but balance, so
+they are left out: the graph stays sparse at thousands of devices.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pymetis
+
+from planner.problem import Problem
+
+Protect = Literal["pipeline", "data"]
+INTRA_WEIGHT_FACTOR = 4  # intra-machine edges outweigh any inter-machine edge
+
+
+def _edge_weights(bw: np.ndarray, protect: Protect, lo: float, hi: float) -> np.ndarray:
+    """Integer METIS weights 1..100 from inter-machine bandwidths (log scale)."""
+    span = max(np.log(hi) - np.log(lo), 1e-9)
+    x = (np.log(bw) - np.log(lo)) / span
+    if protect == "data":
+        x = 1.0 - x
+    return np.rint(1 + 99 * x).astype(np.int64)
+
+
+def _machine_pairs(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
+    """Machine pairs whose link differs from the default inter-machine bandwidth."""
+    cluster = problem.cluster
+    bw = cluster.bw_matrix
+    i, j = np.triu_indices(len(cluster.machines), k=1)
+    keep = bw[i, j] != cluster.inter_bw_gbps
+    return i[keep], j[keep]
+
+
+def device_graph(problem: Problem, protect: Protect) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CSR adjacency (xadj, adjncy, eweights) of the device graph."""
+    cluster = problem.cluster
+    first, counts = cluster.first_device, np.array([m.count for m in cluster.machines])
+    bw = cluster.bw_matrix
+    mi, mj = _machine_pairs(problem)
+    inter = np.append(bw[mi, mj], cluster.inter_bw_gbps)
+    lo, hi = float(inter.min()), float(inter.max())
+    src, dst, wgt = [], [], []
+    for m, c in enumerate(counts):  # intra-machine cliques
+        a, b = np.triu_indices(c, k=1)
+        src.append(first[m] + a)
+        dst.append(first[m] + b)
+        wgt.append(np.full(len(a), 100 * INTRA_WEIGHT_FACTOR, dtype=np.int64))
+    weights = _edge_weights(bw[mi, mj], protect, lo, hi) if len(mi) else np.zeros(0, np.int64)
+    for a, b, w in zip(mi, mj, weights):  # every device pair of two linked machines
+        da = np.repeat(np.arange(counts[a]), counts[b])
+        db = np.tile(np.arange(counts[b]), counts[a])
+        src.append(first[a] + da)
+        dst.append(first[b] + db)
+        wgt.append(np.full(len(da), w, dtype=np.int64))
+    return _to_csr(cluster.num_devices, np.concatenate(src), np.concatenate(dst), np.concatenate(wgt))
+
+
+def _to_csr(n: int, src: np.ndarray, dst: np.ndarray, wgt: np.ndarray):
+    both_src = np.concatenate([src, dst]).astype(np.int64)
+    both_dst = np.concatenate([dst, src]).astype(np.int64)
+    both_w = np.concatenate([wgt, wgt])
+    order = np.lexsort((both_dst, both_src))
+    xadj = np.concatenate([[0], np.cumsum(np.bincount(both_src, minlength=n))])
+    return xadj, both_dst[order], both_w[order]
+
+
+def compute_weights(problem: Problem) -> np.ndarray:
+    """Vertex weights: π of each device in TFLOP/s (integers ≥ 1)."""
+    flops = problem.cluster.machine_flops[problem.cluster.machine_of_device]
+    return np.maximum(np.rint(flops / 1e12), 1).astype(np.int64)
+
+
+def metis_pools(problem: Problem, pools: int, protect: Protect, seed: int) -> list[np.ndarray]:
+    """D pools of device ids by METIS k-way partitioning, compute-balanced within 3 %."""
+    n = problem.cluster.num_devices
+    if pools == 1:
+        return [np.arange(n)]
+    xadj, adjncy, eweights = device_graph(problem, protect)
+    options = pymetis.Options(seed=seed, ufactor=30, ncuts=2)
+    result = pymetis.part_graph(
+        pools, adjacency=pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy),
+        vweights=compute_weights(problem), eweights=eweights, options=options)
+    part = np.asarray(result.vertex_part)
+    return [np.flatnonzero(part == p) for p in range(pools) if np.any(part == p)]
+
+
+def random_pools(problem: Problem, pools: int, seed: int) -> list[np.ndarray]:
+    """Baseline: a random split of the devices into D compute-balanced pools.
+
+    Devices are shuffled and dealt, each to the pool with the least compute so far, so the
+    pools are as balanced as METIS's but ignore the links entirely."""
+    rng = np.random.default_rng(seed)
+    weights = compute_weights(problem)
+    order = rng.permutation(problem.cluster.num_devices)
+    load = np.zeros(pools)
+    members: list[list[int]] = [[] for _ in range(pools)]
+    for d in order:
+        p = int(np.argmin(load))
+        members[p].append(int(d))
+        load[p] += weights[d]
+    return [np.sort(np.array(m)) for m in members if m]
+
+
+def partition(problem: Problem, pools: int, partitioner: str, protect: Protect, seed: int) -> list[np.ndarray]:
+    if partitioner == "random":
+        return random_pools(problem, pools, seed)
+    return metis_pools(problem, pools, protect, seed)

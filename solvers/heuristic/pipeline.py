@@ -1,0 +1,228 @@
+"""Phase 2: turn one pool of devices into a pipeline (DESIGN.md §5).
+
+Steps, per pool:
+1. secondary partition: the pool's devices grouped by machine (the fast links; a stage never
+   leaves a machine), each machine part cut into TP groups whose size the cost model picks;
+2. order: a top-τ (beam) greedy search over the machine parts, cheapest PP links first;
+3. layers: water-filling, one layer at a time to the stage where it raises the estimated
+   pipeline time least, never past a stage's memory bound.
+
+Every time and byte figure comes from `planner.cost`; nothing here retypes a formula.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner import cost
+from planner.problem import Problem
+
+
+@dataclass(frozen=True)
+class StageSlot:
+    """A stage before its layer count is known: a TP group on one machine."""
+
+    machine: int
+    devices: tuple[int, ...]
+
+    @property
+    def tp(self) -> int:
+        return len(self.devices)
+
+
+# -- secondary partition: TP groups per machine part ---------------------------------------
+
+
+def machine_parts(problem: Problem, pool: np.ndarray) -> dict[int, list[int]]:
+    """The pool's devices grouped by machine (sorted, deterministic)."""
+    machine_of = problem.cluster.machine_of_device
+    parts: dict[int, list[int]] = {}
+    for d in sorted(int(x) for x in pool):
+        parts.setdefault(int(machine_of[d]), []).append(d)
+    return parts
+
+
+def group_sizes(count: int, t: int, allowed: list[int], fixed: bool) -> list[int]:
+    """Cut `count` devices into groups of size t, the remainder into smaller allowed sizes
+    (binary decomposition). With `fixed`, the remainder stays idle."""
+    sizes = [t] * (count // t)
+    rest = count - t * len(sizes)
+    if not fixed:
+        for s in sorted(allowed, reverse=True):
+            while s <= rest:
+                sizes.append(s)
+                rest -= s
+    return sizes
+
+
+def per_layer_time(problem: Problem, machine: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """τ of one layer on a stage of t devices of `machine` (compute + TP traffic)."""
+    cluster, model, training = problem.cluster, problem.model, problem.training
+    bw, lat = cluster.bw_matrix[machine, machine], cluster.lat_matrix[machine, machine]
+    compute = cost.stage_compute_time(model, training, cluster.machine_flops[machine], t, 1, 0)
+    return compute + cost.stage_tp_time(model, training, t, 1, bw, lat)
+
+
+def estimated_pipe_time(problem: Problem, machines: list[int], sizes: list[list[int]], micro: int) -> float:
+    """Rough T_pipe of a pool for a TP layout, to rank layouts before building them.
+
+    With layers spread in proportion to stage speed every stage takes about L / R per
+    micro-batch (R = Σ 1/τ_layer, layers per second); 1F1B then costs (m − 1 + S)·L/R, plus
+    the PP hops inside machines (one per extra stage) and the steady cost of the slowest hop."""
+    model, training, cluster = problem.model, problem.training, problem.cluster
+    mach = np.repeat(machines, [len(s) for s in sizes])
+    t = np.concatenate([np.asarray(s, dtype=float) for s in sizes])
+    if len(t) == 0:
+        return np.inf
+    rate = float(np.sum(1.0 / per_layer_time(problem, mach, t)))
+    stage = model.layers / rate
+    bw, lat = cluster.bw_matrix[mach, mach], cluster.lat_matrix[mach, mach]
+    hop = cost.stage_pp_time(model, training, bw, lat, t, bw, lat)
+    intra_hops = float(np.sum(hop) - np.sum(hop[np.cumsum([len(s) for s in sizes]) - 1]))
+    return (micro - 1 + len(t)) * stage + intra_hops + (micro - 1) * max(0.0, float(hop.max()) - stage)
+
+
+def choose_tp_layout(problem: Problem, parts: dict[int, list[int]], micro: int,
+                     tp_cap: int | None, fixed_tp: int | None) -> dict[int, list[int]]:
+    """Group sizes per machine part. Parts alike (same machine kind and device count) take
+    the same size; coordinate descent over those kinds on `estimated_pipe_time`."""
+    model, cluster = problem.model, problem.cluster
+    machines = list(parts)
+    if fixed_tp is not None:
+        return {m: group_sizes(len(parts[m]), fixed_tp, [], fixed=True) for m in machines}
+    kinds: dict[tuple, list[int]] = {}
+    for m in machines:
+        mm = cluster.machines[m]
+        kinds.setdefault((mm.gpu, mm.intra_bw_gbps, len(parts[m])), []).append(m)
+    options = {k: model.tp_sizes(min(k[2], tp_cap or k[2])) for k in kinds}
+    choice = {k: options[k][-1] for k in kinds}  # start from the largest groups
+
+    def layout(ch):
+        return {m: group_sizes(len(parts[m]), ch[k], options[k], fixed=False)
+                for k, ms in kinds.items() for m in ms}
+
+    def score(ch):
+        lay = layout(ch)
+        return estimated_pipe_time(problem, machines, [lay[m] for m in machines], micro)
+
+    best = score(choice)
+    improved = True
+    while improved:
+        improved = False
+        for k in sorted(kinds):
+            for t in options[k]:
+                trial = {**choice, k: t}
+                s = score(trial)
+                if s < best * (1 - 1e-9):
+                    best, choice, improved = s, trial, True
+    return layout(choice)
+
+
+# -- ordering: top-τ greedy over machine parts --------------------------------------------
+
+
+def order_parts(problem: Problem, machines: list[int], width: int) -> list[int]:
+    """Beam search for a machine order with the cheapest PP hops between neighbours.
+
+    Starts from the parts with the most memory per device (the first stages keep the most
+    micro-batches in flight); ties break on machine index, so the result is deterministic."""
+    if len(machines) <= 1:
+        return list(machines)
+    cluster = problem.cluster
+    a = cost.activation_message_bytes(problem.model, problem.training)
+    mach = np.asarray(machines)
+    hop = cost.p2p_time(a, cluster.bw_matrix[np.ix_(mach, mach)], cluster.lat_matrix[np.ix_(mach, mach)])
+    memory = cluster.machine_memory_bytes[mach]
+    starts = sorted(range(len(mach)), key=lambda i: (-memory[i], -cluster.machine_flops[mach[i]], i))
+    beam = [(0.0, [i]) for i in starts[:width]]
+    for _ in range(len(mach) - 1):
+        grown = []
+        for total, seq in beam:
+            free = np.ones(len(mach), bool)
+            free[seq] = False
+            nxt = np.flatnonzero(free)
+            costs = total + hop[seq[-1], nxt]
+            for c, j in sorted(zip(costs.tolist(), nxt.tolist()))[:width]:
+                grown.append((c, seq + [j]))
+        grown.sort(key=lambda x: (x[0], x[1]))
+        beam = grown[:width]
+    return [machines[i] for i in beam[0][1]]
+
+
+# -- layer split with memory bounds ---------------------------------------------------------
+
+
+def stage_coefficients(problem: Problem, slots: list[StageSlot], micro: int):
+    """Per stage: τ per layer, τ of the LM head, and the most layers memory allows
+    (with q = min(S − k, micro) micro-batches in flight)."""
+    model, training, cluster = problem.model, problem.training, problem.cluster
+    mach = np.array([s.machine for s in slots])
+    t = np.array([s.tp for s in slots])
+    size = len(slots)
+    first = (np.arange(size) == 0).astype(int)
+    last = (np.arange(size) == size - 1).astype(int)
+    per_layer = per_layer_time(problem, mach, t)
+    head = cost.stage_compute_time(model, training, cluster.machine_flops[mach], t, 0, last)
+    q = cost.in_flight_micro_batches(size, np.arange(size), micro)
+    mem0 = cost.stage_memory_bytes(model, training, t, 0, first, last, q)
+    slope = cost.stage_memory_bytes(model, training, t, 1, first, last, q) - mem0
+    cap = cluster.machine_memory_bytes[mach]
+    max_layers = np.floor((cap - mem0) / slope).astype(int)
+    return per_layer, head, max_layers
+
+
+def split_layers(problem: Problem, slots: list[StageSlot], micro: int) -> np.ndarray | None:
+    """Layers per stage: each stage gets one, then each further layer goes where it raises
+    (m − 1)·max τ + Σ τ least, within the memory bound. None if the pool cannot hold the model."""
+    per_layer, head, max_layers = stage_coefficients(problem, slots, micro)
+    big_l = problem.model.layers
+    if len(slots) > big_l or np.any(max_layers < 1) or max_layers.sum() < big_l:
+        return None
+    layers = np.ones(len(slots), dtype=int)
+    tau = layers * per_layer + head
+    for _ in range(big_l - len(slots)):
+        grown = np.where(layers < max_layers, tau + per_layer, np.inf)
+        score = (micro - 1) * np.maximum(tau.max(), grown) + per_layer
+        k = int(np.argmin(score))
+        layers[k] += 1
+        tau[k] = grown[k]
+    return layers
+
+
+# -- one pool → one pipeline -----------------------------------------------------------------
+
+
+def fastest_slots(problem: Problem, slots: list[StageSlot], limit: int) -> list[StageSlot]:
+    """Keep the `limit` fastest stages (the rest of their devices stay idle)."""
+    speed = 1.0 / per_layer_time(problem, np.array([s.machine for s in slots]), np.array([s.tp for s in slots]))
+    keep = sorted(np.argsort(-speed, kind="stable")[:limit])
+    return [slots[i] for i in keep]
+
+
+def build_pipeline(problem: Problem, pool: np.ndarray, micro: int, tp_cap: int | None,
+                   fixed_tp: int | None, beam_width: int, max_stages: int | None):
+    """(stages, layers) for one pool, or None if it cannot hold the model."""
+    parts = machine_parts(problem, pool)
+    layout = choose_tp_layout(problem, parts, micro, tp_cap, fixed_tp)
+    order = order_parts(problem, [m for m in parts if layout[m]], beam_width)
+    slots = []
+    for m in order:
+        devices, at = parts[m], 0
+        for size in layout[m]:
+            slots.append(StageSlot(machine=m, devices=tuple(devices[at: at + size])))
+            at += size
+    limit = min(problem.model.layers, max_stages or problem.model.layers)
+    if len(slots) > limit:
+        slots = fastest_slots(problem, slots, limit)
+    while slots:
+        layers = split_layers(problem, slots, micro)
+        if layers is not None:
+            return slots, layers
+        # a stage that cannot hold even one layer is left idle; else the pool is too small
+        _, _, max_layers = stage_coefficients(problem, slots, micro)
+        if np.all(max_layers >= 1):
+            return None
+        slots = [s for s, n in zip(slots, max_layers) if n >= 1]
+    return None

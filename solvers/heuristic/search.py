@@ -1,0 +1,188 @@
+"""The search loop: over D (pipelines) and the secondary split (TP cap), build a plan for
+each candidate, keep the best few by the full evaluator, polish those and return the best.
+
+Deterministic for a given seed (METIS and the random baseline take it; nothing reads global
+random state). A rich progress bar shows on long runs; `SolverOptions.time_limit_s` bounds
+the wall time (the first candidate always completes, so a plan comes back if one exists).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+
+import numpy as np
+from rich.progress import Progress
+
+from planner.evaluate import iteration_time
+from planner.hardware import GIB
+from planner.plan import Pipeline, Plan, SolveStatus, SolverInfo, Stage
+from planner.problem import Problem
+from planner.table import stage_table
+from planner.validate import validate
+from solvers.common import SolveResult, SolverOptions
+from solvers.heuristic.assemble import build_plan, with_split
+from solvers.heuristic.options import HeuristicOptions
+from solvers.heuristic.partition import partition
+from solvers.heuristic.polish import polish
+
+SMALL_CLUSTER = 512  # up to this many devices "auto" protect tries both link weightings
+
+
+def max_pipelines(problem: Problem, options: SolverOptions) -> int:
+    """Upper bound on D: micro-batches, devices, and the memory to hold one model replica
+    (model states only, μ·P, against the cluster's memory less the reserves)."""
+    cluster, training = problem.cluster, problem.training
+    usable = float(np.sum([m.count * (cluster.gpu_of(i).memory_gib - training.reserved_gib) * GIB
+                           for i, m in enumerate(cluster.machines)]))
+    by_memory = int(usable // (training.param_state_bytes * problem.model.total_params))
+    bound = min(training.micro_batches, cluster.num_devices, max(1, by_memory))
+    return min(bound, options.max_pipelines or bound)
+
+
+def coarse_candidates(upper: int, count: int) -> list[int]:
+    """All D up to `upper` if few, else a geometric grid from 1 to `upper`."""
+    if upper <= count:
+        return list(range(1, upper + 1))
+    grid = np.unique(np.rint(np.geomspace(1, upper, count)).astype(int))
+    return [int(x) for x in grid]
+
+
+def refine_candidates(best: int, tried: list[int], upper: int) -> list[int]:
+    """Untried D between the best D's neighbours in the coarse grid (at most 6, evenly)."""
+    tried = sorted(tried)
+    i = tried.index(best)
+    lo = tried[i - 1] if i > 0 else 1
+    hi = tried[i + 1] if i + 1 < len(tried) else upper
+    gap = [d for d in range(lo + 1, hi) if d not in tried]
+    if len(gap) > 6:
+        gap = sorted({gap[int(round(x))] for x in np.linspace(0, len(gap) - 1, 6)})
+    return gap
+
+
+def protect_modes(problem: Problem, heuristic: HeuristicOptions) -> list[str]:
+    if heuristic.protect != "auto":
+        return [heuristic.protect]
+    if problem.cluster.num_devices <= SMALL_CLUSTER:
+        return ["pipeline", "data"]
+    return ["pipeline"]
+
+
+class Search:
+    def __init__(self, problem: Problem, options: SolverOptions, heuristic: HeuristicOptions):
+        self.problem, self.options, self.heuristic = problem, options, heuristic
+        self.start = time.perf_counter()
+        self.deadline = self.start + options.time_limit_s
+        self.found: dict[tuple, tuple[float, Plan]] = {}  # (D, mode, cap) -> (T, plan)
+        self.seen_pools: dict[tuple, list] = {}
+
+    def out_of_time(self) -> bool:
+        return bool(self.found) and time.perf_counter() > self.deadline
+
+    def pools(self, d: int, mode: str):
+        key = (d, mode)
+        if key not in self.seen_pools:
+            self.seen_pools[key] = partition(self.problem, d, self.heuristic.partitioner, mode,
+                                             self.options.seed)
+        return self.seen_pools[key]
+
+    def try_d(self, d: int) -> None:
+        """Every (protect mode, TP cap) candidate for one D."""
+        done_pools = []
+        for mode in protect_modes(self.problem, self.heuristic):
+            pools = self.pools(d, mode)
+            signature = sorted(tuple(p.tolist()) for p in pools)
+            if signature in done_pools:  # both weightings gave the same split
+                continue
+            done_pools.append(signature)
+            for cap in self.caps():
+                if self.out_of_time():
+                    return
+                plan = build_plan(self.problem, pools, self.heuristic, cap, self.options.max_stages)
+                if plan is not None:
+                    t = iteration_time(self.problem, plan, check=False)
+                    self.found[(d, mode, cap)] = (t, plan)
+
+    def caps(self) -> list[int | None]:
+        return [None] if self.heuristic.fixed_tp is not None else list(self.heuristic.tp_caps)
+
+    def best_d(self) -> int | None:
+        if not self.found:
+            return None
+        return min(self.found.items(), key=lambda kv: (kv[1][0], kv[0][0]))[0][0]
+
+    def explore(self, progress) -> None:
+        upper = max_pipelines(self.problem, self.options)
+        tried = list(self.heuristic.pipelines or coarse_candidates(upper, self.heuristic.max_d_candidates))
+        tried = [d for d in tried if 1 <= d <= upper] or [1]
+        task = progress.add_task("heuristic: D search", total=len(tried)) if progress else None
+        for d in tried:
+            self.try_d(d)
+            if progress:
+                progress.advance(task)
+        best = self.best_d()
+        if best is None or self.heuristic.pipelines:
+            return
+        extra = refine_candidates(best, tried, upper)
+        if progress:
+            progress.update(task, total=len(tried) + len(extra))
+        for d in extra:
+            self.try_d(d)
+            if progress:
+                progress.advance(task)
+
+    def polished(self) -> tuple[float, Plan] | None:
+        ranked = sorted(self.found.values(), key=lambda x: x[0])[: self.heuristic.polish_candidates]
+        best = None
+        for t0, plan in ranked:
+            plan = self.polish_one(plan)
+            t = iteration_time(self.problem, plan, check=False)
+            if best is None or t < best[0]:
+                best = (t, plan)
+        return best
+
+    def polish_one(self, plan: Plan) -> Plan:
+        problem = self.problem
+        table = stage_table(problem, plan)
+        layers, micro, _ = polish(problem, table, self.heuristic.polish_rounds,
+                                  self.heuristic.exhaustive_moves, self.deadline)
+        final = with_split(table, layers, micro, problem.training.micro_batch)
+        return plan_from_table(problem, plan, final)
+
+
+def plan_from_table(problem: Problem, plan: Plan, table) -> Plan:
+    """The plan's structure with the table's layer and batch split."""
+    bounds = table.pipe_start
+    return Plan(problem=plan.problem, pipelines=tuple(
+        Pipeline(batch=int(table.batch[p]), stages=tuple(
+            Stage(devices=s.devices, layers=int(n))
+            for s, n in zip(pipe.stages, table.layers[bounds[p]: bounds[p + 1]])))
+        for p, pipe in enumerate(plan.pipelines)))
+
+
+def solve_with(problem: Problem, options: SolverOptions, heuristic: HeuristicOptions,
+               name: str = "heuristic") -> SolveResult:
+    """The heuristic (or one of its baseline/ablation settings, reported as `name`)."""
+    search = Search(problem, options, heuristic)
+    bar = Progress(transient=True) if options.progress else nullcontext()
+    with bar as progress:
+        search.explore(progress if options.progress else None)
+        best = search.polished()
+    wall = time.perf_counter() - search.start
+    if best is None:
+        return SolveResult(solver=name, status=SolveStatus.infeasible, wall_s=wall,
+                           message="no pool split holds the model in memory for any D tried")
+    t, plan = best
+    problems = validate(problem, plan)
+    if problems:  # never expected: phase 2 and the polish keep every rule
+        raise RuntimeError(f"heuristic built an invalid plan: {problems[0]}")
+    info = SolverInfo(name=name, status=SolveStatus.feasible, objective_s=t, wall_s=wall)
+    return SolveResult(solver=name, status=SolveStatus.feasible, plan=plan.model_copy(update={"solver": info}),
+                       objective_s=t, wall_s=wall,
+                       message=f"D={len(plan.pipelines)}, {plan.num_stages} stages, "
+                               f"{len(plan.devices)}/{problem.cluster.num_devices} devices used")
+
+
+def solve(problem: Problem, options: SolverOptions) -> SolveResult:
+    return solve_with(problem, options, HeuristicOptions())
