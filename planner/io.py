@@ -69,12 +69,18 @@ def build(cls: type[T], data: Any, file: str | Path, prefix: str = "") -> T:
     except ValidationError as exc:
         errors = exc.errors()
         first = errors[0]
-        field = ".".join(str(x) for x in (prefix, *first["loc"]) if x != "")
+        # a non-empty tuple whose only item failed also reports itself empty: not a new error
+        loc = tuple(first["loc"])
+        others = [e for e in errors[1:] if tuple(e["loc"]) != loc[: len(e["loc"])]]
+        field = ".".join(str(x) for x in (prefix, *loc) if x != "")
         reason = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            reason = "unknown field (a typo?)"
         if "input" in first and first["type"] not in ("missing",) and not isinstance(first["input"], (dict, list)):
             reason += f" (got {first['input']!r})"
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise InputError(file, field or "(top level)", reason + more) from None
+        more = f" (and {len(others)} more)" if others else ""
+        # model-level checks (no loc) already name their fields in the reason
+        raise InputError(file, field, reason + more) from None
 
 
 def _resolve(ref: Any, kind: str, base: Path, file: Path, field: str) -> tuple[dict[str, Any], Path]:
