@@ -3,27 +3,52 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from hexiscale.cli.app import app, console, fail, friendly_errors
 from planner.estimate import Estimate
+from planner.evaluate import InvalidPlanError
 from planner.evaluate import evaluate as evaluate_plan
 from planner.hardware import Cluster
-from planner.io import KINDS, bundled_names, load_cluster, load_model, load_plan, load_problem
+from planner.io import KINDS, bundled_names, load_cluster, load_model, load_plan, load_problem, read_mapping
 from planner.plan import Plan
 from planner.problem import Problem
 from planner.validate import validate as validate_plan
 from planner.workload import ModelSpec, TrainingSpec
 
 
+def _input_kind(path: str) -> str:
+    """Which kind of file this is: a cluster and a model file are recognised by their keys."""
+    p = Path(path)
+    if not p.is_file():
+        return "problems"  # a bundled problem name
+    data = read_mapping(p)
+    if "machines" in data and "cluster" not in data:
+        return "clusters"
+    if "layers" in data and "training" not in data:
+        return "models"
+    return "problems"
+
+
 @app.command()
 @friendly_errors
-def validate(problem: str = typer.Argument(..., help="problem file or bundled name"),
+def validate(problem: str = typer.Argument(..., help="problem file or bundled name (or a cluster or model file)"),
              plan: str = typer.Argument(None, help="plan file to check against the problem")) -> None:
-    """Check a problem file, and a plan against it (every violation, with numbers)."""
+    """Check a problem (or cluster or model) file, and a plan against it (every violation, with numbers)."""
+    kind = _input_kind(problem) if plan is None else "problems"
+    if kind == "clusters":
+        c = load_cluster(problem)
+        console.print(f"[green]ok[/] cluster {c.name}: {c.num_devices} devices, {len(c.machines)} machines")
+        return
+    if kind == "models":
+        m = load_model(problem)
+        console.print(f"[green]ok[/] model {m.name}: {m.total_params / 1e9:.3g}B parameters")
+        return
     prob = load_problem(problem)
     if plan is None:
         console.print(f"[green]ok[/] problem {prob.name}: {prob.cluster.num_devices} devices, "
@@ -31,9 +56,10 @@ def validate(problem: str = typer.Argument(..., help="problem file or bundled na
         return
     violations = validate_plan(prob, load_plan(plan))
     if violations:
-        for v in violations:
-            console.print(f"[red]✗[/] {v}", highlight=False)
-        fail(f"{plan}: plan is invalid ({len(violations)} violations)")
+        for v in violations:  # escape: "[device]" would otherwise read as rich markup
+            console.print(f"[red]✗[/] {escape(str(v))}", highlight=False)
+        fail(escape(f"{plan}: plan is invalid for {prob.name}: {violations[0]}"
+                    + (f" (and {len(violations) - 1} more, listed above)" if len(violations) > 1 else "")))
     console.print(f"[green]ok[/] plan {plan} is valid for {prob.name}")
 
 
@@ -109,7 +135,11 @@ def evaluate(problem: str = typer.Argument(..., help="problem file or bundled na
              as_json: bool = typer.Option(False, "--json", help="print the whole Estimate as JSON")) -> None:
     """Price a plan: per-stage times and memory, T, throughput, MFU and the bottleneck."""
     prob, the_plan = load_problem(problem), load_plan(plan)
-    est = evaluate_plan(prob, the_plan)
+    try:
+        est = evaluate_plan(prob, the_plan)
+    except InvalidPlanError as exc:  # name the file, then every broken rule, on one line
+        fail(escape(f"{plan}: plan cannot be priced for {prob.name}: "
+                    + "; ".join(str(v) for v in exc.violations)))
     if as_json:
         typer.echo(est.model_dump_json(indent=2))
         return
@@ -117,7 +147,7 @@ def evaluate(problem: str = typer.Argument(..., help="problem file or bundled na
     console.print(summary_view(prob, est))
     over = [v for v in validate_plan(prob, the_plan) if v.rule == "memory"]
     for v in over:
-        console.print(f"[red]✗ out of memory[/] {v}", highlight=False)
+        console.print(f"[red]✗ out of memory[/] {escape(str(v))}", highlight=False)
 
 
 # -- instances ---------------------------------------------------------------------------

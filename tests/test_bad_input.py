@@ -1,0 +1,82 @@
+"""Malformed input files (tests/data/bad/*): the CLI prints ONE line on stderr naming the file,
+the field and the reason, exits with code 2, and never shows a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hexiscale.cli import app
+
+BAD = Path(__file__).parent / "data" / "bad"
+
+# file → words the one-line error must contain (besides the file's own name)
+CASES = {
+    "cluster-missing-field.yaml": ["machines.1.intra_bw_gbps", "required"],
+    "cluster-negative-bandwidth.yaml": ["inter_bw_gbps", "greater than 0", "-5"],
+    "cluster-unknown-gpu.yaml": ["machines[0]", "unknown GPU type", "RTX9090"],
+    "cluster-unknown-link-machine.yaml": ["links[0]", "unknown machine", "ghost"],
+    "cluster-duplicate-machines.yaml": ["machine names must be unique", "m0"],
+    "cluster-unknown-field.yaml": ["machines.0.intra_bandwidth", "unknown field"],
+    "cluster-zero-count.yaml": ["machines.0.count", "greater than or equal to 1"],
+    "model-zero-layers.yaml": ["layers", "greater than or equal to 1", "got 0"],
+    "model-heads-not-divisible.yaml": ["hidden 100", "not divisible by heads 3"],
+    "model-wrong-type.yaml": ["layers", "valid integer", "many"],
+    "problem-batch-not-multiple.yaml": ["training", "global_batch 10", "multiple of micro_batch 4"],
+    "problem-yaml-syntax.yaml": ["YAML syntax error", "line 4"],
+    "problem-missing-training.yaml": ["training", "required"],
+    "problem-unknown-cluster.yaml": ["cluster", "no-such-cluster"],
+    "problem-unknown-field.yaml": ["optimizer", "unknown field"],
+    "problem-top-level-list.yaml": ["expected a mapping", "list"],
+    "problem-negative-seq-len.yaml": ["training.seq_len", "-128"],
+    "problem-bad-inline-cluster.yaml": ["cluster.machines.0.count", "-1"],
+    # the error is in the model file the problem refers to: that file is named
+    "problem-bad-model-file.yaml": ["model-heads-not-divisible.yaml", "not divisible by heads"],
+    "plan-json-syntax.json": ["JSON syntax error", "line 2"],
+    "plan-wrong-format.json": ["format", "hexiscale.plan/1", "hexiscale.plan/0"],
+    "plan-unknown-device.json": ["[device]", "pipeline 0 stage 0", "devices [99] do not exist"],
+    "plan-zero-layers.json": ["pipelines.0.stages.0.layers", "greater than or equal to 1"],
+    "plan-wrong-type.json": ["pipelines.0.batch", "valid integer", "eight"],
+    "plan-unknown-field.json": ["pipelines.0.stages.0.tp", "unknown field"],
+    "plan-top-level-list.json": ["expected a mapping", "list"],
+    "plan-duplicate-device-in-stage.json": ["pipelines.0.stages.0.devices", "names a device twice"],
+}
+
+
+def commands_for(name: str) -> list[list[str]]:
+    """Plans are checked by validate and evaluate against demo-tiny; other files by validate."""
+    path = str(BAD / name)
+    if name.startswith("plan-"):
+        return [["validate", "demo-tiny", path], ["evaluate", "demo-tiny", path]]
+    return [["validate", path]]
+
+
+def test_every_bad_file_has_a_case():
+    assert sorted(p.name for p in BAD.iterdir()) == sorted(CASES)
+    assert len(CASES) >= 15
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_file_gives_one_line_exit_2(name):
+    runner = CliRunner()
+    for args in commands_for(name):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        line = lines[0]
+        assert line.startswith("error: ")
+        assert "Traceback" not in result.output and "Traceback" not in result.stderr
+        named = "model-heads-not-divisible.yaml" if name == "problem-bad-model-file.yaml" else name
+        assert named in line, line
+        for word in CASES[name]:
+            assert word in line, (word, line)
+
+
+def test_missing_file_is_one_line():
+    result = CliRunner().invoke(app, ["validate", str(BAD / "does-not-exist.yaml")])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {BAD / 'does-not-exist.yaml'}: no such file"]
