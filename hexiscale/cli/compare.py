@@ -105,27 +105,35 @@ def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
     return "—" if x is None else format(x, spec) + suffix
 
 
+def _kilo(x: float | None) -> str:
+    return "—" if x is None else f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
+
+
 STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "infeasible": "magenta",
                 "skipped": "dim", "error": "red", "invalid": "red"}
 
 
 def comparison_table(problem: Problem, rows: list[ComparisonRow]) -> Table:
+    """One row per solver; each row's note goes in the caption so the numbers fit 80 columns."""
     best = min((r.iteration_s for r in rows if r.iteration_s is not None), default=None)
+    notes = "\n".join(f"{r.solver}: {r.message}" for r in rows if r.message)
     table = Table(title=f"{problem.name}: {problem.model.name} on {problem.cluster.name} "
-                        f"({problem.cluster.num_devices} GPUs)", box=box.SIMPLE_HEAD, header_style="bold")
-    for col in ("solver", "status", "T (s)", "tokens/s", "MFU", "gap", "× sym", "solve (s)", "used", "note"):
-        table.add_column(col, justify="left" if col in ("solver", "status", "note") else "right",
-                         no_wrap=col != "note", max_width=60 if col == "note" else None)
+                        f"({problem.cluster.num_devices} GPUs)", box=box.SIMPLE_HEAD, header_style="bold",
+                  caption=notes or None, caption_justify="left", padding=(0, 1), pad_edge=False,
+                  collapse_padding=True, show_edge=False)
+    table.add_column("solver", overflow="fold")  # the one column that may wrap on a narrow terminal
+    table.add_column("status", no_wrap=True)
+    for col, width in (("T (s)", 6), ("tok/s", 6), ("MFU", 5), ("gap", 5), ("×sym", 5), ("solve s", 7), ("used", 5)):
+        table.add_column(col, justify="right", no_wrap=True, min_width=width)
     for r in rows:
         t = _fmt(r.iteration_s, ".4g")
         if r.iteration_s is not None and r.iteration_s == best:
             t = f"[bold green]{t}[/]"
         style = STATUS_STYLE.get(r.status, "")
         table.add_row(r.solver, f"[{style}]{r.status}[/]" if style else r.status, t,
-                      _fmt(r.tokens_per_s, ",.0f"), _fmt(r.mfu, ".1%"), _fmt(r.gap, ".1%"),
-                      _fmt(r.speedup, ".2f", "×"), _fmt(r.wall_s, ".3g"),
-                      "—" if r.devices_used is None else f"{r.devices_used}/{problem.cluster.num_devices}",
-                      r.message)
+                      _kilo(r.tokens_per_s), _fmt(r.mfu, ".1%"), _fmt(r.gap, ".1%"),
+                      _fmt(r.speedup, ".2f", "×"), _fmt(r.wall_s, ".2g"),
+                      "—" if r.devices_used is None else f"{r.devices_used}/{problem.cluster.num_devices}")
     return table
 
 

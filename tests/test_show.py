@@ -1,0 +1,115 @@
+"""`hexiscale show` and the pictures behind it: files are real PNGs with content, the Gantt
+chart's bars end exactly at the evaluator's T_pipe, and the memory bars add up to the
+evaluator's memory figure."""
+
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from hexiscale.cli import app
+from hexiscale.viz import stage_labels
+from hexiscale.viz.gantt import gantt_figure
+from hexiscale.viz.memory import device_memory
+from hexiscale.viz.schedule import pipeline_schedule
+from planner import Pipeline, Plan, Stage, evaluate, save_plan
+from planner.io import load_problem
+from solvers.registry import solve
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """An asymmetric plan: different TP sizes, uneven layers, unequal batches, idle-free."""
+    problem = load_problem("tiny-6-tiny")
+    plan = Plan(problem=problem.name, pipelines=(
+        Pipeline(batch=10, stages=(Stage(devices=(0, 1), layers=3), Stage(devices=(2,), layers=1))),
+        Pipeline(batch=6, stages=(Stage(devices=(3,), layers=1), Stage(devices=(4, 5), layers=3))),
+    ))
+    return problem, plan
+
+
+def symmetric_case(name):
+    problem = load_problem(name)
+    return problem, solve(problem, "symmetric").plan
+
+
+def test_show_writes_three_png_images_with_content(tiny, tmp_path):
+    problem, plan = tiny
+    save_plan(plan, tmp_path / "plan.json")
+    out = tmp_path / "pictures"
+    result = CliRunner().invoke(app, ["show", problem.name, str(tmp_path / "plan.json"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    for name in ("cluster.png", "schedule.png", "memory.png"):
+        path = out / name
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        pixels = matplotlib.image.imread(path)
+        assert pixels.shape[0] > 200 and pixels.shape[1] > 300
+        assert pixels[..., :3].std() > 0.05  # not a blank canvas
+
+
+def test_show_refuses_an_invalid_plan_with_one_line(tiny, tmp_path):
+    problem, _ = tiny
+    bad = Plan(pipelines=(Pipeline(batch=16, stages=(Stage(devices=(0, 2), layers=4),)),))  # spans machines
+    save_plan(bad, tmp_path / "bad.json")
+    result = CliRunner().invoke(app, ["show", problem.name, str(tmp_path / "bad.json"), "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("case", ["tiny", "case-study-llama2-13b", "hetero1-llama2-7b"])
+def test_schedule_span_is_the_evaluators_pipeline_time(case, tiny):
+    problem, plan = tiny if case == "tiny" else symmetric_case(case)
+    est = evaluate(problem, plan)
+    for p, pipe in enumerate(est.pipelines):
+        sched = pipeline_schedule(problem, est, p)
+        assert sched.span_s == pytest.approx(pipe.time_s, rel=1e-12)
+        dp_ends = [b.end for b in sched.of_kind("dp_sync")]
+        if dp_ends:
+            assert max(dp_ends) <= est.iteration_s * (1 + 1e-12)
+
+
+def test_no_stage_or_link_does_two_things_at_once(tiny):
+    problem, plan = tiny
+    est = evaluate(problem, plan)
+    for p, pipe in enumerate(est.pipelines):
+        sched = pipeline_schedule(problem, est, p)
+        for k, stage in enumerate(pipe.stages):
+            work = sorted((b.start, b.end) for b in sched.blocks if b.stage == k and b.kind in ("forward", "backward"))
+            sends = sorted((b.start, b.end) for b in sched.blocks if b.stage == k and b.kind == "send")
+            for seq in (work, sends):
+                assert all(a[1] <= b[0] + 1e-12 for a, b in zip(seq, seq[1:]))
+            busy = sum(e - s for s, e in work)
+            assert busy == pytest.approx(pipe.micro_batches * stage.tau_s, rel=1e-9)
+            assert len(sends) == (0 if k == len(pipe.stages) - 1 else pipe.micro_batches)
+            # the forward share is a strict part of τ (backward and recompute take the rest)
+            fwd = [b for b in sched.blocks if b.stage == k and b.kind == "forward"]
+            assert all(b.end - b.start < stage.tau_s for b in fwd)
+
+
+def test_drawn_bars_end_at_T_pipe(tiny):
+    problem, plan = tiny
+    est = evaluate(problem, plan)
+    schedules = [pipeline_schedule(problem, est, p) for p in range(len(est.pipelines))]
+    fig = gantt_figure(schedules, stage_labels(problem, plan))
+    for ax, pipe in zip(fig.axes, est.pipelines):
+        xs = [path.vertices[:, 0] for coll in ax.collections if coll.get_gid() in ("forward", "backward", "send")
+              for path in coll.get_paths()]
+        xs = np.concatenate(xs)
+        assert xs.min() == pytest.approx(0.0, abs=1e-12)
+        assert xs.max() == pytest.approx(pipe.time_s, rel=1e-12)
+
+
+def test_memory_bars_add_up_to_the_evaluators_figure(tiny):
+    problem, plan = tiny
+    est = evaluate(problem, plan)
+    mem = device_memory(problem, est)
+    parts = mem["state"] + mem["activation"] + mem["reserve"]
+    for stage in est.stages:
+        for d in stage.devices:
+            assert parts[d] == pytest.approx(stage.memory_gib, rel=1e-12)
+            assert mem["capacity"][d] == pytest.approx(stage.capacity_gib)
+    assert (mem["pipeline"] >= 0).all()  # the tiny plan uses every device
