@@ -1,0 +1,93 @@
+"""CLI: validate, evaluate (table and --json), instances, schema, generate."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from typer.testing import CliRunner
+
+from hexiscale.cli import app
+from instances.generate import generate_cluster
+from planner import Estimate, Plan, evaluate, load_plan, load_problem
+from planner.io import bundled_names, load_cluster
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, (args, result.output, result.stderr)
+    return result
+
+
+def test_validate_ok():
+    assert "valid for demo-tiny" in invoke("validate", "demo-tiny", "demo-tiny").stdout
+    assert "ok" in invoke("validate", "instances/clusters/tiny-4.yaml").stdout
+    assert "ok" in invoke("validate", "instances/models/llama2-70b.yaml").stdout
+
+
+def test_evaluate_json_round_trips_to_the_evaluator():
+    out = invoke("evaluate", "demo-tiny", "demo-tiny", "--json").stdout
+    assert Estimate.model_validate_json(out) == evaluate(load_problem("demo-tiny"), load_plan("demo-tiny"))
+
+
+def test_evaluate_table_shows_every_stage_and_the_breakdown():
+    est = evaluate(load_problem("demo-tiny"), load_plan("demo-tiny"))
+    out = invoke("evaluate", "demo-tiny", "demo-tiny").stdout
+    for row in ("0.0", "0.1", "1.0"):  # pipeline.stage of each of the three stages
+        assert f"\n {row} " in out or f"\n{row} " in out, out
+    for word in ("T (iteration)", "max T_pipe", "T_dp", "tokens/s", "MFU", "bottleneck", est.bottleneck.kind):
+        assert word in out
+    assert f"{est.tokens_per_s:,.0f}" in out
+    assert "r4090-0" in out and "0-1" in out  # machine and devices of the TP-2 stage
+
+
+def test_evaluate_flags_out_of_memory_stages(tmp_path):
+    problem = tmp_path / "tight.yaml"
+    problem.write_text(yaml.safe_dump({"cluster": "demo-4", "model": "tiny",
+                                       "training": {"seq_len": 64, "global_batch": 8, "reserved_gib": 23.9999}}))
+    result = invoke("evaluate", str(problem), "demo-tiny")
+    assert "out of memory" in result.stdout and "[memory]" in result.stdout
+
+
+def test_instances_lists_every_bundled_instance():
+    out = invoke("instances").stdout
+    for kind in ("clusters", "models", "problems", "plans"):
+        for name in bundled_names(kind):
+            assert name in out, name
+    plans = invoke("instances", "--kind", "plans").stdout
+    assert "2 pipelines" in plans and "tp2×3→tp1×1" in plans
+
+
+def test_schema_matches_the_types():
+    every = json.loads(invoke("schema").stdout)
+    assert set(every) == {"problem", "cluster", "model", "training", "plan"}
+    plan = json.loads(invoke("schema", "--type", "plan").stdout)
+    assert plan == every["plan"] == Plan.model_json_schema()
+    assert set(plan["properties"]) == {"format", "problem", "pipelines", "solver"}
+    assert plan["required"] == ["pipelines"]
+    stage = plan["$defs"]["Stage"]
+    assert stage["additionalProperties"] is False and stage["properties"]["layers"]["minimum"] == 1
+    assert runner.invoke(app, ["schema", "--type", "nope"]).exit_code == 2
+
+
+def test_generate_cluster_writes_the_seeded_cluster(tmp_path):
+    mix = "A100-80G:0.25,RTX4090:0.5,H20:0.25"
+    a, b, c = (tmp_path / n for n in ("a.yaml", "b.yaml", "c.yaml"))
+    invoke("generate", "cluster", "--gpus", "64", "--mix", mix, "--seed", "7", "-o", str(a))
+    invoke("generate", "cluster", "--gpus", "64", "--mix", mix, "--seed", "7", "-o", str(b))
+    invoke("generate", "cluster", "--gpus", "64", "--mix", mix, "--seed", "8", "-o", str(c))
+    assert a.read_text() == b.read_text() != c.read_text()
+    assert load_cluster(a) == generate_cluster(64, mix, 7)
+
+
+def test_generate_problem_and_bad_arguments(tmp_path):
+    out = tmp_path / "p.yaml"
+    invoke("generate", "problem", "--gpus", "128", "--seed", "1", "--global-batch", "64", "-o", str(out))
+    problem = load_problem(out)
+    assert problem.cluster.num_devices == 128 and problem.model.name == "llama2-70b"
+    assert problem.training.global_batch == 64 and problem.training.seq_len == 4096
+    for args in (["--gpus", "30"], ["--gpus", "32", "--mix", "B200:1"], ["--gpus", "32", "--mix", "H20"]):
+        result = runner.invoke(app, ["generate", "cluster", *args, "-o", str(out)])
+        assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
