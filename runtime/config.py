@@ -1,0 +1,71 @@
+"""What a run needs besides the plan: the model actually trained and the run settings.
+
+`tiny_model` shrinks a problem's model for a small-scale run of any plan: it keeps the layer
+count L (the plan's layer split stays valid) and makes heads, kv heads, ffn hidden and the
+vocabulary divisible by every TP size of the plan (the plan's TP groups stay valid).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from planner.hardware import Frozen
+from planner.plan import Plan
+from planner.workload import ModelSpec
+from runtime.data import BYTE_VOCAB, DataName
+
+Schedule = Literal["1f1b", "gpipe"]
+Backend = Literal["gloo", "nccl"]
+TINY_HEAD_DIM = 8
+TINY_MIN_HIDDEN = 32
+
+
+class RunConfig(Frozen):
+    model: ModelSpec = Field(description="the model actually trained")
+    seq_len: int = Field(ge=1, description="tokens per sequence")
+    micro_batch: int = Field(ge=1, description="b, sequences per micro-batch")
+    steps: int = Field(ge=1, description="optimizer steps")
+    schedule: Schedule = Field(default="1f1b", description="pipeline schedule")
+    recompute: bool = Field(default=False, description="full activation recomputation")
+    data: DataName = Field(default="synthetic", description="token source")
+    lr: float = Field(default=1e-3, gt=0, description="AdamW learning rate")
+    weight_decay: float = Field(default=0.01, ge=0, description="AdamW weight decay")
+    seed: int = Field(default=0, ge=0, description="seeds weights and data")
+    backend: Backend = Field(default="gloo", description="torch.distributed backend")
+    timeout_s: float = Field(default=60, gt=0, description="bound on any collective's wait")
+    check_replicas: bool = Field(default=True, description="check replica equality after the last step")
+    out_dir: str = Field(default="", description="folder for metrics and parameter shards")
+    dump_params: bool = Field(default=False, description="write every rank's shards to out_dir")
+    machine_devices: tuple[tuple[int, ...], ...] = Field(
+        default=(), description="device ids of each machine (torchrun launches only)")
+    fail_rank: int = Field(default=-1, description="test hook: this rank dies mid-step")
+    fail_step: int = Field(default=0, ge=0, description="test hook: the step it dies in")
+
+
+class Job(Frozen):
+    """Everything a worker process reads: the plan and the run settings."""
+
+    plan: Plan
+    config: RunConfig
+
+
+def _tiny_heads(model: ModelSpec, tp_max: int) -> tuple[int, int]:
+    """kv heads: a multiple of the largest TP size; query heads keep the model's GQA ratio
+    (capped at 2); at least TINY_MIN_HIDDEN hidden units."""
+    ratio, kv_heads = min(model.heads // model.num_kv_heads, 2), tp_max
+    while kv_heads * ratio * TINY_HEAD_DIM < TINY_MIN_HIDDEN:
+        kv_heads *= 2
+    return kv_heads * ratio, kv_heads
+
+
+def tiny_model(model: ModelSpec, plan: Plan) -> ModelSpec:
+    """A small model with the same L whose sizes every TP group of `plan` can split."""
+    tp_max = max(s.tp for p in plan.pipelines for s in p.stages)
+    heads, kv_heads = _tiny_heads(model, tp_max)
+    hidden = heads * TINY_HEAD_DIM
+    ffn = -(-(8 * hidden // 3) // tp_max) * tp_max  # ≈ 8h/3 as in Llama, rounded up to tp_max
+    vocab = max(BYTE_VOCAB, tp_max)
+    return ModelSpec(name=f"tiny({model.name})", layers=model.layers, hidden=hidden, heads=heads,
+                     kv_heads=kv_heads, ffn_hidden=ffn, vocab=vocab, gated=model.gated)

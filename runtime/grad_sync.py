@@ -1,0 +1,84 @@
+"""Asymmetric data-parallel gradient sync (DESIGN.md §3.4, §6).
+
+For each parameter unit (embedding, layer, head) the holders in the D pipelines may shard it
+over TP groups of different sizes. Every holder cuts its shard into chunks of the finest
+shard size; chunk c has exactly one owner per pipeline (`ChunkGroup.ranks`) and the owners
+all-reduce it. Chunks that go to the same rank set are packed into one flat buffer so that a
+rank issues one all-reduce per distinct partner set, in the layout's one global order (which
+makes the blocking collectives deadlock-free). Replicated parameters (norm weights) travel
+in chunk 0, whose owner is the stage leader, which then broadcasts them in its TP group.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from runtime.groups import RankGroups
+from runtime.stage import StageModel
+
+
+def _chunk_views(model: StageModel, groups: RankGroups, grads: bool) -> dict[tuple[int, ...], list[torch.Tensor]]:
+    """Rank set → the views (of gradients or parameters) this rank syncs with it, in order."""
+    stage, views = groups.stage, {}
+    for group in groups.layout.chunk_groups:
+        if groups.rank not in group.ranks or len(group.ranks) == 1:
+            continue
+        per_rank = group.num_chunks // stage.tp  # chunks in each TP rank's shard
+        local_chunk = group.chunk - groups.tp_rank * per_rank
+        for _, param, dim in model.unit_shards(group.unit):
+            tensor = param.grad if grads else param.data
+            if dim is None:
+                if group.chunk == 0:
+                    views.setdefault(group.ranks, []).append(tensor)
+                continue
+            size = tensor.shape[dim] // per_rank
+            views.setdefault(group.ranks, []).append(tensor.narrow(dim, local_chunk * size, size))
+    return views
+
+
+def _replicated(model: StageModel, grads: bool) -> list[torch.Tensor]:
+    units = model.stage.units(model.spec.layers)
+    return [p.grad if grads else p.data for u in units for _, p, dim in model.unit_shards(u) if dim is None]
+
+
+def _all_reduce_views(views: list[torch.Tensor], group, op=dist.ReduceOp.SUM) -> list[torch.Tensor]:
+    flat = torch.cat([v.reshape(-1) for v in views])
+    dist.all_reduce(flat, op=op, group=group)
+    return list(flat.split([v.numel() for v in views]))
+
+
+def sync_gradients(model: StageModel, groups: RankGroups) -> None:
+    """Sum every gradient across pipelines (one call per step, after accumulation)."""
+    if groups.layout.num_pipelines == 1:
+        return
+    views = _chunk_views(model, groups, grads=True)
+    for key in groups.layout.dp_group_keys():
+        if key in views:
+            for view, summed in zip(views[key], _all_reduce_views(views[key], groups.dp[key])):
+                view.copy_(summed.view_as(view))
+    if groups.tp is not None:
+        replicated = _replicated(model, grads=True)
+        flat = torch.cat([g.reshape(-1) for g in replicated])
+        dist.broadcast(flat, src=groups.stage.leader, group=groups.tp)
+        for grad, value in zip(replicated, flat.split([g.numel() for g in replicated])):
+            grad.copy_(value.view_as(grad))
+
+
+def replicas_identical(model: StageModel, groups: RankGroups) -> bool:
+    """True iff every chunk this rank holds equals, bit for bit, the same chunk in every
+    other pipeline, and its replicated parameters equal those of its TP group."""
+    views, ok = _chunk_views(model, groups, grads=False), True
+    for key in groups.layout.dp_group_keys():
+        if key in views:
+            ok &= _same_everywhere(views[key], groups.dp[key])
+    if groups.tp is not None:
+        ok &= _same_everywhere(_replicated(model, grads=False), groups.tp)
+    return ok
+
+
+def _same_everywhere(views: list[torch.Tensor], group) -> bool:
+    local = torch.cat([v.reshape(-1) for v in views])
+    high = torch.cat(_all_reduce_views(views, group, dist.ReduceOp.MAX))
+    low = torch.cat(_all_reduce_views(views, group, dist.ReduceOp.MIN))
+    return bool(torch.equal(high, local) and torch.equal(low, local))

@@ -1,0 +1,162 @@
+"""Starting a run: one local process per used device (gloo), or torchrun commands for
+several machines; `run_plan` is the public entry point.
+
+The local launcher watches its children: once one has failed, the others get the
+collective timeout plus a grace period to notice and exit on their own (each prints why);
+any still alive after that is killed, so a run always ends in bounded time.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import multiprocessing.context
+import shlex
+import socket
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from planner.plan import Plan
+from planner.problem import Problem
+from planner.validate import structural_violations
+from runtime.config import Job, RunConfig, tiny_model
+from runtime.layout import rank_layout
+from runtime.stage import check_model_fits
+from runtime.worker import spawned_entry
+
+GRACE_S = 15.0
+
+
+class RunError(RuntimeError):
+    """The run failed; the message names each failed rank and its reason."""
+
+
+@dataclass
+class RunResult:
+    returncodes: list[int]
+    logs: list[str]
+    wall_s: float
+    steps: list[dict] = field(default_factory=list)
+    replicas_identical: bool | None = None
+    out_dir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return all(code == 0 for code in self.returncodes)
+
+    def failure_summary(self) -> str:
+        lines = []
+        for rank, (code, log) in enumerate(zip(self.returncodes, self.logs)):
+            if code != 0:
+                errors = [ln for ln in log.splitlines() if ln.startswith("error:")]
+                lines.append(errors[-1] if errors else f"rank {rank}: exited with code {code}")
+        return "\n".join(lines)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """A forkserver that has imported the worker once: later starts are plain forks."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["runtime.worker"])
+    return ctx
+
+
+def _spawn(job_path: Path, world: int, out: Path, threads: int, echo_rank0: bool) -> list:
+    env = {"MASTER_ADDR": "127.0.0.1", "HEXISCALE_PORT": str(free_port()), "WORLD_SIZE": str(world)}
+    ctx, procs = _context(), []
+    for rank in range(world):
+        proc = ctx.Process(target=spawned_entry, daemon=True,
+                           args=(str(job_path), dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+                                 str(out / f"rank{rank}.log"), rank == 0 and echo_rank0, threads))
+        proc.start()
+        procs.append(proc)
+    return procs
+
+
+def _wait(procs: list[subprocess.Popen], timeout_s: float) -> None:
+    """Wait for every child; after the first failure, kill whatever outlives the bound."""
+    deadline = None
+    while any(p.is_alive() for p in procs):
+        if deadline is None and any(p.exitcode not in (None, 0) for p in procs):
+            deadline = time.monotonic() + timeout_s + GRACE_S
+        if deadline is not None and time.monotonic() > deadline:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+        time.sleep(0.1)
+    for p in procs:
+        p.join()
+
+
+def launch_local(job: Job, threads: int = 1, echo: bool = True) -> RunResult:
+    """Run `job` with one process per rank on this machine; collect codes, logs, metrics."""
+    world = rank_layout(job.plan).world_size
+    out = Path(job.config.out_dir) if job.config.out_dir else Path(tempfile.mkdtemp(prefix="hexiscale-run-"))
+    out.mkdir(parents=True, exist_ok=True)
+    job = job.model_copy(update={"config": job.config.model_copy(update={"out_dir": str(out)})})
+    job_path = out / "job.json"
+    job_path.write_text(job.model_dump_json())
+    start = time.monotonic()
+    procs = _spawn(job_path, world, out, threads, echo)
+    _wait(procs, job.config.timeout_s)
+    result = RunResult(returncodes=[p.exitcode for p in procs],
+                       logs=[(out / f"rank{r}.log").read_text() for r in range(world)],
+                       wall_s=time.monotonic() - start, out_dir=str(out))
+    metrics = out / "metrics.json"
+    if result.ok and metrics.is_file():
+        data = json.loads(metrics.read_text())
+        result.steps, result.replicas_identical = data["steps"], data["replicas_identical"]
+    return result
+
+
+def torchrun_commands(job_path: str, plan: Plan, problem: Problem, master_addr: str, port: int) -> list[str]:
+    """One torchrun command per machine that the plan uses (run each on its machine)."""
+    used = set(plan.devices)
+    machines = [i for i, devices in enumerate(_machine_devices(problem)) if used & set(devices)]
+    world = rank_layout(plan).world_size
+    commands = []
+    for node, machine in enumerate(machines):
+        local = len(used & set(_machine_devices(problem)[machine]))
+        commands.append(
+            f"HEXISCALE_PORT={port + 1} HEXISCALE_WORLD_SIZE={world} torchrun --nnodes={len(machines)} "
+            f"--node-rank={node} --nproc-per-node={local} --master-addr={master_addr} "
+            f"--master-port={port} -m runtime.worker {shlex.quote(job_path)} --machine {machine}")
+    return commands
+
+
+def _machine_devices(problem: Problem) -> list[tuple[int, ...]]:
+    devices, start = [], 0
+    for machine in problem.cluster.machines:
+        devices.append(tuple(range(start, start + machine.count)))
+        start += machine.count
+    return devices
+
+
+def make_job(problem: Problem, plan: Plan, model: str = "tiny", **settings) -> Job:
+    """The job for `plan`: structure checked, model chosen (`tiny` or the problem's own)."""
+    violations = structural_violations(problem, plan)
+    if violations:
+        raise RunError("the plan is invalid for this problem: " + "; ".join(str(v) for v in violations))
+    spec = tiny_model(problem.model, plan) if model == "tiny" else problem.model
+    check_model_fits(spec, [s.tp for p in plan.pipelines for s in p.stages])
+    settings.setdefault("seq_len", min(problem.training.seq_len, 32) if model == "tiny" else problem.training.seq_len)
+    settings.setdefault("micro_batch", problem.training.micro_batch)
+    settings.setdefault("recompute", problem.training.recompute)
+    config = RunConfig(model=spec, machine_devices=tuple(_machine_devices(problem)), **settings)
+    return Job(plan=plan, config=config)
+
+
+def run_plan(problem: Problem, plan: Plan, model: str = "tiny", steps: int = 3, echo: bool = True,
+             **settings) -> RunResult:
+    """Train `plan` for `steps` steps on local processes; raise RunError if any rank fails."""
+    result = launch_local(make_job(problem, plan, model, steps=steps, **settings), echo=echo)
+    if not result.ok:
+        raise RunError("the run failed:\n" + result.failure_summary())
+    return result

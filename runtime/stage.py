@@ -1,0 +1,95 @@
+"""One pipeline stage of the Llama model, sharded over its TP group.
+
+A stage is built from the plan's layer range only: it creates (its slice of) the
+parameters of the units it holds — embedding on a first stage, layers [start, end), final
+norm and LM head on a last stage — each sliced from the same full deterministic init as the
+reference, so every plan starts from the reference's weights.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from planner.workload import ModelSpec
+from runtime.layout import StageRanks
+from runtime.model import (apply_rope, causal_attention, init_param, mlp_activation, rms_norm,
+                           rope_tables, shard, unit_params)
+from runtime.tp import (copy_to_tp, reduce_from_tp, vocab_parallel_cross_entropy,
+                        vocab_parallel_embedding)
+
+
+def check_model_fits(spec: ModelSpec, tp_sizes: list[int]) -> None:
+    """Every TP size must split heads, kv heads, ffn and vocabulary into equal blocks."""
+    for t in sorted(set(tp_sizes)):
+        for what, size in (("heads", spec.heads), ("kv heads", spec.num_kv_heads),
+                           ("ffn hidden", spec.ffn_hidden), ("vocab", spec.vocab)):
+            if size % t:
+                raise ValueError(f"TP size {t} does not divide the model's {what} ({size}) "
+                                 f"of model {spec.name!r}")
+
+
+class StageModel(nn.Module):
+    def __init__(self, spec: ModelSpec, stage: StageRanks, tp_rank: int, tp_group, seq_len: int,
+                 seed: int, recompute: bool = False):
+        super().__init__()
+        check_model_fits(spec, [stage.tp])
+        self.spec, self.stage, self.tp_group, self.recompute = spec, stage, tp_group, recompute
+        self.tp_size, self.tp_rank = stage.tp, tp_rank
+        self.params = nn.ParameterDict()
+        self.shard_dims: dict[str, int | None] = {}
+        for unit in stage.units(spec.layers):
+            for name, (shape, dim) in unit_params(spec, unit).items():
+                full = init_param(name, shape, seed)
+                self.params[name.replace(".", "/")] = nn.Parameter(shard(full, dim, tp_rank, stage.tp))
+                self.shard_dims[name] = dim
+        cos, sin = rope_tables(seq_len, spec.head_dim)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        self.vocab_start = tp_rank * (spec.vocab // stage.tp)
+
+    def p(self, name: str) -> torch.Tensor:
+        return self.params[name.replace(".", "/")]
+
+    def unit_shards(self, unit: int) -> list[tuple[str, torch.Tensor, int | None]]:
+        """(full name, local parameter, shard dim) of one held unit, in catalogue order."""
+        return [(name, self.p(name), dim) for name, (_, dim) in unit_params(self.spec, unit).items()]
+
+    def _attention(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        p, spec, t = (lambda n: self.p(f"layers.{i}.{n}")), self.spec, self.tp_size
+        b, s, _ = x.shape
+        h = copy_to_tp(rms_norm(x, p("attn_norm.weight")), self.tp_group)
+        q = F.linear(h, p("attn.q.weight")).view(b, s, spec.heads // t, spec.head_dim)
+        k = F.linear(h, p("attn.k.weight")).view(b, s, spec.num_kv_heads // t, spec.head_dim)
+        v = F.linear(h, p("attn.v.weight")).view(b, s, spec.num_kv_heads // t, spec.head_dim)
+        q, k = apply_rope(q, self.cos, self.sin), apply_rope(k, self.cos, self.sin)
+        return reduce_from_tp(F.linear(causal_attention(q, k, v), p("attn.o.weight")), self.tp_group)
+
+    def _mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        p = lambda n: self.p(f"layers.{i}.{n}")  # noqa: E731
+        h = copy_to_tp(rms_norm(x, p("mlp_norm.weight")), self.tp_group)
+        gate = F.linear(h, p("mlp.gate.weight")) if self.spec.gated else None
+        hidden = mlp_activation(gate, F.linear(h, p("mlp.up.weight")))
+        return reduce_from_tp(F.linear(hidden, p("mlp.down.weight")), self.tp_group)
+
+    def _layer(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        x = x + self._attention(i, x)
+        return x + self._mlp(i, x)
+
+    def forward(self, inputs: torch.Tensor, labels: torch.Tensor | None, loss_scale: float) -> torch.Tensor:
+        """First stage: inputs are token ids; others: the previous stage's hidden states.
+        Last stage returns Σ token losses · loss_scale; others return hidden states."""
+        x = (vocab_parallel_embedding(inputs, self.p("embed.weight"), self.vocab_start, self.tp_group)
+             if self.stage.first else inputs)
+        for i in range(self.stage.layer_start, self.stage.layer_end):
+            # Recompute: keep only each layer's input, rebuild its activations in backward
+            # (TP collectives included, in the same order on every rank of the group).
+            x = checkpoint(self._layer, i, x, use_reentrant=False) if self.recompute else self._layer(i, x)
+        if not self.stage.last:
+            return x
+        h = copy_to_tp(rms_norm(x, self.p("norm.weight")), self.tp_group)
+        logits = F.linear(h, self.p("head.weight"))
+        losses = vocab_parallel_cross_entropy(logits, labels, self.vocab_start, self.tp_group)
+        return losses.sum() * loss_scale
