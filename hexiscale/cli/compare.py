@@ -70,13 +70,16 @@ def run_solver(problem: Problem, name: str, options: SolverOptions, exact_max_de
 
 
 def compare_problem(problem: Problem, solvers: list[str], options: SolverOptions, exact_max_devices: int = 32,
-                    plans_dir: Path | None = None, on_start=None) -> list[ComparisonRow]:
-    """All solvers on one problem, with gap and speed-up filled in from the others' results."""
+                    plans_dir: Path | None = None, on_start=None,
+                    exact_options: SolverOptions | None = None) -> list[ComparisonRow]:
+    """All solvers on one problem, with gap and speed-up filled in from the others' results.
+    `exact_options` (default: `options`) is what cpsat and milp run with."""
     rows, reference = [], None
     for name in solvers:
         if on_start:
             on_start(problem.name, name)
-        row, result = run_solver(problem, name, options, exact_max_devices)
+        opts = exact_options if exact_options is not None and name in EXACT_SOLVERS else options
+        row, result = run_solver(problem, name, opts, exact_max_devices)
         rows.append(row)
         if plans_dir is not None and result is not None and result.plan is not None:
             plans_dir.mkdir(parents=True, exist_ok=True)
@@ -165,6 +168,7 @@ def compare(
     problems: list[str] = typer.Argument(..., help="problem files or bundled names"),
     solvers: str = typer.Option(DEFAULT_SOLVERS, "--solvers", "-s", help="comma-separated solver names"),
     time_limit: float = typer.Option(60.0, "--time-limit", "-t", min=0.001, help="seconds per solver run"),
+    exact_time_limit: float = typer.Option(None, min=0.001, help="seconds per cpsat/milp run (default: --time-limit)"),
     exact_max_devices: int = typer.Option(32, help="skip cpsat/milp on clusters larger than this"),
     seed: int = typer.Option(0, help="random seed for the randomized solvers"),
     csv_path: Path = typer.Option(None, "--csv", help="write all rows as CSV"),
@@ -175,11 +179,13 @@ def compare(
     names = parse_solvers(solvers)
     loaded = [load_problem(p) for p in problems]  # bad files fail before any solving
     options = SolverOptions(time_limit_s=time_limit, seed=seed)
+    exact = SolverOptions(time_limit_s=exact_time_limit, seed=seed) if exact_time_limit else None
     everything: list[ComparisonRow] = []
     for problem in loaded:
         with console.status("") as status:
             rows = compare_problem(problem, names, options, exact_max_devices, plans_dir,
-                                   on_start=lambda p, s: status.update(f"solving {p} with {s} …"))
+                                   on_start=lambda p, s: status.update(f"solving {p} with {s} …"),
+                                   exact_options=exact)
         console.print(comparison_table(problem, rows))
         everything += rows
     console.print("[dim]T, tokens/s and MFU by planner.evaluate; gap = (T − best proven bound) / T; "

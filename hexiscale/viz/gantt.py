@@ -23,11 +23,14 @@ def _draw_pipeline(ax, sched: PipelineSchedule, stage_labels: list[str], x_max: 
         for kind in ("forward", "backward", "dp_sync"):
             spans = [(b.start, b.end - b.start) for b in sched.blocks if b.stage == k and b.kind == kind]
             if spans:
+                # few blocks: white seams between them; many: an outline in their own colour, so
+                # blocks thinner than a pixel still show
                 ax.broken_barh(spans, (y + ROW * 0.25, ROW * 0.75), facecolors=COLOURS[kind], gid=kind,
-                               edgecolors="white" if len(spans) < 200 else "none", linewidth=0.3)
+                               edgecolors="white" if len(spans) < 40 else COLOURS[kind], linewidth=0.3)
         sends = [(b.start, b.end - b.start) for b in sched.blocks if b.stage == k and b.kind == "send"]
         if sends:
-            ax.broken_barh(sends, (y, ROW * 0.22), facecolors=COLOURS["send"], gid="send")
+            ax.broken_barh(sends, (y, ROW * 0.22), facecolors=COLOURS["send"], gid="send",
+                           edgecolors=COLOURS["send"], linewidth=0.4)
     ax.axvline(sched.span_s, color="black", linestyle="--", linewidth=0.8)
     ax.text(sched.span_s, -0.9, f" T_pipe {sched.span_s:.3g} s", fontsize=7, va="bottom")
     ax.set_yticks(range(sched.num_stages), stage_labels, fontsize=7 if sched.num_stages < 24 else 5)
