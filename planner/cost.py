@@ -130,6 +130,36 @@ def holders_bw_lat(machines, bw_matrix, lat_matrix):
     return float(sub_bw.min()), float(sub_lat.max())
 
 
+def holders_bw_lat_rows(machines, bw_matrix, lat_matrix, block_elements: int = 1 << 13,
+                        max_elements: int = 1 << 22):
+    """`holders_bw_lat` for many layers at once: `machines` is (layers, D), one holder per
+    pipeline in each row; returns (bw_min, α_max) arrays of length `layers`.
+
+    Pairs (i, j), i ≠ j, of a row give bw[m_i, m_j]: two holders on one machine read that
+    machine's intra value off the diagonal, exactly as in `holders_bw_lat`. Rows are taken
+    a few at a time (about `block_elements` pairs): small temporaries are reused by the
+    allocator, while large ones cost a fresh mapping and its page faults on every call."""
+    machines = np.asarray(machines)
+    rows, d = machines.shape
+    bw_min, lat_max = np.empty(rows), np.empty(rows)
+    chunk = max(1, block_elements // (d * d))
+    if d * d > max_elements:  # very many pipelines: one row at a time on its distinct machines
+        for r in range(rows):
+            bw_min[r], lat_max[r] = holders_bw_lat(machines[r], bw_matrix, lat_matrix)
+        return bw_min, lat_max
+    n = bw_matrix.shape[0]
+    flat_bw, flat_lat = bw_matrix.ravel(), lat_matrix.ravel()
+    for start in range(0, rows, chunk):
+        block = machines[start: start + chunk]
+        pairs = (block[:, :, None] * n + block[:, None, :]).reshape(len(block), d * d)
+        bw = np.take(flat_bw, pairs)
+        bw[:, :: d + 1] = np.inf  # i = j is not a pair
+        lat = np.take(flat_lat, pairs)
+        lat[:, :: d + 1] = -np.inf
+        bw_min[start: start + chunk], lat_max[start: start + chunk] = bw.min(axis=1), lat.max(axis=1)
+    return bw_min, lat_max
+
+
 # -- memory per device [3.5] --------------------------------------------------------------
 
 

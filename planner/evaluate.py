@@ -70,13 +70,11 @@ def dp_layer_times(problem: Problem, table: StageTable) -> np.ndarray:
     # layers whose holders are the same stages share one τ_dp: price each run once
     change = np.flatnonzero(np.any(holders[:, 1:] != holders[:, :-1], axis=0)) + 1
     starts = np.concatenate([[0], change])
-    columns = [holders[:, c] for c in starts]
-    columns += [table.pipe_start[:-1], table.pipe_start[1:] - 1]  # emb, head holders
+    # one row per distinct run of layers, then "emb" and "head": the D holding stages
+    columns = np.vstack([holders[:, starts].T, table.pipe_start[:-1], table.pipe_start[1:] - 1])
     params = np.array([model.params_per_layer] * len(starts) + [model.params_embedding, model.params_head])
-    tau = np.empty(len(columns))
-    for i, col in enumerate(columns):
-        bw_min, lat_max = cost.holders_bw_lat(table.machine[col], cluster.bw_matrix, cluster.lat_matrix)
-        tau[i] = cost.dp_layer_time(d, params[i], training, table.tp[col].min(), bw_min, lat_max)
+    bw_min, lat_max = cost.holders_bw_lat_rows(table.machine[columns], cluster.bw_matrix, cluster.lat_matrix)
+    tau = cost.dp_layer_time(d, params, training, table.tp[columns].min(axis=1), bw_min, lat_max)
     lengths = np.diff(np.concatenate([starts, [big_l]]))
     return np.concatenate([np.repeat(tau[: len(starts)], lengths), tau[len(starts):]])
 
@@ -138,16 +136,16 @@ def evaluate(problem: Problem, plan: Plan) -> Estimate:
     _require_valid_structure(problem, plan)
     table = stage_table(problem, plan)
     b = breakdown(problem, table)
-    stages = [_stage_estimate(problem, plan, table, b, i) for i in range(len(table.pipe))]
+    stages = _stage_estimates(problem, plan, table, b)
+    micro = problem.training.micro_batch
     pipelines = tuple(
         PipelineEstimate(
-            index=p, batch=int(table.batch[p]),
-            micro_batches=int(table.batch[p] // problem.training.micro_batch),
-            time_s=float(b.pipe_time[p]), bubble_s=float(b.bubble[p]),
-            steady_s=float(b.pipe_time[p] - b.bubble[p]),
-            stages=tuple(stages[table.pipe_start[p]: table.pipe_start[p + 1]]),
+            index=p, batch=batch, micro_batches=batch // micro, time_s=time_s, bubble_s=bubble_s,
+            steady_s=time_s - bubble_s, stages=tuple(stages[lo:hi]),
         )
-        for p in range(table.num_pipelines)
+        for p, (batch, time_s, bubble_s, lo, hi) in enumerate(zip(
+            table.batch.tolist(), b.pipe_time.tolist(), b.bubble.tolist(),
+            table.pipe_start[:-1].tolist(), table.pipe_start[1:].tolist()))
     )
     tokens = problem.training.global_batch * problem.training.seq_len
     flops = cost.iteration_flops(problem.model, problem.training)
@@ -160,17 +158,24 @@ def evaluate(problem: Problem, plan: Plan) -> Estimate:
     )
 
 
-def _stage_estimate(problem, plan, table, b: Breakdown, i: int) -> StageEstimate:
-    p, k = int(table.pipe[i]), int(table.index[i])
-    return StageEstimate(
-        pipeline=p, index=k, machine=problem.cluster.machines[table.machine[i]].name,
-        devices=plan.pipelines[p].stages[k].devices, tp=int(table.tp[i]),
-        layers=int(table.layers[i]), first_layer=int(table.first_layer[i]),
-        compute_s=float(b.compute[i]), tp_s=float(b.tp[i]), tau_s=float(b.tau[i]),
-        pp_s=float(b.pp[i]), dp_s=float(b.dp[i]),
-        memory_gib=float(b.memory[i] / GIB), capacity_gib=float(b.capacity[i] / GIB),
-        headroom_gib=float((b.capacity[i] - b.memory[i]) / GIB),
+def _stage_estimates(problem, plan, table, b: Breakdown) -> list[StageEstimate]:
+    """One StageEstimate per stage; arrays go to Python numbers in bulk (tolist), not per item."""
+    names = [m.name for m in problem.cluster.machines]
+    devices = [s.devices for p in plan.pipelines for s in p.stages]
+    columns = zip(
+        table.pipe.tolist(), table.index.tolist(), table.machine.tolist(), devices, table.tp.tolist(),
+        table.layers.tolist(), table.first_layer.tolist(), b.compute.tolist(), b.tp.tolist(),
+        b.tau.tolist(), b.pp.tolist(), b.dp.tolist(), (b.memory / GIB).tolist(),
+        (b.capacity / GIB).tolist(), ((b.capacity - b.memory) / GIB).tolist(),
     )
+    return [
+        StageEstimate(
+            pipeline=p, index=k, machine=names[m], devices=d, tp=t, layers=n, first_layer=f,
+            compute_s=c, tp_s=tp, tau_s=tau, pp_s=pp, dp_s=dp, memory_gib=mem,
+            capacity_gib=cap, headroom_gib=head,
+        )
+        for p, k, m, d, t, n, f, c, tp, tau, pp, dp, mem, cap, head in columns
+    ]
 
 
 def find_bottleneck(problem: Problem, table: StageTable, b: Breakdown) -> Bottleneck:

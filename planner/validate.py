@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from dataclasses import dataclass
+from itertools import chain
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
 from planner.hardware import GIB, Frozen
@@ -29,41 +31,70 @@ class Violation(Frozen):
         return f"[{self.rule}] " + (" ".join(where) + ": " if where else "") + self.message
 
 
-def _device_violations(problem: Problem, plan: Plan) -> list[Violation]:
+@dataclass(frozen=True)
+class _FlatStages:
+    """Every stage's devices in one array, so that rules 1–2 are checked with numpy and only
+    the offending stages are visited in Python (the heuristic validates in its inner loop)."""
+
+    where: list[tuple[int, int]]  # (pipeline, stage) of each stage
+    devices: list[tuple[int, ...]]
+    flat: np.ndarray  # all device ids, stage after stage
+    starts: np.ndarray  # offset of each stage in `flat`
+    sizes: np.ndarray  # t of each stage
+
+    @classmethod
+    def of(cls, plan: Plan) -> _FlatStages:
+        where = [(p, k) for p, pipe in enumerate(plan.pipelines) for k in range(len(pipe.stages))]
+        devices = [s.devices for pipe in plan.pipelines for s in pipe.stages]
+        sizes = np.fromiter(map(len, devices), dtype=np.int64, count=len(devices))
+        flat = np.fromiter(chain.from_iterable(devices), dtype=np.int64, count=int(sizes.sum()))
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        return cls(where, devices, flat, starts, sizes)
+
+
+def _device_violations(problem: Problem, stages: _FlatStages) -> list[Violation]:
     """Rule 1 (each device in at most one stage) and device ids that do not exist."""
     n = problem.cluster.num_devices
-    out, seen = [], Counter(plan.devices)
-    for p, pipe in enumerate(plan.pipelines):
-        for k, stage in enumerate(pipe.stages):
-            missing = [d for d in stage.devices if d >= n]
-            if missing:
-                out.append(Violation(rule="device", pipeline=p, stage=k,
-                                     message=f"devices {missing} do not exist (cluster has {n}: 0..{n - 1})"))
-    for d, count in sorted(seen.items()):
-        if count > 1:
-            out.append(Violation(rule="device", message=f"device {d} is used by {count} stages"))
+    out = []
+    missing = np.maximum.reduceat(stages.flat, stages.starts) >= n
+    for i in np.flatnonzero(missing).tolist():
+        p, k = stages.where[i]
+        gone = [d for d in stages.devices[i] if d >= n]
+        out.append(Violation(rule="device", pipeline=p, stage=k,
+                             message=f"devices {gone} do not exist (cluster has {n}: 0..{n - 1})"))
+    ids, counts = np.unique(stages.flat, return_counts=True)
+    for d, count in zip(ids[counts > 1].tolist(), counts[counts > 1].tolist()):
+        out.append(Violation(rule="device", message=f"device {d} is used by {count} stages"))
     return out
 
 
-def _stage_violations(problem: Problem, plan: Plan) -> list[Violation]:
+def _stage_violations(problem: Problem, stages: _FlatStages) -> list[Violation]:
     """Rule 2: one machine per stage; t a power of two dividing a and k."""
     cluster, model = problem.cluster, problem.model
+    n = cluster.num_devices
+    known = stages.flat < n
+    machine = cluster.machine_of_device[np.where(known, stages.flat, 0)]
+    low = np.minimum.reduceat(np.where(known, machine, np.iinfo(np.int64).max), stages.starts)
+    high = np.maximum.reduceat(np.where(known, machine, -1), stages.starts)
+    t = stages.sizes
+    spread = (high >= 0) & (low != high)
+    not_pow2 = (t & (t - 1)) != 0
+    not_dividing = ~not_pow2 & (((model.heads % t) != 0) | ((model.num_kv_heads % t) != 0))
     out = []
-    for p, pipe in enumerate(plan.pipelines):
-        for k, stage in enumerate(pipe.stages):
-            known = [d for d in stage.devices if d < cluster.num_devices]
-            machines = sorted({cluster.machines[cluster.machine_of_device[d]].name for d in known})
-            if len(machines) > 1:
-                out.append(Violation(rule="machine", pipeline=p, stage=k,
-                                     message=f"devices {list(stage.devices)} span machines {machines}"))
-            t = stage.tp
-            if t & (t - 1):
-                out.append(Violation(rule="tp_size", pipeline=p, stage=k,
-                                     message=f"TP size {t} is not a power of two"))
-            elif model.heads % t or model.num_kv_heads % t:
-                out.append(Violation(rule="tp_size", pipeline=p, stage=k,
-                                     message=f"TP size {t} does not divide heads {model.heads} "
-                                             f"and kv heads {model.num_kv_heads}"))
+    for i in np.flatnonzero(spread | not_pow2 | not_dividing).tolist():
+        p, k = stages.where[i]
+        if spread[i]:
+            names = sorted({cluster.machines[cluster.machine_of_device[d]].name
+                            for d in stages.devices[i] if d < n})
+            out.append(Violation(rule="machine", pipeline=p, stage=k,
+                                 message=f"devices {list(stages.devices[i])} span machines {names}"))
+        if not_pow2[i]:
+            out.append(Violation(rule="tp_size", pipeline=p, stage=k,
+                                 message=f"TP size {t[i]} is not a power of two"))
+        elif not_dividing[i]:
+            out.append(Violation(rule="tp_size", pipeline=p, stage=k,
+                                 message=f"TP size {t[i]} does not divide heads {model.heads} "
+                                         f"and kv heads {model.num_kv_heads}"))
     return out
 
 
@@ -87,7 +118,8 @@ def _layer_and_batch_violations(problem: Problem, plan: Plan) -> list[Violation]
 
 def structural_violations(problem: Problem, plan: Plan) -> list[Violation]:
     """Rules 1–4: everything but memory."""
-    return (_device_violations(problem, plan) + _stage_violations(problem, plan)
+    stages = _FlatStages.of(plan)
+    return (_device_violations(problem, stages) + _stage_violations(problem, stages)
             + _layer_and_batch_violations(problem, plan))
 
 
