@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from planner import cost
 from planner import Cluster, Link, Machine, ModelSpec, Plan, Problem, TrainingSpec, evaluate, validate
 from planner.evaluate import iteration_time
 
@@ -147,3 +150,17 @@ def test_a_stage_across_machines_is_reported(case, data):
     broken = plan.model_dump(mode="json", exclude_none=True)
     broken["pipelines"][0]["stages"][0]["devices"] = devices
     assert "machine" in rules(problem, broken)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 12), st.integers(2, 40), st.integers(1, 9), st.integers(0, 2**31), st.data())
+def test_vectorized_dp_pairs_match_the_per_layer_reading(n, d, rows, seed, data):
+    """holders_bw_lat_rows (all layers at once, in blocks) == holders_bw_lat (one layer)."""
+    rng = np.random.default_rng(seed)
+    bw, lat = rng.random((n, n)) * 100, rng.random((n, n)) * 1e-4
+    bw, lat = bw + bw.T, lat + lat.T
+    machines = rng.integers(0, n, (rows, d))
+    block, limit = data.draw(st.sampled_from([(1 << 13, 1 << 22), (1, 1 << 22), (1 << 13, 1)]))
+    got_bw, got_lat = cost.holders_bw_lat_rows(machines, bw, lat, block, limit)
+    for r in range(rows):
+        assert (got_bw[r], got_lat[r]) == cost.holders_bw_lat(machines[r], bw, lat)
