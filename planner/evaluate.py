@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner import cost
-from planner.estimate import Bottleneck, Estimate, PipelineEstimate, StageEstimate
+from planner.estimate import Bottleneck, Estimate
 from planner.hardware import GIB
 from planner.plan import Plan
 from planner.problem import Problem
@@ -136,46 +136,43 @@ def evaluate(problem: Problem, plan: Plan) -> Estimate:
     _require_valid_structure(problem, plan)
     table = stage_table(problem, plan)
     b = breakdown(problem, table)
-    stages = _stage_estimates(problem, plan, table, b)
+    stages = _stage_rows(problem, plan, table, b)
     micro = problem.training.micro_batch
-    pipelines = tuple(
-        PipelineEstimate(
-            index=p, batch=batch, micro_batches=batch // micro, time_s=time_s, bubble_s=bubble_s,
-            steady_s=time_s - bubble_s, stages=tuple(stages[lo:hi]),
-        )
+    pipelines = [
+        {"index": p, "batch": batch, "micro_batches": batch // micro, "time_s": time_s,
+         "bubble_s": bubble_s, "steady_s": time_s - bubble_s, "stages": stages[lo:hi]}
         for p, (batch, time_s, bubble_s, lo, hi) in enumerate(zip(
             table.batch.tolist(), b.pipe_time.tolist(), b.bubble.tolist(),
             table.pipe_start[:-1].tolist(), table.pipe_start[1:].tolist()))
-    )
+    ]
     tokens = problem.training.global_batch * problem.training.seq_len
     flops = cost.iteration_flops(problem.model, problem.training)
-    return Estimate(
-        iteration_s=b.iteration, pipe_s=float(b.pipe_time.max()), dp_s=b.dp_time,
-        tokens_per_s=tokens / b.iteration,
-        mfu=flops / (b.iteration * problem.cluster.total_peak_flops),
-        min_headroom_gib=float((b.capacity - b.memory).min() / GIB),
-        pipelines=pipelines, bottleneck=find_bottleneck(problem, table, b),
-    )
+    # one validation of the whole nested mapping: far cheaper than one model per stage
+    return Estimate.model_validate({
+        "iteration_s": b.iteration, "pipe_s": float(b.pipe_time.max()), "dp_s": b.dp_time,
+        "tokens_per_s": tokens / b.iteration,
+        "mfu": flops / (b.iteration * problem.cluster.total_peak_flops),
+        "min_headroom_gib": float((b.capacity - b.memory).min() / GIB),
+        "pipelines": pipelines, "bottleneck": find_bottleneck(problem, table, b),
+    })
 
 
-def _stage_estimates(problem, plan, table, b: Breakdown) -> list[StageEstimate]:
-    """One StageEstimate per stage; arrays go to Python numbers in bulk (tolist), not per item."""
+_STAGE_FIELDS = ("pipeline", "index", "machine", "devices", "tp", "layers", "first_layer",
+                 "compute_s", "tp_s", "tau_s", "pp_s", "dp_s", "memory_gib", "capacity_gib",
+                 "headroom_gib")
+
+
+def _stage_rows(problem, plan, table, b: Breakdown) -> list[dict]:
+    """The fields of each StageEstimate; arrays go to Python numbers in bulk (tolist)."""
     names = [m.name for m in problem.cluster.machines]
-    devices = [s.devices for p in plan.pipelines for s in p.stages]
-    columns = zip(
-        table.pipe.tolist(), table.index.tolist(), table.machine.tolist(), devices, table.tp.tolist(),
+    columns = (
+        table.pipe.tolist(), table.index.tolist(), [names[m] for m in table.machine.tolist()],
+        [s.devices for p in plan.pipelines for s in p.stages], table.tp.tolist(),
         table.layers.tolist(), table.first_layer.tolist(), b.compute.tolist(), b.tp.tolist(),
         b.tau.tolist(), b.pp.tolist(), b.dp.tolist(), (b.memory / GIB).tolist(),
         (b.capacity / GIB).tolist(), ((b.capacity - b.memory) / GIB).tolist(),
     )
-    return [
-        StageEstimate(
-            pipeline=p, index=k, machine=names[m], devices=d, tp=t, layers=n, first_layer=f,
-            compute_s=c, tp_s=tp, tau_s=tau, pp_s=pp, dp_s=dp, memory_gib=mem,
-            capacity_gib=cap, headroom_gib=head,
-        )
-        for p, k, m, d, t, n, f, c, tp, tau, pp, dp, mem, cap, head in columns
-    ]
+    return [dict(zip(_STAGE_FIELDS, row)) for row in zip(*columns)]
 
 
 def find_bottleneck(problem: Problem, table: StageTable, b: Breakdown) -> Bottleneck:

@@ -178,7 +178,7 @@ class Cluster(Frozen):
         np.fill_diagonal(lat, intra)
         return lat
 
-    @property
+    @cached_property
     def total_peak_flops(self) -> float:
         """Σ peak over every device of the cluster (idle devices count in MFU)."""
         return float(sum(m.count * self.gpu_of(i).peak_tflops * TFLOPS
