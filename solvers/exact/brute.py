@@ -1,0 +1,145 @@
+"""Brute force for tiny problems: every valid plan, priced by `planner`, the best kept.
+
+The independent oracle of the exact models' tests. It shares no code with them: plans are
+enumerated straight from DESIGN.md §2 and judged by `planner.evaluate.iteration_time` and the
+planner's memory function. Two symmetries are used, both exact (docs/formulation.md §5):
+devices of one machine are interchangeable (a stage is a machine and a TP size, its devices
+the machine's next free ones), and the order of the pipelines does not change T (pipelines
+are enumerated as a sorted multiset).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+
+from planner.evaluate import iteration_time, stage_memory
+from planner.plan import Pipeline, Plan, SolverInfo, SolveStatus, Stage
+from planner.problem import Problem
+from planner.table import stage_table
+from solvers.common import SolveResult, SolverOptions
+
+MAX_DEVICES, MAX_LAYERS = 5, 6
+
+StageKey = tuple[int, int]  # (machine, t)
+PipeKey = tuple[tuple[StageKey, ...], tuple[int, ...], int]  # stage types, layer counts, m_p
+
+
+def stage_sequences(problem: Problem) -> list[tuple[StageKey, ...]]:
+    """Every ordered list of stages whose devices fit in the machines (rules 1, 2)."""
+    counts = [m.count for m in problem.cluster.machines]
+    kinds = [(m, t) for m, c in enumerate(counts) for t in problem.model.tp_sizes(c)]
+    out: list[tuple[StageKey, ...]] = []
+
+    def grow(seq: tuple[StageKey, ...], free: list[int]) -> None:
+        if seq:
+            out.append(seq)
+        if len(seq) == problem.model.layers:
+            return
+        for m, t in kinds:
+            if free[m] >= t:
+                free[m] -= t
+                grow(seq + ((m, t),), free)
+                free[m] += t
+
+    grow((), counts[:])
+    return out
+
+
+def compositions(total: int, parts: int):
+    """Every tuple of `parts` positive integers summing to `total` (rule 3)."""
+    for cuts in itertools.combinations(range(1, total), parts - 1):
+        yield tuple(b - a for a, b in zip((0, *cuts), (*cuts, total)))
+
+
+def make_plan(problem: Problem, pipes: list[PipeKey]) -> Plan:
+    free = [int(x) for x in problem.cluster.first_device]
+    pipelines = []
+    for seq, layers, m in pipes:
+        stages = []
+        for (machine, t), n in zip(seq, layers):
+            stages.append(Stage(devices=tuple(range(free[machine], free[machine] + t)), layers=n))
+            free[machine] += t
+        pipelines.append(Pipeline(batch=m * problem.training.micro_batch, stages=tuple(stages)))
+    return Plan(problem=problem.name, pipelines=tuple(pipelines))
+
+
+def fits_memory(problem: Problem, pipe: PipeKey) -> bool:
+    """Rule 5 for one pipeline (memory depends only on the pipeline's own stages and m_p)."""
+    plan = make_plan(problem, [pipe])
+    table = stage_table(problem, plan)
+    need = stage_memory(problem, table)
+    return bool(np.all(need <= problem.cluster.machine_memory_bytes[table.machine]))
+
+
+def most_micro_batches(problem: Problem, seq, layers) -> int:
+    """Largest m_p with which the pipeline fits in memory (0: none). Memory grows with m_p
+    only through q = min(S − k, m_p), so it is flat from m_p = S on."""
+    total = problem.training.micro_batches
+    best = 0
+    for m in range(1, min(len(seq), total) + 1):
+        if not fits_memory(problem, (seq, layers, m)):
+            return best
+        best = m
+    return total
+
+
+def pipeline_structures(problem: Problem) -> list[tuple[tuple[StageKey, ...], tuple[int, ...], int]]:
+    """(stage types, layer counts, most micro-batches) of every pipeline that fits."""
+    out = []
+    for seq in stage_sequences(problem):
+        for layers in compositions(problem.model.layers, len(seq)):
+            top = most_micro_batches(problem, seq, layers)
+            if top:
+                out.append((seq, layers, top))
+    return out
+
+
+def enumerate_plans(problem: Problem):
+    """Every valid plan up to the two symmetries: a sorted multiset of pipeline structures
+    whose devices fit (rule 1), with every split of the micro-batches (rule 4, 5)."""
+    structures = pipeline_structures(problem)
+    machines = len(problem.cluster.machines)
+    usage = [[sum(t for m, t in seq if m == k) for k in range(machines)] for seq, _, _ in structures]
+    total = problem.training.micro_batches
+
+    def pick(start: int, chosen: list[int], free: list[int]):
+        if chosen:
+            yield list(chosen)
+        if len(chosen) == total:
+            return
+        for i in range(start, len(structures)):
+            if all(u <= f for u, f in zip(usage[i], free)):
+                chosen.append(i)
+                yield from pick(i, chosen, [f - u for f, u in zip(free, usage[i])])
+                chosen.pop()
+
+    for chosen in pick(0, [], [m.count for m in problem.cluster.machines]):
+        for split in compositions(total, len(chosen)):
+            if all(m <= structures[i][2] for i, m in zip(chosen, split)):
+                yield [(structures[i][0], structures[i][1], m) for i, m in zip(chosen, split)]
+
+
+def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult:
+    """The optimum by exhaustion (tiny problems only: ≤ 5 devices, ≤ 6 layers)."""
+    start = time.perf_counter()
+    n, big_l = problem.cluster.num_devices, problem.model.layers
+    if n > MAX_DEVICES or big_l > MAX_LAYERS:
+        raise ValueError(f"brute force handles ≤ {MAX_DEVICES} devices and ≤ {MAX_LAYERS} layers; "
+                         f"this problem has {n} devices and {big_l} layers")
+    best_t, best = float("inf"), None
+    for pipes in enumerate_plans(problem):
+        plan = make_plan(problem, pipes)
+        t = iteration_time(problem, plan, check=False)
+        if t < best_t:
+            best_t, best = t, plan
+    wall = time.perf_counter() - start
+    if best is None:
+        return SolveResult(solver="brute", status=SolveStatus.infeasible, wall_s=wall,
+                           message="no plan fits in memory (every plan enumerated)")
+    best = best.model_copy(update={"solver": SolverInfo(
+        name="brute", status=SolveStatus.optimal, objective_s=best_t, bound_s=best_t, wall_s=wall)})
+    return SolveResult(solver="brute", status=SolveStatus.optimal, plan=best, objective_s=best_t,
+                       bound_s=best_t, wall_s=wall)

@@ -1,0 +1,173 @@
+"""The outer loop both exact models share (docs/formulation.md §3): one model per number of
+pipelines D, an incumbent that cuts the later models off, and an honest bound.
+
+For each D the backend returns its best pipelines, its objective and a lower bound; the
+plan is re-priced by `planner.evaluate`, and the result's objective is the evaluator's T.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+from rich.console import Console
+
+from planner.evaluate import iteration_time
+from planner.plan import Plan, SolverInfo, SolveStatus
+from planner.problem import Problem
+from planner.validate import validate
+from solvers.common import ModelSize, SolveResult, SolverOptions
+from solvers.exact.tables import PipelineSpec, Tables, build_plan, explain_infeasible, specs_of_plan
+
+SubStatus = Literal["optimal", "feasible", "infeasible", "unknown"]
+# relative tolerance between a model's objective and the evaluator's T (float rounding only)
+MODEL_TOLERANCE = 1e-6
+
+
+@dataclass
+class SubResult:
+    """What one backend model (fixed D) found. `infeasible` means: no plan with T ≤ cutoff."""
+
+    status: SubStatus
+    specs: list[PipelineSpec] | None = None
+    objective: float | None = None  # the model's T for specs, seconds
+    bound: float | None = None  # lower bound on the optimum for this D, seconds
+    variables: int = 0
+    constraints: int = 0
+    error_bound: float = 0.0  # |model T − true T| ≤ this, for any plan (integer time units)
+
+
+@dataclass
+class SubProblem:
+    """Everything a backend needs to build and solve the model for one D."""
+
+    tables: Tables
+    pipelines: int
+    options: SolverOptions
+    time_limit: float
+    cutoff: float | None  # only plans with T ≤ cutoff are of interest
+    hint: list[PipelineSpec] | None
+    max_stages: int
+    log: Callable[[str], None] = field(default=lambda s: None)
+
+
+Backend = Callable[[SubProblem], SubResult]
+
+
+class ExactSolveError(RuntimeError):
+    """A model's objective disagrees with the evaluator: a bug in the formulation."""
+
+
+def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Backend) -> SolveResult:
+    start = time.perf_counter()
+    tables = Tables(problem)
+    log = _logger(options)
+    why = explain_infeasible(tables)
+    if why:
+        return SolveResult(solver=name, status=SolveStatus.infeasible, wall_s=time.perf_counter() - start,
+                           message=why)
+    d_values, restrictions = _pipeline_counts(tables, options)
+    max_stages = min(tables.max_stages, options.max_stages or tables.max_stages)
+    if options.max_stages and options.max_stages < tables.max_stages:
+        restrictions.append(f"at most {options.max_stages} stages per pipeline "
+                            f"(a pipeline can have up to {tables.max_stages})")
+    best_t, best_plan, hint = _hint(problem, options, log)
+    bounds: dict[int, float] = {}
+    proven, size, error = set(), ModelSize(variables=0, constraints=0), 0.0
+    deadline = start + options.time_limit_s
+    for i, d in enumerate(d_values):
+        left = deadline - time.perf_counter()
+        if left <= 0.05:
+            break
+        sub = backend(SubProblem(tables=tables, pipelines=d, options=options, time_limit=left / (len(d_values) - i),
+                                 cutoff=best_t, hint=hint if hint and len(hint) == d else None,
+                                 max_stages=min(max_stages, tables.num_devices - d + 1), log=log))
+        size = ModelSize(variables=max(size.variables, sub.variables),
+                         constraints=max(size.constraints, sub.constraints))
+        error = max(error, sub.error_bound)
+        if sub.specs is not None:
+            plan, t = _priced(problem, sub, name)
+            if best_t is None or t < best_t:
+                best_t, best_plan = t, plan
+                log(f"D={d}: new best T = {t:.6g} s")
+        if sub.status in ("optimal", "infeasible"):
+            proven.add(d)
+        bounds[d] = _sub_bound(sub, best_t, tables)
+        log(f"D={d}: {sub.status}" + (f", bound {bounds[d]:.6g} s" if bounds[d] != float("inf") else ""))
+    return _result(problem, name, start, d_values, proven, bounds, best_t, best_plan, size, error,
+                   restrictions, tables)
+
+
+def _pipeline_counts(tables: Tables, options: SolverOptions) -> tuple[list[int], list[str]]:
+    top = tables.max_pipelines
+    if options.max_pipelines and options.max_pipelines < top:
+        return list(range(1, options.max_pipelines + 1)), [
+            f"at most {options.max_pipelines} pipelines (the problem allows up to {top})"]
+    return list(range(1, top + 1)), []
+
+
+def _hint(problem: Problem, options: SolverOptions, log) -> tuple[float | None, Plan | None, list | None]:
+    if options.hint is None:
+        return None, None, None
+    if validate(problem, options.hint):
+        log("hint plan is invalid for this problem; ignored")
+        return None, None, None
+    t = iteration_time(problem, options.hint)
+    log(f"hint plan: T = {t:.6g} s")
+    return t, options.hint, specs_of_plan(problem, options.hint)
+
+
+def _priced(problem: Problem, sub: SubResult, name: str) -> tuple[Plan, float]:
+    """Build the plan, check it with the validator and re-price it with the evaluator."""
+    plan = build_plan(problem, sub.specs)
+    violations = validate(problem, plan)
+    if violations:
+        raise ExactSolveError(f"{name} returned an invalid plan: " + "; ".join(map(str, violations)))
+    t = iteration_time(problem, plan)
+    # the model may round T down by at most error_bound; at optimality it must not overestimate
+    under = t - sub.objective > MODEL_TOLERANCE * t + sub.error_bound
+    over = sub.status == "optimal" and sub.objective - t > MODEL_TOLERANCE * t
+    if under or over:
+        raise ExactSolveError(f"{name}: model objective {sub.objective!r} s != evaluator T {t!r} s "
+                              f"(allowed error {sub.error_bound:.3g} s)")
+    return plan, t
+
+
+def _sub_bound(sub: SubResult, best_t: float | None, tables: Tables) -> float:
+    if sub.status == "infeasible":
+        return best_t if best_t is not None else float("inf")  # nothing at or below the cutoff
+    bound = sub.bound if sub.bound is not None else tables.trivial_bound
+    return max(bound, tables.trivial_bound)
+
+
+def _result(problem, name, start, d_values, proven, bounds, best_t, best_plan, size, error,
+            restrictions, tables) -> SolveResult:
+    wall = time.perf_counter() - start
+    bound = min(bounds.get(d, tables.trivial_bound) for d in d_values)
+    all_proven = len(proven) == len(d_values)
+    if best_plan is None:
+        status = SolveStatus.infeasible if all_proven else SolveStatus.unknown
+        message = ("the solver proved that no plan fits in memory" if all_proven
+                   else "no plan found within the time limit")
+        return SolveResult(solver=name, status=status, wall_s=wall, model_size=size,
+                           bound_s=None if all_proven else bound,
+                           restrictions=tuple(restrictions), message=message)
+    bound = min(bound, best_t)
+    status = SolveStatus.optimal if all_proven else SolveStatus.feasible
+    message = f"time in integer units: model T within {error:.3g} s of the true T" if error else ""
+    if not all_proven:
+        open_d = [d for d in d_values if d not in proven]
+        message = (message + "; " if message else "") + f"not proven for D in {open_d}"
+    plan = best_plan.model_copy(update={"solver": SolverInfo(
+        name=name, status=status, objective_s=best_t, bound_s=bound, wall_s=wall)})
+    return SolveResult(solver=name, status=status, plan=plan, objective_s=best_t, bound_s=bound,
+                       wall_s=wall, model_size=size, restrictions=tuple(restrictions), message=message)
+
+
+def _logger(options: SolverOptions) -> Callable[[str], None]:
+    if not options.progress:
+        return lambda s: None
+    console = Console(stderr=True)
+    start = time.perf_counter()
+    return lambda s: console.print(f"[dim]{time.perf_counter() - start:7.1f}s[/] {s}", highlight=False)

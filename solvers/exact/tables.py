@@ -1,0 +1,204 @@
+"""Coefficient tables shared by the exact models (docs/formulation.md §1).
+
+Every number here is a value of a `planner/cost.py` function at one candidate: a stage
+type c = (machine M, TP size t) [R1], a machine pair, a layer count. The models only add
+and compare these numbers, so the objective they minimize is DESIGN.md §3 term by term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from planner import cost
+from planner.hardware import GIB
+from planner.plan import Pipeline, Plan, Stage
+from planner.problem import Problem
+
+
+@dataclass(frozen=True)
+class StageType:
+    """A stage up to device renaming [R1]: t devices of one machine."""
+
+    machine: int
+    tp: int
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """One pipeline as the models see it: stage types with layer counts, and m_p."""
+
+    stages: tuple[tuple[StageType, int], ...]  # (type, n) in pipeline order
+    micro_batches: int
+
+
+class Tables:
+    """Per-problem coefficients, all computed by the cost model."""
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        model, training, cluster = problem.model, problem.training, problem.cluster
+        self.model, self.training, self.cluster = model, training, cluster
+        self.layers = model.layers
+        self.num_machines = len(cluster.machines)
+        self.num_devices = cluster.num_devices
+        self.total_micro = training.micro_batches
+        self.types = [StageType(m, t) for m, mach in enumerate(cluster.machines)
+                      for t in model.tp_sizes(mach.count)]
+        self.max_stages = min(self.layers, self.num_devices)
+        self.max_pipelines = min(self.num_devices, self.total_micro)
+
+    # -- stage times [3.1]: τ is linear in n, so a stage costs n·τ_layer + [last]·τ_head ---
+    @cached_property
+    def tau_layer(self) -> np.ndarray:
+        return np.array([self._tau(c, 1, 0) for c in self.types])
+
+    @cached_property
+    def tau_head(self) -> np.ndarray:
+        return np.array([self._tau(c, 0, 1) for c in self.types])
+
+    def _tau(self, c: StageType, n: int, last: int) -> float:
+        bw, lat = self.cluster.bw_matrix, self.cluster.lat_matrix
+        flops = self.cluster.machine_flops[c.machine]
+        return float(cost.stage_compute_time(self.model, self.training, flops, c.tp, n, last)
+                     + cost.stage_tp_time(self.model, self.training, c.tp, n,
+                                          bw[c.machine, c.machine], lat[c.machine, c.machine]))
+
+    def stage_tau(self, c: StageType, n: int, last: bool) -> float:
+        return self._tau(c, n, int(last))
+
+    # -- pipeline traffic [3.2]: T_pp = link part (M → M') + broadcast part (c') -----------
+    def pp_time(self, prev_machine: int, nxt: StageType) -> float:
+        bw, lat = self.cluster.bw_matrix, self.cluster.lat_matrix
+        m, m2 = prev_machine, nxt.machine
+        return float(cost.stage_pp_time(self.model, self.training, bw[m, m2], lat[m, m2],
+                                        nxt.tp, bw[m2, m2], lat[m2, m2]))
+
+    @cached_property
+    def pp_link(self) -> np.ndarray:
+        """[M, M']: T_pp with a receiver of TP 1 (no broadcast)."""
+        k = self.num_machines
+        return np.array([[self.pp_time(m, StageType(m2, 1)) for m2 in range(k)] for m in range(k)])
+
+    @cached_property
+    def pp_bcast(self) -> np.ndarray:
+        """[c']: the broadcast share of T_pp into a stage of type c' (0 when t = 1)."""
+        return np.array([self.pp_time(c.machine, c) - self.pp_time(c.machine, StageType(c.machine, 1))
+                         for c in self.types])
+
+    # -- data-parallel sync [3.4]: τ_dp = bandwidth part(t_min, bw_min) + latency part(α_max)
+    def dp_bw_part(self, pipelines: int, params: float, t: int, m1: int, m2: int) -> float:
+        bw = self.cluster.bw_matrix[m1, m2]
+        return float(cost.dp_layer_time(pipelines, params, self.training, t, bw, 0.0))
+
+    def dp_lat_part(self, pipelines: int, m1: int, m2: int) -> float:
+        lat = self.cluster.lat_matrix[m1, m2]
+        return float(cost.dp_layer_time(pipelines, 0.0, self.training, 1, 1.0, lat))
+
+    @property
+    def tp_values(self) -> list[int]:
+        return sorted({c.tp for c in self.types})
+
+    @property
+    def pseudo_params(self) -> dict[str, int]:
+        m = self.model
+        return {"layer": m.params_per_layer, "emb": m.params_embedding, "head": m.params_head}
+
+    # -- memory [3.5]: the most layers a stage can hold, for each (c, first, last, q) --------
+    @cached_property
+    def n_max(self) -> np.ndarray:
+        """[c, first, last, q] (q = 1..Q at index q): largest n ≤ L that fits, 0 if none."""
+        q_top = max(1, min(self.max_stages, self.total_micro))
+        out = np.zeros((len(self.types), 2, 2, q_top + 1), dtype=int)
+        n = np.arange(self.layers + 1)
+        cap = self.cluster.machine_memory_bytes
+        for i, c in enumerate(self.types):
+            for first in (0, 1):
+                for last in (0, 1):
+                    for q in range(1, q_top + 1):
+                        need = cost.stage_memory_bytes(self.model, self.training, c.tp, n, first, last, q)
+                        fits = np.flatnonzero(need <= cap[c.machine])
+                        out[i, first, last, q] = int(fits.max()) if len(fits) else 0
+                    out[i, first, last, 0] = out[i, first, last, 1]
+        return out
+
+    @property
+    def q_top(self) -> int:
+        return self.n_max.shape[3] - 1
+
+    # -- a lower bound valid for every plan (docs/formulation.md §4) -----------------------
+    @cached_property
+    def trivial_bound(self) -> float:
+        """All micro-batches computed by all devices at once: T ≥ (B/b)·C(whole model, Σπ)."""
+        total = float(self.cluster.machine_flops[self.cluster.machine_of_device].sum())
+        return self.total_micro * float(cost.stage_compute_time(
+            self.model, self.training, total, 1, self.layers, 1))
+
+    def type_index(self, c: StageType) -> int:
+        return self.types.index(c)
+
+
+def build_plan(problem: Problem, specs: list[PipelineSpec]) -> Plan:
+    """Turn stage types into concrete devices: each machine hands out its devices in order
+    (any choice is equivalent [R1])."""
+    cluster = problem.cluster
+    next_free = {m: int(cluster.first_device[m]) for m in range(len(cluster.machines))}
+    pipelines = []
+    for spec in specs:
+        stages = []
+        for c, n in spec.stages:
+            start = next_free[c.machine]
+            next_free[c.machine] += c.tp
+            stages.append(Stage(devices=tuple(range(start, start + c.tp)), layers=n))
+        pipelines.append(Pipeline(batch=spec.micro_batches * problem.training.micro_batch,
+                                  stages=tuple(stages)))
+    return Plan(problem=problem.name, pipelines=tuple(pipelines))
+
+
+def specs_of_plan(problem: Problem, plan: Plan) -> list[PipelineSpec]:
+    """The inverse of build_plan (used for hints)."""
+    mach = problem.cluster.machine_of_device
+    return [PipelineSpec(stages=tuple((StageType(int(mach[s.devices[0]]), s.tp), s.layers)
+                                      for s in p.stages),
+                         micro_batches=p.batch // problem.training.micro_batch)
+            for p in plan.pipelines]
+
+
+def explain_infeasible(tables: Tables) -> str:
+    """Why no plan fits in memory, in the cost model's numbers (checked before solving)."""
+    model, training, cluster = tables.model, tables.training, tables.cluster
+    reserve = training.reserved_gib * GIB
+    usable = float(sum((cluster.machine_memory_bytes[m] - reserve) * mach.count
+                       for m, mach in enumerate(cluster.machines)))
+    states = float(cost.stage_state_bytes(model, training, 1, model.layers, 1, 1))
+    if states > usable:
+        return (f"model states need {states / GIB:.1f} GiB (μ={training.param_state_bytes:g} bytes × "
+                f"{model.total_params / 1e9:.3g} B parameters), the cluster has {usable / GIB:.1f} GiB "
+                f"after the {training.reserved_gib:g} GiB reserve per device")
+    nm = tables.n_max
+    if not any(nm[i, 1, 0, 1] >= 1 or nm[i, 1, 1, 1] >= tables.layers for i in range(len(tables.types))):
+        return "no stage fits layer 0 with its embedding on any machine, at any TP size"
+    if not any(nm[i, 0, 1, 1] >= 1 or nm[i, 1, 1, 1] >= tables.layers for i in range(len(tables.types))):
+        return f"no stage fits layer {tables.layers - 1} with the LM head on any machine, at any TP size"
+    longest = _longest_pipeline(tables)
+    if longest < tables.layers:
+        return (f"no pipeline fits in memory: using every device, one pipeline holds at most "
+                f"{longest} of the {tables.layers} layers")
+    return ""
+
+
+def _longest_pipeline(tables: Tables) -> int:
+    """Most layers one pipeline could hold with every device and the most lenient memory
+    (q = 1, no embedding or head): a necessary condition for feasibility."""
+    per_machine = []
+    for m, mach in enumerate(tables.cluster.machines):
+        best = [0] * (mach.count + 1)  # best[d] = most layers with d devices of machine m
+        for d in range(1, mach.count + 1):
+            for i, c in enumerate(tables.types):
+                if c.machine == m and c.tp <= d:
+                    best[d] = max(best[d], best[d - c.tp] + int(tables.n_max[i, 0, 0, 1]))
+            best[d] = max(best[d], best[d - 1])
+        per_machine.append(best[-1])
+    return sum(per_machine)
