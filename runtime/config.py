@@ -14,8 +14,9 @@ from pydantic import Field
 from planner.hardware import Frozen
 from planner.plan import Plan
 from planner.workload import ModelSpec
-from runtime.data import BYTE_VOCAB, DataName
 
+BYTE_VOCAB = 256
+DataName = Literal["synthetic", "corpus"]
 Schedule = Literal["1f1b", "gpipe"]
 Backend = Literal["gloo", "nccl"]
 TINY_HEAD_DIM = 8
@@ -69,3 +70,13 @@ def tiny_model(model: ModelSpec, plan: Plan) -> ModelSpec:
     vocab = max(BYTE_VOCAB, tp_max)
     return ModelSpec(name=f"tiny({model.name})", layers=model.layers, hidden=hidden, heads=heads,
                      kv_heads=kv_heads, ffn_hidden=ffn, vocab=vocab, gated=model.gated)
+
+
+def check_model_fits(spec: ModelSpec, tp_sizes: list[int]) -> None:
+    """Every TP size must split heads, kv heads, ffn and vocabulary into equal blocks."""
+    for t in sorted(set(tp_sizes)):
+        for what, size in (("heads", spec.heads), ("kv heads", spec.num_kv_heads),
+                           ("ffn hidden", spec.ffn_hidden), ("vocab", spec.vocab)):
+            if size % t:
+                raise ValueError(f"TP size {t} does not divide the model's {what} ({size}) "
+                                 f"of model {spec.name!r}")

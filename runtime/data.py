@@ -9,13 +9,13 @@ reference reads the whole batch — and both see the same tokens.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 import torch
 
+from runtime.config import BYTE_VOCAB, DataName
+
 CORPUS_PATH = Path(__file__).parent / "data" / "corpus.txt"
-BYTE_VOCAB = 256
-DataName = Literal["synthetic", "corpus"]
 
 
 class TokenSource(Protocol):

@@ -21,10 +21,8 @@ from pathlib import Path
 from planner.plan import Plan
 from planner.problem import Problem
 from planner.validate import structural_violations
-from runtime.config import Job, RunConfig, tiny_model
+from runtime.config import Job, RunConfig, check_model_fits, tiny_model
 from runtime.layout import rank_layout
-from runtime.stage import check_model_fits
-from runtime.worker import spawned_entry
 
 GRACE_S = 15.0
 
@@ -69,6 +67,8 @@ def _context() -> multiprocessing.context.BaseContext:
 
 
 def _spawn(job_path: Path, world: int, out: Path, threads: int, echo_rank0: bool) -> list:
+    from runtime.worker import spawned_entry  # imports torch: only when a run starts
+
     env = {"MASTER_ADDR": "127.0.0.1", "HEXISCALE_PORT": str(free_port()), "WORLD_SIZE": str(world)}
     ctx, procs = _context(), []
     for rank in range(world):

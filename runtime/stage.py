@@ -14,21 +14,12 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from planner.workload import ModelSpec
+from runtime.config import check_model_fits
 from runtime.layout import StageRanks
 from runtime.model import (apply_rope, causal_attention, init_param, mlp_activation, rms_norm,
                            rope_tables, shard, unit_params)
 from runtime.tp import (copy_to_tp, reduce_from_tp, vocab_parallel_cross_entropy,
                         vocab_parallel_embedding)
-
-
-def check_model_fits(spec: ModelSpec, tp_sizes: list[int]) -> None:
-    """Every TP size must split heads, kv heads, ffn and vocabulary into equal blocks."""
-    for t in sorted(set(tp_sizes)):
-        for what, size in (("heads", spec.heads), ("kv heads", spec.num_kv_heads),
-                           ("ffn hidden", spec.ffn_hidden), ("vocab", spec.vocab)):
-            if size % t:
-                raise ValueError(f"TP size {t} does not divide the model's {what} ({size}) "
-                                 f"of model {spec.name!r}")
 
 
 class StageModel(nn.Module):

@@ -20,13 +20,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from runtime.config import Job, RunConfig
+from runtime.config import Job, RunConfig, check_model_fits
 from runtime.data import BatchLoader, make_source
 from runtime.grad_sync import replicas_identical, sync_gradients
 from runtime.groups import RankGroups, create_groups
 from runtime.layout import RankLayout, rank_layout
 from runtime.schedule import StageLink, StepRunner
-from runtime.stage import StageModel, check_model_fits
+from runtime.stage import StageModel
 
 EXIT_FAILED, EXIT_CONFIG = 1, 2
 

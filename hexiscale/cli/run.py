@@ -1,0 +1,90 @@
+"""`hexiscale run`: train a plan for a few steps on local processes, or print torchrun commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from hexiscale.cli.app import app, console, fail, friendly_errors
+from planner.io import load_plan, load_problem
+from runtime.launch import RunError, RunResult, free_port, launch_local, make_job, torchrun_commands
+
+EXIT_RUN_FAILED = 1
+
+
+def summary_table(result: RunResult, plan) -> Table:
+    """Per-stage mean forward/backward time over the steps after the first (warm-up)."""
+    steps = result.steps[1:] or result.steps
+    table = Table(title="run summary (per-stage times: mean over steps after the first)")
+    for column in ("pipeline", "stage", "devices", "layers", "TP", "forward ms", "backward ms"):
+        table.add_column(column, justify="right")
+    for index, record in enumerate(result.steps[0]["stages"]):
+        stage = plan.pipelines[record["pipeline"]].stages[record["stage"]]
+        fwd = sum(s["stages"][index]["forward_s"] for s in steps) / len(steps)
+        bwd = sum(s["stages"][index]["backward_s"] for s in steps) / len(steps)
+        table.add_row(str(record["pipeline"]), str(record["stage"]), ",".join(map(str, stage.devices)),
+                      str(stage.layers), str(stage.tp), f"{fwd * 1e3:.1f}", f"{bwd * 1e3:.1f}")
+    return table
+
+
+def print_summary(result: RunResult, plan) -> None:
+    console.print(summary_table(result, plan))
+    steps = result.steps[1:] or result.steps
+    tokens_s = sum(s["tokens_per_s"] for s in steps) / len(steps)
+    console.print(f"loss {result.steps[0]['loss']:.4f} → {result.steps[-1]['loss']:.4f} over "
+                  f"{len(result.steps)} steps; {tokens_s:,.0f} tokens/s; wall {result.wall_s:.1f} s; "
+                  f"replicas identical: {result.replicas_identical}", highlight=False)
+
+
+@app.command()
+@friendly_errors
+def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
+        plan: str = typer.Argument(..., help="plan file or bundled name"),
+        model: str = typer.Option("tiny", help="tiny: small model, same plan structure; problem: the problem's model"),
+        steps: int = typer.Option(3, min=1, help="optimizer steps"),
+        schedule: str = typer.Option("1f1b", help="pipeline schedule: 1f1b | gpipe"),
+        recompute: bool = typer.Option(None, "--recompute/--no-recompute", help="default: the problem's setting"),
+        data: str = typer.Option("synthetic", help="synthetic | corpus (bundled text, byte-level)"),
+        seq_len: int = typer.Option(None, min=1, help="default: min(problem's, 32) for tiny"),
+        lr: float = typer.Option(1e-3, help="AdamW learning rate"),
+        seed: int = typer.Option(0, min=0, help="seeds weights and data"),
+        timeout: float = typer.Option(60.0, help="seconds any rank waits on a peer before giving up"),
+        backend: str = typer.Option("gloo", help="gloo (CPU) | nccl (CUDA)"),
+        torchrun: bool = typer.Option(False, help="print torchrun commands for several machines instead"),
+        master_addr: str = typer.Option("127.0.0.1", help="torchrun: address of machine 0"),
+        out: Path = typer.Option(None, help="folder for the job file, logs and metrics")) -> None:
+    """Train PLAN for a few steps: one process per used device (gloo on this machine)."""
+    prob, the_plan = load_problem(problem), load_plan(plan)
+    if model not in ("tiny", "problem"):
+        fail(f"--model must be tiny or problem, got {model!r}")
+    settings = {"steps": steps, "schedule": schedule, "data": data, "lr": lr, "seed": seed,
+                "timeout_s": timeout, "backend": backend, "out_dir": str(out) if out else ""}
+    settings.update({k: v for k, v in (("recompute", recompute), ("seq_len", seq_len)) if v is not None})
+    try:
+        job = make_job(prob, the_plan, model, **settings)
+    except (RunError, ValueError) as exc:
+        fail(str(exc).splitlines()[0] if "validation error" in str(exc) else str(exc))
+    spec = job.config.model
+    console.print(f"running {len(the_plan.devices)} processes: model {spec.name} (L={spec.layers}, "
+                  f"h={spec.hidden}, heads={spec.heads}/{spec.num_kv_heads}), {job.config.schedule}, "
+                  f"recompute={job.config.recompute}, seq {job.config.seq_len}, "
+                  f"B={sum(p.batch for p in the_plan.pipelines)}", highlight=False)
+    if torchrun:
+        print_torchrun(job, prob, the_plan, master_addr, out)
+        return
+    result = launch_local(job)
+    if not result.ok:
+        fail("the run failed:\n" + result.failure_summary(), EXIT_RUN_FAILED)
+    print_summary(result, the_plan)
+
+
+def print_torchrun(job, prob, the_plan, master_addr: str, out: Path | None) -> None:
+    folder = out or Path(".hexiscale-run")
+    folder.mkdir(parents=True, exist_ok=True)
+    job_path = folder / "job.json"
+    job_path.write_text(job.model_dump_json())
+    console.print(f"job written to {job_path}; copy it to every machine and run, one line per machine:")
+    for command in torchrun_commands(str(job_path), the_plan, prob, master_addr, free_port()):
+        console.print(command, highlight=False, soft_wrap=True)

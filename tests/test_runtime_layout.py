@@ -1,0 +1,116 @@
+"""Golden tests of the runtime's pure parts: rank layout, schedules' order, tiny model,
+data slices. No processes are started here."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from planner.plan import Pipeline, Plan, Stage
+from planner.workload import ModelSpec
+from runtime.config import check_model_fits, tiny_model
+from runtime.data import CORPUS_PATH, BatchLoader, ByteCorpusSource, SyntheticSource
+from runtime.layout import LayoutError, rank_layout
+from runtime.model import unit_params
+from runtime.schedule import one_f_one_b
+
+
+def plan_of(*pipelines: tuple[int, list[tuple[list[int], int]]]) -> Plan:
+    return Plan(pipelines=[Pipeline(batch=b, stages=[Stage(devices=d, layers=n) for d, n in stages])
+                           for b, stages in pipelines])
+
+
+# Two pipelines over 4 layers: P0 = [TP4 on devices 8..11: 3 layers, TP1 on 5: 1 layer],
+# P1 = [TP2 on 0,1: 2 layers, TP1 on 2: 2 layers]. Ranks in plan order: 8..11 → 0..3,
+# 5 → 4, 0,1 → 5,6, 2 → 7.
+ASYM = plan_of((6, [([8, 9, 10, 11], 3), ([5], 1)]), (2, [([0, 1], 2), ([2], 2)]))
+
+
+def test_ranks_follow_plan_order_and_map_back_to_devices():
+    layout = rank_layout(ASYM)
+    assert layout.world_size == 8
+    assert [s.ranks for s in layout.stages] == [(0, 1, 2, 3), (4,), (5, 6), (7,)]
+    assert [layout.device_of(r) for r in range(8)] == [8, 9, 10, 11, 5, 0, 1, 2]
+    assert [(s.layer_start, s.layer_end, s.first, s.last) for s in layout.stages] == [
+        (0, 3, True, False), (3, 4, False, True), (0, 2, True, False), (2, 4, False, True)]
+    assert layout.tp_group_keys() == [(0, 1, 2, 3), (5, 6)]
+    assert [(p.src, p.dst) for p in layout.p2p] == [(0, 4), (5, 7)]
+    with pytest.raises(LayoutError, match="outside the plan's world of 8"):
+        layout.stage_of(8)
+
+
+def test_chunk_groups_cut_at_the_finest_shard():
+    """Worked by hand: units 0 (emb), 1..4 (layers 0..3), 5 (head)."""
+    groups = {(g.unit, g.chunk): (g.num_chunks, g.ranks) for g in rank_layout(ASYM).chunk_groups}
+    # emb and layers 0, 1: TP4 (ranks 0..3) vs TP2 (5, 6): 4 chunks; TP2 rank j owns chunks 2j, 2j+1
+    for unit in (0, 1, 2):
+        assert [groups[(unit, c)] for c in range(4)] == [(4, (0, 5)), (4, (1, 5)), (4, (2, 6)), (4, (3, 6))]
+    # layer 2: TP4 vs TP1 (rank 7 owns all four chunks)
+    assert [groups[(3, c)] for c in range(4)] == [(4, (r, 7)) for r in range(4)]
+    # layer 3 and head: TP1 (rank 4) vs TP1 (rank 7): one chunk
+    assert groups[(4, 0)] == groups[(5, 0)] == (1, (4, 7))
+    assert len(groups) == 3 * 4 + 4 + 2
+    assert rank_layout(ASYM).dp_group_keys() == [(0, 5), (0, 7), (1, 5), (1, 7), (2, 6), (2, 7),
+                                                 (3, 6), (3, 7), (4, 7)]
+
+
+def test_single_pipeline_needs_no_dp_groups():
+    layout = rank_layout(plan_of((8, [([0, 1], 3), ([2], 1)])))
+    assert layout.dp_group_keys() == []
+    assert all(len(g.ranks) == 1 for g in layout.chunk_groups)
+
+
+def test_plan_errors_name_the_numbers():
+    with pytest.raises(LayoutError, match=r"different layer counts \[4, 3\]"):
+        rank_layout(plan_of((4, [([0], 4)]), (4, [([1], 3)])))
+    with pytest.raises(LayoutError, match="TP size 3 is not a power of two"):
+        rank_layout(plan_of((4, [([0, 1, 2], 4)])))
+    with pytest.raises(LayoutError, match=r"devices \[1\] are used by more than one stage"):
+        rank_layout(plan_of((4, [([0, 1], 4)]), (4, [([1], 4)])))
+
+
+@pytest.mark.parametrize("m,stages", [(1, 1), (3, 2), (4, 4), (2, 5), (8, 3)])
+def test_one_f_one_b_order(m: int, stages: int):
+    for k in range(stages):
+        order = one_f_one_b(m, stages, k)
+        assert sorted(order) == sorted([("F", i) for i in range(m)] + [("B", i) for i in range(m)])
+        assert all(order.index(("F", i)) < order.index(("B", i)) for i in range(m))
+        # in flight (forwarded, not yet backwarded) never exceeds min(S - k, m): DESIGN.md §3.5 q
+        live, peak = 0, 0
+        for kind, _ in order:
+            live += 1 if kind == "F" else -1
+            peak = max(peak, live)
+        assert peak == min(stages - k, m)
+
+
+def test_tiny_model_keeps_layers_and_splits_for_every_tp():
+    llama = ModelSpec(name="llama2-7b", layers=32, hidden=4096, heads=32, ffn_hidden=11008, vocab=32000)
+    plan = plan_of((8, [([0, 1, 2, 3, 4, 5, 6, 7], 30), ([8, 9], 2)]))
+    tiny = tiny_model(llama, plan)
+    assert tiny.layers == 32 and tiny.num_kv_heads == tiny.heads == 8  # MHA kept (ratio 1)
+    check_model_fits(tiny, [8, 2, 1])
+    gqa = ModelSpec(name="g", layers=4, hidden=64, heads=8, kv_heads=2, ffn_hidden=172, vocab=256)
+    tiny = tiny_model(gqa, plan_of((8, [([0], 4)])))
+    assert (tiny.heads, tiny.num_kv_heads, tiny.hidden) == (4, 2, 32)  # ratio capped at 2, h ≥ 32
+    with pytest.raises(ValueError, match=r"TP size 4 does not divide the model's kv heads \(2\)"):
+        check_model_fits(gqa, [1, 4])
+
+
+def test_unit_params_add_up_to_the_design_parameter_counts():
+    spec = ModelSpec(name="g", layers=3, hidden=64, heads=8, kv_heads=2, ffn_hidden=172, vocab=256)
+    count = lambda unit: sum(torch.Size(s).numel() for s, _ in unit_params(spec, unit).values())  # noqa: E731
+    assert count(0) == spec.params_embedding
+    assert count(1) == count(3) == spec.params_per_layer
+    assert count(4) == spec.params_head
+
+
+def test_loader_slices_agree_with_the_whole_batch():
+    for source in (SyntheticSource(256, seed=3), ByteCorpusSource(256, seed=3)):
+        loader = BatchLoader(source, seq_len=16)
+        inputs, labels = loader.batch(step=2, start=0, count=6)
+        part_inputs, part_labels = loader.batch(step=2, start=4, count=2)
+        assert torch.equal(inputs[4:], part_inputs) and torch.equal(labels[4:], part_labels)
+        assert torch.equal(inputs[:, 1:], labels[:, :-1])  # labels are the next tokens
+        assert not torch.equal(loader.batch(step=3, start=0, count=6)[0], inputs)
+    row = BatchLoader(ByteCorpusSource(256, seed=0), 40).batch(0, 0, 1)[0][0]
+    assert bytes(row.tolist()) in CORPUS_PATH.read_bytes()  # byte-level tokens of the text
