@@ -13,10 +13,11 @@ from planner import (
 )
 from solvers.common import SolveResult, SolverOptions
 from solvers.registry import solve
+from runtime.launch import run_plan
 
 __all__ = [
     "Cluster", "Estimate", "GpuType", "InputError", "InvalidPlanError", "Link", "Machine",
     "ModelSpec", "Pipeline", "Plan", "Problem", "SolveResult", "SolverOptions", "Stage",
-    "TrainingSpec", "Violation", "evaluate", "load_plan", "load_problem", "save_plan", "solve",
+    "TrainingSpec", "Violation", "evaluate", "load_plan", "load_problem", "run_plan", "save_plan", "solve",
     "validate",
 ]

@@ -13,3 +13,4 @@ from hexiscale.cli import inspect as _inspect  # noqa: E402,F401
 from hexiscale.cli import generate as _generate  # noqa: E402,F401
 from hexiscale.cli import compare as _compare  # noqa: E402,F401
 from hexiscale.cli import show as _show  # noqa: E402,F401
+from hexiscale.cli import run as _run  # noqa: E402,F401
