@@ -143,7 +143,7 @@ def holders_bw_lat_rows(machines, bw_matrix, lat_matrix, block_elements: int = 1
     rows, d = machines.shape
     bw_min, lat_max = np.empty(rows), np.empty(rows)
     chunk = max(1, block_elements // (d * d))
-    if d * d > max_elements:  # very many pipelines: one row at a time on its distinct machines
+    if d * d > max_elements:  # thousands of pipelines: one row at a time on its distinct machines
         for r in range(rows):
             bw_min[r], lat_max[r] = holders_bw_lat(machines[r], bw_matrix, lat_matrix)
         return bw_min, lat_max
