@@ -7,10 +7,11 @@ express is written here: which links to protect, and the sparse edge set.
 
 Which links to protect: inside a pool run the pipeline's activations (and the TP groups,
 which never leave a machine); between pools run the gradient all-reduces. In "pipeline" mode
-the edge weight grows with bandwidth, so the cut falls on the slowest links; in "data" mode
-inter-machine weights are inverted, so pools straddle slow links and the DP sync, which
-pairs stage k of every pipeline, keeps the fast ones. Intra-machine edges always stay heavy:
-a machine's devices are the natural TP groups and pipeline neighbours.
+the edge weight grows with bandwidth and METIS puts the cut on the slowest links. In "data"
+mode the DP sync is what must stay fast: it pairs stage k of every pipeline, so the best
+pools are *striped* — every machine dealt out across several pools, so that the holders of a
+layer share a machine. A min-cut partitioner cannot express "spread each machine out", so
+that split is written by hand (`striped_pools`).
 
 Inter-machine pairs at the cluster's default bandwidth carry no information but balance, so
 they are left out: the graph stays sparse at thousands of devices.
@@ -29,13 +30,10 @@ Protect = Literal["pipeline", "data"]
 INTRA_WEIGHT_FACTOR = 4  # intra-machine edges outweigh any inter-machine edge
 
 
-def _edge_weights(bw: np.ndarray, protect: Protect, lo: float, hi: float) -> np.ndarray:
+def _edge_weights(bw: np.ndarray, lo: float, hi: float) -> np.ndarray:
     """Integer METIS weights 1..100 from inter-machine bandwidths (log scale)."""
     span = max(np.log(hi) - np.log(lo), 1e-9)
-    x = (np.log(bw) - np.log(lo)) / span
-    if protect == "data":
-        x = 1.0 - x
-    return np.rint(1 + 99 * x).astype(np.int64)
+    return np.rint(1 + 99 * (np.log(bw) - np.log(lo)) / span).astype(np.int64)
 
 
 def _machine_pairs(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
@@ -47,7 +45,7 @@ def _machine_pairs(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
     return i[keep], j[keep]
 
 
-def device_graph(problem: Problem, protect: Protect) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def device_graph(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CSR adjacency (xadj, adjncy, eweights) of the device graph."""
     cluster = problem.cluster
     first, counts = cluster.first_device, np.array([m.count for m in cluster.machines])
@@ -61,7 +59,7 @@ def device_graph(problem: Problem, protect: Protect) -> tuple[np.ndarray, np.nda
         src.append(first[m] + a)
         dst.append(first[m] + b)
         wgt.append(np.full(len(a), 100 * INTRA_WEIGHT_FACTOR, dtype=np.int64))
-    weights = _edge_weights(bw[mi, mj], protect, lo, hi) if len(mi) else np.zeros(0, np.int64)
+    weights = _edge_weights(bw[mi, mj], lo, hi) if len(mi) else np.zeros(0, np.int64)
     for a, b, w in zip(mi, mj, weights):  # every device pair of two linked machines
         da = np.repeat(np.arange(counts[a]), counts[b])
         db = np.tile(np.arange(counts[b]), counts[a])
@@ -86,12 +84,12 @@ def compute_weights(problem: Problem) -> np.ndarray:
     return np.maximum(np.rint(flops / 1e12), 1).astype(np.int64)
 
 
-def metis_pools(problem: Problem, pools: int, protect: Protect, seed: int) -> list[np.ndarray]:
+def metis_pools(problem: Problem, pools: int, seed: int) -> list[np.ndarray]:
     """D pools of device ids by METIS k-way partitioning, compute-balanced within 3 %."""
     n = problem.cluster.num_devices
     if pools == 1:
         return [np.arange(n)]
-    xadj, adjncy, eweights = device_graph(problem, protect)
+    xadj, adjncy, eweights = device_graph(problem)
     options = pymetis.Options(seed=seed, ufactor=30, ncuts=2)
     result = pymetis.part_graph(
         pools, adjacency=pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy),
@@ -117,7 +115,30 @@ def random_pools(problem: Problem, pools: int, seed: int) -> list[np.ndarray]:
     return [np.sort(np.array(m)) for m in members if m]
 
 
+def striped_pools(problem: Problem, pools: int) -> list[np.ndarray]:
+    """Every machine cut into min(count, D) contiguous blocks, dealt to distinct pools, the
+    least-loaded first. Machines go out fastest first, grouped by type, so each pool gets a
+    like mix and stage k of every pipeline tends to land on one machine."""
+    cluster = problem.cluster
+    weights = compute_weights(problem)
+    order = sorted(range(len(cluster.machines)),
+                   key=lambda m: (-cluster.machine_flops[m], cluster.machines[m].gpu, m))
+    load = np.zeros(pools)
+    members: list[list[int]] = [[] for _ in range(pools)]
+    for m in order:
+        devices = cluster.devices_of(m)
+        blocks = np.array_split(np.array(devices), min(len(devices), pools))
+        targets = np.argsort(load, kind="stable")[: len(blocks)]
+        for block, p in zip(blocks, sorted(targets)):
+            members[p].extend(int(d) for d in block)
+            load[p] += weights[block].sum()
+    return [np.array(sorted(m)) for m in members if m]
+
+
 def partition(problem: Problem, pools: int, partitioner: str, protect: Protect, seed: int) -> list[np.ndarray]:
+    """D pools of device ids: random (baseline), METIS min-cut ("pipeline") or striped ("data")."""
     if partitioner == "random":
         return random_pools(problem, pools, seed)
-    return metis_pools(problem, pools, protect, seed)
+    if protect == "data":
+        return striped_pools(problem, pools)
+    return metis_pools(problem, pools, seed)
