@@ -168,7 +168,8 @@ def _instance_rows(kind: str):
             yield name, f"{c.num_devices} GPUs, {len(c.machines)} machines: {_gpu_summary(c)}"
         elif kind == "models":
             m = load_model(name)
-            yield name, (f"{m.total_params / 1e9:.3g}B params, L={m.layers} h={m.hidden} "
+            size = f"{m.total_params / 1e9:.3g}B" if m.total_params >= 1e9 else f"{m.total_params / 1e6:.3g}M"
+            yield name, (f"{size} params, L={m.layers} h={m.hidden} "
                          f"a={m.heads} k={m.num_kv_heads} f={m.ffn_hidden} V={m.vocab}")
         elif kind == "problems":
             p = load_problem(name)
