@@ -27,7 +27,7 @@ class RunConfig(Frozen):
     model: ModelSpec = Field(description="the model actually trained")
     seq_len: int = Field(ge=1, description="tokens per sequence")
     micro_batch: int = Field(ge=1, description="b, sequences per micro-batch")
-    steps: int = Field(ge=1, description="optimizer steps")
+    steps: int = Field(default=3, ge=1, description="optimizer steps")
     schedule: Schedule = Field(default="1f1b", description="pipeline schedule")
     recompute: bool = Field(default=False, description="full activation recomputation")
     data: DataName = Field(default="synthetic", description="token source")

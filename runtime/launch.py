@@ -36,6 +36,7 @@ class RunResult:
     returncodes: list[int]
     logs: list[str]
     wall_s: float
+    exit_s: list[float] = field(default_factory=list)  # each rank's exit, seconds after launch
     steps: list[dict] = field(default_factory=list)
     replicas_identical: bool | None = None
     out_dir: str = ""
@@ -49,7 +50,8 @@ class RunResult:
         for rank, (code, log) in enumerate(zip(self.returncodes, self.logs)):
             if code != 0:
                 errors = [ln for ln in log.splitlines() if ln.startswith("error:")]
-                lines.append(errors[-1] if errors else f"rank {rank}: exited with code {code}")
+                how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                lines.append(errors[-1] if errors else f"rank {rank}: {how}")
         return "\n".join(lines)
 
 
@@ -80,10 +82,14 @@ def _spawn(job_path: Path, world: int, out: Path, threads: int, echo_rank0: bool
     return procs
 
 
-def _wait(procs: list[subprocess.Popen], timeout_s: float) -> None:
-    """Wait for every child; after the first failure, kill whatever outlives the bound."""
-    deadline = None
+def _wait(procs: list, timeout_s: float, start: float) -> list[float]:
+    """Wait for every child; after the first failure, kill whatever outlives the bound.
+    Returns each child's exit time (seconds after `start`, to the polling interval)."""
+    deadline, exits = None, [0.0] * len(procs)
     while any(p.is_alive() for p in procs):
+        for rank, p in enumerate(procs):
+            if not exits[rank] and not p.is_alive():
+                exits[rank] = time.monotonic() - start
         if deadline is None and any(p.exitcode not in (None, 0) for p in procs):
             deadline = time.monotonic() + timeout_s + GRACE_S
         if deadline is not None and time.monotonic() > deadline:
@@ -91,13 +97,17 @@ def _wait(procs: list[subprocess.Popen], timeout_s: float) -> None:
                 if p.is_alive():
                     p.kill()
         time.sleep(0.1)
-    for p in procs:
+    for rank, p in enumerate(procs):
         p.join()
+        exits[rank] = exits[rank] or time.monotonic() - start
+    return exits
 
 
-def launch_local(job: Job, threads: int = 1, echo: bool = True) -> RunResult:
-    """Run `job` with one process per rank on this machine; collect codes, logs, metrics."""
-    world = rank_layout(job.plan).world_size
+def launch_local(job: Job, threads: int = 1, echo: bool = True, world_size: int | None = None) -> RunResult:
+    """Run `job` with one process per rank on this machine; collect codes, logs, metrics.
+    `world_size` overrides the number of processes (the plan's by default) — what a
+    misconfigured torchrun would do; the workers then refuse to start."""
+    world = world_size or rank_layout(job.plan).world_size
     out = Path(job.config.out_dir) if job.config.out_dir else Path(tempfile.mkdtemp(prefix="hexiscale-run-"))
     out.mkdir(parents=True, exist_ok=True)
     job = job.model_copy(update={"config": job.config.model_copy(update={"out_dir": str(out)})})
@@ -105,8 +115,8 @@ def launch_local(job: Job, threads: int = 1, echo: bool = True) -> RunResult:
     job_path.write_text(job.model_dump_json())
     start = time.monotonic()
     procs = _spawn(job_path, world, out, threads, echo)
-    _wait(procs, job.config.timeout_s)
-    result = RunResult(returncodes=[p.exitcode for p in procs],
+    exits = _wait(procs, job.config.timeout_s, start)
+    result = RunResult(returncodes=[p.exitcode for p in procs], exit_s=exits,
                        logs=[(out / f"rank{r}.log").read_text() for r in range(world)],
                        wall_s=time.monotonic() - start, out_dir=str(out))
     metrics = out / "metrics.json"

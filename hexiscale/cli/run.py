@@ -35,7 +35,7 @@ def print_summary(result: RunResult, plan) -> None:
     tokens_s = sum(s["tokens_per_s"] for s in steps) / len(steps)
     console.print(f"loss {result.steps[0]['loss']:.4f} → {result.steps[-1]['loss']:.4f} over "
                   f"{len(result.steps)} steps; {tokens_s:,.0f} tokens/s; wall {result.wall_s:.1f} s; "
-                  f"replicas identical: {result.replicas_identical}", highlight=False)
+                  f"replicas identical: {result.replicas_identical}", highlight=False, soft_wrap=True)
 
 
 @app.command()

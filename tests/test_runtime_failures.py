@@ -1,0 +1,88 @@
+"""Failure behaviour: bad configurations and a dead rank end every process with a message,
+in bounded time — never a hang. Also the `hexiscale run` command end to end."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from hexiscale.cli import app
+from planner.hardware import Cluster, Machine
+from planner.plan import Pipeline, Plan, Stage
+from planner.problem import Problem
+from planner.workload import ModelSpec, TrainingSpec
+from runtime.config import Job, RunConfig
+from runtime.launch import RunError, launch_local, make_job
+
+GQA = ModelSpec(name="gqa", layers=4, hidden=32, heads=4, kv_heads=2, ffn_hidden=64, vocab=256)
+# P0 = [TP 2: 3 layers, TP 1: 1 layer], P1 = [TP 1: 4 layers]: ranks 0,1 | 2 | 3
+PLAN = Plan(pipelines=[Pipeline(batch=4, stages=[Stage(devices=[0, 1], layers=3), Stage(devices=[2], layers=1)]),
+                       Pipeline(batch=2, stages=[Stage(devices=[3], layers=4)])])
+ERROR_LINE = re.compile(r"^error: rank (\d+)\b.*", re.MULTILINE)
+
+
+def job(model: ModelSpec = GQA, **settings) -> Job:
+    config = RunConfig(model=model, seq_len=8, micro_batch=2, steps=3, **settings)
+    return Job(plan=PLAN, config=config)
+
+
+def test_a_killed_rank_ends_every_other_rank_with_a_message(tmp_path):
+    result = launch_local(job(fail_rank=2, fail_step=1, timeout_s=20, out_dir=str(tmp_path)), echo=False)
+    assert result.returncodes[2] == -9  # the hook's SIGKILL
+    for rank in (0, 1, 3):
+        assert result.returncodes[rank] == 1, result.logs[rank]
+        assert result.exit_s[rank] - result.exit_s[2] < 60, result.exit_s
+        message = ERROR_LINE.search(result.logs[rank])
+        assert message and int(message.group(1)) == rank, result.logs[rank]
+        assert "stopping after a failure" in message.group(0)
+    assert "killed by signal 9" in result.failure_summary()
+    print("exit times after launch, s:", result.exit_s)
+
+
+def test_tp_size_not_dividing_the_heads_stops_every_rank():
+    one_kv_head = GQA.model_copy(update={"heads": 2, "kv_heads": 1, "hidden": 16})
+    result = launch_local(job(one_kv_head), echo=False)
+    assert result.returncodes == [2, 2, 2, 2]
+    for rank, log in enumerate(result.logs):
+        assert f"error: rank {rank}" in log
+        assert "TP size 2 does not divide the model's kv heads (1)" in log
+
+
+def test_world_size_that_differs_from_the_plan_stops_every_rank():
+    result = launch_local(job(), echo=False, world_size=3)
+    assert result.returncodes == [2, 2, 2]
+    assert all("the plan uses 4 devices (one process each) but the world has 3 processes" in log
+               for log in result.logs)
+
+
+def four_device_problem(model: ModelSpec) -> Problem:
+    cluster = Cluster(machines=[Machine(name="m0", gpu="RTX4090", count=4, intra_bw_gbps=16)],
+                      inter_bw_gbps=1)
+    return Problem(name="four", cluster=cluster, model=model,
+                   training=TrainingSpec(seq_len=16, global_batch=6, micro_batch=2))
+
+
+def test_make_job_refuses_an_invalid_plan_before_starting_processes():
+    problem = four_device_problem(GQA)
+    with pytest.raises(RunError, match="invalid for this problem"):
+        make_job(problem, PLAN.model_copy(update={"pipelines": PLAN.pipelines[:1]}))  # B = 4 ≠ 6
+    tiny = make_job(problem, PLAN).config
+    assert tiny.model.layers == 4 and tiny.model.heads % 2 == 0 and tiny.seq_len == 16
+
+
+def test_cli_runs_the_demo_plan_and_prints_a_summary(tmp_path):
+    result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--steps", "2", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "run summary" in result.output and "replicas identical: True" in result.output
+    assert (tmp_path / "metrics.json").is_file()
+
+
+def test_cli_torchrun_prints_one_command_per_machine(tmp_path):
+    result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--torchrun", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    commands = [ln for ln in result.output.splitlines() if "torchrun" in ln and "--node-rank" in ln]
+    assert len(commands) == 2  # demo-4: devices 0,1 on one machine, 2,3 on the other
+    assert "--nproc-per-node=2" in commands[0] and "--machine 1" in commands[1]
+    assert (tmp_path / "job.json").is_file()
