@@ -7,6 +7,7 @@ from typing import Callable
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from planner.evaluate import InvalidPlanError
 from planner.io import InputError
@@ -27,7 +28,7 @@ EXIT_BAD_INPUT = 2
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     """Print one line to stderr and exit: never a traceback for bad input."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

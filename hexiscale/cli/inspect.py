@@ -58,8 +58,8 @@ def validate(problem: str = typer.Argument(..., help="problem file or bundled na
     if violations:
         for v in violations:  # escape: "[device]" would otherwise read as rich markup
             console.print(f"[red]✗[/] {escape(str(v))}", highlight=False)
-        fail(escape(f"{plan}: plan is invalid for {prob.name}: {violations[0]}"
-                    + (f" (and {len(violations) - 1} more, listed above)" if len(violations) > 1 else "")))
+        fail(f"{plan}: plan is invalid for {prob.name}: {violations[0]}"
+             + (f" (and {len(violations) - 1} more, listed above)" if len(violations) > 1 else ""))
     console.print(f"[green]ok[/] plan {plan} is valid for {prob.name}")
 
 
@@ -138,8 +138,8 @@ def evaluate(problem: str = typer.Argument(..., help="problem file or bundled na
     try:
         est = evaluate_plan(prob, the_plan)
     except InvalidPlanError as exc:  # name the file, then every broken rule, on one line
-        fail(escape(f"{plan}: plan cannot be priced for {prob.name}: "
-                    + "; ".join(str(v) for v in exc.violations)))
+        fail(f"{plan}: plan cannot be priced for {prob.name}: "
+             + "; ".join(str(v) for v in exc.violations))
     if as_json:
         typer.echo(est.model_dump_json(indent=2))
         return
