@@ -13,7 +13,8 @@ import numpy as np  # noqa: E402
 from bench_scaling import PAPER_PFLOPS, PAPER_SOLVE_S, ScalingRow  # noqa: E402
 from hexiscale.cli.compare import ComparisonRow  # noqa: E402
 from hexiscale.viz import draw_plan  # noqa: E402
-from planner.io import load_plan, load_problem  # noqa: E402
+from bench_compare import load_bench_problem  # noqa: E402
+from planner.io import load_plan  # noqa: E402
 
 BAR_SOLVERS = ["heuristic", "cpsat", "milp", "random", "ablation-one-tp", "ablation-equal-batch",
                "symmetric-all", "symmetric"]
@@ -81,5 +82,5 @@ def draw_plan_pictures(rows: list[ComparisonRow], plans_dir: Path, out_dir: Path
         plan_path = plans_dir / f"{problem_name}.{solver}.json"
         if not plan_path.is_file():
             continue
-        paths += draw_plan(load_problem(problem_name), load_plan(plan_path), out_dir, f"{problem_name}.{solver}.")
+        paths += draw_plan(load_bench_problem(problem_name), load_plan(plan_path), out_dir, f"{problem_name}.{solver}.")
     return paths

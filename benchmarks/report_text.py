@@ -11,13 +11,15 @@ from pathlib import Path
 
 from bench_scaling import MIX, MODEL, PAPER_PFLOPS, PAPER_SOLVE_S, ScalingRow
 from hexiscale.cli.compare import ComparisonRow
-from planner.io import load_problem
+from bench_compare import load_bench_problem as load_problem
 
 HETERO_VS_HOMO = [("hetero1-llama2-7b", "homo-a800-2x8-llama2-7b"), ("hetero1-llama2-13b", "homo-a800-2x8-llama2-13b"),
                   ("hetero2-llama2-7b", "homo-a800-2x8-llama2-7b"), ("hetero2-llama2-13b", "homo-a800-2x8-llama2-13b"),
-                  ("hetero3-llama-30b", "homo-a800-4x8-llama-30b")]
+                  ("hetero3-llama-30b", "homo-a800-4x8-llama-30b"),
+                  ("hetero2-llama2-7b", "homo-a800-3x8-llama2-7b"), ("hetero2-llama2-13b", "homo-a800-3x8-llama2-13b")]
 PAPER_FLOPS_DIFF = {"hetero1": "+1.36 %", "hetero2": "−1.59 %", "hetero3": "−4.67 %"}  # slide 9
 CASE = "case-study-llama2-13b"
+EQUAL_FLOPS = 0.15  # pairs whose peak FLOPS differ by less than this count as "equal FLOPS"
 
 
 def _t(rows, problem, solver) -> float | None:
@@ -63,20 +65,32 @@ def headline(rows: list[ComparisonRow]) -> tuple[list[str], dict]:
     """Heuristic against symmetric, symmetric-all and random on every heterogeneous setting."""
     lines = ["| setting | heuristic T (s) | × symmetric | × symmetric-all | × random | heuristic beats both? |",
              "|---|---:|---:|---:|---:|---|"]
-    facts = {"sym": [], "rand": [], "all_beaten": True}
+    facts = {"sym": [], "rand": [], "all_beaten": True, "ties": []}
     for problem in dict.fromkeys(r.problem for r in rows):
         if not _heterogeneous(problem):
             continue
         h = _t(rows, problem, "heuristic")
         sym, every, rand = (_ratio(_t(rows, problem, s), h) for s in ("symmetric", "symmetric-all", "random"))
-        beats = h is not None and all(x is None or x > 1.0 for x in (sym, rand)) and sym is not None
-        facts["all_beaten"] &= beats
+        verdict = _verdict(rows, problem, sym, rand)
+        facts["all_beaten"] &= verdict == "yes"
+        facts["ties"] += [problem] if verdict.startswith("tie") else []
         facts["sym"] += [sym] if sym else []
         facts["rand"] += [rand] if rand else []
         lines.append(f"| {problem} | {_f(h, '.4g')} | {_f(sym, '.2f')}× | "
-                     f"{_f(every, '.2f', 'no layout')}{'×' if every else ''} | {_f(rand, '.2f')}× | "
-                     f"{'yes' if beats else '**no**'} |")
+                     f"{_f(every, '.2f', 'no layout')}{'×' if every else ''} | {_f(rand, '.3f')}× | {verdict} |")
     return lines, facts
+
+
+def _verdict(rows, problem, sym, rand) -> str:
+    """yes / tie (and why) / no: does the heuristic beat symmetric and random?"""
+    if sym is None or rand is None:
+        return "—"
+    if sym > 1.0 and rand > 1.0 + 1e-9:
+        return "yes"
+    h, r = _row(rows, problem, "heuristic"), _row(rows, problem, "random")
+    if sym > 1.0 and abs(rand - 1.0) <= 1e-9 and h.pipelines == 1 and r.pipelines == 1:
+        return "tie with random (best D = 1: phase 1 has nothing to split)"
+    return "**no**"
 
 
 def case_study(rows: list[ComparisonRow]) -> list[str]:
@@ -106,7 +120,8 @@ def homo_comparison(rows: list[ComparisonRow]) -> tuple[list[str], list[float]]:
         best = max(homo_rows, key=lambda r: r.tokens_per_s)
         flops = load_problem(hetero).cluster.total_peak_flops / load_problem(homo).cluster.total_peak_flops - 1
         ratio = h.tokens_per_s / best.tokens_per_s
-        ratios.append(ratio)
+        if abs(flops) < EQUAL_FLOPS:
+            ratios.append(ratio)
         lines.append(f"| {hetero} | {homo} | {flops:+.2%}; {PAPER_FLOPS_DIFF[hetero.split('-')[0]]} | "
                      f"{h.tokens_per_s:,.0f} | {best.tokens_per_s:,.0f} ({best.solver}) | {ratio:.2f}× |")
     return lines, ratios
@@ -140,6 +155,60 @@ def _mean(xs, spec=".2f") -> str:
     return format(statistics.mean(xs), spec) if xs else "—"
 
 
+def differences(rows, scaling, slow, ratios) -> list[str]:
+    """Why our figures differ from the paper's; every number here comes from this run."""
+    sym, h = _t(rows, CASE, "symmetric"), _t(rows, CASE, "heuristic")
+    idle = [f"{r.problem} {r.devices_used}/{load_problem(r.problem).cluster.num_devices}" for r in rows
+            if r.solver == "symmetric" and r.devices_used is not None and _heterogeneous(r.problem)
+            and r.devices_used < load_problem(r.problem).cluster.num_devices]
+    no_all = [r.problem for r in rows if r.solver == "symmetric-all" and r.iteration_s is None]
+    rand = [x for x in (_ratio(_t(rows, p, "random"), _t(rows, p, "heuristic"))
+                        for p in dict.fromkeys(r.problem for r in rows)) if x]
+    faster_ablation = [f"{p} ({1 - x:.1%} faster)" for p, x in
+                       ((p, _ratio(_t(rows, p, "ablation-one-tp"), _t(rows, p, "heuristic")))
+                        for p in dict.fromkeys(r.problem for r in rows)) if x is not None and x < 1 - 1e-9]
+    return [
+        "## Why our figures differ from the paper's",
+        "",
+        "- **What is compared.** The paper measures training runs of real systems; we compare plans under "
+        "the DESIGN.md §3 cost model, with guessed interconnects (10 GbE between machines, 16 GB/s "
+        "effective PCIe for GeForce cards, 25 GB/s for A800 PCIe) and one efficiency η = 0.5 for every "
+        "GPU type. Absolute times differ for that reason alone (case study: our symmetric "
+        f"{_f(sym, '.2f')} s against the paper's 41.52 s, our asymmetric {_f(h, '.2f')} s against 25.55 s; "
+        "the paper gives no device counts there, we assume 8 per machine); the ratios are what carries over.",
+        "- **The symmetric baseline.** Megatron's rules (one tp, pp | L with equal layers, dp·b | B) cannot "
+        "use all 24, 40, 48 or 56 GPUs of the paper's clusters with B = 128: those counts have a factor "
+        "3, 5 or 7 that neither tp (a power of two), dp (a divisor of 128) nor pp (a divisor of L) supplies "
+        f"for every model, so `symmetric-all` has no layout on {', '.join(no_all) or 'none'}. `symmetric` "
+        "then runs on fewer GPUs, taken in file order: " + (", ".join(idle) or "none") + " GPUs used. The "
+        "paper's Megatron runs were configured by hand (it reports Megatron out of memory on hetero-3 / "
+        "Llama 30B, where our symmetric fits by idling GPUs).",
+        "- **Random partition.** The paper reports 1.3×–3.3× higher *estimated* throughput than random graph "
+        "partition along the search (slide 12). Our `random` keeps the heuristic's entire phase 2 and polish "
+        "and randomizes only phase 1, so it isolates the partitioner; phase 2 repairs much of a poor split "
+        f"and our factors are smaller (mean {_mean(rand)}×, max {max(rand, default=0):.2f}×), and exactly "
+        "1 where the best plan has one pipeline.",
+        "- **One TP size.** The paper measures up to 23 % (15 % on average) slowdown; under our cost model "
+        f"the mean is {_mean(slow['one'], '.1%')}. On PCIe machines with these bandwidths the heuristic "
+        "mostly picks t ∈ {1, 2}, so forcing one size costs little. "
+        + (f"On {', '.join(faster_ablation)} the restricted search found a *faster* plan than the "
+           "heuristic: a miss of the heuristic's search (reported to its owner), not tuned away here."
+           if faster_ablation else ""),
+        "- **Homogeneous target.** Peak FLOPS come from the built-in catalog (dense bf16: RTX 3080 Ti 68.2, "
+        "RTX 3090 71, RTX 4090 165.2, A800 312 TFLOP/s), so the clusters' FLOPS ratios differ from the "
+        "paper's (hetero-3: −10.7 % here, −4.67 % in the paper). Hetero-2 is hetero-1 plus 8 A800s, so it "
+        "has about half again the peak FLOPS of the 2×8 A800 target the issue names; the paper's −1.59 % "
+        "fits a 3×8 A800 target, which we also show. The homogeneous side is the best plan of our own "
+        "solvers under the same cost model, not a measured Megatron/Galvatron run, and the model charges "
+        "consumer GPUs only through η, memory and PCIe/Ethernet bandwidth"
+        + (f"; mean ratio {_mean(ratios)}× over the equal-FLOPS pairs." if ratios else "."),
+        "- **Scaling.** Our clusters are generated (A100, H800, RTX 4090, H20 in equal shares), so the "
+        "achieved PFLOP/s are far above the paper's, whose large clusters are not described; solve times are "
+        "our heuristic on 2 shared CPU cores against the authors' machine.",
+        "",
+    ]
+
+
 def write_report(rows, scaling, figures, context, path: Path) -> Path:
     head, facts = headline(rows)
     homo, ratios = homo_comparison(rows)
@@ -151,7 +220,8 @@ def write_report(rows, scaling, figures, context, path: Path) -> Path:
         "",
         f"Generated by `make bench` (`benchmarks/run_all.py`{' --quick' if context['quick'] else ''}) on "
         f"{context['date']} ({context['machine']}); whole run {context['wall_s'] / 60:.1f} min. Time limit "
-        f"{context['time_limit']:g} s per heuristic-like run, {context['exact_time_limit']:g} s per exact run.",
+        f"{context['time_limit']:g} s per heuristic-like run, {context['exact_time_limit']:g} s per exact run."
+        + (f" Not registered when this ran, so absent: {', '.join(context['missing'])}." if context.get("missing") else ""),
         "",
         "Every figure below is `planner.evaluate` on the plan a solver returned (DESIGN.md §3), the one "
         "cost model every solver optimizes. The bundled clusters use GUESSED bandwidths (see the comments "
@@ -171,8 +241,12 @@ def write_report(rows, scaling, figures, context, path: Path) -> Path:
         "",
         f"Mean speed-up over symmetric {_mean(facts['sym'])}×, over random {_mean(facts['rand'])}× "
         f"(paper: 1.3×–3.3× over random graph partition, slide 12). "
-        + ("The heuristic beats both on every heterogeneous setting." if facts["all_beaten"]
-           else "**The heuristic does not beat both baselines on every setting (rows marked no).**"),
+        + ("The heuristic beats both on every heterogeneous setting." if facts["all_beaten"] else
+           f"The heuristic is faster than symmetric on {sum(x > 1 for x in facts['sym'])} of "
+           f"{len(facts['sym'])} settings and faster than random on {sum(x > 1 + 1e-9 for x in facts['rand'])} "
+           f"of {len(facts['rand'])}; it ties random on {len(facts['ties'])} where the best plan is one "
+           f"pipeline (D = 1): `random` randomizes only phase 1 (the split into pools), and with one "
+           f"pool both partitioners hand phase 2 the whole cluster. Rows marked **no** are real losses."),
         "",
         f"![speed-ups]({rel(figures['speedups'])})",
         "",
@@ -183,8 +257,9 @@ def write_report(rows, scaling, figures, context, path: Path) -> Path:
         "",
         *homo,
         "",
-        f"Mean ratio {_mean(ratios)}×, max {max(ratios):.2f}× (paper, slide 10: 0.83× on average, up to 1.01×)."
-        if ratios else "No pair ran.",
+        f"Over the pairs of (nearly) equal peak FLOPS (|Δ| < {EQUAL_FLOPS:.0%}): mean ratio {_mean(ratios)}×, "
+        f"max {max(ratios):.2f}× (paper, slide 10: 0.83× on average, up to 1.01×)."
+        if ratios else "No pair of equal FLOPS ran.",
         "",
         "## Ablations of the heuristic",
         "",
@@ -210,6 +285,7 @@ def write_report(rows, scaling, figures, context, path: Path) -> Path:
         "",
         *pictures,
         "",
+        *differences(rows, scaling, slow, ratios),
         "## All runs",
         "",
         *full_tables(rows),

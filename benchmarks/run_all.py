@@ -1,7 +1,7 @@
 """`make bench`: the solver comparison on the paper's settings, the scaling run, and a
 markdown report with tables and plots in benchmarks/report/ (README.md + PNGs).
 
-    .venv/bin/python benchmarks/run_all.py [--quick] [--time-limit 60] [--sizes 64,128,256,512]
+    .venv/bin/python benchmarks/run_all.py [--quick] [--time-limit 60] [--sizes 64,128,256,512,1024]
 
 `--quick` runs two problems and two cluster sizes (a smoke run of the whole pipeline).
 """
@@ -9,6 +9,7 @@ markdown report with tables and plots in benchmarks/report/ (README.md + PNGs).
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 import time
@@ -19,9 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_compare  # noqa: E402
+from hexiscale.cli.compare import ComparisonRow  # noqa: E402
 import bench_scaling  # noqa: E402
 from report_figures import draw_plan_pictures, draw_scaling, draw_speedups  # noqa: E402
 from report_text import write_report  # noqa: E402
+from solvers.registry import SOLVERS  # noqa: E402
 
 REPORT = Path(__file__).parent / "report"
 QUICK_PROBLEMS = ["case-study-llama2-13b", "homo-a800-2x8-llama2-13b"]
@@ -32,15 +35,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="two problems, two sizes")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per heuristic-like run")
     parser.add_argument("--exact-time-limit", type=float, default=30.0, help="seconds per cpsat/milp run")
-    parser.add_argument("--sizes", default="64,128,256,512", help="cluster sizes of the scaling run")
+    parser.add_argument("--sizes", default="64,128,256,512,1024", help="cluster sizes of the scaling run")
     parser.add_argument("--out", type=Path, default=REPORT)
+    parser.add_argument("--render-only", action="store_true",
+                        help="rebuild README and figures from the saved compare.json / scaling.json")
     args = parser.parse_args()
     start = time.perf_counter()
-    problems = QUICK_PROBLEMS if args.quick else bench_compare.HETERO + bench_compare.HOMO
-    sizes = "64,128" if args.quick else args.sizes
-    rows = bench_compare.main(["--problems", ",".join(problems), "--time-limit", str(args.time_limit),
-                               "--exact-time-limit", str(args.exact_time_limit), "--out", str(args.out)])
-    scaling = bench_scaling.main(["--sizes", sizes, "--time-limit", "600"])
+    if args.render_only:
+        rows = [ComparisonRow(**r) for r in json.loads((args.out / "compare.json").read_text())]
+        scaling = [bench_scaling.ScalingRow(**r) for r in json.loads((args.out / "scaling.json").read_text())]
+    else:
+        problems = QUICK_PROBLEMS if args.quick else bench_compare.HETERO + bench_compare.HOMO
+        sizes = "64,128" if args.quick else args.sizes
+        rows = bench_compare.main(["--problems", ",".join(problems), "--time-limit", str(args.time_limit),
+                                   "--exact-time-limit", str(args.exact_time_limit), "--out", str(args.out)])
+        scaling = bench_scaling.main(["--sizes", sizes, "--time-limit", "600"])
+        (args.out / "scaling.json").write_text(json.dumps([r.model_dump() for r in scaling], indent=2) + "\n")
     figures = {
         "speedups": draw_speedups(rows, args.out / "speedup.png"),
         "scaling": draw_scaling(scaling, args.out / "scaling.png"),
@@ -51,6 +61,7 @@ def main() -> None:
         "machine": f"{platform.machine()}, {platform.python_version()}, 2 shared CPU cores",
         "time_limit": args.time_limit, "exact_time_limit": args.exact_time_limit,
         "wall_s": time.perf_counter() - start, "quick": args.quick,
+        "missing": [s for s in bench_compare.SOLVER_ORDER if s not in SOLVERS],
     }
     path = write_report(rows, scaling, figures, context, args.out / "README.md")
     print(f"report: {path} ({time.perf_counter() - start:.0f} s)")

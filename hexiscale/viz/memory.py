@@ -44,18 +44,23 @@ def draw_memory(problem: Problem, estimate: Estimate, path, title: str = "") -> 
     n = problem.cluster.num_devices
     x = np.arange(n)
     colours = pipeline_colours(max(1, len(estimate.pipelines)))
-    edge = [colours[p] if p >= 0 else "#CCCCCC" for p in mem["pipeline"]]
     fig, ax = plt.subplots(figsize=(min(20, 3 + n * 0.22), 4.2))
     bottom = np.zeros(n)
     for part, shade in (("state", "#4C72B0"), ("activation", "#DD8452"), ("reserve", "#AAAAAA")):
-        ax.bar(x, mem[part], bottom=bottom, color=shade, edgecolor=edge, linewidth=1.2, label=part, width=0.8)
+        ax.bar(x, mem[part], bottom=bottom, color=shade, label=part, width=0.8)
         bottom += mem[part]
     ax.scatter(x, mem["capacity"], marker="_", s=140, color="black", linewidths=2, label="capacity", zorder=3)
+    # a strip under the bars: which pipeline each device works for (grey: idle)
+    top = float(max(mem["capacity"].max(), mem["total"].max()))
+    strip = [colours[p] if p >= 0 else "#DDDDDD" for p in mem["pipeline"]]
+    ax.bar(x, top * 0.03, bottom=-top * 0.045, color=strip, width=1.0)
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_ylim(-top * 0.06, top * 1.08)
     over = mem["total"] > mem["capacity"]
     if over.any():
         ax.scatter(x[over], mem["total"][over], marker="v", color="red", zorder=4, label="over capacity")
     ax.set_xlim(-0.8, n - 0.2)
-    ax.set_xlabel("device id (bar outline: pipeline colour; no bar: idle)")
+    ax.set_xlabel("device id (strip under the axis: pipeline colour, grey: idle)")
     ax.set_ylabel("GiB per device")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
     ax.set_title((title + "\n" if title else "") + f"memory per device vs capacity "
