@@ -19,7 +19,10 @@ from solvers.common import SolveResult, SolverOptions
 from solvers.exact.driver import SubProblem, SubResult, solve_exact
 from solvers.exact.tables import PipelineSpec
 
-RELATIVE_ROUNDING = 1e-4  # rounding error of T relative to the trivial lower bound (1e-8 broke CP-SAT's search: coefficients near 1e13)
+FINEST_ROUNDING = 1e-8  # rounding error of T relative to the trivial lower bound, at best
+# CP-SAT misjudged optimality (claimed a worse plan optimal) once its integers neared 1e12-1e13,
+# and searches slowly on huge domains: the unit is coarsened until T's domain is below 2^33
+LARGEST_T_UNITS = 2**33
 
 
 class CpSatModel:
@@ -31,7 +34,10 @@ class CpSatModel:
         self.P, self.L, self.C = range(self.d), range(tb.layers), range(len(tb.types))
         self.nk = tb.num_machines
         self.error_units = self._error_units()
-        self.unit = RELATIVE_ROUNDING * tb.trivial_bound / self.error_units
+        self.unit = FINEST_ROUNDING * tb.trivial_bound / self.error_units
+        self._upper_bounds()
+        if self.t_top > LARGEST_T_UNITS:
+            self.unit *= self.t_top / LARGEST_T_UNITS
         self.m = cp_model.CpModel()
 
     def _error_units(self) -> int:
@@ -54,6 +60,10 @@ class CpSatModel:
         self.m.AddMaxEquality(pipe_max, [self.pipe[p] for p in self.P])  # [C12]
         self.T = self.m.NewIntVar(0, self.t_top, "T")
         self.m.Add(self.T == pipe_max + self.t_dp)
+        # [C13] valid cuts: m_0 ≥ ⌈B/(b·D)⌉ (pipelines are ordered), and T_dp's floor
+        m_low = -(-self.tb.total_micro // self.d)
+        self.m.Add(pipe_max >= self.bubble[0] + (m_low - 1) * self.R[0])
+        self.m.Add(self.t_dp >= self.units(self.tb.dp_floor(self.d)))
         if self.sub.cutoff is not None:
             self.m.Add(self.T <= math.ceil(self.sub.cutoff / self.unit))
         self.m.Minimize(self.T)
@@ -109,9 +119,6 @@ class CpSatModel:
         self.m.Add(v == expr)
         return v
 
-    def is_new(self, p: int, l: int):
-        return self.beta[p, l]
-
     # -- [C6] micro-batches, ordered pipelines [R2] ----------------------------------------
     def _batches(self) -> None:
         total = self.tb.total_micro
@@ -157,7 +164,7 @@ class CpSatModel:
     # -- [C8]–[C10] stage times, pipeline traffic, 1F1B --------------------------------------
     def _pipe_times(self) -> None:
         m, big_l = self.m, self.tb.layers
-        self.pipe = {}
+        self.pipe, self.bubble, self.R = {}, {}, {}
         for p in self.P:
             work = [sum(self.t1[c] * self.z[p, l, c] for c in self.C) for l in self.L]
             parts, pps = [], []
@@ -185,7 +192,7 @@ class CpSatModel:
                 m.Add(pp == 0).OnlyEnforceIf(self.beta[p, l].Not())
                 parts.append(pp)
                 pps.append(pp)
-            R = m.NewIntVar(0, self.r_top, f"R_{p}")
+            R = self.R[p] = m.NewIntVar(0, self.r_top, f"R_{p}")
             m.AddMaxEquality(R, parts)
             for k in range(self.nk):  # [C8'] machine balance: Σ_σ on M t_σ·τ_σ ≤ count_M·R_p
                 on_k = [c for c in self.C if self.tb.types[c].machine == k]
@@ -196,8 +203,8 @@ class CpSatModel:
             m.Add(m1 == self.mb[p] - 1)
             steady = m.NewIntVar(0, self.steady_top, f"steady_{p}")
             m.AddMultiplicationEquality(steady, [m1, R])  # [C10] (m_p − 1)·max_k max(τ_k, T_pp,k)
-            self.pipe[p] = self._expr_var(sum(work) + head + sum(pps) + steady,
-                                          self.bubble_top + self.steady_top, f"pipe_{p}")
+            self.bubble[p] = sum(work) + head + sum(pps)
+            self.pipe[p] = self._expr_var(self.bubble[p] + steady, self.bubble_top + self.steady_top, f"pipe_{p}")
 
     # -- [C11] data-parallel sync over pairs of pipelines ---------------------------------------
     def _dp_tables(self, kind: str) -> list[int]:

@@ -108,14 +108,36 @@ def _pipeline_counts(tables: Tables, options: SolverOptions) -> tuple[list[int],
 
 
 def _hint(problem: Problem, options: SolverOptions, log) -> tuple[float | None, Plan | None, list | None]:
-    if options.hint is None:
+    """The warm start: the given hint, else the heuristic's plan (else the symmetric
+    baseline's). It only supplies an incumbent: a cutoff for the models and CP-SAT's hint."""
+    plan, source = options.hint, "hint plan"
+    if plan is None:
+        plan, source = _warm_start(problem, options)
+    if plan is None:
         return None, None, None
-    if validate(problem, options.hint):
-        log("hint plan is invalid for this problem; ignored")
+    if validate(problem, plan):
+        log(f"{source} is invalid for this problem; ignored")
         return None, None, None
-    t = iteration_time(problem, options.hint)
-    log(f"hint plan: T = {t:.6g} s")
-    return t, options.hint, specs_of_plan(problem, options.hint)
+    t = iteration_time(problem, plan)
+    log(f"{source}: T = {t:.6g} s ({len(plan.pipelines)} pipelines)")
+    return t, plan, specs_of_plan(problem, plan)
+
+
+def _warm_start(problem: Problem, options: SolverOptions) -> tuple[Plan | None, str]:
+    from solvers.registry import SOLVERS, get
+
+    budget = SolverOptions(time_limit_s=max(0.5, min(5.0, 0.05 * options.time_limit_s)),
+                           threads=options.threads, seed=options.seed)
+    for name in ("heuristic", "symmetric"):
+        if name not in SOLVERS:
+            continue
+        try:
+            result = get(name)(problem, budget)
+        except Exception:  # a warm start is optional: a failing one must not stop the proof
+            continue
+        if result.plan is not None:
+            return result.plan.model_copy(update={"solver": None}), f"warm start ({name})"
+    return None, ""
 
 
 def _priced(problem: Problem, sub: SubResult, name: str) -> tuple[Plan, float]:

@@ -49,6 +49,11 @@ class MilpModel:
         self.T = self.cont("T")
         for p in self.P:  # [M12] T ≥ T_pipe(p) + T_dp
             self.add(self.T >= self.bubble[p] + self.steady[p] + self.t_dp)
+        self._capacity_cuts()
+        # [M13] valid cuts: m_0 ≥ ⌈B/(b·D)⌉ (pipelines are ordered), and T_dp's floor
+        m_low = -(-self.tb.total_micro // self.d)
+        self.add(self.T >= self.bubble[0] + (m_low - 1) * self.R[0] + self.t_dp)
+        self.add(self.t_dp >= self.tb.dp_floor(self.d) / self.unit)
         if self.sub.cutoff is not None:
             self.add(self.T <= self.sub.cutoff / self.unit * (1 + 1e-9))
         self.lp += self.T
@@ -75,9 +80,34 @@ class MilpModel:
                 s = self.cont(f"s_{p}_{l}_{c}", 0, 1)
                 self.add(s >= zv + self.beta[p, l] - 1)
                 self.start[p, l, c] = s
+        for p in self.P:
+            for l in range(1, self.tb.layers):  # a change of type starts a stage (tightens [M3])
+                for c in self.C:
+                    self.add(self.start[p, l, c] >= self.z[p, l, c] - self.z[p, l - 1, c])
         for m in self.K:  # [M4] devices per machine
             self.add(pulp.lpSum(tb.types[c].tp * self.start[p, l, c] for p in self.P for l in self.L
                                 for c in self.C if tb.types[c].machine == m) <= tb.cluster.machines[m].count)
+
+    def _capacity_cuts(self) -> None:
+        """[M14] valid cuts the LP relaxation needs: (a) a type holds at most n_max layers per
+        stage; (b) every device of machine M is busy m_p·τ_σ ≤ T, so Σ t_σ·m_p·τ_σ ≤ count_M·T,
+        written with y[p,ℓ,c] = m_p·z[p,ℓ,c] (exact: y ≤ top·z, Σ_c y = m_p)."""
+        tb, L, u = self.tb, self.tb.layers, self.unit
+        top = tb.total_micro - self.d + 1
+        busy = {k: [] for k in self.K}
+        for p in self.P:
+            for c in self.C:
+                self.add(pulp.lpSum(self.z[p, l, c] for l in self.L)
+                         <= int(tb.n_max[c, 0, 0, 1]) * pulp.lpSum(self.start[p, l, c] for l in self.L))
+            for l in self.L:
+                ys = {c: self.cont(f"y_{p}_{l}_{c}", 0, top) for c in self.C}
+                self.add(pulp.lpSum(ys.values()) == self.m[p])
+                for c, y in ys.items():
+                    self.add(y <= top * self.z[p, l, c])
+                    cost = tb.tau_layer[c] + (tb.tau_head[c] if l == L - 1 else 0.0)
+                    busy[tb.types[c].machine].append(tb.types[c].tp * cost / u * y)
+        for k in self.K:
+            self.add(tb.cluster.machines[k].count * self.T >= pulp.lpSum(busy[k]))
 
     def zm(self, p: int, l: int, m: int):
         return pulp.lpSum(self.z[p, l, c] for c in self.C if self.tb.types[c].machine == m)
@@ -147,9 +177,9 @@ class MilpModel:
         big_tau = max(L * a + b for a, b in zip(t1, th))
         big_pp = float(tb.pp_link.max() + max(tb.pp_bcast.max(), 0.0)) / u
         r_top = max(big_tau, big_pp)
-        self.bubble, self.steady = {}, {}
+        self.bubble, self.steady, self.R = {}, {}, {}
         for p in self.P:
-            R = self.cont(f"R_{p}", 0, r_top)
+            R = self.R[p] = self.cont(f"R_{p}", 0, r_top)
             work = {l: pulp.lpSum(t1[c] * self.z[p, l, c] for c in self.C) for l in self.L}
             acc_prev = None
             for l in self.L:  # [M8] running τ inside a stage; R ≥ every stage's τ

@@ -136,6 +136,21 @@ class Tables:
         return self.total_micro * float(cost.stage_compute_time(
             self.model, self.training, total, 1, self.layers, 1))
 
+    def dp_floor(self, pipelines: int) -> float:
+        """A lower bound on T_dp for D ≥ 2: the first stage syncs layer 0 and the embedding,
+        the last stage the last layer and the head, each at best at the largest TP size, the
+        fastest bandwidth and the smallest latency of the cluster [3.4]."""
+        if pipelines < 2:
+            return 0.0
+        bw, lat = self.cluster.bw_matrix, self.cluster.lat_matrix
+        fast = np.unravel_index(np.argmax(bw), bw.shape)
+        near = np.unravel_index(np.argmin(lat), lat.shape)
+        t = max(self.tp_values)
+        p = self.pseudo_params
+        per = {k: self.dp_bw_part(pipelines, p[k], t, *fast) + self.dp_lat_part(pipelines, *near)
+               for k in p}
+        return max(per["layer"] + per["emb"], per["layer"] + per["head"])
+
     def type_index(self, c: StageType) -> int:
         return self.types.index(c)
 
