@@ -17,6 +17,9 @@ SolverFn = Callable[[Problem, SolverOptions], SolveResult]
 SOLVERS: dict[str, str] = {
     # name -> "module:function"; each path's issue adds its entries.
     "heuristic": "solvers.heuristic:solve",
+    "cpsat": "solvers.exact.cpsat:solve",
+    "milp": "solvers.exact.milp:solve",
+    "brute": "solvers.exact.brute:solve",
     "symmetric": "solvers.baselines.symmetric:solve_symmetric",
     "symmetric-all": "solvers.baselines.symmetric:solve_symmetric_all",
     "random": "solvers.baselines.ablations:solve_random",

@@ -14,3 +14,4 @@ from hexiscale.cli import generate as _generate  # noqa: E402,F401
 from hexiscale.cli import compare as _compare  # noqa: E402,F401
 from hexiscale.cli import show as _show  # noqa: E402,F401
 from hexiscale.cli import run as _run  # noqa: E402,F401
+from hexiscale.cli import solve as _solve  # noqa: E402,F401

@@ -127,8 +127,9 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult
     start = time.perf_counter()
     n, big_l = problem.cluster.num_devices, problem.model.layers
     if n > MAX_DEVICES or big_l > MAX_LAYERS:
-        raise ValueError(f"brute force handles ≤ {MAX_DEVICES} devices and ≤ {MAX_LAYERS} layers; "
-                         f"this problem has {n} devices and {big_l} layers")
+        return SolveResult(solver="brute", status=SolveStatus.unknown, wall_s=0.0,
+                           message=f"brute force handles ≤ {MAX_DEVICES} devices and ≤ {MAX_LAYERS} "
+                                   f"layers; this problem has {n} devices and {big_l} layers")
     best_t, best = float("inf"), None
     for pipes in enumerate_plans(problem):
         plan = make_plan(problem, pipes)

@@ -1,0 +1,163 @@
+"""`hexiscale solve PROBLEM --solver NAME`: any registered solver, its plan as a table with
+the evaluator's estimate and the solver's proof status (status, bound, gap)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import typer
+from rich import box
+from rich.table import Table
+
+from hexiscale.cli.app import app, console, err_console, fail, friendly_errors
+from planner.estimate import Estimate
+from planner.evaluate import evaluate
+from planner.io import load_plan, load_problem, save_plan
+from planner.plan import Plan, SolverInfo, SolveStatus
+from planner.problem import Problem
+from planner.validate import validate
+from solvers.common import SolveResult, SolverOptions
+from solvers.registry import SOLVERS, get
+
+EXIT_INFEASIBLE = 1
+STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "infeasible": "magenta"}
+
+
+@app.command()
+@friendly_errors
+def solve(
+    problem: str = typer.Argument(..., help="problem file or bundled name"),
+    solver: str = typer.Option("heuristic", "--solver", "-s", help="registered solver: " + ", ".join(SOLVERS)),
+    time_limit: float = typer.Option(60.0, "--time-limit", "-t", min=0.001, help="wall-clock budget, s"),
+    threads: int = typer.Option(2, "--threads", min=1, help="worker threads"),
+    seed: int = typer.Option(0, "--seed", help="random seed"),
+    max_pipelines: int = typer.Option(None, "--max-pipelines", min=1, help="limit on D (reported if it may cut the optimum)"),
+    max_stages: int = typer.Option(None, "--max-stages", min=1, help="limit on stages per pipeline"),
+    hint: str = typer.Option(None, "--hint", help="plan file to warm-start from"),
+    output: Path = typer.Option(None, "--output", "-o", help="write the plan (with its solver info) here"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
+    verbose: bool = typer.Option(False, "--verbose", help="print the backend's own log"),
+) -> None:
+    """Find a plan with one solver; print it with its estimate and proof status."""
+    if solver not in SOLVERS:
+        fail(f"unknown solver {solver!r}; available: {', '.join(SOLVERS)}")
+    prob = load_problem(problem)
+    options = SolverOptions(time_limit_s=time_limit, threads=threads, seed=seed,
+                            hint=load_plan(hint) if hint else None, max_pipelines=max_pipelines,
+                            max_stages=max_stages, progress=not as_json, verbose=verbose)
+    result = _run_with_spinner(prob, solver, options, quiet=as_json)
+    if result.plan is None:
+        _report_no_plan(result, as_json)
+    plan = _checked(prob, result)
+    if output is not None:
+        save_plan(plan, output)
+    estimate = evaluate(prob, plan)
+    if as_json:
+        console.print_json(json.dumps(result_dict(result, estimate)))
+        return
+    console.print(plan_table(prob, plan, estimate))
+    console.print(status_table(result, estimate))
+    if output is not None:
+        console.print(f"plan written to [bold]{output}[/]")
+
+
+def _run_with_spinner(problem: Problem, solver: str, options: SolverOptions, quiet: bool) -> SolveResult:
+    """Run the solver while a spinner shows the elapsed time (solvers log their own progress)."""
+    if quiet:
+        return get(solver)(problem, options)
+    start, box_ = time.perf_counter(), {}
+    with err_console.status(f"solving {problem.name} with {solver} …") as status:
+        worker = threading.Thread(target=lambda: box_.update(result=_call(solver, problem, options)), daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.25)
+            status.update(f"solving {problem.name} with {solver} … {time.perf_counter() - start:.0f} s "
+                          f"(limit {options.time_limit_s:g} s)")
+    outcome = box_["result"]
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+def _call(solver: str, problem: Problem, options: SolverOptions):
+    try:
+        return get(solver)(problem, options)
+    except BaseException as exc:  # re-raised in the main thread
+        return exc
+
+
+def _report_no_plan(result: SolveResult, as_json: bool) -> None:
+    if as_json:
+        console.print_json(json.dumps(result_dict(result, None)))
+    reason = result.message or "no reason given"
+    if result.status == SolveStatus.infeasible:
+        fail(f"infeasible: {reason}", code=EXIT_INFEASIBLE)
+    fail(f"no plan found ({result.status.value}): {reason}", code=EXIT_INFEASIBLE)
+
+
+def _checked(problem: Problem, result: SolveResult) -> Plan:
+    violations = validate(problem, result.plan)
+    if violations:
+        fail(f"{result.solver} returned an invalid plan: " + "; ".join(map(str, violations)))
+    if result.plan.solver is not None:
+        return result.plan
+    return result.plan.model_copy(update={"solver": SolverInfo(
+        name=result.solver, status=result.status, objective_s=result.objective_s,
+        bound_s=result.bound_s, wall_s=result.wall_s)})
+
+
+def plan_table(problem: Problem, plan: Plan, estimate: Estimate) -> Table:
+    table = Table(title=f"plan for {problem.name}", box=box.SIMPLE_HEAVY)
+    for col in ("pipe", "batch", "stage", "machine", "devices", "TP", "layers", "τ ms", "mem GiB"):
+        table.add_column(col, justify="right" if col not in ("machine", "devices") else "left")
+    for pipe, pe in zip(plan.pipelines, estimate.pipelines):
+        for k, st in enumerate(pe.stages):
+            first = k == 0
+            table.add_row(str(pe.index) if first else "", str(pipe.batch) if first else "", str(k),
+                          st.machine, _devices(st.devices), str(st.tp),
+                          f"{st.first_layer}–{st.first_layer + st.layers - 1}",
+                          f"{st.tau_s * 1e3:.2f}", f"{st.memory_gib:.1f}/{st.capacity_gib:.0f}")
+    return table
+
+
+def _devices(devices: tuple[int, ...]) -> str:
+    if len(devices) > 2 and list(devices) == list(range(devices[0], devices[-1] + 1)):
+        return f"{devices[0]}–{devices[-1]}"
+    return ",".join(map(str, devices))
+
+
+def status_table(result: SolveResult, estimate: Estimate) -> Table:
+    table = Table(box=box.SIMPLE, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    style = STATUS_STYLE.get(result.status.value, "")
+    table.add_row("iteration time", f"{estimate.iteration_s:.6g} s  (pipelines {estimate.pipe_s:.4g} s + "
+                                    f"DP sync {estimate.dp_s:.4g} s)")
+    table.add_row("throughput", f"{estimate.tokens_per_s:,.0f} tokens/s   MFU {estimate.mfu:.1%}")
+    table.add_row("bottleneck", estimate.bottleneck.description)
+    table.add_row("solver", f"{result.solver}: [{style}]{result.status.value}[/] in {result.wall_s:.1f} s")
+    if result.bound_s is not None:
+        gap = result.gap
+        table.add_row("lower bound", f"{result.bound_s:.6g} s" + (f"  (gap {gap:.2%})" if gap is not None else ""))
+    if result.model_size is not None:
+        table.add_row("model size", f"{result.model_size.variables:,} variables, "
+                                    f"{result.model_size.constraints:,} constraints")
+    for r in result.restrictions:
+        table.add_row("restriction", f"[yellow]{r}[/]")
+    if result.message:
+        table.add_row("note", result.message)
+    return table
+
+
+def result_dict(result: SolveResult, estimate: Estimate | None) -> dict:
+    out = result.model_dump(mode="json", exclude_none=True, exclude={"plan"})
+    out["gap"] = result.gap
+    if result.plan is not None:
+        out["plan"] = json.loads(result.plan.to_json())
+    if estimate is not None:
+        out["estimate"] = {"iteration_s": estimate.iteration_s, "tokens_per_s": estimate.tokens_per_s,
+                           "mfu": estimate.mfu, "bottleneck": estimate.bottleneck.description}
+    return out
