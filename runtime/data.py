@@ -33,10 +33,10 @@ class SyntheticSource:
 
     def sequence(self, step: int, index: int, length: int) -> torch.Tensor:
         gen = torch.Generator().manual_seed(self.seed * 7_919 + step * 104_729 + index)
-        tokens = torch.empty(length, dtype=torch.int64)
-        tokens[0] = torch.randint(self.vocab, (1,), generator=gen)
-        for i in range(1, length):
-            tokens[i] = (self.mult * tokens[i - 1] + self.inc) % self.vocab
+        values = [int(torch.randint(self.vocab, (1,), generator=gen))]
+        for _ in range(1, length):
+            values.append((self.mult * values[-1] + self.inc) % self.vocab)
+        tokens = torch.tensor(values, dtype=torch.int64)
         noise = torch.rand(length, generator=gen) < 0.1
         tokens[noise] = torch.randint(self.vocab, (int(noise.sum()),), generator=gen)
         return tokens

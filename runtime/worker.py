@@ -99,7 +99,7 @@ def train(job: Job, rank: int, device: torch.device) -> None:
         metrics = step_metrics(runner, groups, device)
         history.append(report_step(step, config, layout, metrics, time.perf_counter() - start,
                                    global_batch, rank))
-    finish(job, model, groups, history, rank)
+    finish(job, model, groups, history, rank, device)
 
 
 def report_step(step: int, config: RunConfig, layout: RankLayout, metrics: torch.Tensor,
@@ -117,12 +117,13 @@ def report_step(step: int, config: RunConfig, layout: RankLayout, metrics: torch
     return record
 
 
-def finish(job: Job, model: StageModel, groups: RankGroups, history: list[dict], rank: int) -> None:
+def finish(job: Job, model: StageModel, groups: RankGroups, history: list[dict], rank: int,
+           device: torch.device) -> None:
     """Replica check, parameter dump and metrics file; then leave the group cleanly."""
     config = job.config
     replicas_ok = None
     if config.check_replicas:
-        ok = torch.tensor([1 if replicas_identical(model, groups) else 0])
+        ok = torch.tensor([1 if replicas_identical(model, groups) else 0], device=device)
         dist.all_reduce(ok, op=dist.ReduceOp.MIN)
         replicas_ok = bool(ok.item())
     out = Path(config.out_dir) if config.out_dir else None

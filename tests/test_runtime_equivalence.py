@@ -29,8 +29,8 @@ def plan_of(*pipelines: tuple[int, list[tuple[list[int], int]]]) -> Plan:
 
 
 def run_plan_and_reference(plan: Plan, tmp_path, **settings):
-    config = RunConfig(model=GQA, seq_len=16, micro_batch=2, steps=3, dump_params=True,
-                       out_dir=str(tmp_path), timeout_s=60, **settings)
+    settings = {"model": GQA, "seq_len": 16, "micro_batch": 2, **settings}
+    config = RunConfig(steps=3, dump_params=True, out_dir=str(tmp_path), timeout_s=60, **settings)
     result = launch_local(Job(plan=plan, config=config), echo=False)
     assert result.ok, result.failure_summary() + "\n".join(result.logs)
     ref_losses, ref_state = train_reference(config, sum(p.batch for p in plan.pipelines))
@@ -77,3 +77,11 @@ def test_one_pipeline_tp2_then_tp1_matches_one_process(tmp_path):
 def test_two_pipelines_same_layers_tp2_and_tp1_on_corpus(tmp_path):
     # (b): both pipelines hold all 4 layers; layer chunks of TP 2 meet the TP 1 replica
     assert_equivalent(plan_of((4, [([0, 1], 4)]), (4, [([2], 4)])), tmp_path, data="corpus")
+
+
+def test_three_pipelines_tp4_tp2_tp1_eight_processes(tmp_path):
+    """D = 3 with three TP sizes for the same layers (finest chunk = 1/4 of a layer) and an
+    MHA model; 8 processes, the most this 2-core machine is asked to run."""
+    plan = plan_of((4, [([0, 1, 2, 3], 4)]), (2, [([4, 5], 1), ([6], 3)]), (2, [([7], 4)]))
+    mha = GQA.model_copy(update={"kv_heads": 4})
+    assert_equivalent(plan, tmp_path, model=mha, seq_len=8, micro_batch=1)
