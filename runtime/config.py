@@ -66,7 +66,8 @@ def tiny_model(model: ModelSpec, plan: Plan) -> ModelSpec:
     tp_max = max(s.tp for p in plan.pipelines for s in p.stages)
     heads, kv_heads = _tiny_heads(model, tp_max)
     hidden = heads * TINY_HEAD_DIM
-    ffn = -(-(8 * hidden // 3) // tp_max) * tp_max  # ≈ 8h/3 as in Llama, rounded up to tp_max
+    multiple = max(tp_max, 8)  # plans with TP ≤ 8 (and the same kv heads) get the same model
+    ffn = -(-(8 * hidden // 3) // multiple) * multiple  # ≈ 8h/3 as in Llama
     vocab = max(BYTE_VOCAB, tp_max)
     return ModelSpec(name=f"tiny({model.name})", layers=model.layers, hidden=hidden, heads=heads,
                      kv_heads=kv_heads, ffn_hidden=ffn, vocab=vocab, gated=model.gated)

@@ -86,3 +86,12 @@ def test_cli_torchrun_prints_one_command_per_machine(tmp_path):
     assert len(commands) == 2  # demo-4: devices 0,1 on one machine, 2,3 on the other
     assert "--nproc-per-node=2" in commands[0] and "--machine 1" in commands[1]
     assert (tmp_path / "job.json").is_file()
+
+
+def test_cli_refuses_an_invalid_plan_with_one_line(tmp_path):
+    bad = Plan(pipelines=[Pipeline(batch=8, stages=[Stage(devices=[1, 2], layers=4)])])  # spans machines
+    (tmp_path / "bad.json").write_text(bad.to_json())
+    result = CliRunner().invoke(app, ["run", "demo-tiny", str(tmp_path / "bad.json")])
+    assert result.exit_code == 2
+    assert "the plan is invalid for this problem" in " ".join(result.output.split())
+    assert "Traceback" not in result.output

@@ -67,7 +67,8 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     except (RunError, ValueError) as exc:
         fail(str(exc).splitlines()[0] if "validation error" in str(exc) else str(exc))
     spec = job.config.model
-    console.print(f"running {len(the_plan.devices)} processes: model {spec.name} (L={spec.layers}, "
+    count = len(the_plan.devices)
+    console.print(f"running {count} process{'es' if count > 1 else ''}: model {spec.name} (L={spec.layers}, "
                   f"h={spec.hidden}, heads={spec.heads}/{spec.num_kv_heads}), {job.config.schedule}, "
                   f"recompute={job.config.recompute}, seq {job.config.seq_len}, "
                   f"B={sum(p.batch for p in the_plan.pipelines)}", highlight=False)
