@@ -95,3 +95,19 @@ def test_cli_refuses_an_invalid_plan_with_one_line(tmp_path):
     assert result.exit_code == 2
     assert "the plan is invalid for this problem" in " ".join(result.output.split())
     assert "Traceback" not in result.output
+
+
+def test_torchrun_workers_find_their_plan_rank_from_machine_and_local_rank(monkeypatch):
+    from runtime.layout import rank_layout
+    from runtime.worker import plan_rank
+    plan = Plan(pipelines=[Pipeline(batch=4, stages=[Stage(devices=[3], layers=4)]),
+                           Pipeline(batch=4, stages=[Stage(devices=[0, 1], layers=3), Stage(devices=[2], layers=1)])])
+    cluster = Cluster(machines=[Machine(name="a", gpu="RTX4090", count=2, intra_bw_gbps=16),
+                                Machine(name="b", gpu="RTX3090", count=2, intra_bw_gbps=16)], inter_bw_gbps=1)
+    problem = Problem(cluster=cluster, model=GQA, training=TrainingSpec(seq_len=8, global_batch=8, micro_batch=2))
+    the_job = make_job(problem, plan)
+    layout = rank_layout(plan)  # ranks in plan order: device 3 → 0, 0 → 1, 1 → 2, 2 → 3
+    expected = {(0, 0): 1, (0, 1): 2, (1, 0): 3, (1, 1): 0}
+    for (machine, local), rank in expected.items():
+        monkeypatch.setenv("LOCAL_RANK", str(local))
+        assert plan_rank(layout, the_job, machine) == rank

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.plan import Pipeline, Plan, Stage
 from planner.workload import ModelSpec
@@ -114,3 +116,37 @@ def test_loader_slices_agree_with_the_whole_batch():
         assert not torch.equal(loader.batch(step=3, start=0, count=6)[0], inputs)
     row = BatchLoader(ByteCorpusSource(256, seed=0), 40).batch(0, 0, 1)[0][0]
     assert bytes(row.tolist()) in CORPUS_PATH.read_bytes()  # byte-level tokens of the text
+
+
+@st.composite
+def random_plans(draw) -> Plan:
+    layers, pipelines, next_device = draw(st.integers(1, 6)), [], 0
+    for _ in range(draw(st.integers(1, 3))):
+        cuts = sorted(draw(st.sets(st.integers(1, layers - 1), max_size=layers - 1))) if layers > 1 else []
+        sizes = [b - a for a, b in zip([0, *cuts], [*cuts, layers])]
+        stages = []
+        for n in sizes:
+            tp = draw(st.sampled_from([1, 2, 4]))
+            stages.append((list(range(next_device, next_device + tp)), n))
+            next_device += tp
+        pipelines.append((draw(st.integers(1, 4)), stages))
+    return plan_of(*pipelines)
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_plans())
+def test_every_chunk_has_one_owner_per_pipeline_and_shards_split_evenly(plan: Plan):
+    layout = rank_layout(plan)
+    assert sorted(r for s in layout.stages for r in s.ranks) == list(range(layout.world_size))
+    for unit in range(layout.num_layers + 2):
+        groups = sorted((g for g in layout.chunk_groups if g.unit == unit), key=lambda g: g.chunk)
+        finest = groups[0].num_chunks
+        assert [g.chunk for g in groups] == list(range(finest))
+        holders = [s for s in layout.stages if unit in s.units(layout.num_layers)]
+        assert [s.pipeline for s in holders] == list(range(len(plan.pipelines)))
+        assert finest == max(s.tp for s in holders)
+        for p, holder in enumerate(holders):
+            owners = [g.ranks[p] for g in groups]
+            assert set(owners) <= set(holder.ranks)
+            # each TP rank owns an equal, contiguous block of chunks, in TP-rank order
+            assert owners == sorted(owners) and all(owners.count(r) == finest // holder.tp for r in holder.ranks)
