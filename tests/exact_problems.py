@@ -16,7 +16,7 @@ def random_problem(seed: int, max_devices: int = 4, max_layers: int = 4, max_mic
                       heads=4, kv_heads=rng.choice([2, 4]), ffn_hidden=rng.choice([512, 1024, 2048]),
                       vocab=rng.choice([1000, 8000, 32000]), gated=rng.random() < 0.7)
     micro = rng.choice([1, 2])
-    training = TrainingSpec(seq_len=rng.choice([128, 512, 2048]), micro_batch=micro,
+    training = TrainingSpec(seq_len=rng.choice([512, 2048, 4096]), micro_batch=micro,
                             global_batch=micro * rng.randint(1, max_micro),
                             recompute=rng.random() < 0.6, reserved_gib=0.0)
     return Problem(name=f"random-{seed}", cluster=_cluster(rng, model, max_devices), model=model,
@@ -33,7 +33,7 @@ def _cluster(rng: random.Random, model: ModelSpec, max_devices: int) -> Cluster:
     # memory scaled to the model: from "half the states per device" (tight) to "all of it"
     states = 16 * model.total_params
     types = [GpuType(name=f"G{i}", peak_tflops=rng.choice([20.0, 60.0, 150.0, 400.0]),
-                     memory_gib=states * rng.choice([0.3, 0.6, 1.0, 3.0]) / GIB, efficiency=0.5)
+                     memory_gib=states * rng.choice([0.4, 1.0, 3.0, 3.0]) / GIB, efficiency=0.5)
              for i in range(len(counts))]
     machines = tuple(Machine(name=f"n{i}", gpu=f"G{i}", count=c, intra_bw_gbps=rng.choice([16.0, 100.0, 300.0]),
                              intra_latency_us=rng.choice([2.0, 5.0]))

@@ -20,9 +20,10 @@ from solvers.exact.driver import SubProblem, SubResult, solve_exact
 from solvers.exact.tables import PipelineSpec
 
 FINEST_ROUNDING = 1e-8  # rounding error of T relative to the trivial lower bound, at best
-# CP-SAT misjudged optimality (claimed a worse plan optimal) once its integers neared 1e12-1e13,
-# and searches slowly on huge domains: the unit is coarsened until T's domain is below 2^33
-LARGEST_T_UNITS = 2**33
+# CP-SAT misjudged optimality (claimed a worse plan optimal) when T's domain reached 2^33 units
+# (fine at 2^30) and searches slowly on huge domains: the unit is coarsened until T's domain,
+# [0, incumbent] when there is one, is below 2^26
+LARGEST_T_UNITS = 2**26
 
 
 class CpSatModel:
@@ -36,8 +37,15 @@ class CpSatModel:
         self.error_units = self._error_units()
         self.unit = FINEST_ROUNDING * tb.trivial_bound / self.error_units
         self._upper_bounds()
-        if self.t_top > LARGEST_T_UNITS:
-            self.unit *= self.t_top / LARGEST_T_UNITS
+        top = self.t_top if sub.cutoff is None else min(self.t_top, sub.cutoff / self.unit + 1)
+        if top > LARGEST_T_UNITS:
+            self.unit *= top / LARGEST_T_UNITS
+            self._upper_bounds()
+        if sub.cutoff is not None:  # every part of T is at most T ≤ cutoff: tighter domains
+            clip = math.ceil(sub.cutoff / self.unit) + 1
+            self.r_top, self.bubble_top = min(self.r_top, clip), min(self.bubble_top, clip)
+            self.steady_top, self.dp_top = min(self.steady_top, clip), min(self.dp_top, clip)
+            self.t_top = min(self.t_top, clip)
         self.m = cp_model.CpModel()
 
     def _error_units(self) -> int:

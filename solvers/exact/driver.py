@@ -23,6 +23,7 @@ from solvers.exact.tables import PipelineSpec, Tables, build_plan, explain_infea
 SubStatus = Literal["optimal", "feasible", "infeasible", "unknown"]
 # relative tolerance between a model's objective and the evaluator's T (float rounding only)
 MODEL_TOLERANCE = 1e-6
+HEURISTIC_FROM_DEVICES = 6  # larger problems start from the heuristic's plan
 
 
 @dataclass
@@ -108,8 +109,9 @@ def _pipeline_counts(tables: Tables, options: SolverOptions) -> tuple[list[int],
 
 
 def _hint(problem: Problem, options: SolverOptions, log) -> tuple[float | None, Plan | None, list | None]:
-    """The warm start: the given hint, else the heuristic's plan (else the symmetric
-    baseline's). It only supplies an incumbent: a cutoff for the models and CP-SAT's hint."""
+    """The warm start: the given hint, else the heuristic's plan (beyond tiny problems), else
+    the symmetric baseline's. It only supplies an incumbent: a cutoff for the models (which
+    also bounds CP-SAT's integer domains) and CP-SAT's hint; the proof is the models'."""
     plan, source = options.hint, "hint plan"
     if plan is None:
         plan, source = _warm_start(problem, options)
@@ -117,6 +119,10 @@ def _hint(problem: Problem, options: SolverOptions, log) -> tuple[float | None, 
         return None, None, None
     if validate(problem, plan):
         log(f"{source} is invalid for this problem; ignored")
+        return None, None, None
+    too_long = options.max_stages and max(len(p.stages) for p in plan.pipelines) > options.max_stages
+    if (options.max_pipelines and len(plan.pipelines) > options.max_pipelines) or too_long:
+        log(f"{source} breaks the pipeline or stage limit; ignored")
         return None, None, None
     t = iteration_time(problem, plan)
     log(f"{source}: T = {t:.6g} s ({len(plan.pipelines)} pipelines)")
@@ -128,7 +134,8 @@ def _warm_start(problem: Problem, options: SolverOptions) -> tuple[Plan | None, 
 
     budget = SolverOptions(time_limit_s=max(0.5, min(5.0, 0.05 * options.time_limit_s)),
                            threads=options.threads, seed=options.seed)
-    for name in ("heuristic", "symmetric"):
+    names = ("heuristic", "symmetric") if problem.cluster.num_devices > HEURISTIC_FROM_DEVICES else ("symmetric",)
+    for name in names:
         if name not in SOLVERS:
             continue
         try:

@@ -9,6 +9,10 @@ constraint families of docs/formulation.md.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+
 import pulp
 
 from planner.problem import Problem
@@ -35,10 +39,10 @@ class MilpModel:
         self.lp += constraint, f"c{self._count}"
 
     def bin(self, name: str):
-        return pulp.LpVariable(name, cat="Binary")
+        return self.lp.add_variable(name, cat="Binary")
 
     def cont(self, name: str, low=0.0, up=None):
-        return pulp.LpVariable(name, lowBound=low, upBound=up)
+        return self.lp.add_variable(name, lowBound=low, upBound=up)
 
     def build(self) -> None:
         self._layout()
@@ -116,7 +120,7 @@ class MilpModel:
     def _batches(self) -> None:
         total, d = self.tb.total_micro, self.d
         top = total - d + 1
-        self.m = {p: pulp.LpVariable(f"m_{p}", 1, top, cat="Integer") for p in self.P}
+        self.m = {p: self.lp.add_variable(f"m_{p}", 1, top, cat="Integer") for p in self.P}
         self.add(pulp.lpSum(self.m.values()) == total)
         for p in range(d - 1):
             self.add(self.m[p] >= self.m[p + 1])
@@ -306,15 +310,34 @@ def _solver(sub: SubProblem):
 def solve_fixed_d(sub: SubProblem) -> SubResult:
     model = MilpModel(sub)
     model.build()
-    size = dict(variables=len(model.lp.variables()), constraints=len(model.lp.constraints))
+    size = dict(variables=len(model.lp.variables()), constraints=model.lp.numConstraints())
     solver = _solver(sub)
-    model.lp.solve(solver)
+    with _quiet_stdout(not sub.options.verbose):
+        model.lp.solve(solver)
     status, has_solution, unit_bound = _read_status(model.lp, solver)
     bound = None if unit_bound is None else max(0.0, unit_bound) * model.unit
     if not has_solution:
         return SubResult(status=status, bound=bound, **size)
     return SubResult(status=status, specs=model.specs(), objective=model.T.value() * model.unit,
                      bound=bound, **size)
+
+
+@contextlib.contextmanager
+def _quiet_stdout(quiet: bool):
+    """HiGHS prints its banner from C++ straight to file descriptor 1, whatever msg says;
+    it would corrupt `hexiscale solve --json`."""
+    if not quiet:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def _read_status(lp: pulp.LpProblem, solver) -> tuple[str, bool, float | None]:
