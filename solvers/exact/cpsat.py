@@ -11,12 +11,13 @@ true T (docs/formulation.md §2.1, "time units"). Labels [C1]…[C12] cite the c
 from __future__ import annotations
 
 import math
+import time
 
 from ortools.sat.python import cp_model
 
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
-from solvers.exact.driver import SubProblem, SubResult, solve_exact
+from solvers.exact.driver import SubProblem, SubResult, solve_exact, solver_time
 from solvers.exact.tables import PipelineSpec
 
 FINEST_ROUNDING = 1e-8  # rounding error of T relative to the trivial lower bound, at best
@@ -318,6 +319,7 @@ STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
 
 
 def solve_fixed_d(sub: SubProblem) -> SubResult:
+    start = time.perf_counter()
     model = CpSatModel(sub)
     model.build()
     if sub.hint:
@@ -325,7 +327,7 @@ def solve_fixed_d(sub: SubProblem) -> SubResult:
     proto = model.m.Proto()
     size = dict(variables=len(proto.variables), constraints=len(proto.constraints))
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = sub.time_limit
+    solver.parameters.max_time_in_seconds = solver_time(sub, start)
     solver.parameters.num_workers = sub.options.threads
     solver.parameters.random_seed = sub.options.seed
     solver.parameters.log_search_progress = sub.options.verbose

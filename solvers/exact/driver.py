@@ -77,7 +77,7 @@ def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Ba
     bounds: dict[int, float] = {}
     proven, size, error = set(), ModelSize(variables=0, constraints=0), 0.0
     deadline = start + options.time_limit_s
-    for i, d in enumerate(d_values):
+    for i, d in enumerate(_search_order(d_values, hint)):
         left = deadline - time.perf_counter()
         if left <= 0.05:
             break
@@ -98,6 +98,18 @@ def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Ba
         log(f"D={d}: {sub.status}" + (f", bound {bounds[d]:.6g} s" if bounds[d] != float("inf") else ""))
     return _result(problem, name, start, d_values, proven, bounds, best_t, best_plan, size, error,
                    restrictions, tables)
+
+
+def _search_order(d_values: list[int], hint: list | None) -> list[int]:
+    """The warm start's D first, then outwards: the likeliest optimum gets time first, and
+    its cutoff prunes the others."""
+    centre = len(hint) if hint else 1
+    return sorted(d_values, key=lambda d: (abs(d - centre), d))
+
+
+def solver_time(sub: SubProblem, build_start: float) -> float:
+    """What is left of a sub-problem's time after building its model (at least 0.1 s)."""
+    return max(0.1, sub.time_limit - (time.perf_counter() - build_start))
 
 
 def _pipeline_counts(tables: Tables, options: SolverOptions) -> tuple[list[int], list[str]]:

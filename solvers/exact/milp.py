@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 
 import pulp
 
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
-from solvers.exact.driver import SubProblem, SubResult, solve_exact
+from solvers.exact.driver import SubProblem, SubResult, solve_exact, solver_time
 from solvers.exact.tables import PipelineSpec
 
 GAP = 1e-9  # relative MIP gap: "optimal" means optimal to float tolerance
@@ -297,21 +298,22 @@ class MilpModel:
         return out
 
 
-def _solver(sub: SubProblem):
+def _solver(sub: SubProblem, time_limit: float):
     opts = sub.options
     if pulp.HiGHS().available():
-        return pulp.HiGHS(msg=opts.verbose, timeLimit=sub.time_limit, threads=opts.threads,
+        return pulp.HiGHS(msg=opts.verbose, timeLimit=time_limit, threads=opts.threads,
                           gapRel=GAP, gapAbs=1e-9, random_seed=opts.seed,
                           mip_feasibility_tolerance=1e-9, primal_feasibility_tolerance=1e-9)
-    return pulp.PULP_CBC_CMD(msg=opts.verbose, timeLimit=sub.time_limit, threads=opts.threads,
+    return pulp.PULP_CBC_CMD(msg=opts.verbose, timeLimit=time_limit, threads=opts.threads,
                              gapRel=GAP, options=[f"randomSeed {opts.seed}"])
 
 
 def solve_fixed_d(sub: SubProblem) -> SubResult:
+    start = time.perf_counter()
     model = MilpModel(sub)
     model.build()
     size = dict(variables=len(model.lp.variables()), constraints=model.lp.numConstraints())
-    solver = _solver(sub)
+    solver = _solver(sub, solver_time(sub, start))
     with _quiet_stdout(not sub.options.verbose):
         model.lp.solve(solver)
     status, has_solution, unit_bound = _read_status(model.lp, solver)
