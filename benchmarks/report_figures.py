@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bench_scaling import PAPER_PFLOPS, PAPER_SOLVE_S, ScalingRow  # noqa: E402
+from scaling_report import PAPER_PFLOPS, PAPER_SOLVE_S, ScalingRow  # noqa: E402
 from hexiscale.cli.compare import ComparisonRow  # noqa: E402
 from hexiscale.viz import draw_plan  # noqa: E402
 from bench_compare import load_bench_problem  # noqa: E402

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_compare  # noqa: E402
 from hexiscale.cli.compare import ComparisonRow  # noqa: E402
-import bench_scaling  # noqa: E402
+import scaling_report  # noqa: E402
 from report_figures import draw_plan_pictures, draw_scaling, draw_speedups  # noqa: E402
 from report_text import write_report  # noqa: E402
 from solvers.registry import SOLVERS  # noqa: E402
@@ -43,13 +43,13 @@ def main() -> None:
     start = time.perf_counter()
     if args.render_only:
         rows = [ComparisonRow(**r) for r in json.loads((args.out / "compare.json").read_text())]
-        scaling = [bench_scaling.ScalingRow(**r) for r in json.loads((args.out / "scaling.json").read_text())]
+        scaling = [scaling_report.ScalingRow(**r) for r in json.loads((args.out / "scaling.json").read_text())]
     else:
         problems = QUICK_PROBLEMS if args.quick else bench_compare.HETERO + bench_compare.HOMO
         sizes = "64,128" if args.quick else args.sizes
         rows = bench_compare.main(["--problems", ",".join(problems), "--time-limit", str(args.time_limit),
                                    "--exact-time-limit", str(args.exact_time_limit), "--out", str(args.out)])
-        scaling = bench_scaling.main(["--sizes", sizes, "--time-limit", "600"])
+        scaling = scaling_report.main(["--sizes", sizes, "--time-limit", "600"])
         (args.out / "scaling.json").write_text(json.dumps([r.model_dump() for r in scaling], indent=2) + "\n")
     figures = {
         "speedups": draw_speedups(rows, args.out / "speedup.png"),
