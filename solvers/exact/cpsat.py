@@ -326,6 +326,7 @@ def solve_fixed_d(sub: SubProblem) -> SubResult:
         model.add_hint(sub.hint)
     proto = model.m.Proto()
     size = dict(variables=len(proto.variables), constraints=len(proto.constraints))
+    size["build_s"] = time.perf_counter() - start
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = solver_time(sub, start)
     solver.parameters.num_workers = sub.options.threads

@@ -37,6 +37,7 @@ class SubResult:
     variables: int = 0
     constraints: int = 0
     error_bound: float = 0.0  # |model T − true T| ≤ this, for any plan (integer time units)
+    build_s: float = 0.0  # time spent building the model
 
 
 @dataclass
@@ -77,13 +78,18 @@ def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Ba
     bounds: dict[int, float] = {}
     proven, size, error = set(), ModelSize(variables=0, constraints=0), 0.0
     deadline = start + options.time_limit_s
+    build_rate = 0.0  # seconds of model building per pipeline, from the last model
     for i, d in enumerate(_search_order(d_values, hint)):
         left = deadline - time.perf_counter()
         if left <= 0.05:
             break
+        if build_rate * d > left:  # this model could not even be built in time: leave D open
+            log(f"D={d}: skipped, building it would take about {build_rate * d:.0f} s")
+            continue
         sub = backend(SubProblem(tables=tables, pipelines=d, options=options, time_limit=left / (len(d_values) - i),
                                  cutoff=best_t, hint=hint if hint and len(hint) == d else None,
                                  max_stages=min(max_stages, tables.num_devices - d + 1), log=log))
+        build_rate = sub.build_s / d
         size = ModelSize(variables=max(size.variables, sub.variables),
                          constraints=max(size.constraints, sub.constraints))
         error = max(error, sub.error_bound)

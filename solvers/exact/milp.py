@@ -313,6 +313,7 @@ def solve_fixed_d(sub: SubProblem) -> SubResult:
     model = MilpModel(sub)
     model.build()
     size = dict(variables=len(model.lp.variables()), constraints=model.lp.numConstraints())
+    size["build_s"] = time.perf_counter() - start
     solver = _solver(sub, solver_time(sub, start))
     with _quiet_stdout(not sub.options.verbose):
         model.lp.solve(solver)
