@@ -43,6 +43,7 @@ class RunConfig(Frozen):
         default=(), description="device ids of each machine (torchrun launches only)")
     fail_rank: int = Field(default=-1, description="test hook: this rank dies mid-step")
     fail_step: int = Field(default=0, ge=0, description="test hook: the step it dies in")
+    fail_mode: Literal["kill", "hang"] = Field(default="kill", description="test hook: die, or stop answering")
 
 
 class Job(Frozen):

@@ -37,6 +37,7 @@ class RunResult:
     logs: list[str]
     wall_s: float
     exit_s: list[float] = field(default_factory=list)  # each rank's exit, seconds after launch
+    killed: list[int] = field(default_factory=list)  # ranks the launcher had to kill
     steps: list[dict] = field(default_factory=list)
     replicas_identical: bool | None = None
     out_dir: str = ""
@@ -51,6 +52,8 @@ class RunResult:
             if code != 0:
                 errors = [ln for ln in log.splitlines() if ln.startswith("error:")]
                 how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                if rank in self.killed:
+                    how = "did not exit within the timeout after a failure; killed by the launcher"
                 lines.append(errors[-1] if errors else f"rank {rank}: {how}")
         return "\n".join(lines)
 
@@ -82,31 +85,35 @@ def _spawn(job_path: Path, world: int, out: Path, threads: int, echo_rank0: bool
     return procs
 
 
-def _wait(procs: list, timeout_s: float, start: float) -> list[float]:
-    """Wait for every child; after the first failure, kill whatever outlives the bound.
-    Returns each child's exit time (seconds after `start`, to the polling interval)."""
-    deadline, exits = None, [0.0] * len(procs)
+def _wait(procs: list, bound_s: float, start: float) -> tuple[list[float], list[int]]:
+    """Wait for every child; `bound_s` after the first failure, kill whatever is left.
+    Returns each child's exit time (seconds after `start`, to the polling interval) and
+    the ranks killed."""
+    deadline, exits, killed = None, [0.0] * len(procs), []
     while any(p.is_alive() for p in procs):
         for rank, p in enumerate(procs):
             if not exits[rank] and not p.is_alive():
                 exits[rank] = time.monotonic() - start
         if deadline is None and any(p.exitcode not in (None, 0) for p in procs):
-            deadline = time.monotonic() + timeout_s + GRACE_S
+            deadline = time.monotonic() + bound_s
         if deadline is not None and time.monotonic() > deadline:
-            for p in procs:
+            for rank, p in enumerate(procs):
                 if p.is_alive():
                     p.kill()
+                    killed.append(rank)
         time.sleep(0.1)
     for rank, p in enumerate(procs):
         p.join()
         exits[rank] = exits[rank] or time.monotonic() - start
-    return exits
+    return exits, killed
 
 
-def launch_local(job: Job, threads: int = 1, echo: bool = True, world_size: int | None = None) -> RunResult:
+def launch_local(job: Job, threads: int = 1, echo: bool = True, world_size: int | None = None,
+                 grace_s: float = GRACE_S) -> RunResult:
     """Run `job` with one process per rank on this machine; collect codes, logs, metrics.
     `world_size` overrides the number of processes (the plan's by default) — what a
-    misconfigured torchrun would do; the workers then refuse to start."""
+    misconfigured torchrun would do; the workers then refuse to start. After a failure,
+    ranks get the collective timeout plus `grace_s` to end on their own."""
     world = world_size or rank_layout(job.plan).world_size
     out = Path(job.config.out_dir) if job.config.out_dir else Path(tempfile.mkdtemp(prefix="hexiscale-run-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -115,8 +122,8 @@ def launch_local(job: Job, threads: int = 1, echo: bool = True, world_size: int 
     job_path.write_text(job.model_dump_json())
     start = time.monotonic()
     procs = _spawn(job_path, world, out, threads, echo)
-    exits = _wait(procs, job.config.timeout_s, start)
-    result = RunResult(returncodes=[p.exitcode for p in procs], exit_s=exits,
+    exits, killed = _wait(procs, job.config.timeout_s + grace_s, start)
+    result = RunResult(returncodes=[p.exitcode for p in procs], exit_s=exits, killed=killed,
                        logs=[(out / f"rank{r}.log").read_text() for r in range(world)],
                        wall_s=time.monotonic() - start, out_dir=str(out))
     metrics = out / "metrics.json"

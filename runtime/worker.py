@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -91,8 +92,7 @@ def train(job: Job, rank: int, device: torch.device) -> None:
                             micro_batches(job, stage.pipeline, step, loader, device),
                             1.0 / (global_batch * config.seq_len))
         if rank == config.fail_rank and step == config.fail_step:
-            runner.forward(0)
-            os.kill(os.getpid(), signal.SIGKILL)  # test hook: die mid-step, no goodbye
+            fail_mid_step(runner, config.fail_mode)
         runner.run(config.schedule)
         sync_gradients(model, groups)
         optimizer.step()
@@ -100,6 +100,15 @@ def train(job: Job, rank: int, device: torch.device) -> None:
         history.append(report_step(step, config, layout, metrics, time.perf_counter() - start,
                                    global_batch, rank))
     finish(job, model, groups, history, rank, device)
+
+
+def fail_mid_step(runner: StepRunner, mode: str) -> None:
+    """Test hook: after one forward, die without a goodbye or stop answering for good."""
+    runner.forward(0)
+    if mode == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    while True:
+        time.sleep(60)
 
 
 def report_step(step: int, config: RunConfig, layout: RankLayout, metrics: torch.Tensor,
@@ -162,6 +171,15 @@ def spawned_entry(job_path: str, env: dict[str, str], log_path: str, echo: bool,
     sys.exit(main([job_path]))
 
 
+def short_reason(exc: BaseException) -> str:
+    """One line: gloo's messages lose their source-file prefix and boilerplate advice."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = re.sub(r"^\[[^\]]*\.cc:\d+\]\s*", "", text).split(". This is typically")[0]
+    if "by peer" in text:
+        text = f"a peer process died or closed its connection: {text}"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def main(argv: list[str]) -> int:
     job = Job.model_validate_json(Path(argv[0]).read_text())
     machine = int(argv[argv.index("--machine") + 1]) if "--machine" in argv else None
@@ -185,8 +203,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {where}: {exc}", file=sys.stderr, flush=True)
         os._exit(EXIT_CONFIG)
     except BaseException as exc:  # noqa: BLE001 - any failure must end this rank, not hang it
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"error: {where}: stopping after a failure in the run ({type(exc).__name__}: {reason})",
+        print(f"error: {where}: stopping after a failure in the run ({short_reason(exc)})",
               file=sys.stderr, flush=True)
         os._exit(EXIT_FAILED)
     sys.stdout.flush()

@@ -111,3 +111,15 @@ def test_torchrun_workers_find_their_plan_rank_from_machine_and_local_rank(monke
     for (machine, local), rank in expected.items():
         monkeypatch.setenv("LOCAL_RANK", str(local))
         assert plan_rank(layout, the_job, machine) == rank
+
+
+def test_a_rank_that_stops_answering_ends_the_run_by_timeouts(tmp_path):
+    result = launch_local(job(fail_rank=2, fail_step=1, fail_mode="hang", timeout_s=5, out_dir=str(tmp_path)),
+                          echo=False, grace_s=2)
+    assert result.killed == [2] and result.returncodes[2] == -9
+    first_exit = min(result.exit_s[r] for r in (0, 1, 3))
+    assert result.exit_s[2] - first_exit < 5 + 2 + 1  # the launcher's bound after the first failure
+    for rank in (0, 1, 3):
+        assert result.returncodes[rank] == 1
+        assert f"error: rank {rank}" in result.logs[rank] and "Timed out" in result.logs[rank]
+    assert "killed by the launcher" in result.failure_summary()
