@@ -1,95 +1,80 @@
-"""Heuristic solve time against cluster size (HexiScale slide 12: 6.7 s at 128 GPUs, 30.1 s at
-256, 96.0 s at 512, 372.1 s at 1024, on the authors' machine).
+"""Heuristic speed and plan quality against cluster size (issue 4).
 
-Clusters come from `instances.generate` (a four-type mix, racks, degraded links; seed 0),
-the model is Llama-2 70B, one sequence per GPU per iteration. Prints a rich table and
-returns the rows for the report; `run_all.py` draws them.
+Generated clusters (`instances.generate.generate_cluster`) of 128 … 4096 GPUs, Llama-2 70B,
+one sequence of 4096 tokens per GPU per iteration. Per size: wall time and peak memory of
+`solve`, and the plan's D, stages, devices used, tokens/s and MFU by the evaluator.
+Targets: 1024 GPUs ≤ 10 s, 4096 GPUs ≤ 60 s, peak memory ≤ 2 GiB; throughput grows with size.
 
-    .venv/bin/python benchmarks/bench_scaling.py [--sizes 64,128,256,512] [--time-limit 600]
+    .venv/bin/python benchmarks/bench_scaling.py [--sizes 128,256] [--mix ...] [--seed 0]
+
+Each size runs in a fresh subprocess so that peak memory (ru_maxrss) is that size's own.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import typer
+from rich.console import Console
+from rich.table import Table
 
-from pydantic import Field  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from instances.generate import generate_cluster, generated_problem  # noqa: E402
-from planner import evaluate  # noqa: E402
-from planner.hardware import Frozen  # noqa: E402
-from solvers.common import SolverOptions  # noqa: E402
-from solvers.registry import solve  # noqa: E402
-
-MIX = "A100-80G:0.25,H800:0.25,RTX4090:0.25,H20:0.25"
-MODEL = "llama2-70b"
-PAPER_SOLVE_S = {128: 6.7, 256: 30.1, 512: 96.0, 1024: 372.1}  # slide 12
-PAPER_PFLOPS = {128: 1.6, 256: 3.3, 512: 4.9, 1024: 6.9}  # slide 12, estimated throughput
-
-console = Console()
+SIZES = "128,256,512,1024,2048,4096"
+MIX = "A100-80G:0.3,H800:0.2,H20:0.2,RTX4090:0.15,L40S:0.15"
 
 
-class ScalingRow(Frozen):
-    gpus: int = Field(ge=1)
-    solver: str
-    status: str
-    solve_s: float = Field(ge=0)
-    iteration_s: float | None = None
-    pflops: float | None = Field(default=None, description="model FLOP/s achieved, 1e15")
-    mfu: float | None = None
-    pipelines: int | None = None
-    message: str = ""
+def measure(gpus: int, mix: str, seed: int, time_limit: float) -> dict:
+    """One size, in this process: solve and price."""
+    from instances.generate import generate_cluster, generated_problem
+    from planner.evaluate import evaluate
+    from solvers.common import SolverOptions
+    from solvers.heuristic import solve
 
-
-def scale_point(gpus: int, solver: str, time_limit: float) -> ScalingRow:
-    problem = generated_problem(generate_cluster(gpus, MIX, seed=0), MODEL)
+    problem = generated_problem(generate_cluster(gpus, mix, seed=seed), "llama2-70b", seq_len=4096)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
-    result = solve(problem, solver, SolverOptions(time_limit_s=time_limit, seed=0))
+    result = solve(problem, SolverOptions(seed=seed, time_limit_s=time_limit))
     wall = time.perf_counter() - start
-    if result.plan is None:
-        return ScalingRow(gpus=gpus, solver=solver, status=result.status.value, solve_s=wall, message=result.message)
-    est = evaluate(problem, result.plan)
-    achieved = est.mfu * problem.cluster.total_peak_flops / 1e15
-    return ScalingRow(gpus=gpus, solver=solver, status=result.status.value, solve_s=wall,
-                      iteration_s=est.iteration_s, pflops=achieved, mfu=est.mfu,
-                      pipelines=len(result.plan.pipelines), message=result.message)
+    estimate = evaluate(problem, result.plan)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    plan = result.plan
+    return {"gpus": gpus, "wall_s": wall, "peak_mib": peak / 1024, "base_mib": base / 1024,
+            "pipelines": len(plan.pipelines), "stages": plan.num_stages, "used": len(plan.devices),
+            "iteration_s": estimate.iteration_s, "tokens_per_s": estimate.tokens_per_s,
+            "mfu": estimate.mfu}
 
 
-def scaling_table(rows: list[ScalingRow]) -> Table:
-    table = Table(title=f"solve time vs cluster size ({MODEL}, mix {MIX})")
-    for col in ("GPUs", "solver", "status", "solve s", "paper s", "T (s)", "PFLOP/s", "paper PFLOP/s", "MFU", "D"):
-        table.add_column(col, justify="left" if col in ("solver", "status") else "right")
-    for r in rows:
-        table.add_row(str(r.gpus), r.solver, r.status, f"{r.solve_s:.1f}",
-                      f"{PAPER_SOLVE_S[r.gpus]:.1f}" if r.gpus in PAPER_SOLVE_S and r.solver == "heuristic" else "—",
-                      "—" if r.iteration_s is None else f"{r.iteration_s:.2f}",
-                      "—" if r.pflops is None else f"{r.pflops:.2f}",
-                      f"{PAPER_PFLOPS[r.gpus]:.1f}" if r.gpus in PAPER_PFLOPS and r.solver == "heuristic" else "—",
-                      "—" if r.mfu is None else f"{r.mfu:.1%}", "—" if r.pipelines is None else str(r.pipelines))
-    return table
-
-
-def main(argv: list[str] | None = None) -> list[ScalingRow]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="64,128,256,512")
-    parser.add_argument("--solvers", default="heuristic,symmetric")
-    parser.add_argument("--time-limit", type=float, default=600.0)
-    args = parser.parse_args(argv)
-    rows = []
-    for gpus in (int(x) for x in args.sizes.split(",")):
-        for solver in args.solvers.split(","):
-            with console.status(f"{solver} on {gpus} GPUs …"):
-                rows.append(scale_point(gpus, solver, args.time_limit))
-            console.print(f"  {gpus} GPUs, {solver}: {rows[-1].solve_s:.1f} s", highlight=False)
-    console.print(scaling_table(rows))
-    return rows
+def main(sizes: str = typer.Option(SIZES, help="comma-separated GPU counts"),
+         mix: str = typer.Option(MIX, help="GPU type mix, TYPE:WEIGHT,..."),
+         seed: int = typer.Option(0), time_limit: float = typer.Option(120.0, help="solver budget, s"),
+         one: int = typer.Option(0, hidden=True)) -> None:
+    if one:
+        print(json.dumps(measure(one, mix, seed, time_limit)))
+        return
+    console = Console()
+    table = Table(title=f"heuristic scaling: Llama-2 70B, mix {mix}, seed {seed}")
+    for col in ("GPUs", "wall s", "peak MiB", "D", "stages", "used", "T s", "tokens/s", "MFU"):
+        table.add_column(col, justify="right")
+    for gpus in (int(x) for x in sizes.split(",")):
+        out = subprocess.run([sys.executable, __file__, "--one", str(gpus), "--mix", mix, "--seed", str(seed),
+                              "--time-limit", str(time_limit)], capture_output=True, text=True, cwd=ROOT)
+        if out.returncode:
+            console.print(f"[red]{gpus} GPUs failed:[/] {out.stderr.strip().splitlines()[-1:]}")
+            continue
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        table.add_row(str(gpus), f"{r['wall_s']:.2f}", f"{r['peak_mib']:.0f}", str(r["pipelines"]),
+                      str(r["stages"]), str(r["used"]), f"{r['iteration_s']:.2f}",
+                      f"{r['tokens_per_s']:,.0f}", f"{100 * r['mfu']:.1f} %")
+        console.print(f"{gpus} GPUs: {r['wall_s']:.2f} s", highlight=False)
+    console.print(table)
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

@@ -91,7 +91,8 @@ def repair_memory(problem: Problem, table: StageTable) -> np.ndarray | None:
 
 
 def build_plan(problem: Problem, pools: Sequence[Sequence[int]], heuristic: HeuristicOptions | None = None,
-               tp_cap: int | None = None, max_stages: int | None = None) -> Plan | None:
+               tp_cap: int | None = None, max_stages: int | None = None,
+               cache: dict | None = None) -> Plan | None:
     """Phase 2 for every pool, then batches by pipeline speed and the memory repair.
 
     Pools that cannot hold the model are left idle; None if no pool can, or if there are
@@ -100,7 +101,7 @@ def build_plan(problem: Problem, pools: Sequence[Sequence[int]], heuristic: Heur
     pools = [np.asarray(p) for p in pools if len(p)]
     micro_est = max(1, problem.training.micro_batches // max(1, len(pools)))
     built = [build_pipeline(problem, pool, micro_est, tp_cap, heuristic.fixed_tp,
-                            heuristic.beam_width, max_stages) for pool in pools]
+                            heuristic.beam_width, max_stages, cache) for pool in pools]
     built = [b for b in built if b is not None]
     if not built or len(built) > problem.training.micro_batches:
         return None

@@ -79,9 +79,14 @@ def _to_csr(n: int, src: np.ndarray, dst: np.ndarray, wgt: np.ndarray):
 
 
 def compute_weights(problem: Problem) -> np.ndarray:
-    """Vertex weights: π of each device in TFLOP/s (integers ≥ 1)."""
-    flops = problem.cluster.machine_flops[problem.cluster.machine_of_device]
-    return np.maximum(np.rint(flops / 1e12), 1).astype(np.int64)
+    """Vertex weights (integers ≥ 1): each device's share of the cluster's compute π plus its
+    share of the memory. Balancing compute alone leaves pools of small-memory GPUs that
+    cannot hold the model; balancing the sum keeps both near 1/D per pool."""
+    cluster = problem.cluster
+    flops = cluster.machine_flops[cluster.machine_of_device]
+    memory = cluster.machine_memory_bytes[cluster.machine_of_device]
+    share = flops / flops.sum() + memory / memory.sum()
+    return np.maximum(np.rint(share * 500 * len(share)), 1).astype(np.int64)
 
 
 def metis_pools(problem: Problem, pools: int, seed: int) -> list[np.ndarray]:

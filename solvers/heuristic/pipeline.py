@@ -5,7 +5,9 @@ Steps, per pool:
    leaves a machine), each machine part cut into TP groups whose size the cost model picks;
 2. order: a top-τ (beam) greedy search over the machine parts, cheapest PP links first;
 3. layers: water-filling, one layer at a time to the stage where it raises the estimated
-   pipeline time least, never past a stage's memory bound.
+   pipeline time least, never past a stage's memory bound;
+4. prune: drop stages whose devices cost more (bubble, PP hops) than they add, while the
+   pipeline's own T_pipe, priced by the evaluator, drops.
 
 Every time and byte figure comes from `planner.cost`; nothing here retypes a formula.
 """
@@ -17,7 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner import cost
+from planner.evaluate import stage_times
 from planner.problem import Problem
+from planner.table import StageTable
+
+PREFIX_TRIALS = 10  # how many "drop the j slowest stages" sizes j to try (geometric)
+SINGLE_DROP_STAGES = 12  # pipelines up to this long also try dropping any single stage
 
 
 @dataclass(frozen=True)
@@ -174,21 +181,20 @@ def stage_coefficients(problem: Problem, slots: list[StageSlot], micro: int):
 
 
 def split_layers(problem: Problem, slots: list[StageSlot], micro: int) -> np.ndarray | None:
-    """Layers per stage: each stage gets one, then each further layer goes where it raises
-    (m − 1)·max τ + Σ τ least, within the memory bound. None if the pool cannot hold the model."""
+    """Layers per stage minimising the slowest stage: each stage gets one, and the other
+    layers go, one by one, where the stage finishes earliest with it (water-filling, done as
+    one sort of every stage's k-th layer end time; ties go to the faster stage). Never past a
+    stage's memory bound. None if the pool cannot hold the model."""
     per_layer, head, max_layers = stage_coefficients(problem, slots, micro)
-    big_l = problem.model.layers
-    if len(slots) > big_l or np.any(max_layers < 1) or max_layers.sum() < big_l:
+    big_l, size = problem.model.layers, len(slots)
+    if size > big_l or np.any(max_layers < 1) or max_layers.sum() < big_l:
         return None
-    layers = np.ones(len(slots), dtype=int)
-    tau = layers * per_layer + head
-    for _ in range(big_l - len(slots)):
-        grown = np.where(layers < max_layers, tau + per_layer, np.inf)
-        score = (micro - 1) * np.maximum(tau.max(), grown) + per_layer
-        k = int(np.argmin(score))
-        layers[k] += 1
-        tau[k] = grown[k]
-    return layers
+    extra = np.minimum(max_layers, big_l) - 1  # layers each stage may take beyond its first
+    owner = np.repeat(np.arange(size), extra)
+    rank = np.arange(len(owner)) - np.repeat(np.cumsum(extra) - extra, extra) + 2  # k = 2, 3, ...
+    finish = head[owner] + rank * per_layer[owner]
+    chosen = owner[np.lexsort((per_layer[owner], finish))[: big_l - size]]
+    return 1 + np.bincount(chosen, minlength=size)
 
 
 # -- one pool → one pipeline -----------------------------------------------------------------
@@ -201,11 +207,73 @@ def fastest_slots(problem: Problem, slots: list[StageSlot], limit: int) -> list[
     return [slots[i] for i in keep]
 
 
+def single_table(problem: Problem, slots: list[StageSlot], layers: np.ndarray, micro: int) -> StageTable:
+    """The stage table of a plan with this one pipeline (what `stage_table` would build)."""
+    size = len(slots)
+    index = np.arange(size)
+    return StageTable(
+        pipe=np.zeros(size, dtype=int), index=index, num_stages=np.full(size, size),
+        machine=np.array([s.machine for s in slots]), tp=np.array([s.tp for s in slots]),
+        layers=np.asarray(layers), first_layer=np.cumsum(layers) - layers,
+        first=(index == 0).astype(int), last=(index == size - 1).astype(int),
+        micro_batches=np.full(size, micro), pipe_start=np.array([0, size]),
+        batch=np.array([micro * problem.training.micro_batch]))
+
+
+def single_pipe_time(problem: Problem, slots: list[StageSlot], layers: np.ndarray, micro: int) -> float:
+    """T_pipe of one pipeline alone with `micro` micro-batches [3.1–3.3]."""
+    _, _, tau, pp = stage_times(problem, single_table(problem, slots, layers, micro))
+    return cost.pipeline_time(tau, pp, micro)
+
+
+def _try(problem: Problem, slots: list[StageSlot], micro: int):
+    split = split_layers(problem, slots, micro)
+    if split is None:
+        return None
+    return single_pipe_time(problem, slots, split, micro), slots, split
+
+
+def prune(problem: Problem, slots: list[StageSlot], layers: np.ndarray, micro: int):
+    """Leave idle the stages that cost more (bubble, PP hops) than they add, as long as the
+    pipeline's own T_pipe drops: first the j slowest stages for the best j, then, on short
+    pipelines, single stages anywhere (a fast device behind a slow link)."""
+    best = (single_pipe_time(problem, slots, layers, micro), slots, layers)
+    speed = 1.0 / per_layer_time(problem, np.array([s.machine for s in slots]), np.array([s.tp for s in slots]))
+    slowest = np.argsort(speed, kind="stable")
+    prefixes = np.geomspace(1, len(slots) - 1, PREFIX_TRIALS) if len(slots) > 1 else []
+    for j in sorted({int(x) for x in prefixes}):
+        drop = set(slowest[:j].tolist())
+        trial = _try(problem, [s for k, s in enumerate(slots) if k not in drop], micro)
+        if trial is not None and trial[0] < best[0] * (1 - 1e-9):
+            best = trial
+    while SINGLE_DROP_STAGES >= len(best[1]) > 1:
+        trials = [_try(problem, best[1][:k] + best[1][k + 1:], micro) for k in range(len(best[1]))]
+        trials = [t for t in trials if t is not None and t[0] < best[0] * (1 - 1e-9)]
+        if not trials:
+            break
+        best = min(trials, key=lambda t: t[0])
+    return best[1], best[2]
+
+
 def build_pipeline(problem: Problem, pool: np.ndarray, micro: int, tp_cap: int | None,
-                   fixed_tp: int | None, beam_width: int, max_stages: int | None):
-    """(stages, layers) for one pool, or None if it cannot hold the model."""
+                   fixed_tp: int | None, beam_width: int, max_stages: int | None,
+                   cache: dict | None = None):
+    """(stages, layers) for one pool, or None if it cannot hold the model. `cache` keeps
+    results by (pool, TP layout): TP caps that lead to the same layout are built once."""
     parts = machine_parts(problem, pool)
     layout = choose_tp_layout(problem, parts, micro, tp_cap, fixed_tp)
+    key = (tuple(int(d) for d in pool), tuple((m, tuple(v)) for m, v in layout.items()), micro,
+           beam_width, max_stages)
+    if cache is not None and key in cache:
+        return cache[key]
+    built = _build(problem, parts, layout, micro, beam_width, max_stages)
+    if cache is not None:
+        cache[key] = built
+    return built
+
+
+def _build(problem: Problem, parts: dict[int, list[int]], layout: dict[int, list[int]], micro: int,
+           beam_width: int, max_stages: int | None):
     order = order_parts(problem, [m for m in parts if layout[m]], beam_width)
     slots = []
     for m in order:
@@ -219,7 +287,7 @@ def build_pipeline(problem: Problem, pool: np.ndarray, micro: int, tp_cap: int |
     while slots:
         layers = split_layers(problem, slots, micro)
         if layers is not None:
-            return slots, layers
+            return prune(problem, slots, layers, micro)
         # a stage that cannot hold even one layer is left idle; else the pool is too small
         _, _, max_layers = stage_coefficients(problem, slots, micro)
         if np.all(max_layers >= 1):

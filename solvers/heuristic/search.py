@@ -76,9 +76,10 @@ class Search:
         self.deadline = self.start + options.time_limit_s
         self.found: dict[tuple, tuple[float, Plan]] = {}  # (D, mode, cap) -> (T, plan)
         self.seen_pools: dict[tuple, list] = {}
+        self.pipelines: dict = {}  # phase-2 results by (pool, TP layout), shared by all candidates
 
     def out_of_time(self) -> bool:
-        return bool(self.found) and time.perf_counter() > self.deadline
+        return bool(self.ranked()) and time.perf_counter() > self.deadline
 
     def pools(self, d: int, mode: str):
         key = (d, mode)
@@ -87,55 +88,53 @@ class Search:
                                              self.options.seed)
         return self.seen_pools[key]
 
-    def try_d(self, d: int) -> None:
-        """Every (protect mode, TP cap) candidate for one D."""
+    def try_d(self, d: int, caps: list[int | None]) -> None:
+        """Every protect mode with the given TP caps for one D."""
         done_pools = []
         for mode in protect_modes(self.problem, self.heuristic):
             pools = self.pools(d, mode)
             signature = sorted(tuple(p.tolist()) for p in pools)
-            if signature in done_pools:  # both weightings gave the same split
+            if signature in done_pools:  # both modes gave the same split
                 continue
             done_pools.append(signature)
-            for cap in self.caps():
-                if self.out_of_time():
-                    return
-                plan = build_plan(self.problem, pools, self.heuristic, cap, self.options.max_stages)
-                if plan is not None:
-                    t = iteration_time(self.problem, plan, check=False)
-                    self.found[(d, mode, cap)] = (t, plan)
+            for cap in caps:
+                if self.out_of_time() or (d, mode, cap) in self.found:
+                    continue
+                plan = build_plan(self.problem, pools, self.heuristic, cap, self.options.max_stages,
+                                  self.pipelines)
+                self.found[(d, mode, cap)] = (
+                    (iteration_time(self.problem, plan, check=False), plan) if plan else (np.inf, None))
 
     def caps(self) -> list[int | None]:
         return [None] if self.heuristic.fixed_tp is not None else list(self.heuristic.tp_caps)
 
-    def best_d(self) -> int | None:
-        if not self.found:
-            return None
-        return min(self.found.items(), key=lambda kv: (kv[1][0], kv[0][0]))[0][0]
+    def ranked(self) -> list[tuple[tuple, float, Plan]]:
+        found = [(k, t, p) for k, (t, p) in self.found.items() if p is not None]
+        return sorted(found, key=lambda x: (x[1], x[0][0], str(x[0])))
 
     def explore(self, progress) -> None:
+        """D over a coarse grid with the first secondary split, then D between the best one's
+        neighbours, then the other secondary splits for the best few D."""
         upper = max_pipelines(self.problem, self.options)
         tried = list(self.heuristic.pipelines or coarse_candidates(upper, self.heuristic.max_d_candidates))
         tried = [d for d in tried if 1 <= d <= upper] or [1]
-        task = progress.add_task("heuristic: D search", total=len(tried)) if progress else None
-        for d in tried:
-            self.try_d(d)
-            if progress:
-                progress.advance(task)
-        best = self.best_d()
-        if best is None or self.heuristic.pipelines:
-            return
-        extra = refine_candidates(best, tried, upper)
-        if progress:
-            progress.update(task, total=len(tried) + len(extra))
-        for d in extra:
-            self.try_d(d)
+        caps = self.caps()
+        task = progress.add_task("heuristic: D search", total=len(tried) + 9) if progress else None
+        self.sweep(tried, caps[:1], progress, task)
+        if not self.heuristic.pipelines and self.ranked():
+            self.sweep(refine_candidates(self.ranked()[0][0][0], tried, upper), caps[:1], progress, task)
+        best_d = list(dict.fromkeys(k[0] for k, _, _ in self.ranked()))[: self.heuristic.polish_candidates]
+        self.sweep(best_d, caps[1:], progress, task)
+
+    def sweep(self, ds: list[int], caps: list[int | None], progress, task) -> None:
+        for d in ds:
+            self.try_d(d, caps)
             if progress:
                 progress.advance(task)
 
     def polished(self) -> tuple[float, Plan] | None:
-        ranked = sorted(self.found.values(), key=lambda x: x[0])[: self.heuristic.polish_candidates]
         best = None
-        for t0, plan in ranked:
+        for _, _, plan in self.ranked()[: self.heuristic.polish_candidates]:
             plan = self.polish_one(plan)
             t = iteration_time(self.problem, plan, check=False)
             if best is None or t < best[0]:

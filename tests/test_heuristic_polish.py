@@ -1,0 +1,147 @@
+"""The heuristic's exact pieces: the polish ends at a local optimum (checked by brute force
+over every single layer / micro-batch move, with Plan objects and the public evaluator),
+the batch split is optimal for the slowest pipeline, and the memory repair fixes an
+out-of-memory stage while keeping as many layers there as fit."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from planner.evaluate import iteration_time
+from planner.hardware import Cluster, Machine
+from planner.io import load_model, load_problem
+from planner.plan import Pipeline, Plan, Stage
+from planner.problem import Problem
+from planner.table import stage_table
+from planner.validate import validate
+from planner.workload import TrainingSpec
+from solvers.heuristic import build_plan, partition, polish
+from solvers.heuristic.assemble import repair_memory, split_batches, with_split
+from solvers.heuristic.search import plan_from_table
+
+
+def single_moves(plan: Plan):
+    """Every plan one layer or one micro-batch away from `plan` (n ≥ 1, m ≥ 1)."""
+    b = None
+    pipes = list(plan.pipelines)
+    for p, pipe in enumerate(pipes):
+        for i, j in itertools.permutations(range(len(pipe.stages)), 2):
+            if pipe.stages[i].layers > 1:
+                stages = list(pipe.stages)
+                stages[i] = Stage(devices=stages[i].devices, layers=stages[i].layers - 1)
+                stages[j] = Stage(devices=stages[j].devices, layers=stages[j].layers + 1)
+                yield plan.model_copy(update={"pipelines": tuple(
+                    pipes[:p] + [Pipeline(batch=pipe.batch, stages=tuple(stages))] + pipes[p + 1:])})
+    for p, q in itertools.permutations(range(len(pipes)), 2):
+        yield (p, q)
+
+
+def moved_batch(plan: Plan, p: int, q: int, micro: int) -> Plan | None:
+    pipes = list(plan.pipelines)
+    if pipes[p].batch <= micro:
+        return None
+    pipes[p] = Pipeline(batch=pipes[p].batch - micro, stages=pipes[p].stages)
+    pipes[q] = Pipeline(batch=pipes[q].batch + micro, stages=pipes[q].stages)
+    return plan.model_copy(update={"pipelines": tuple(pipes)})
+
+
+def best_neighbour(problem: Problem, plan: Plan) -> float:
+    best = np.inf
+    for move in single_moves(plan):
+        other = moved_batch(plan, *move, problem.training.micro_batch) if isinstance(move, tuple) else move
+        if other is not None and not validate(problem, other):
+            best = min(best, iteration_time(problem, other))
+    return best
+
+
+def scrambled(problem: Problem, plan: Plan, seed: int) -> Plan:
+    """The same structure with a random (valid-sum) layer and batch split."""
+    rng = np.random.default_rng(seed)
+    big_l, micro = problem.model.layers, problem.training.micro_batch
+    d = len(plan.pipelines)
+    m = 1 + rng.multinomial(problem.training.micro_batches - d, np.ones(d) / d)
+    pipes = []
+    for pipe, mp in zip(plan.pipelines, m):
+        s = len(pipe.stages)
+        n = 1 + rng.multinomial(big_l - s, np.ones(s) / s)
+        pipes.append(Pipeline(batch=int(mp) * micro, stages=tuple(
+            Stage(devices=st.devices, layers=int(k)) for st, k in zip(pipe.stages, n))))
+    return plan.model_copy(update={"pipelines": tuple(pipes)})
+
+
+@pytest.mark.parametrize("name,pools,seed", [("small-8-llama2-7b", 2, 0), ("tiny-6-llama3-8b", 2, 1),
+                                             ("medium-32-llama2-13b", 3, 2), ("small-16-llama2-13b", 2, 3)])
+def test_polish_stops_at_a_local_optimum(name, pools, seed):
+    problem = load_problem(name)
+    plan = build_plan(problem, partition(problem, pools, "metis", "pipeline", seed=0))
+    start = scrambled(problem, plan, seed)
+    table = stage_table(problem, start)
+    fits = repair_memory(problem, table)  # the solver repairs memory before it polishes
+    table = with_split(table, fits, table.batch // problem.training.micro_batch, problem.training.micro_batch)
+    start = plan_from_table(problem, start, table)
+    assert validate(problem, start) == []
+    layers, micro, b = polish(problem, table)
+    result = plan_from_table(problem, start, with_split(table, layers, micro, problem.training.micro_batch))
+    assert validate(problem, result) == []
+    t = iteration_time(problem, result)
+    assert t == pytest.approx(b.iteration)
+    assert t <= iteration_time(problem, start)
+    assert best_neighbour(problem, result) >= t * (1 - 1e-12)
+
+
+def test_batch_split_minimises_the_slowest_pipeline():
+    """Against every split of the micro-batches over the pipelines (brute force)."""
+    problem = load_problem("small-8-llama2-7b")
+    plan = build_plan(problem, partition(problem, 3, "metis", "pipeline", seed=0))
+    table = stage_table(problem, plan)
+    micro = split_batches(problem, table, equal=False)
+    total, d, b = problem.training.micro_batches, table.num_pipelines, problem.training.micro_batch
+
+    def slowest(m):
+        pipes = tuple(Pipeline(batch=int(k) * b, stages=p.stages) for p, k in zip(plan.pipelines, m))
+        t = stage_table(problem, plan.model_copy(update={"pipelines": pipes}))
+        from planner.evaluate import breakdown
+        return breakdown(problem, t).pipe_time.max()
+
+    every = [c for c in itertools.product(range(1, total + 1), repeat=d) if sum(c) == total]
+    assert slowest(micro) == pytest.approx(min(slowest(c) for c in every))
+
+
+def memory_tight_problem() -> Problem:
+    cluster = Cluster(machines=(
+        Machine(name="big", gpu="A100-80G", count=2, intra_bw_gbps=300),
+        Machine(name="small", gpu="RTX4090", count=1, intra_bw_gbps=16),
+    ), inter_bw_gbps=12.5)
+    return Problem(cluster=cluster, model=load_model("llama2-7b"),
+                   training=TrainingSpec(seq_len=4096, global_batch=8, micro_batch=1))
+
+
+def test_memory_repair_moves_layers_off_the_full_stage():
+    problem = memory_tight_problem()
+    # the 24 GiB RTX4090 cannot hold 20 of the 32 layers (16 bytes of state per parameter)
+    plan = Plan(pipelines=(Pipeline(batch=8, stages=(
+        Stage(devices=(0,), layers=6), Stage(devices=(1,), layers=6), Stage(devices=(2,), layers=20))),))
+    assert [v.rule for v in validate(problem, plan)] == ["memory"]
+    table = stage_table(problem, plan)
+    fixed = repair_memory(problem, table)
+    repaired = plan_from_table(problem, plan, with_split(table, fixed, table.batch, 1))
+    assert validate(problem, repaired) == []
+    # the small stage keeps as many layers as fit: one more and it is out of memory again
+    n_small = repaired.pipelines[0].stages[2].layers
+    assert 1 <= n_small < 20
+    big = [s.layers for s in repaired.pipelines[0].stages[:2]]
+    assert abs(big[0] - big[1]) <= 1  # the layers went to the less loaded of equal stages
+    one_more = Plan(pipelines=(Pipeline(batch=8, stages=(
+        Stage(devices=(0,), layers=big[0]), Stage(devices=(1,), layers=big[1] - 1),
+        Stage(devices=(2,), layers=n_small + 1))),))
+    assert [v.rule for v in validate(problem, one_more)] == ["memory"]
+
+
+def test_memory_repair_reports_a_pool_that_cannot_hold_the_model():
+    problem = memory_tight_problem()
+    plan = Plan(pipelines=(Pipeline(batch=8, stages=(Stage(devices=(2,), layers=32),)),))
+    assert repair_memory(problem, stage_table(problem, plan)) is None
+    assert build_plan(problem, [[2]]) is None

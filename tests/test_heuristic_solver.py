@@ -1,0 +1,100 @@
+"""The heuristic solver end to end: every plan valid on random clusters (4–256 GPUs),
+deterministic per seed, and as good as brute force on problems small enough to enumerate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from instances.generate import generate_cluster, generated_problem
+from planner.evaluate import iteration_time
+from planner.io import load_problem
+from planner.plan import SolveStatus
+from planner.validate import validate
+from solvers import registry
+from solvers.common import SolverOptions
+from solvers.exact import brute
+from solvers.heuristic import HeuristicOptions, build_plan, partition, solve, solve_with
+
+MIXES = ["A100-80G:1,RTX4090:1", "H800:1,H20:1", "RTX3090:2,RTX4090:1,L40S:1", "A800-80G:1",
+         "V100:1,T4:1,A10:1"]
+MODELS = ["llama2-7b", "llama2-13b", "tiny", "llama3-8b"]
+
+
+def random_problem(seed: int):
+    """A generated cluster of 4–256 GPUs with a bundled model and a random batch."""
+    rng = np.random.default_rng(seed)
+    gpus = int(rng.choice([4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]))
+    cluster = generate_cluster(gpus, MIXES[seed % len(MIXES)], seed=seed)
+    micro = int(rng.choice([1, 2]))
+    batch = micro * int(rng.integers(1, 2 * gpus + 1))
+    return generated_problem(cluster, MODELS[seed % len(MODELS)], seq_len=int(rng.choice([1024, 4096])),
+                             global_batch=batch, micro_batch=micro)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_every_returned_plan_is_valid(seed):
+    problem = random_problem(seed)
+    result = solve(problem, SolverOptions(seed=seed, time_limit_s=20))
+    if result.status == SolveStatus.infeasible:
+        # only when not even the whole cluster holds the model states
+        total = sum(m.count * problem.cluster.gpu_of(i).memory_gib for i, m in enumerate(problem.cluster.machines))
+        assert total * 2**30 < 4 * problem.training.param_state_bytes * problem.model.total_params
+        return
+    assert result.plan is not None
+    assert validate(problem, result.plan) == []
+    assert result.objective_s == pytest.approx(iteration_time(problem, result.plan))
+
+
+@pytest.mark.parametrize("seed", [3, 7])
+def test_random_partition_baseline_plans_are_valid(seed):
+    problem = random_problem(seed)
+    result = solve_with(problem, SolverOptions(seed=seed), HeuristicOptions(partitioner="random"))
+    assert result.plan is not None and validate(problem, result.plan) == []
+
+
+def test_ablations_keep_their_restriction():
+    problem = load_problem("medium-32-llama2-13b")
+    one_tp = solve_with(problem, SolverOptions(), HeuristicOptions(fixed_tp=2)).plan
+    assert validate(problem, one_tp) == []
+    assert {s.tp for p in one_tp.pipelines for s in p.stages} == {2}
+    equal = solve_with(problem, SolverOptions(), HeuristicOptions(equal_batch=True)).plan
+    assert validate(problem, equal) == []
+    batches = [p.batch for p in equal.pipelines]
+    assert max(batches) - min(batches) <= problem.training.micro_batch
+
+
+def test_same_seed_same_plan():
+    problem = random_problem(5)
+    options = SolverOptions(seed=11, time_limit_s=60)
+    assert solve(problem, options).plan.pipelines == solve(problem, options).plan.pipelines
+    heuristic = HeuristicOptions(partitioner="random")
+    a = solve_with(problem, options, heuristic).plan
+    assert a.pipelines == solve_with(problem, options, heuristic).plan.pipelines
+
+
+def test_phase_two_uses_only_pool_devices():
+    problem = load_problem("case-study-llama2-13b")
+    pools = partition(problem, 3, "metis", "pipeline", seed=0)
+    assert sorted(np.concatenate(pools).tolist()) == list(range(problem.cluster.num_devices))
+    plan = build_plan(problem, pools)
+    assert validate(problem, plan) == []
+    owner = {int(d): i for i, pool in enumerate(pools) for d in pool}
+    for pipe in plan.pipelines:  # a pipeline never mixes pools
+        assert len({owner[d] for s in pipe.stages for d in s.devices}) == 1
+
+
+def test_registered_and_reached_by_name():
+    problem = load_problem("small-8-llama2-7b")
+    assert registry.solve(problem, "heuristic").plan == solve(problem, SolverOptions()).plan
+
+
+@pytest.mark.parametrize("name", ["tiny-2-tiny", "demo-tiny", "tiny-4-tiny-mha"])
+def test_matches_brute_force_on_tiny_problems(name):
+    """Brute force enumerates every valid plan (solvers/exact/brute.py); gap ≤ 3 %."""
+    problem = load_problem(name)
+    optimum = brute.solve(problem, SolverOptions(time_limit_s=120))
+    assert optimum.status == SolveStatus.optimal
+    found = solve(problem, SolverOptions())
+    assert found.objective_s <= optimum.objective_s * 1.03
+    assert found.objective_s >= optimum.objective_s * (1 - 1e-9)  # brute force is a true lower bound
