@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rich.console import Console  # noqa: E402
 
-from hexiscale.cli.compare import EXACT_SOLVERS, ComparisonRow, compare_problem, comparison_table  # noqa: E402
+from hexiscale.cli.compare import ComparisonRow, compare_problem, comparison_table  # noqa: E402
 from planner.hardware import Cluster  # noqa: E402
 from planner.io import load_problem  # noqa: E402
 from planner.problem import Problem  # noqa: E402

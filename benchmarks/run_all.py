@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -30,6 +31,15 @@ REPORT = Path(__file__).parent / "report"
 QUICK_PROBLEMS = ["case-study-llama2-13b", "homo-a800-2x8-llama2-13b"]
 
 
+def _git_head() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).parent, timeout=10)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two problems, two sizes")
@@ -37,6 +47,7 @@ def main() -> None:
     parser.add_argument("--exact-time-limit", type=float, default=30.0, help="seconds per cpsat/milp run")
     parser.add_argument("--sizes", default="64,128,256,512,1024", help="cluster sizes of the scaling run")
     parser.add_argument("--out", type=Path, default=REPORT)
+    parser.add_argument("--commit", default="", help="the code version to name in the report (git hash)")
     parser.add_argument("--render-only", action="store_true",
                         help="rebuild README and figures from the saved compare.json / scaling.json")
     args = parser.parse_args()
@@ -62,6 +73,7 @@ def main() -> None:
         "time_limit": args.time_limit, "exact_time_limit": args.exact_time_limit,
         "wall_s": time.perf_counter() - start, "quick": args.quick,
         "missing": [s for s in bench_compare.SOLVER_ORDER if s not in SOLVERS],
+        "commit": args.commit or _git_head(),
     }
     path = write_report(rows, scaling, figures, context, args.out / "README.md")
     print(f"report: {path} ({time.perf_counter() - start:.0f} s)")

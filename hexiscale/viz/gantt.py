@@ -36,7 +36,8 @@ def _draw_pipeline(ax, sched: PipelineSchedule, stage_labels: list[str], x_max: 
     ax.set_yticks(range(sched.num_stages), stage_labels, fontsize=7 if sched.num_stages < 24 else 5)
     ax.set_ylim(sched.num_stages - 0.5, -1.0)
     ax.set_xlim(0, x_max * 1.02)
-    ax.set_title(f"pipeline {sched.pipeline}: {sched.num_stages} stages, m = {sched.micro_batches} "
+    stages = f"{sched.num_stages} stage" + ("s" if sched.num_stages > 1 else "")
+    ax.set_title(f"pipeline {sched.pipeline}: {stages}, m = {sched.micro_batches} "
                  f"micro-batches, cycle {sched.cycle_s:.3g} s", fontsize=9, loc="left")
 
 
