@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from hexiscale.cli.app import app, console, fail, friendly_errors
@@ -35,7 +36,8 @@ def print_summary(result: RunResult, plan) -> None:
     tokens_s = sum(s["tokens_per_s"] for s in steps) / len(steps)
     console.print(f"loss {result.steps[0]['loss']:.4f} → {result.steps[-1]['loss']:.4f} over "
                   f"{len(result.steps)} steps; {tokens_s:,.0f} tokens/s; wall {result.wall_s:.1f} s; "
-                  f"replicas identical: {result.replicas_identical}", highlight=False, soft_wrap=True)
+                  f"replicas identical: {result.replicas_identical}; logs in {result.out_dir}",
+                  highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -77,7 +79,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         return
     result = launch_local(job)
     if not result.ok:
-        fail("the run failed:\n" + result.failure_summary(), EXIT_RUN_FAILED)
+        fail(f"the run failed (logs in {result.out_dir}):\n" + escape(result.failure_summary()), EXIT_RUN_FAILED)
     print_summary(result, the_plan)
 
 
