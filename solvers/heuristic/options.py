@@ -19,9 +19,10 @@ class HeuristicOptions(Frozen):
         default="metis", description="phase 1: METIS multilevel k-way, or a random balanced split")
     protect: Literal["auto", "pipeline", "data"] = Field(
         default="auto",
-        description="which traffic the pools keep on fast links: 'pipeline' cuts the slowest "
-                    "links between pools (DP crosses them), 'data' the fastest; 'auto' tries "
-                    "both on small clusters and picks by message volume on large ones")
+        description="which traffic the pools keep on fast links: 'pipeline' = METIS min-cut "
+                    "(DP crosses the slowest links), 'data' = striped pools (each machine dealt "
+                    "across pools, so a layer's DP holders share machines); 'auto' tries both "
+                    "up to 512 devices and 'pipeline' alone above")
     fixed_tp: int | None = Field(
         default=None, ge=1, description="ablation: one TP size for every stage (a power of two)")
     equal_batch: bool = Field(

@@ -14,6 +14,7 @@ Every time and byte figure comes from `planner.cost`; nothing here retypes a for
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,8 +24,10 @@ from planner.evaluate import stage_times
 from planner.problem import Problem
 from planner.table import StageTable
 
-PREFIX_TRIALS = 10  # how many "drop the j slowest stages" sizes j to try (geometric)
-SINGLE_DROP_STAGES = 12  # pipelines up to this long also try dropping any single stage
+PREFIX_TRIALS = 6  # how many "drop the j slowest stages" sizes j to try (geometric)
+EXHAUSTIVE_LAYOUTS = 16  # pools with at most this many TP layouts over at most
+EXHAUSTIVE_PARTS = 6  # this many machines build and price every layout
+SINGLE_DROP_STAGES = 6  # pipelines up to this long also try dropping any single stage
 
 
 @dataclass(frozen=True)
@@ -91,14 +94,15 @@ def estimated_pipe_time(problem: Problem, machines: list[int], sizes: list[list[
     return (micro - 1 + len(t)) * stage + intra_hops + (micro - 1) * max(0.0, float(hop.max()) - stage)
 
 
-def choose_tp_layout(problem: Problem, parts: dict[int, list[int]], micro: int,
-                     tp_cap: int | None, fixed_tp: int | None) -> dict[int, list[int]]:
-    """Group sizes per machine part. Parts alike (same machine kind and device count) take
-    the same size; coordinate descent over those kinds on `estimated_pipe_time`."""
+def tp_layouts(problem: Problem, parts: dict[int, list[int]], micro: int,
+               tp_cap: int | None, fixed_tp: int | None) -> list[dict[int, list[int]]]:
+    """Candidate group sizes per machine part. Parts alike (same machine kind and device
+    count) take the same size. If the kinds allow few combinations, all of them (each is then
+    built and priced); else the one `estimated_pipe_time` prefers by coordinate descent."""
     model, cluster = problem.model, problem.cluster
     machines = list(parts)
     if fixed_tp is not None:
-        return {m: group_sizes(len(parts[m]), fixed_tp, [], fixed=True) for m in machines}
+        return [{m: group_sizes(len(parts[m]), fixed_tp, [], fixed=True) for m in machines}]
     kinds: dict[tuple, list[int]] = {}
     for m in machines:
         mm = cluster.machines[m]
@@ -114,6 +118,9 @@ def choose_tp_layout(problem: Problem, parts: dict[int, list[int]], micro: int,
         lay = layout(ch)
         return estimated_pipe_time(problem, machines, [lay[m] for m in machines], micro)
 
+    names = sorted(kinds)
+    if len(parts) <= EXHAUSTIVE_PARTS and np.prod([len(options[k]) for k in names]) <= EXHAUSTIVE_LAYOUTS:
+        return [layout(dict(zip(names, combo))) for combo in itertools.product(*(options[k] for k in names))]
     best = score(choice)
     improved = True
     while improved:
@@ -124,7 +131,7 @@ def choose_tp_layout(problem: Problem, parts: dict[int, list[int]], micro: int,
                 s = score(trial)
                 if s < best * (1 - 1e-9):
                     best, choice, improved = s, trial, True
-    return layout(choice)
+    return [layout(choice)]
 
 
 # -- ordering: top-τ greedy over machine parts --------------------------------------------
@@ -261,15 +268,28 @@ def build_pipeline(problem: Problem, pool: np.ndarray, micro: int, tp_cap: int |
     """(stages, layers) for one pool, or None if it cannot hold the model. `cache` keeps
     results by (pool, TP layout): TP caps that lead to the same layout are built once."""
     parts = machine_parts(problem, pool)
-    layout = choose_tp_layout(problem, parts, micro, tp_cap, fixed_tp)
-    key = (tuple(int(d) for d in pool), tuple((m, tuple(v)) for m, v in layout.items()), micro,
-           beam_width, max_stages)
-    if cache is not None and key in cache:
-        return cache[key]
-    built = _build(problem, parts, layout, micro, beam_width, max_stages)
-    if cache is not None:
-        cache[key] = built
-    return built
+    best, best_t = None, np.inf
+    for layout in tp_layouts(problem, parts, micro, tp_cap, fixed_tp):
+        key = (tuple(int(d) for d in pool), tuple((m, tuple(v)) for m, v in layout.items()), micro,
+               beam_width, max_stages)
+        if cache is not None and key in cache:
+            built = cache[key]
+        else:
+            built = _build(problem, parts, layout, micro, beam_width, max_stages)
+            if cache is not None:
+                cache[key] = built
+        if built is not None:
+            t = single_pipe_time(problem, *built, micro)
+            if t < best_t:
+                best, best_t = built, t
+    return best
+
+
+def _orientations(problem: Problem, slots: list[StageSlot], micro: int) -> list[list[StageSlot]]:
+    """The order and, if it can hold the model, its reverse: the PP hops cost the same both
+    ways, but the LM head and the in-flight activations sit at different ends."""
+    reverse = slots[::-1]
+    return [slots, reverse] if split_layers(problem, reverse, micro) is not None else [slots]
 
 
 def _build(problem: Problem, parts: dict[int, list[int]], layout: dict[int, list[int]], micro: int,
@@ -287,7 +307,11 @@ def _build(problem: Problem, parts: dict[int, list[int]], layout: dict[int, list
     while slots:
         layers = split_layers(problem, slots, micro)
         if layers is not None:
-            return prune(problem, slots, layers, micro)
+            ways = [(order, split_layers(problem, order, micro)) for order in _orientations(problem, slots, micro)]
+            if len(slots) > 2 * SINGLE_DROP_STAGES:  # long pipelines: prune the better way only
+                ways = [min(ways, key=lambda w: single_pipe_time(problem, *w, micro))]
+            return min((prune(problem, *w, micro) for w in ways),
+                       key=lambda built: single_pipe_time(problem, *built, micro))
         # a stage that cannot hold even one layer is left idle; else the pool is too small
         _, _, max_layers = stage_coefficients(problem, slots, micro)
         if np.all(max_layers >= 1):
