@@ -101,3 +101,18 @@ def test_matches_brute_force_on_tiny_problems(name):
     found = solve(problem, SolverOptions())
     assert found.objective_s <= optimum.objective_s * 1.03
     assert found.objective_s >= optimum.objective_s * (1 - 1e-9)  # brute force is a true lower bound
+
+
+def test_limits_on_pipelines_and_stages_are_kept():
+    problem = load_problem("medium-32-llama2-13b")
+    plan = solve(problem, SolverOptions(max_pipelines=2, max_stages=3)).plan
+    assert validate(problem, plan) == []
+    assert len(plan.pipelines) <= 2
+    assert max(len(p.stages) for p in plan.pipelines) <= 3
+
+
+def test_a_tiny_time_budget_still_returns_a_valid_plan():
+    problem = random_problem(10)  # 192 GPUs
+    result = solve(problem, SolverOptions(time_limit_s=0.01))
+    assert result.plan is not None and validate(problem, result.plan) == []
+    assert result.wall_s < 30
