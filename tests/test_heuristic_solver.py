@@ -116,3 +116,11 @@ def test_a_tiny_time_budget_still_returns_a_valid_plan():
     result = solve(problem, SolverOptions(time_limit_s=0.01))
     assert result.plan is not None and validate(problem, result.plan) == []
     assert result.wall_s < 30
+
+
+def test_one_tp_ablation_with_an_impossible_size_is_infeasible_not_invalid():
+    problem = load_problem("tiny-4-tiny-mha")  # 4 heads: TP 8 cannot shard it
+    result = solve_with(problem, SolverOptions(), HeuristicOptions(fixed_tp=8))
+    assert result.status == SolveStatus.infeasible and result.plan is None
+    with pytest.raises(ValueError, match="power of two"):
+        HeuristicOptions(fixed_tp=3)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from planner.hardware import Frozen
 
@@ -43,3 +43,10 @@ class HeuristicOptions(Frozen):
         default=4000, ge=0,
         description="if a plan has at most this many single moves, the polish checks them all "
                     "with the full evaluator (else only moves that touch the bottleneck)")
+
+    @field_validator("fixed_tp")
+    @classmethod
+    def _power_of_two(cls, t: int | None) -> int | None:
+        if t is not None and t & (t - 1):
+            raise ValueError(f"fixed_tp must be a power of two, got {t}")
+        return t

@@ -101,7 +101,9 @@ def tp_layouts(problem: Problem, parts: dict[int, list[int]], micro: int,
     built and priced); else the one `estimated_pipe_time` prefers by coordinate descent."""
     model, cluster = problem.model, problem.cluster
     machines = list(parts)
-    if fixed_tp is not None:
+    if fixed_tp is not None:  # a size the model cannot shard by leaves no layout at all
+        if fixed_tp not in model.tp_sizes(fixed_tp):
+            return []
         return [{m: group_sizes(len(parts[m]), fixed_tp, [], fixed=True) for m in machines}]
     kinds: dict[tuple, list[int]] = {}
     for m in machines:
