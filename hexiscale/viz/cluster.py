@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from matplotlib.patches import FancyBboxPatch  # noqa: E402
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
 
 from planner.plan import Plan  # noqa: E402
 from planner.problem import Problem  # noqa: E402
@@ -49,12 +49,27 @@ def _draw_links(ax, problem: Problem, centres: np.ndarray) -> None:
     top = max(bw[i, j] for i in range(n) for j in range(n) if i != j) if n > 1 else 1.0
     for i in range(n):
         for j in range(i + 1, n):
-            (x0, y0), (x1, y1) = centres[i], centres[j]
-            ax.plot([x0, x1], [y0, y1], color="#BBBBBB", zorder=0,
-                    linewidth=0.5 + 3.0 * bw[i, j] / top)
+            a, b = centres[i], centres[j]
+            # a straight line through another machine's box would hide under it: bend it
+            rad = 0.3 if _passes_through(a, b, centres, (i, j)) else 0.0
+            ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-", connectionstyle=f"arc3,rad={rad}",
+                                         color="#BBBBBB", zorder=0, linewidth=0.5 + 3.0 * bw[i, j] / top))
             if n <= 6:
-                ax.text((x0 + x1) / 2, (y0 + y1) / 2, f"{bw[i, j]:g} GB/s", fontsize=6,
-                        color="#777777", ha="center", zorder=1)
+                mid = (a + b) / 2 + rad * np.array([b[1] - a[1], a[0] - b[0]]) / 2  # on the arc
+                ax.text(mid[0], mid[1], f"{bw[i, j]:g} GB/s", fontsize=6, color="#777777",
+                        ha="center", zorder=1)
+
+
+def _passes_through(a: np.ndarray, b: np.ndarray, centres: np.ndarray, skip: tuple[int, int]) -> bool:
+    """Whether segment a–b passes within a box's half-height of another machine's centre."""
+    ab = b - a
+    for k, c in enumerate(centres):
+        if k in skip:
+            continue
+        t = float(np.dot(c - a, ab) / np.dot(ab, ab))
+        if 0 < t < 1 and np.linalg.norm(a + t * ab - c) < 0.8:
+            return True
+    return False
 
 
 def _draw_machines(ax, problem: Problem, centres: np.ndarray) -> None:
