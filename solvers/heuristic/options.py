@@ -40,7 +40,7 @@ class HeuristicOptions(Frozen):
         default=3, ge=1, description="how many of the best structures get the full polish")
     polish_rounds: int = Field(default=400, ge=0, description="limit on accepted polish moves")
     exhaustive_moves: int = Field(
-        default=4000, ge=0,
+        default=600, ge=0,
         description="if a plan has at most this many single moves, the polish checks them all "
                     "with the full evaluator (else only moves that touch the bottleneck)")
 

@@ -26,7 +26,8 @@ from planner.table import StageTable
 
 PREFIX_TRIALS = 6  # how many "drop the j slowest stages" sizes j to try (geometric)
 EXHAUSTIVE_LAYOUTS = 16  # pools with at most this many TP layouts over at most
-EXHAUSTIVE_PARTS = 6  # this many machines build and price every layout
+EXHAUSTIVE_PARTS = 6  # this many machines, in clusters of at most
+EXHAUSTIVE_CLUSTER = 128  # this many devices, build and price every layout
 SINGLE_DROP_STAGES = 6  # pipelines up to this long also try dropping any single stage
 
 
@@ -121,7 +122,8 @@ def tp_layouts(problem: Problem, parts: dict[int, list[int]], micro: int,
         return estimated_pipe_time(problem, machines, [lay[m] for m in machines], micro)
 
     names = sorted(kinds)
-    if len(parts) <= EXHAUSTIVE_PARTS and np.prod([len(options[k]) for k in names]) <= EXHAUSTIVE_LAYOUTS:
+    small = cluster.num_devices <= EXHAUSTIVE_CLUSTER and len(parts) <= EXHAUSTIVE_PARTS
+    if small and np.prod([len(options[k]) for k in names]) <= EXHAUSTIVE_LAYOUTS:
         return [layout(dict(zip(names, combo))) for combo in itertools.product(*(options[k] for k in names))]
     best = score(choice)
     improved = True
