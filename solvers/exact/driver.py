@@ -18,7 +18,8 @@ from planner.plan import Plan, SolverInfo, SolveStatus
 from planner.problem import Problem
 from planner.validate import validate
 from solvers.common import ModelSize, SolveResult, SolverOptions
-from solvers.exact.tables import PipelineSpec, Tables, build_plan, explain_infeasible, specs_of_plan
+from solvers.exact.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
+                                  specs_of_plan)
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "unknown"]
 # relative tolerance between a model's objective and the evaluator's T (float rounding only)
@@ -195,7 +196,7 @@ def _result(problem, name, start, d_values, proven, bounds, best_t, best_plan, s
     all_proven = len(proven) == len(d_values)
     if best_plan is None:
         status = SolveStatus.infeasible if all_proven else SolveStatus.unknown
-        message = ("the solver proved that no plan fits in memory" if all_proven
+        message = (f"no plan fits in memory (proved by the model): {memory_summary(tables)}" if all_proven
                    else "no plan found within the time limit")
         return SolveResult(solver=name, status=status, wall_s=wall, model_size=size,
                            bound_s=None if all_proven else bound,

@@ -204,6 +204,19 @@ def explain_infeasible(tables: Tables) -> str:
     return ""
 
 
+def memory_summary(tables: Tables) -> str:
+    """The numbers behind an infeasibility that only the models could prove."""
+    model, training, cluster = tables.model, tables.training, tables.cluster
+    reserve = training.reserved_gib * GIB
+    usable = float(sum((cluster.machine_memory_bytes[m] - reserve) * mach.count
+                       for m, mach in enumerate(cluster.machines)))
+    states = float(cost.stage_state_bytes(model, training, 1, model.layers, 1, 1))
+    most = max(int(tables.n_max[i, 0, 0, 1]) for i in range(len(tables.types)))
+    return (f"model states need {states / GIB:.1f} GiB of the cluster's {usable / GIB:.1f} GiB, but "
+            f"activations, the embedding, the head and whole-layer stages do not pack: a stage holds "
+            f"at most {most} of the {tables.layers} layers")
+
+
 def _longest_pipeline(tables: Tables) -> int:
     """Most layers one pipeline could hold with every device and the most lenient memory
     (q = 1, no embedding or head): a necessary condition for feasibility."""
