@@ -58,7 +58,7 @@ def main(sizes: str = typer.Option(SIZES, help="comma-separated GPU counts"),
     if one:
         print(json.dumps(measure(one, mix, seed, time_limit)))
         return
-    console = Console()
+    console = Console(width=150)
     table = Table(title=f"heuristic scaling: Llama-2 70B, mix {mix}, seed {seed}")
     for col in ("GPUs", "wall s", "peak MiB", "D", "stages", "used", "T s", "tokens/s", "MFU"):
         table.add_column(col, justify="right")
