@@ -10,7 +10,7 @@ import itertools
 import numpy as np
 import pytest
 
-from planner.evaluate import iteration_time
+from planner.evaluate import breakdown, iteration_time
 from planner.hardware import Cluster, Machine
 from planner.io import load_model, load_problem
 from planner.plan import Pipeline, Plan, Stage
@@ -25,7 +25,6 @@ from solvers.heuristic.search import plan_from_table
 
 def single_moves(plan: Plan):
     """Every plan one layer or one micro-batch away from `plan` (n ≥ 1, m ≥ 1)."""
-    b = None
     pipes = list(plan.pipelines)
     for p, pipe in enumerate(pipes):
         for i, j in itertools.permutations(range(len(pipe.stages)), 2):
@@ -92,6 +91,23 @@ def test_polish_stops_at_a_local_optimum(name, pools, seed):
     assert best_neighbour(problem, result) >= t * (1 - 1e-12)
 
 
+def test_screened_polish_for_large_plans_improves_and_stays_valid():
+    """With exhaustive checking off (as on hundreds of pipelines), the polish tries only
+    moves that touch the bottleneck; it must still lower T and keep every rule."""
+    problem = load_problem("medium-32-llama2-13b")
+    plan = build_plan(problem, partition(problem, 4, "metis", "pipeline", seed=0))
+    start = scrambled(problem, plan, 5)
+    table = stage_table(problem, start)
+    fits = repair_memory(problem, table)
+    table = with_split(table, fits, table.batch // problem.training.micro_batch, problem.training.micro_batch)
+    before = breakdown(problem, table).iteration
+    layers, micro, b = polish(problem, table, exhaustive_moves=0)
+    result = plan_from_table(problem, start, with_split(table, layers, micro, problem.training.micro_batch))
+    assert validate(problem, result) == []
+    assert iteration_time(problem, result) == pytest.approx(b.iteration)
+    assert b.iteration < before
+
+
 def test_batch_split_minimises_the_slowest_pipeline():
     """Against every split of the micro-batches over the pipelines (brute force)."""
     problem = load_problem("small-8-llama2-7b")
@@ -103,7 +119,6 @@ def test_batch_split_minimises_the_slowest_pipeline():
     def slowest(m):
         pipes = tuple(Pipeline(batch=int(k) * b, stages=p.stages) for p, k in zip(plan.pipelines, m))
         t = stage_table(problem, plan.model_copy(update={"pipelines": pipes}))
-        from planner.evaluate import breakdown
         return breakdown(problem, t).pipe_time.max()
 
     every = [c for c in itertools.product(range(1, total + 1), repeat=d) if sum(c) == total]

@@ -8,7 +8,6 @@ the wall time (the first candidate always completes, so a plan comes back if one
 
 from __future__ import annotations
 
-import math
 import time
 from contextlib import nullcontext
 
