@@ -296,21 +296,25 @@ def _orientations(problem: Problem, slots: list[StageSlot], micro: int) -> list[
     return [slots, reverse] if split_layers(problem, reverse, micro) is not None else [slots]
 
 
-def _build(problem: Problem, parts: dict[int, list[int]], layout: dict[int, list[int]], micro: int,
-           beam_width: int, max_stages: int | None):
-    order = order_parts(problem, [m for m in parts if layout[m]], beam_width)
+def ordered_slots(problem: Problem, parts: dict[int, list[int]], layout: dict[int, list[int]],
+                  beam_width: int, limit: int) -> list[StageSlot]:
+    """The TP groups in pipeline order (machine parts kept together), at most `limit`."""
     slots = []
-    for m in order:
+    for m in order_parts(problem, [m for m in parts if layout[m]], beam_width):
         devices, at = parts[m], 0
         for size in layout[m]:
             slots.append(StageSlot(machine=m, devices=tuple(devices[at: at + size])))
             at += size
+    return fastest_slots(problem, slots, limit) if len(slots) > limit else slots
+
+
+def _build(problem: Problem, parts: dict[int, list[int]], layout: dict[int, list[int]], micro: int,
+           beam_width: int, max_stages: int | None):
+    """Order, layer split, orientation and pruning for one TP layout of one pool."""
     limit = min(problem.model.layers, max_stages or problem.model.layers)
-    if len(slots) > limit:
-        slots = fastest_slots(problem, slots, limit)
+    slots = ordered_slots(problem, parts, layout, beam_width, limit)
     while slots:
-        layers = split_layers(problem, slots, micro)
-        if layers is not None:
+        if split_layers(problem, slots, micro) is not None:
             ways = [(order, split_layers(problem, order, micro)) for order in _orientations(problem, slots, micro)]
             if len(slots) > 2 * SINGLE_DROP_STAGES:  # long pipelines: prune the better way only
                 ways = [min(ways, key=lambda w: single_pipe_time(problem, *w, micro))]
