@@ -31,17 +31,17 @@ def draw_speedups(rows: list[ComparisonRow], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(problems)), 4.8))
     cmap = plt.get_cmap("tab10")
     for i, solver in enumerate(solvers):
-        values = [next((r.speedup for r in rows if r.problem == p and r.solver == solver), None) for p in problems]
+        found = [next((r for r in rows if r.problem == p and r.solver == solver), None) for p in problems]
         x = np.arange(len(problems)) + (i - (len(solvers) - 1) / 2) * width
-        ax.bar(x, [v or 0 for v in values], width, label=solver, color=cmap(i))
-        for xi, v in zip(x, values):
-            if v is None:
-                ax.text(xi, 0.02, "×", ha="center", fontsize=7, color=cmap(i))  # no plan
+        ax.bar(x, [r.speedup or 0 if r else 0 for r in found], width, label=solver, color=cmap(i))
+        for xi, r in zip(x, found):
+            if r is not None and r.speedup is None and r.status != "skipped":
+                ax.text(xi, 0.02, "×", ha="center", fontsize=7, color=cmap(i))  # ran, no plan
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(problems)), [p.replace("-llama", "\nllama") for p in problems], fontsize=7)
     ax.set_ylabel("throughput / symmetric baseline")
     ax.set_title("Speed-up over the symmetric (Megatron-style) layout, same cost model "
-                 "(× at the axis: no valid plan)", fontsize=9, loc="left")
+                 "(× at the axis: ran, no valid plan; no bar: not run, e.g. exact solvers on big clusters)", fontsize=9, loc="left")
     ax.legend(fontsize=7, ncol=4, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
