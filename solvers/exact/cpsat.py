@@ -75,7 +75,27 @@ class CpSatModel:
         self.m.Add(self.t_dp >= self.units(self.tb.dp_floor(self.d)))
         if self.sub.cutoff is not None:
             self.m.Add(self.T <= math.ceil(self.sub.cutoff / self.unit))
+        self._floor_cuts()
         self.m.Minimize(self.T)
+
+    def _floor_cuts(self) -> None:
+        """[C14] valid cuts (docs/formulation.md §4): T ≥ the combinatorial bound of D [B2],
+        and T ≥ pipe_floor[m_p, a_p] for each pipeline, a_p its devices per machine [B1]/[B3]."""
+        # the model's T of a plan is its floored coefficients added up, up to error_units below
+        # floor(true T / unit): a cut at a true bound must give way by as much
+        slack = self.error_units
+        self.m.Add(self.T >= max(0, self.units(self.sub.lower_bound) - slack))
+        floors = self.sub.floors
+        if floors is None:
+            return
+        table = floors.table
+        flat = [max(0, self.units(x) - slack) if math.isfinite(x) else self.t_top + 1 for x in table.ravel()]
+        for p in self.P:
+            alloc = sum(floors.strides[k] * self.device_use[p, k] for k in range(self.nk))
+            idx = self._expr_var(self.mb[p] * floors.num_allocations + alloc, len(flat) - 1, f"fx_{p}")
+            value = self.m.NewIntVar(0, max(flat), f"floor_{p}")
+            self.m.AddElement(idx, flat, value)
+            self.m.Add(self.T >= value)
 
     def _upper_bounds(self) -> None:
         tb, big_l = self.tb, self.tb.layers
@@ -112,16 +132,19 @@ class CpSatModel:
                     self.beta[p, l] = m.NewBoolVar(f"b_{p}_{l}")
                     m.Add(self.ci[p, l] == self.ci[p, l - 1]).OnlyEnforceIf(self.beta[p, l].Not())  # [C2]
             m.Add(sum(self.beta[p, l] for l in range(1, big_l)) <= self.sub.max_stages - 1)  # [C5]
-        use = {k: [] for k in range(self.nk)}
+        use = {(p, k): [] for p in self.P for k in range(self.nk)}
         for (p, l, c), zv in self.z.items():  # [C3] a stage of type c starts at ℓ
             if l == 0:
                 start = zv
             else:
                 start = m.NewBoolVar(f"s_{p}_{l}_{c}")
                 m.AddBoolOr([zv.Not(), self.beta[p, l].Not(), start])
-            use[tb.types[c].machine].append(tb.types[c].tp * start)
-        for k, terms in use.items():  # [C4]
-            m.Add(sum(terms) <= tb.cluster.machines[k].count)
+            use[p, tb.types[c].machine].append(tb.types[c].tp * start)
+        self.device_use = {}  # a[p, M]: devices of machine M in pipeline p's stages
+        for (p, k), terms in use.items():
+            self.device_use[p, k] = self._expr_var(sum(terms), tb.cluster.machines[k].count, f"a_{p}_{k}")
+        for k in range(self.nk):  # [C4]
+            m.Add(sum(self.device_use[p, k] for p in self.P) <= tb.cluster.machines[k].count)
 
     def _expr_var(self, expr, top: int, name: str):
         v = self.m.NewIntVar(0, top, name)

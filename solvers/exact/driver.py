@@ -18,6 +18,7 @@ from planner.plan import Plan, SolverInfo, SolveStatus
 from planner.problem import Problem
 from planner.validate import validate
 from solvers.common import ModelSize, SolveResult, SolverOptions
+from solvers.exact.bounds import DBounds, PipelineFloors
 from solvers.exact.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
                                   specs_of_plan)
 
@@ -53,6 +54,8 @@ class SubProblem:
     hint: list[PipelineSpec] | None
     max_stages: int
     log: Callable[[str], None] = field(default=lambda s: None)
+    lower_bound: float = 0.0  # [B2]: every plan with D pipelines has T ≥ this
+    floors: PipelineFloors | None = None  # [B1]/[B3]: T ≥ floors.table[m_p, a_p] for each p
 
 
 Backend = Callable[[SubProblem], SubResult]
@@ -80,16 +83,26 @@ def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Ba
     proven, size, error = set(), ModelSize(variables=0, constraints=0), 0.0
     deadline = start + options.time_limit_s
     build_rate = 0.0  # seconds of model building per pipeline, from the last model
-    for i, d in enumerate(_search_order(d_values, hint)):
+    floors, open_d = _combinatorial_bounds(tables, d_values, best_t, deadline, log)
+    for d in floors:  # a D left unfinished keeps its combinatorial bound
+        bounds[d] = max(floors[d], tables.trivial_bound) if best_t is None else min(floors[d], best_t)
+        if d not in open_d:
+            proven.add(d)
+    for i, d in enumerate(_search_order(open_d, hint)):
         left = deadline - time.perf_counter()
         if left <= 0.05:
             break
+        floor = floors[d]
+        if best_t is not None and floor >= best_t:  # a later model found a better incumbent
+            proven.add(d)
+            continue
         if build_rate * d > left:  # this model could not even be built in time: leave D open
             log(f"D={d}: skipped, building it would take about {build_rate * d:.0f} s")
             continue
-        sub = backend(SubProblem(tables=tables, pipelines=d, options=options, time_limit=left / (len(d_values) - i),
+        sub = backend(SubProblem(tables=tables, pipelines=d, options=options, time_limit=left / (len(open_d) - i),
                                  cutoff=best_t, hint=hint if hint and len(hint) == d else None,
-                                 max_stages=min(max_stages, tables.num_devices - d + 1), log=log))
+                                 max_stages=min(max_stages, tables.num_devices - d + 1), log=log,
+                                 lower_bound=floor, floors=floors.per_d[d]))
         build_rate = sub.build_s / d
         size = ModelSize(variables=max(size.variables, sub.variables),
                          constraints=max(size.constraints, sub.constraints))
@@ -101,10 +114,37 @@ def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Ba
                 log(f"D={d}: new best T = {t:.6g} s")
         if sub.status in ("optimal", "infeasible"):
             proven.add(d)
-        bounds[d] = _sub_bound(sub, best_t, tables)
+        bounds[d] = max(_sub_bound(sub, best_t, tables), min(floor, best_t or floor))
         log(f"D={d}: {sub.status}" + (f", bound {bounds[d]:.6g} s" if bounds[d] != float("inf") else ""))
+    by_bound = sorted(d for d in floors if d not in open_d)
     return _result(problem, name, start, d_values, proven, bounds, best_t, best_plan, size, error,
-                   restrictions, tables)
+                   restrictions, tables, by_bound)
+
+
+class _Floors(dict):
+    """D → combinatorial bound, with the per-D pipeline floors the models use as cuts."""
+
+    per_d: dict
+
+
+def _combinatorial_bounds(tables, d_values, best_t, deadline, log) -> tuple[_Floors, list[int]]:
+    """[B2] for every D; a D whose bound reaches the incumbent (or where no D pipelines fit)
+    is proved here, the others are left to the models (returned in order)."""
+    d_bounds, floors = DBounds(tables), _Floors()
+    floors.per_d = {}
+    for d in d_values:
+        if time.perf_counter() > deadline:
+            break
+        floors[d] = d_bounds.bound(d)
+        floors.per_d[d] = d_bounds.floors_for(d)
+        done = floors[d] == float("inf") or (best_t is not None and floors[d] >= best_t)
+        log(f"D={d}: combinatorial bound {floors[d]:.6g} s" + (" — cannot beat the incumbent" if done else ""))
+    open_d = [d for d in floors if not (floors[d] == float("inf") or (best_t is not None and floors[d] >= best_t))]
+    open_d += [d for d in d_values if d not in floors]
+    for d in open_d:
+        floors.setdefault(d, 0.0)
+        floors.per_d.setdefault(d, None)
+    return floors, open_d
 
 
 def _search_order(d_values: list[int], hint: list | None) -> list[int]:
@@ -190,7 +230,7 @@ def _sub_bound(sub: SubResult, best_t: float | None, tables: Tables) -> float:
 
 
 def _result(problem, name, start, d_values, proven, bounds, best_t, best_plan, size, error,
-            restrictions, tables) -> SolveResult:
+            restrictions, tables, by_bound) -> SolveResult:
     wall = time.perf_counter() - start
     bound = min(bounds.get(d, tables.trivial_bound) for d in d_values)
     all_proven = len(proven) == len(d_values)
@@ -204,6 +244,8 @@ def _result(problem, name, start, d_values, proven, bounds, best_t, best_plan, s
     bound = min(bound, best_t)
     status = SolveStatus.optimal if all_proven else SolveStatus.feasible
     message = f"time in integer units: model T within {error:.3g} s of the true T" if error else ""
+    if by_bound:
+        message = (message + "; " if message else "") + f"D in {by_bound} proved by the combinatorial bound"
     if not all_proven:
         open_d = [d for d in d_values if d not in proven]
         message = (message + "; " if message else "") + f"not proven for D in {open_d}"

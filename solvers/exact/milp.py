@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+import numpy as np
 import pulp
 
 from planner.problem import Problem
@@ -61,7 +62,37 @@ class MilpModel:
         self.add(self.t_dp >= self.tb.dp_floor(self.d) / self.unit)
         if self.sub.cutoff is not None:
             self.add(self.T <= self.sub.cutoff / self.unit * (1 + 1e-9))
+        self._floor_cuts()
         self.lp += self.T
+
+    def _floor_cuts(self) -> None:
+        """[M15] valid cuts (docs/formulation.md §4): T ≥ the combinatorial bound of D [B2];
+        per pipeline, x[p,a] picks an allocation a ≥ p's device use (floors only fall as a
+        grows), mm[p,m] = [m_p = m], and T ≥ Σ_a pipe_floor[m,a]·x[p,a] when mm[p,m] = 1."""
+        tb, u, floors = self.tb, self.unit, self.sub.floors
+        loose = 1 - 1e-7  # float sums of the same terms may differ in the last digits
+        self.add(self.T >= loose * self.sub.lower_bound / u)
+        if floors is None:
+            return
+        top = tb.total_micro - self.d + 1
+        table = loose * floors.table[1:top + 1] / u
+        cap = 10.0 * max(1.0, float(table[np.isfinite(table)].max(initial=1.0)))
+        table = np.where(np.isfinite(table), table, cap)  # no pipeline fits: any value is valid
+        allocs = list(np.ndindex(*reversed(floors.radix)))  # machines reversed, as in the table
+        for p in self.P:
+            x = [self.bin(f"xa_{p}_{i}") for i in range(len(allocs))]
+            mm = [self.bin(f"mm_{p}_{m}") for m in range(1, top + 1)]
+            self.add(pulp.lpSum(x) == 1)
+            self.add(pulp.lpSum(mm) == 1)
+            self.add(pulp.lpSum((i + 1) * v for i, v in enumerate(mm)) == self.m[p])
+            for k in self.K:
+                use = pulp.lpSum(tb.types[c].tp * self.start[p, l, c] for l in self.L for c in self.C
+                                 if tb.types[c].machine == k)
+                self.add(pulp.lpSum(a[len(allocs[0]) - 1 - k] * v for a, v in zip(allocs, x) if a) >= use)
+            for i in range(top):
+                row = table[i]
+                self.add(self.T >= pulp.lpSum(float(row[j]) * v for j, v in enumerate(x) if row[j] > 0)
+                         - float(row.max()) * (1 - mm[i]))
 
     # -- [M1]–[M5] layout: types per layer, stage boundaries, devices --------------------
     def _layout(self) -> None:

@@ -1,0 +1,217 @@
+"""Combinatorial lower bounds per number of pipelines D (docs/formulation.md §4, [B1]–[B3]).
+
+A pipeline's *allocation* is how many devices of each machine its stages use. For every
+allocation a and micro-batch count m, `pipe_floor[m, a]` is a lower bound on T_pipe of any
+pipeline that uses at most a devices and runs m micro-batches. The bound of D is the
+smallest max_p pipe_floor[m_p, a_p] over every way to give D pipelines allocations that fit
+the machines and micro-batches that sum to B/b, plus T_dp's floor. It is computed by a
+reachability sweep over (devices used, micro-batches used), so no model is built: a D whose
+bound reaches the incumbent is proved not to beat it in well under a second.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from solvers.exact.tables import Tables
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A multiset of stage types (indices into Tables.types) with its device use per machine."""
+
+    stages: tuple[int, ...]
+    usage: tuple[int, ...]
+
+
+class PipelineFloors:
+    """pipe_floor[m, a] for every micro-batch count m and allocation a (mixed radix index)."""
+
+    def __init__(self, tables: Tables, pipelines: int = 1):
+        self.tb, self.d = tables, pipelines
+        self.counts = [mach.count for mach in tables.cluster.machines]
+        self.radix = [c + 1 for c in self.counts]
+        self.strides = [int(np.prod(self.radix[:k])) for k in range(len(self.radix))]
+        self.num_allocations = int(np.prod(self.radix))
+
+    def index(self, usage) -> int:
+        return sum(u * s for u, s in zip(usage, self.strides))
+
+    def shapes(self) -> list[Shape]:
+        """Every non-empty multiset of stage types that fits the machines (order is free)."""
+        per_machine = []
+        for k, count in enumerate(self.counts):
+            types = [i for i, c in enumerate(self.tb.types) if c.machine == k]
+            options = [()]
+            for size in range(1, count + 1):
+                for combo in itertools.combinations_with_replacement(types, size):
+                    if sum(self.tb.types[i].tp for i in combo) <= count:
+                        options.append(combo)
+            per_machine.append(options)
+        out = []
+        for parts in itertools.product(*per_machine):
+            stages = tuple(i for part in parts for i in part)
+            if stages and len(stages) <= self.tb.layers:
+                usage = tuple(sum(self.tb.types[i].tp for i in part) for part in parts)
+                out.append(Shape(stages, usage))
+        return out
+
+    @cached_property
+    def table(self) -> np.ndarray:
+        """[m, allocation index] (m = 0..B/b; row 0 unused), +inf where nothing fits. [B1]"""
+        tb = self.tb
+        micro = np.arange(tb.total_micro + 1)
+        exact = np.full((tb.total_micro + 1, self.num_allocations), np.inf)
+        recv = self._receive_floor()
+        self.dp_layer, self.dp_head = self._last_stage_sync()
+        for shape in self.shapes():
+            floors = self._shape_floors(shape, recv)
+            if floors is not None:
+                idx = self.index(shape.usage)
+                exact[:, idx] = np.minimum(exact[:, idx], floors)
+        return self._monotone(exact)
+
+    def _monotone(self, exact: np.ndarray) -> np.ndarray:
+        """More devices never hurt (devices may stay idle): floor[a] = min over a' ≤ a."""
+        grid = exact.reshape((exact.shape[0], *reversed(self.radix)))
+        for axis in range(1, grid.ndim):
+            grid = np.minimum.accumulate(grid, axis=axis)
+        return grid.reshape(exact.shape)
+
+    def _last_stage_sync(self) -> tuple[np.ndarray, np.ndarray]:
+        """[c]: floors of τ_dp(layer) and of τ_dp(head) when a stage of type c holds it (D ≥ 2):
+        t_min ≤ t_c, and the holders' pair includes c's machine, so bw_min ≤ its best link and
+        α_max ≥ its least latency. [B3]"""
+        tb, d = self.tb, self.d
+        if d < 2:
+            zero = np.zeros(len(tb.types))
+            return zero, zero
+        bw, lat = tb.cluster.bw_matrix, tb.cluster.lat_matrix
+        out = {}
+        for kind in ("layer", "head"):
+            params = tb.pseudo_params[kind]
+            out[kind] = np.array([
+                tb.dp_bw_part(d, params, c.tp, c.machine, int(np.argmax(bw[c.machine])))
+                + tb.dp_lat_part(d, c.machine, int(np.argmin(lat[c.machine]))) for c in tb.types])
+        return out["layer"], out["head"]
+
+    def _receive_floor(self) -> np.ndarray:
+        """[c]: the least T_pp into a stage of type c, over every sending machine."""
+        tb = self.tb
+        return np.array([tb.pp_link[:, c.machine].min() + tb.pp_bcast[i] for i, c in enumerate(tb.types)])
+
+    def _shape_floors(self, shape: Shape, recv: np.ndarray) -> np.ndarray | None:
+        """[m]: the least Σ_k τ_k + Σ_k T_pp,k + (m − 1)·max_k τ_k over every order and layer
+        split of the shape's stages, with the most lenient memory (q = 1, no embedding or
+        head) and each receiving stage's cheapest T_pp. [B1]"""
+        tb, big_l = self.tb, self.tb.layers
+        idx = np.array(shape.stages)
+        a, h = tb.tau_layer[idx], tb.tau_head[idx]
+        caps = tb.n_max[idx, 0, 0, 1]
+        if caps.min() < 1 or caps.sum() < big_l:
+            return None
+        micro = np.maximum(np.arange(tb.total_micro + 1) - 1, 0)
+        traffic = recv[idx].sum() - recv[idx].max()
+        best = np.full(len(micro), np.inf)
+        for j in sorted({int(np.flatnonzero(idx == c)[0]) for c in idx}):  # the stage with the head
+            sync = (self.dp_layer[idx[j]], self.dp_head[idx[j]])
+            best = np.minimum(best, self._split_floor(a, h, caps, j, micro, sync))
+        return best + traffic
+
+    def _split_floor(self, a, h, caps, j: int, micro: np.ndarray, sync: tuple[float, float]) -> np.ndarray:
+        """[m]: min over n (1 ≤ n_k ≤ cap_k, Σ n = L) of Σ τ + (m − 1)·R with τ_k ≤ R, stage j
+        last. For a fixed R the least Σ τ fills the cheapest stages first (exact for a sum);
+        the optimum R is one of the values n·a_k (+ h_j for k = j). T ≥ T_pipe + the last
+        stage's sync, so stage j's layers also cost sync[0] each and the head sync[1]. [B3]"""
+        big_l, s = self.tb.layers, len(a)
+        shift = np.where(np.arange(s) == j, h[j], 0.0)
+        cand = np.unique(np.concatenate([np.arange(1, int(c) + 1) * ak + sk for ak, c, sk in zip(a, caps, shift)]))
+        upper = np.minimum(caps[None, :], np.floor((cand[:, None] - shift[None, :]) / a[None, :] + 1e-9))
+        ok = (upper.min(axis=1) >= 1) & (upper.sum(axis=1) >= big_l)
+        cand, upper = cand[ok], upper[ok]
+        if not len(cand):
+            return np.full(len(micro), np.inf)
+        cost = a + np.where(np.arange(s) == j, sync[0], 0.0)
+        order = np.argsort(cost)
+        room = (upper - 1)[:, order]  # extra layers each stage can take, cheapest first
+        before = np.cumsum(room, axis=1) - room
+        extra = np.clip((big_l - s) - before, 0, room)
+        sums = cost.sum() + h[j] + sync[1] + (extra * cost[order][None, :]).sum(axis=1)
+        return (sums[:, None] + cand[:, None] * micro[None, :]).min(axis=0)
+
+
+class DBounds:
+    """The bound of each D from the pipeline floors. [B2]"""
+
+    def __init__(self, tables: Tables):
+        self.tb = tables
+        self.plain = PipelineFloors(tables)  # D = 1 (no sync): valid for every D
+        self.floors = self.plain
+        self._per_d: dict[int, PipelineFloors] = {1: self.plain}
+
+    def floors_for(self, d: int) -> PipelineFloors:
+        if d not in self._per_d:
+            self._per_d[d] = PipelineFloors(self.tb, d)
+        return self._per_d[d]
+
+    def fits(self, d: int, threshold: float) -> bool:
+        """Is there a choice of D allocations fitting the machines and m_p summing to B/b
+        with every pipe_floor[m_p, a_p] ≤ threshold? (Pipelines in non-increasing m [R2].)"""
+        fl, total = self.floors, self.tb.total_micro
+        ok = fl.table <= threshold  # [m, a]
+        shape = tuple(reversed(fl.radix))
+        # reach[m_last, s, usage grid]: after some pipelines, last m, micro-batches used
+        reach = np.zeros((total + 1, total + 1, *shape), dtype=bool)
+        minimal = {m: self._minimal(ok[m].reshape(shape)) for m in range(1, total + 1)}
+        for m in range(1, total + 1):
+            for a in minimal[m]:
+                reach[m, m][a] = True
+        for _ in range(d - 1):
+            nxt = np.zeros_like(reach)
+            for m_prev in range(1, total + 1):
+                for s in range(1, total + 1):
+                    here = reach[m_prev, s]
+                    if not here.any():
+                        continue
+                    for m in range(1, min(m_prev, total - s) + 1):
+                        for a in minimal[m]:
+                            src = tuple(slice(0, n - ai) for n, ai in zip(shape, a))
+                            dst = tuple(slice(ai, n) for n, ai in zip(shape, a))
+                            nxt[m, s + m][dst] |= here[src]
+            reach = nxt
+        return bool(reach[:, total].any())
+
+    @staticmethod
+    def _minimal(grid: np.ndarray) -> list[tuple[int, ...]]:
+        """The minimal cells of an up-closed boolean grid (grid axes: machines reversed)."""
+        cells = [tuple(c) for c in np.argwhere(grid)]
+        return [c for c in cells
+                if not any(c[k] > 0 and grid[c[:k] + (c[k] - 1,) + c[k + 1:]] for k in range(len(c)))]
+
+    def bound(self, d: int) -> float:
+        """[B2] with the D-aware floors (last-stage sync) where D pipelines fit at all."""
+        plain = self._bound(d, self.plain)
+        if d < 2 or plain == float("inf"):
+            return plain
+        return max(plain, self._bound(d, self.floors_for(d)) - self.tb.dp_floor(d))
+
+    def _bound(self, d: int, floors: PipelineFloors) -> float:
+        self.floors = floors
+        """Largest value proved ≤ every plan's T with D pipelines ([B2] + T_dp's floor [B3]):
+        the least pipe-floor value v such that D pipelines fit with every floor ≤ v (found
+        by bisection over the table's values); +inf when no D pipelines fit at all."""
+        values = np.unique(self.floors.table[np.isfinite(self.floors.table)])
+        if not len(values) or not self.fits(d, values[-1]):
+            return float("inf")
+        lo, hi = 0, len(values) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.fits(d, values[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        return float(values[lo]) + self.tb.dp_floor(d)

@@ -1,0 +1,74 @@
+"""The combinatorial bounds of solvers/exact/bounds.py ([B1]–[B3] of docs/formulation.md) are
+true lower bounds: checked against every valid plan that brute force enumerates on seeded
+tiny problems, pipeline by pipeline and per number of pipelines D; and exact where the plan
+space has a single plan."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from exact_problems import random_problem
+from planner.evaluate import evaluate
+from planner.hardware import Cluster, Machine
+from planner.problem import Problem
+from planner.workload import ModelSpec, TrainingSpec
+from solvers.exact import brute
+from solvers.exact.bounds import DBounds
+from solvers.exact.tables import Tables
+
+SEEDS = range(24)
+
+
+def _problem(seed: int) -> Problem:
+    if seed % 3 == 2:
+        return random_problem(seed, max_devices=5, max_layers=5, max_micro=4)
+    return random_problem(seed)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_floors_and_d_bounds_never_exceed_a_valid_plan(seed):
+    problem = _problem(seed)
+    tables = Tables(problem)
+    bounds = DBounds(tables)
+    best: dict[int, float] = {}
+    for pipes in brute.enumerate_plans(problem):
+        plan = brute.make_plan(problem, pipes)
+        estimate = evaluate(problem, plan)
+        d = len(pipes)
+        best[d] = min(best.get(d, math.inf), estimate.iteration_s)
+        floors = bounds.floors_for(d)
+        for (seq, _, m) in pipes:  # [B1]/[B3]: T ≥ pipe_floor[m_p, a_p] for every pipeline
+            use = [sum(t for k, t in seq if k == machine) for machine in range(tables.num_machines)]
+            assert floors.table[m, floors.index(use)] <= estimate.iteration_s * (1 + 1e-9)
+    for d in range(1, tables.max_pipelines + 1):  # [B2]: per D, and +inf exactly where no plan
+        bound = bounds.bound(d)
+        if d in best:
+            assert bound <= best[d] * (1 + 1e-9), (d, bound, best[d])
+        else:
+            assert bound == math.inf or bound > 0
+
+
+def test_single_device_bound_is_the_plan_itself():
+    """One device, one stage: the only plan's T is m·τ(L layers with the head), which the
+    bound must reach exactly (no slack anywhere in [B1] for one stage)."""
+    model = ModelSpec(name="m", layers=3, hidden=256, heads=4, kv_heads=4, ffn_hidden=512, vocab=1000)
+    cluster = Cluster(name="one", inter_bw_gbps=10, machines=(Machine(name="n0", gpu="A100-80G", count=1, intra_bw_gbps=300),))
+    problem = Problem(name="one", cluster=cluster, model=model,
+                      training=TrainingSpec(seq_len=512, global_batch=4, micro_batch=1))
+    plans = [brute.make_plan(problem, pipes) for pipes in brute.enumerate_plans(problem)]
+    assert len(plans) == 1
+    assert DBounds(Tables(problem)).bound(1) == pytest.approx(evaluate(problem, plans[0]).iteration_s, rel=1e-12)
+
+
+def test_bound_proves_what_memory_forbids():
+    """Llama-2-7B states need ~100 GiB: on 2 × 80 GiB one pipeline fits, two cannot (+inf)."""
+    from planner.io import load_problem
+
+    base = load_problem("small-8-llama2-7b")
+    cluster = Cluster(name="two", inter_bw_gbps=10, machines=(Machine(name="n0", gpu="A100-80G", count=2, intra_bw_gbps=300),))
+    problem = Problem(name="two", cluster=cluster, model=base.model, training=base.training)
+    bounds = DBounds(Tables(problem))
+    assert math.isfinite(bounds.bound(1))
+    assert bounds.bound(2) == math.inf
