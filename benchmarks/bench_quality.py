@@ -2,7 +2,8 @@
 
 For every bundled problem small enough (--max-devices), the exact solver (`cpsat` through
 `solvers.registry`) runs once and its result is cached in `benchmarks/exact_cache.json`
-(keyed by the problem's content hash, so an edited problem is solved again). Where the
+(keyed by the problem's content hash and a hash of the exact solvers' and planner's code, so
+an edited problem or solver is solved again). Where the
 exact path *proves* the optimum, the heuristic's gap is (T_heuristic − T*) / T*; targets:
 every gap ≤ 3 %, mean ≤ 1 %. Where it only has an incumbent and a bound, the table shows
 the heuristic against both but the row does not count (an unproven optimum is not faked).
@@ -39,13 +40,20 @@ def problem_hash(problem) -> str:
     return hashlib.sha256(problem.model_dump_json().encode()).hexdigest()[:16]
 
 
+def code_hash() -> str:
+    """Of the exact solvers and the cost model: a cached result from other code is stale."""
+    files = sorted((ROOT / "solvers" / "exact").glob("*.py")) + sorted((ROOT / "planner").glob("*.py"))
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
+
+
 def exact_result(problem, solver: str, time_limit: float, cache: dict, refresh: bool) -> dict:
     key = f"{problem.name}/{solver}"
     entry = cache.get(key)
-    if entry and entry["hash"] == problem_hash(problem) and not refresh:
+    fresh = entry and entry["hash"] == problem_hash(problem) and entry.get("code") == code_hash()
+    if fresh and not refresh:
         return entry
     result = registry.solve(problem, solver, SolverOptions(time_limit_s=time_limit))
-    entry = {"hash": problem_hash(problem), "status": result.status.value, "objective_s": result.objective_s,
+    entry = {"hash": problem_hash(problem), "code": code_hash(), "status": result.status.value, "objective_s": result.objective_s,
              "bound_s": result.bound_s, "wall_s": result.wall_s, "time_limit_s": time_limit,
              "restrictions": list(result.restrictions)}
     cache[key] = entry
