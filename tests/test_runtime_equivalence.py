@@ -24,14 +24,7 @@ RTOL = 1e-5
 GQA = ModelSpec(name="gqa", layers=4, hidden=32, heads=4, kv_heads=2, ffn_hidden=64, vocab=256)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One intra-op thread in this process: the tiny ops here are slower with two threads
-    contending on a busy 2-core machine (restored afterwards)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def plan_of(*pipelines: tuple[int, list[tuple[list[int], int]]]) -> Plan:

@@ -14,14 +14,7 @@ from runtime.model import ReferenceLlama
 from runtime.stage import StageModel
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One intra-op thread in this process: the tiny ops here are slower with two threads
-    contending on a busy 2-core machine (restored afterwards)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def stage(layers: tuple[int, int], first: bool, last: bool) -> StageRanks:
