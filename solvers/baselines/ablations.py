@@ -2,7 +2,8 @@
 
 - `random`: phase 1 splits the devices into pools at random (balanced by compute plus
   memory share, as the METIS pools are) instead of by multilevel graph partitioning;
-  phase 2, the batch split and the polish are the heuristic's own — the paper's scheduler ablation ("vs random graph partition").
+  phase 2, the batch split and the polish are the heuristic's own — the paper's scheduler
+  ablation ("vs random graph partition").
 - `ablation-one-tp`: every stage of every pipeline gets the same TP size (the symmetric-TP
   constraint of Megatron inside the heuristic); each allowed size is tried and the best plan
   is kept, so the ablation removes only the freedom to mix sizes.
