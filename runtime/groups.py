@@ -44,13 +44,12 @@ def create_groups(layout: RankLayout, rank: int, timeout_s: float) -> RankGroups
     """Create every group on every rank in one fixed order; return this rank's handles."""
     timeout = timedelta(seconds=timeout_s)
     stage = layout.stage_of(rank)
-    tp_handle, dp_handles = None, {}
-    for ranks in layout.tp_group_keys():
-        handle = dist.new_group(ranks=list(ranks), timeout=timeout)
+    mine: dict[tuple[str, tuple[int, ...]], dist.ProcessGroup] = {}
+    ordered = [("tp", r) for r in layout.tp_group_keys()] + [("dp", r) for r in layout.dp_group_keys()]
+    for kind, ranks in ordered:
+        handle = dist.new_group(ranks=list(ranks), timeout=timeout)  # the only new_group call
         if rank in ranks:
-            tp_handle = handle
-    for ranks in layout.dp_group_keys():
-        handle = dist.new_group(ranks=list(ranks), timeout=timeout)
-        if rank in ranks:
-            dp_handles[ranks] = handle
+            mine[(kind, ranks)] = handle
+    tp_handle = next((h for (kind, _), h in mine.items() if kind == "tp"), None)
+    dp_handles = {ranks: h for (kind, ranks), h in mine.items() if kind == "dp"}
     return RankGroups(rank=rank, layout=layout, stage=stage, tp=tp_handle, dp=dp_handles)
