@@ -15,8 +15,8 @@ from planner.hardware import Cluster, Machine
 from planner.problem import Problem
 from planner.workload import ModelSpec, TrainingSpec
 from solvers.exact import brute
-from solvers.exact.bounds import DBounds
-from solvers.exact.tables import Tables
+from solvers.exact.bounds import DBounds, ordered_floor
+from solvers.exact.tables import StageType, Tables
 
 SEEDS = range(24)
 
@@ -42,6 +42,8 @@ def test_floors_and_d_bounds_never_exceed_a_valid_plan(seed):
         for (seq, _, m) in pipes:  # [B1]/[B3]: T ≥ pipe_floor[m_p, a_p] for every pipeline
             use = [sum(t for k, t in seq if k == machine) for machine in range(tables.num_machines)]
             assert floors.table[m, floors.index(use)] <= estimate.iteration_s * (1 + 1e-9)
+            order = tuple(tables.type_index(StageType(k, t)) for k, t in seq)  # [B5]
+            assert ordered_floor(floors, order, m) <= estimate.iteration_s * (1 + 1e-9)
     for d in range(1, tables.max_pipelines + 1):  # [B2]: per D, and +inf exactly where no plan
         bound = bounds.bound(d)
         if d in best:
@@ -59,7 +61,26 @@ def test_single_device_bound_is_the_plan_itself():
                       training=TrainingSpec(seq_len=512, global_batch=4, micro_batch=1))
     plans = [brute.make_plan(problem, pipes) for pipes in brute.enumerate_plans(problem)]
     assert len(plans) == 1
-    assert DBounds(Tables(problem)).bound(1) == pytest.approx(evaluate(problem, plans[0]).iteration_s, rel=1e-12)
+    t = evaluate(problem, plans[0]).iteration_s
+    bounds = DBounds(Tables(problem))
+    assert bounds.bound(1) == pytest.approx(t, rel=1e-12)
+    assert ordered_floor(bounds.floors_for(1), (0,), 4) == pytest.approx(t, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(0, 24, 3))
+def test_ordered_floor_of_one_pipeline_is_its_optimum(seed):
+    """[B5] with D = 1 is exact: for each stage order, the least T over every layer split and
+    m = B/b equals the brute-force minimum over the plans with that order."""
+    problem = _problem(seed)
+    floors = DBounds(Tables(problem)).floors_for(1)
+    best: dict[tuple, float] = {}
+    for pipes in brute.enumerate_plans(problem):
+        if len(pipes) == 1:
+            order = tuple(floors.tb.type_index(StageType(k, t)) for k, t in pipes[0][0])
+            t = evaluate(problem, brute.make_plan(problem, pipes)).iteration_s
+            best[order] = min(best.get(order, math.inf), t)
+    for order, t in best.items():
+        assert ordered_floor(floors, order, floors.tb.total_micro) == pytest.approx(t, rel=1e-9)
 
 
 def test_bound_proves_what_memory_forbids():

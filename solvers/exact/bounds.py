@@ -68,9 +68,11 @@ class PipelineFloors:
         exact = np.full((tb.total_micro + 1, self.num_allocations), np.inf)
         recv = self._receive_floor()
         self.dp_layer, self.dp_head = self._last_stage_sync()
+        self.shape_floors: list[tuple[Shape, np.ndarray]] = []  # [m] per shape, before closure
         for shape in self.shapes():
             floors = self._shape_floors(shape, recv)
             if floors is not None:
+                self.shape_floors.append((shape, floors))
                 idx = self.index(shape.usage)
                 exact[:, idx] = np.minimum(exact[:, idx], floors)
         return self._monotone(exact)
@@ -122,7 +124,8 @@ class PipelineFloors:
             best = np.minimum(best, self._split_floor(a, h, caps, j, micro, sync))
         return best + traffic
 
-    def _split_floor(self, a, h, caps, j: int, micro: np.ndarray, sync: tuple[float, float]) -> np.ndarray:
+    def _split_floor(self, a, h, caps, j: int, micro: np.ndarray, sync: tuple[float, float],
+                     least_r: float = 0.0) -> np.ndarray:
         """[m]: min over n (1 ≤ n_k ≤ cap_k, Σ n = L) of Σ τ + (m − 1)·R with τ_k ≤ R, stage j
         last. For a fixed R the least Σ τ fills the cheapest stages first (exact for a sum);
         the optimum R is one of the values n·a_k (+ h_j for k = j). T ≥ T_pipe + the last
@@ -141,7 +144,8 @@ class PipelineFloors:
         before = np.cumsum(room, axis=1) - room
         extra = np.clip((big_l - s) - before, 0, room)
         sums = cost.sum() + h[j] + sync[1] + (extra * cost[order][None, :]).sum(axis=1)
-        return (sums[:, None] + cand[:, None] * micro[None, :]).min(axis=0)
+        slowest = np.maximum(cand, least_r)  # max_k max(τ_k, T_pp,k) ≥ the largest T_pp
+        return (sums[:, None] + slowest[:, None] * micro[None, :]).min(axis=0)
 
 
 class DBounds:
@@ -215,3 +219,83 @@ class DBounds:
             else:
                 lo = mid + 1
         return float(values[lo]) + self.tb.dp_floor(d)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A pipeline's stage-type multiset and micro-batch count whose floor is below the cutoff."""
+
+    shape: Shape
+    micro_batches: int
+    floor: float
+    order: tuple[int, ...] | None = None  # stage types in pipeline order, when fixed [B5]
+
+
+def structures(floors: PipelineFloors, d: int, cutoff: float, limit: int) -> list[list[Candidate]] | None:
+    """[B4] Every multiset of D candidates (pipelines in non-increasing m_p [R2]) that fits
+    the machines with Σ m_p = B/b, each pipeline's floor below the cutoff: every plan with
+    D pipelines and T < cutoff has this form. None when there are more than `limit`."""
+    floors.table  # computes the per-shape floors
+    total = floors.tb.total_micro
+    by_m: dict[int, list[Candidate]] = {m: [] for m in range(1, total + 1)}
+    for shape, f in floors.shape_floors:
+        for m in range(1, total - d + 2):
+            if f[m] < cutoff:
+                by_m[m].append(Candidate(shape, m, float(f[m])))
+    usage = {m: np.array([c.shape.usage for c in group]).reshape(len(group), len(floors.counts))
+             for m, group in by_m.items()}
+    out: list[list[Candidate]] = []
+
+    def grow(chosen: list[Candidate], free: list[int], left: int, top_m: int, start: int) -> bool:
+        need = d - len(chosen)
+        if need == 0:
+            out.append(list(chosen))
+            return len(out) <= limit
+        low = -(-left // need)  # the rest have m ≤ this one's, so this one has m ≥ ⌈left/need⌉
+        for m in range(min(top_m, left - need + 1), low - 1, -1):
+            group, first = by_m[m], start if m == top_m else 0
+            for i in first + np.flatnonzero((usage[m][first:] <= np.array(free)).all(axis=1)):
+                c = group[i]
+                chosen.append(c)
+                ok = grow(chosen, [f - u for f, u in zip(free, c.shape.usage)], left - m, m, int(i))
+                chosen.pop()
+                if not ok:
+                    return False
+        return True
+
+    return out if grow([], list(floors.counts), total, total, 0) else None
+
+
+def ordered_floor(floors: PipelineFloors, order: tuple[int, ...], m: int) -> float:
+    """[B5] The least T_pipe + the last stage's sync over every layer split of a pipeline with
+    its stage types in this order: exact memory caps (first, last, q = min(S − k, m)) and the
+    exact T_pp of each boundary; for D = 1 it is the pipeline's optimum itself."""
+    tb, big_l = floors.tb, floors.tb.layers
+    floors.table  # the sync floors
+    idx, s = np.array(order), len(order)
+    caps = np.array([tb.n_max[c, int(k == 0), int(k == s - 1), min(s - k, m, tb.q_top)] for k, c in enumerate(order)])
+    if caps.min() < 1 or caps.sum() < big_l:
+        return float("inf")
+    pp = [tb.pp_link[tb.types[a].machine, tb.types[b].machine] + tb.pp_bcast[b] for a, b in zip(order, order[1:])]
+    sync = (floors.dp_layer[idx[-1]], floors.dp_head[idx[-1]])
+    micro = np.array([max(m - 1, 0)])
+    a, h = tb.tau_layer[idx], tb.tau_head[idx]
+    return float(floors._split_floor(a, h, caps, s - 1, micro, sync, max(pp, default=0.0))[0] + sum(pp))
+
+
+def ordered_structures(floors: PipelineFloors, combos: list[list[Candidate]], cutoff: float,
+                       limit: int) -> list[list[Candidate]] | None:
+    """[B5] Each structure with every pipeline's stage order spelled out, keeping the orders
+    whose floor is below the cutoff; None when there are more than `limit`."""
+    out = []
+    for combo in combos:
+        options = []
+        for cand in combo:
+            orders = sorted(set(itertools.permutations(cand.shape.stages)))
+            kept = [(ordered_floor(floors, o, cand.micro_batches), o) for o in orders]
+            options.append([Candidate(cand.shape, cand.micro_batches, f, o) for f, o in kept if f < cutoff])
+        for choice in itertools.product(*options):
+            out.append(list(choice))
+            if len(out) > limit:
+                return None
+    return out

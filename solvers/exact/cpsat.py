@@ -76,7 +76,32 @@ class CpSatModel:
         if self.sub.cutoff is not None:
             self.m.Add(self.T <= math.ceil(self.sub.cutoff / self.unit))
         self._floor_cuts()
+        self._structure()
         self.m.Minimize(self.T)
+
+    def _structure(self) -> None:
+        """[C15] a fixed structure [B4]: pipeline p uses exactly its candidate's stage types
+        (start = z ∧ β exactly, Σ_ℓ start[p,ℓ,c] = multiplicity of c) and m_p."""
+        if self.sub.structure is None:
+            return
+        for p, cand in enumerate(self.sub.structure):
+            self.m.Add(self.mb[p] == cand.micro_batches)
+            for c in self.C:
+                times = cand.shape.stages.count(c)
+                if not times:
+                    for l in self.L:
+                        self.m.Add(self.z[p, l, c] == 0)
+                    continue
+                for l in range(1, self.tb.layers):
+                    self.m.AddImplication(self.start[p, l, c], self.z[p, l, c])
+                    self.m.AddImplication(self.start[p, l, c], self.beta[p, l])
+                self.m.Add(sum(self.start[p, l, c] for l in self.L) == times)
+            if cand.order is not None:  # [C15] layer ℓ is in stage r = Σ_{ℓ' ≤ ℓ} β, of type order[r]
+                order = list(cand.order)
+                self.m.Add(sum(self.beta[p, l] for l in range(1, self.tb.layers)) == len(order) - 1)
+                for l in self.L:
+                    r = self._expr_var(sum(self.beta[p, k] for k in range(1, l + 1)), len(order) - 1, f"r_{p}_{l}")
+                    self.m.AddElement(r, order, self.ci[p, l])
 
     def _floor_cuts(self) -> None:
         """[C14] valid cuts (docs/formulation.md §4): T ≥ the combinatorial bound of D [B2],
@@ -133,12 +158,14 @@ class CpSatModel:
                     m.Add(self.ci[p, l] == self.ci[p, l - 1]).OnlyEnforceIf(self.beta[p, l].Not())  # [C2]
             m.Add(sum(self.beta[p, l] for l in range(1, big_l)) <= self.sub.max_stages - 1)  # [C5]
         use = {(p, k): [] for p in self.P for k in range(self.nk)}
+        self.start = {}
         for (p, l, c), zv in self.z.items():  # [C3] a stage of type c starts at ℓ
             if l == 0:
                 start = zv
             else:
                 start = m.NewBoolVar(f"s_{p}_{l}_{c}")
                 m.AddBoolOr([zv.Not(), self.beta[p, l].Not(), start])
+            self.start[p, l, c] = start
             use[p, tb.types[c].machine].append(tb.types[c].tp * start)
         self.device_use = {}  # a[p, M]: devices of machine M in pipeline p's stages
         for (p, k), terms in use.items():

@@ -18,7 +18,7 @@ from planner.plan import Plan, SolverInfo, SolveStatus
 from planner.problem import Problem
 from planner.validate import validate
 from solvers.common import ModelSize, SolveResult, SolverOptions
-from solvers.exact.bounds import DBounds, PipelineFloors
+from solvers.exact.bounds import Candidate, DBounds, PipelineFloors, ordered_structures, structures
 from solvers.exact.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
                                   specs_of_plan)
 
@@ -56,6 +56,7 @@ class SubProblem:
     log: Callable[[str], None] = field(default=lambda s: None)
     lower_bound: float = 0.0  # [B2]: every plan with D pipelines has T ≥ this
     floors: PipelineFloors | None = None  # [B1]/[B3]: T ≥ floors.table[m_p, a_p] for each p
+    structure: list[Candidate] | None = None  # [B4]: pipeline p has exactly this shape and m_p
 
 
 Backend = Callable[[SubProblem], SubResult]
@@ -84,6 +85,7 @@ def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Ba
     deadline = start + options.time_limit_s
     build_rate = 0.0  # seconds of model building per pipeline, from the last model
     floors, open_d = _combinatorial_bounds(tables, d_values, best_t, deadline, log)
+    by_bound = [d for d in floors if d not in open_d]  # D proved without a model
     for d in floors:  # a D left unfinished keeps its combinatorial bound
         bounds[d] = max(floors[d], tables.trivial_bound) if best_t is None else min(floors[d], best_t)
         if d not in open_d:
@@ -99,26 +101,60 @@ def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Ba
         if build_rate * d > left:  # this model could not even be built in time: leave D open
             log(f"D={d}: skipped, building it would take about {build_rate * d:.0f} s")
             continue
-        sub = backend(SubProblem(tables=tables, pipelines=d, options=options, time_limit=left / (len(open_d) - i),
-                                 cutoff=best_t, hint=hint if hint and len(hint) == d else None,
-                                 max_stages=min(max_stages, tables.num_devices - d + 1), log=log,
-                                 lower_bound=floor, floors=floors.per_d[d]))
-        build_rate = sub.build_s / d
-        size = ModelSize(variables=max(size.variables, sub.variables),
-                         constraints=max(size.constraints, sub.constraints))
-        error = max(error, sub.error_bound)
-        if sub.specs is not None:
-            plan, t = _priced(problem, sub, name)
-            if best_t is None or t < best_t:
-                best_t, best_plan = t, plan
-                log(f"D={d}: new best T = {t:.6g} s")
-        if sub.status in ("optimal", "infeasible"):
+        jobs = _structures(floors.per_d[d], d, best_t, log)
+        d_start, share = time.perf_counter(), left / (len(open_d) - i)
+        d_bound, done, models = float("inf"), True, 0
+        for j, combo in enumerate(jobs):
+            combo_floor = max([floor] + [c.floor for c in combo or ()])
+            if combo is not None and best_t is not None and combo_floor >= best_t:
+                d_bound = min(d_bound, best_t)  # a better incumbent came from an earlier model
+                continue
+            budget = (share - (time.perf_counter() - d_start)) / (len(jobs) - j)
+            if budget <= 0.05:
+                done, d_bound = False, min(d_bound, combo_floor)
+                continue
+            sub = backend(SubProblem(tables=tables, pipelines=d, options=options, time_limit=budget,
+                                     cutoff=best_t, hint=hint if hint and len(hint) == d else None,
+                                     max_stages=min(max_stages, tables.num_devices - d + 1), log=log,
+                                     lower_bound=combo_floor, floors=floors.per_d[d], structure=combo))
+            build_rate, models = sub.build_s / d, models + 1
+            size = ModelSize(variables=max(size.variables, sub.variables),
+                             constraints=max(size.constraints, sub.constraints))
+            error = max(error, sub.error_bound)
+            if sub.specs is not None:
+                plan, t = _priced(problem, sub, name)
+                if best_t is None or t < best_t:
+                    best_t, best_plan = t, plan
+                    log(f"D={d}: new best T = {t:.6g} s")
+            done = done and sub.status in ("optimal", "infeasible")
+            d_bound = min(d_bound, max(_sub_bound(sub, best_t, tables), combo_floor))
+            log(f"D={d}" + (f", structure {j + 1}/{len(jobs)}" if combo else "") + f": {sub.status}")
+        if done:
             proven.add(d)
-        bounds[d] = max(_sub_bound(sub, best_t, tables), min(floor, best_t or floor))
-        log(f"D={d}: {sub.status}" + (f", bound {bounds[d]:.6g} s" if bounds[d] != float("inf") else ""))
-    by_bound = sorted(d for d in floors if d not in open_d)
+            if not models:
+                by_bound.append(d)
+        d_bound = d_bound if d_bound < float("inf") else (best_t if best_t is not None else d_bound)
+        bounds[d] = max(d_bound, min(floor, best_t or floor))
+        log(f"D={d}: " + ("proved" if done else "open") + (f", bound {bounds[d]:.6g} s" if bounds[d] != float("inf") else ""))
     return _result(problem, name, start, d_values, proven, bounds, best_t, best_plan, size, error,
-                   restrictions, tables, by_bound)
+                   restrictions, tables, sorted(by_bound))
+
+
+STRUCTURE_LIMIT = 24  # beyond this many structures [B4], one model covers the whole D
+
+
+def _structures(floors: PipelineFloors | None, d: int, best_t: float | None, log) -> list:
+    """[B4] The structures a D's plans below the incumbent must have, one model each; [None]
+    (one model over everything) without an incumbent or when there are too many."""
+    if floors is None or best_t is None:
+        return [None]
+    combos = structures(floors, d, best_t, STRUCTURE_LIMIT)
+    if combos is None:
+        return [None]
+    ordered = ordered_structures(floors, combos, best_t, STRUCTURE_LIMIT)
+    log(f"D={d}: {len(combos)} structure(s) can beat the incumbent"
+        + (f", {len(ordered)} with their stage orders" if ordered is not None else ""))
+    return combos if ordered is None else ordered
 
 
 class _Floors(dict):

@@ -63,7 +63,39 @@ class MilpModel:
         if self.sub.cutoff is not None:
             self.add(self.T <= self.sub.cutoff / self.unit * (1 + 1e-9))
         self._floor_cuts()
+        self._structure()
         self.lp += self.T
+
+    def _structure(self) -> None:
+        """[M16] a fixed structure [B4]: pipeline p uses exactly its candidate's stage types
+        (s = z ∧ β exactly, Σ_ℓ s[p,ℓ,c] = multiplicity of c) and m_p."""
+        if self.sub.structure is None:
+            return
+        for p, cand in enumerate(self.sub.structure):
+            self.add(self.m[p] == cand.micro_batches)
+            for c in self.C:
+                times = cand.shape.stages.count(c)
+                if not times:
+                    for l in self.L:
+                        self.add(self.z[p, l, c] == 0)
+                    continue
+                for l in range(1, self.tb.layers):
+                    self.add(self.start[p, l, c] <= self.z[p, l, c])
+                    self.add(self.start[p, l, c] <= self.beta[p, l])
+                self.add(pulp.lpSum(self.start[p, l, c] for l in self.L) == times)
+            if cand.order is not None:
+                self._stage_order(p, cand.order)
+
+    def _stage_order(self, p: int, order: tuple[int, ...]) -> None:
+        """[M16] layer ℓ is in stage k = Σ_{ℓ' ≤ ℓ} β (u[ℓ,k] one-hot), whose type is order[k]."""
+        L, S = self.tb.layers, len(order)
+        self.add(pulp.lpSum(self.beta[p, l] for l in range(1, L)) == S - 1)
+        for l in self.L:
+            u = [self.bin(f"u_{p}_{l}_{k}") for k in range(S)]
+            self.add(pulp.lpSum(u) == 1)
+            self.add(pulp.lpSum(k * v for k, v in enumerate(u)) == pulp.lpSum(self.beta[p, k] for k in range(1, l + 1)))
+            for c in self.C:
+                self.add(self.z[p, l, c] == pulp.lpSum(v for k, v in enumerate(u) if order[k] == c))
 
     def _floor_cuts(self) -> None:
         """[M15] valid cuts (docs/formulation.md §4): T ≥ the combinatorial bound of D [B2];
