@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(BIN)/hexiscale run instances/problems/demo-tiny.yaml .demo-plan.json --model tiny --steps 3
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -x --timeout=600
+	$(BIN)/python -m pytest -q --timeout=600
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
