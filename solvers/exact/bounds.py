@@ -20,6 +20,9 @@ import numpy as np
 from solvers.exact.tables import Tables
 
 
+MAX_SHAPES = 20_000  # beyond this (larger clusters) the bounds are skipped: the models alone run
+
+
 @dataclass(frozen=True)
 class Shape:
     """A multiset of stage types (indices into Tables.types) with its device use per machine."""
@@ -38,20 +41,28 @@ class PipelineFloors:
         self.strides = [int(np.prod(self.radix[:k])) for k in range(len(self.radix))]
         self.num_allocations = int(np.prod(self.radix))
 
+    @property
+    def affordable(self) -> bool:
+        """Few enough shapes and allocations to tabulate in seconds (small clusters)."""
+        shapes = np.prod([len(self._machine_options(k)) for k in range(len(self.counts))], dtype=float)
+        return shapes <= MAX_SHAPES and self.num_allocations <= MAX_SHAPES
+
+    def _machine_options(self, k: int) -> list[tuple[int, ...]]:
+        """Every multiset of stage types on machine k that fits its devices (empty included)."""
+        types = [i for i, c in enumerate(self.tb.types) if c.machine == k]
+        options = [()]
+        for size in range(1, self.counts[k] + 1):
+            for combo in itertools.combinations_with_replacement(types, size):
+                if sum(self.tb.types[i].tp for i in combo) <= self.counts[k]:
+                    options.append(combo)
+        return options
+
     def index(self, usage) -> int:
         return sum(u * s for u, s in zip(usage, self.strides))
 
     def shapes(self) -> list[Shape]:
         """Every non-empty multiset of stage types that fits the machines (order is free)."""
-        per_machine = []
-        for k, count in enumerate(self.counts):
-            types = [i for i, c in enumerate(self.tb.types) if c.machine == k]
-            options = [()]
-            for size in range(1, count + 1):
-                for combo in itertools.combinations_with_replacement(types, size):
-                    if sum(self.tb.types[i].tp for i in combo) <= count:
-                        options.append(combo)
-            per_machine.append(options)
+        per_machine = [self._machine_options(k) for k in range(len(self.counts))]
         out = []
         for parts in itertools.product(*per_machine):
             stages = tuple(i for part in parts for i in part)

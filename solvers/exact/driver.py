@@ -80,67 +80,98 @@ def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Ba
         restrictions.append(f"at most {options.max_stages} stages per pipeline "
                             f"(a pipeline can have up to {tables.max_stages})")
     best_t, best_plan, hint = _hint(problem, options, log)
-    bounds: dict[int, float] = {}
-    proven, size, error = set(), ModelSize(variables=0, constraints=0), 0.0
+    search = _Search(problem, name, backend, tables, options, log, hint, max_stages, best_t, best_plan,
+                     ModelSize(variables=0, constraints=0), 0.0, 0.0)
     deadline = start + options.time_limit_s
-    build_rate = 0.0  # seconds of model building per pipeline, from the last model
     floors, open_d = _combinatorial_bounds(tables, d_values, best_t, deadline, log)
     by_bound = [d for d in floors if d not in open_d]  # D proved without a model
+    proven = set(by_bound)
+    bounds: dict[int, float] = {}
     for d in floors:  # a D left unfinished keeps its combinatorial bound
-        bounds[d] = max(floors[d], tables.trivial_bound) if best_t is None else min(floors[d], best_t)
-        if d not in open_d:
-            proven.add(d)
+        bounds[d] = max(floors[d], tables.trivial_bound)
+        bounds[d] = bounds[d] if best_t is None else min(bounds[d], best_t)
     for i, d in enumerate(_search_order(open_d, hint)):
         left = deadline - time.perf_counter()
         if left <= 0.05:
             break
-        floor = floors[d]
-        if best_t is not None and floor >= best_t:  # a later model found a better incumbent
+        best = search.best_t
+        if best is not None and floors[d] >= best:  # a later model found a better incumbent
             proven.add(d)
             continue
-        if build_rate * d > left:  # this model could not even be built in time: leave D open
-            log(f"D={d}: skipped, building it would take about {build_rate * d:.0f} s")
+        if search.build_rate * d > left:  # this model could not even be built in time: leave D open
+            log(f"D={d}: skipped, building it would take about {search.build_rate * d:.0f} s")
             continue
-        jobs = _structures(floors.per_d[d], d, best_t, log)
-        d_start, share = time.perf_counter(), left / (len(open_d) - i)
+        done, d_bound, models = search.run(d, floors[d], floors.per_d[d], left / (len(open_d) - i))
+        best = search.best_t
+        if done:
+            proven.add(d)
+            by_bound += [] if models else [d]
+        d_bound = d_bound if d_bound < float("inf") or best is None else best
+        bounds[d] = max(d_bound, min(floors[d], best or floors[d]))
+        log(f"D={d}: " + ("proved" if done else "open") + (f", bound {bounds[d]:.6g} s" if bounds[d] != float("inf") else ""))
+    return _result(problem, name, start, d_values, proven, bounds, search.best_t, search.best_plan, search.size,
+                   search.error, restrictions, tables, sorted(by_bound))
+
+
+STRUCTURE_LIMIT = 24  # beyond this many structures [B4], one model covers the whole D
+
+
+@dataclass
+class _Search:
+    """The state one D's models share with the outer loop: the incumbent and the sizes."""
+
+    problem: Problem
+    name: str
+    backend: Backend
+    tables: Tables
+    options: SolverOptions
+    log: Callable[[str], None]
+    hint: list | None
+    max_stages: int
+    best_t: float | None
+    best_plan: Plan | None
+    size: ModelSize
+    error: float
+    build_rate: float
+
+    def run(self, d: int, floor: float, floors: PipelineFloors | None, share: float) -> tuple[bool, float, int]:
+        """Solve D: one model per structure [B4]/[B5] (or one for all). Returns (proved, the
+        least bound over the structures, models built)."""
+        jobs = _structures(floors, d, self.best_t, self.log)
+        d_start = time.perf_counter()
         d_bound, done, models = float("inf"), True, 0
         for j, combo in enumerate(jobs):
             combo_floor = max([floor] + [c.floor for c in combo or ()])
-            if combo is not None and best_t is not None and combo_floor >= best_t:
-                d_bound = min(d_bound, best_t)  # a better incumbent came from an earlier model
+            if combo is not None and self.best_t is not None and combo_floor >= self.best_t:
+                d_bound = min(d_bound, self.best_t)  # a better incumbent came from an earlier model
                 continue
             budget = (share - (time.perf_counter() - d_start)) / (len(jobs) - j)
             if budget <= 0.05:
                 done, d_bound = False, min(d_bound, combo_floor)
                 continue
-            sub = backend(SubProblem(tables=tables, pipelines=d, options=options, time_limit=budget,
-                                     cutoff=best_t, hint=hint if hint and len(hint) == d else None,
-                                     max_stages=min(max_stages, tables.num_devices - d + 1), log=log,
-                                     lower_bound=combo_floor, floors=floors.per_d[d], structure=combo))
-            build_rate, models = sub.build_s / d, models + 1
-            size = ModelSize(variables=max(size.variables, sub.variables),
-                             constraints=max(size.constraints, sub.constraints))
-            error = max(error, sub.error_bound)
-            if sub.specs is not None:
-                plan, t = _priced(problem, sub, name)
-                if best_t is None or t < best_t:
-                    best_t, best_plan = t, plan
-                    log(f"D={d}: new best T = {t:.6g} s")
+            sub = self._solve(d, budget, combo_floor, floors, combo)
+            models += 1
             done = done and sub.status in ("optimal", "infeasible")
-            d_bound = min(d_bound, max(_sub_bound(sub, best_t, tables), combo_floor))
-            log(f"D={d}" + (f", structure {j + 1}/{len(jobs)}" if combo else "") + f": {sub.status}")
-        if done:
-            proven.add(d)
-            if not models:
-                by_bound.append(d)
-        d_bound = d_bound if d_bound < float("inf") else (best_t if best_t is not None else d_bound)
-        bounds[d] = max(d_bound, min(floor, best_t or floor))
-        log(f"D={d}: " + ("proved" if done else "open") + (f", bound {bounds[d]:.6g} s" if bounds[d] != float("inf") else ""))
-    return _result(problem, name, start, d_values, proven, bounds, best_t, best_plan, size, error,
-                   restrictions, tables, sorted(by_bound))
+            d_bound = min(d_bound, max(_sub_bound(sub, self.best_t, self.tables), combo_floor))
+            self.log(f"D={d}" + (f", structure {j + 1}/{len(jobs)}" if combo else "") + f": {sub.status}")
+        return done, d_bound, models
 
-
-STRUCTURE_LIMIT = 24  # beyond this many structures [B4], one model covers the whole D
+    def _solve(self, d: int, budget: float, lower: float, floors, combo) -> SubResult:
+        hint = self.hint if self.hint and len(self.hint) == d else None
+        sub = self.backend(SubProblem(
+            tables=self.tables, pipelines=d, options=self.options, time_limit=budget, cutoff=self.best_t,
+            hint=hint, max_stages=min(self.max_stages, self.tables.num_devices - d + 1), log=self.log,
+            lower_bound=lower, floors=floors, structure=combo))
+        self.build_rate = sub.build_s / d
+        self.size = ModelSize(variables=max(self.size.variables, sub.variables),
+                              constraints=max(self.size.constraints, sub.constraints))
+        self.error = max(self.error, sub.error_bound)
+        if sub.specs is not None:
+            plan, t = _priced(self.problem, sub, self.name)
+            if self.best_t is None or t < self.best_t:
+                self.best_t, self.best_plan = t, plan
+                self.log(f"D={d}: new best T = {t:.6g} s")
+        return sub
 
 
 def _structures(floors: PipelineFloors | None, d: int, best_t: float | None, log) -> list:
@@ -168,7 +199,9 @@ def _combinatorial_bounds(tables, d_values, best_t, deadline, log) -> tuple[_Flo
     is proved here, the others are left to the models (returned in order)."""
     d_bounds, floors = DBounds(tables), _Floors()
     floors.per_d = {}
-    for d in d_values:
+    if not d_bounds.plain.affordable:
+        log("too many stage-type multisets for the combinatorial bounds: models only")
+    for d in d_values if d_bounds.plain.affordable else ():
         if time.perf_counter() > deadline:
             break
         floors[d] = d_bounds.bound(d)
