@@ -15,7 +15,7 @@ from planner.hardware import Cluster, Machine
 from planner.problem import Problem
 from planner.workload import ModelSpec, TrainingSpec
 from solvers.exact import brute
-from solvers.exact.bounds import DBounds, ordered_floor
+from solvers.exact.bounds import DBounds, ordered_floor, ordered_structures, structures
 from solvers.exact.tables import StageType, Tables
 
 SEEDS = range(24)
@@ -93,3 +93,37 @@ def test_bound_proves_what_memory_forbids():
     bounds = DBounds(Tables(problem))
     assert math.isfinite(bounds.bound(1))
     assert bounds.bound(2) == math.inf
+
+
+@pytest.mark.parametrize("seed", range(1, 24, 2))
+def test_structures_cover_every_plan_below_the_cutoff(seed):
+    """[B4]/[B5]: every valid plan with T < cutoff has its pipelines' (stage-type multiset,
+    m_p) among the listed structures, and its stage orders among the ordered ones."""
+    problem = _problem(seed)
+    tables = Tables(problem)
+    bounds = DBounds(tables)
+    plans = [(pipes, evaluate(problem, brute.make_plan(problem, pipes)).iteration_s)
+             for pipes in brute.enumerate_plans(problem)]
+    if not plans:
+        return
+    cutoff = sorted(t for _, t in plans)[len(plans) // 2]  # half the plans are below it
+    for d in {len(pipes) for pipes, _ in plans}:
+        floors = bounds.floors_for(d)
+        combos = structures(floors, d, cutoff, limit=10**6)
+        ordered = ordered_structures(floors, combos, cutoff, limit=10**6)
+        listed = {_key(c, lambda x: x.shape.stages) for c in combos}
+        listed_orders = {_key(c, lambda x: x.order) for c in ordered}
+        for pipes, t in plans:
+            if len(pipes) == d and t < cutoff:
+                orders = [tuple(tables.type_index(StageType(k, tp)) for k, tp in seq) for seq, _, _ in pipes]
+                ms = [m for _, _, m in pipes]
+                assert _key_of(orders, ms, sort_stages=True) in listed
+                assert _key_of(orders, ms, sort_stages=False) in listed_orders
+
+
+def _key(combo, stages_of) -> tuple:
+    return tuple(sorted((tuple(stages_of(c)), c.micro_batches) for c in combo))
+
+
+def _key_of(orders, ms, sort_stages: bool) -> tuple:
+    return tuple(sorted((tuple(sorted(o)) if sort_stages else o, m) for o, m in zip(orders, ms)))

@@ -21,6 +21,7 @@ from solvers.exact.tables import Tables
 
 
 MAX_SHAPES = 20_000  # beyond this (larger clusters) the bounds are skipped: the models alone run
+SECONDS_PER_SHAPE = 1e-3  # measured: small-16's 10⁴ shapes tabulate in about 10 s on a shared core
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,15 @@ class PipelineFloors:
         self.strides = [int(np.prod(self.radix[:k])) for k in range(len(self.radix))]
         self.num_allocations = int(np.prod(self.radix))
 
-    @property
-    def affordable(self) -> bool:
-        """Few enough shapes and allocations to tabulate in seconds (small clusters)."""
-        shapes = np.prod([len(self._machine_options(k)) for k in range(len(self.counts))], dtype=float)
-        return shapes <= MAX_SHAPES and self.num_allocations <= MAX_SHAPES
+    @cached_property
+    def shape_count(self) -> float:
+        return float(np.prod([len(self._machine_options(k)) for k in range(len(self.counts))], dtype=float))
+
+    def affordable(self, seconds: float) -> bool:
+        """Few enough shapes and allocations to tabulate (small clusters), in about half the
+        time left (each shape costs about a millisecond, once per D)."""
+        small = self.shape_count <= MAX_SHAPES and self.num_allocations <= MAX_SHAPES
+        return small and self.shape_count * SECONDS_PER_SHAPE <= 0.5 * seconds
 
     def _machine_options(self, k: int) -> list[tuple[int, ...]]:
         """Every multiset of stage types on machine k that fits its devices (empty included)."""

@@ -199,9 +199,10 @@ def _combinatorial_bounds(tables, d_values, best_t, deadline, log) -> tuple[_Flo
     is proved here, the others are left to the models (returned in order)."""
     d_bounds, floors = DBounds(tables), _Floors()
     floors.per_d = {}
-    if not d_bounds.plain.affordable:
-        log("too many stage-type multisets for the combinatorial bounds: models only")
-    for d in d_values if d_bounds.plain.affordable else ():
+    affordable = d_bounds.plain.affordable(deadline - time.perf_counter())
+    if not affordable:
+        log("too many stage-type multisets for the combinatorial bounds in the time given: models only")
+    for d in d_values if affordable else ():
         if time.perf_counter() > deadline:
             break
         floors[d] = d_bounds.bound(d)
