@@ -1,4 +1,5 @@
-"""Combinatorial lower bounds per number of pipelines D (docs/formulation.md §4, [B1]–[B3]).
+"""Combinatorial lower bounds per number of pipelines D, and the structures that can still
+beat an incumbent (docs/formulation.md §4, [B1]–[B5]).
 
 A pipeline's *allocation* is how many devices of each machine its stages use. For every
 allocation a and micro-batch count m, `pipe_floor[m, a]` is a lower bound on T_pipe of any
@@ -6,7 +7,10 @@ pipeline that uses at most a devices and runs m micro-batches. The bound of D is
 smallest max_p pipe_floor[m_p, a_p] over every way to give D pipelines allocations that fit
 the machines and micro-batches that sum to B/b, plus T_dp's floor. It is computed by a
 reachability sweep over (devices used, micro-batches used), so no model is built: a D whose
-bound reaches the incumbent is proved not to beat it in well under a second.
+bound reaches the incumbent is proved not to beat it without a model. For the other D,
+`structures` lists the (stage-type multiset, m_p) per pipeline that can still beat the
+incumbent, and `ordered_structures` their stage orders; the models then solve each with
+the structure fixed.
 """
 
 from __future__ import annotations
@@ -170,7 +174,6 @@ class DBounds:
     def __init__(self, tables: Tables):
         self.tb = tables
         self.plain = PipelineFloors(tables)  # D = 1 (no sync): valid for every D
-        self.floors = self.plain
         self._per_d: dict[int, PipelineFloors] = {1: self.plain}
 
     def floors_for(self, d: int) -> PipelineFloors:
@@ -178,15 +181,16 @@ class DBounds:
             self._per_d[d] = PipelineFloors(self.tb, d)
         return self._per_d[d]
 
-    def fits(self, d: int, threshold: float) -> bool:
+    @staticmethod
+    def fits(floors: PipelineFloors, d: int, threshold: float) -> bool:
         """Is there a choice of D allocations fitting the machines and m_p summing to B/b
         with every pipe_floor[m_p, a_p] ≤ threshold? (Pipelines in non-increasing m [R2].)"""
-        fl, total = self.floors, self.tb.total_micro
+        fl, total = floors, floors.tb.total_micro
         ok = fl.table <= threshold  # [m, a]
         shape = tuple(reversed(fl.radix))
         # reach[m_last, s, usage grid]: after some pipelines, last m, micro-batches used
         reach = np.zeros((total + 1, total + 1, *shape), dtype=bool)
-        minimal = {m: self._minimal(ok[m].reshape(shape)) for m in range(1, total + 1)}
+        minimal = {m: DBounds._minimal(ok[m].reshape(shape)) for m in range(1, total + 1)}
         for m in range(1, total + 1):
             for a in minimal[m]:
                 reach[m, m][a] = True
@@ -220,17 +224,16 @@ class DBounds:
         return max(plain, self._bound(d, self.floors_for(d)) - self.tb.dp_floor(d))
 
     def _bound(self, d: int, floors: PipelineFloors) -> float:
-        self.floors = floors
-        """Largest value proved ≤ every plan's T with D pipelines ([B2] + T_dp's floor [B3]):
-        the least pipe-floor value v such that D pipelines fit with every floor ≤ v (found
-        by bisection over the table's values); +inf when no D pipelines fit at all."""
-        values = np.unique(self.floors.table[np.isfinite(self.floors.table)])
-        if not len(values) or not self.fits(d, values[-1]):
+        """The least pipe-floor value v such that D pipelines fit with every floor ≤ v (found
+        by bisection over the table's values), plus T_dp's floor; +inf when no D pipelines
+        fit at all."""
+        values = np.unique(floors.table[np.isfinite(floors.table)])
+        if not len(values) or not self.fits(floors, d, values[-1]):
             return float("inf")
         lo, hi = 0, len(values) - 1
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.fits(d, values[mid]):
+            if self.fits(floors, d, values[mid]):
                 hi = mid
             else:
                 lo = mid + 1
