@@ -181,13 +181,19 @@ def specs_of_plan(problem: Problem, plan: Plan) -> list[PipelineSpec]:
             for p in plan.pipelines]
 
 
-def explain_infeasible(tables: Tables) -> str:
-    """Why no plan fits in memory, in the cost model's numbers (checked before solving)."""
+def _states_and_usable(tables: Tables) -> tuple[float, float]:
+    """Bytes of all model states (μ·P) and of the cluster's memory past the per-device reserve."""
     model, training, cluster = tables.model, tables.training, tables.cluster
     reserve = training.reserved_gib * GIB
     usable = float(sum((cluster.machine_memory_bytes[m] - reserve) * mach.count
                        for m, mach in enumerate(cluster.machines)))
-    states = float(cost.stage_state_bytes(model, training, 1, model.layers, 1, 1))
+    return float(cost.stage_state_bytes(model, training, 1, model.layers, 1, 1)), usable
+
+
+def explain_infeasible(tables: Tables) -> str:
+    """Why no plan fits in memory, in the cost model's numbers (checked before solving)."""
+    model, training = tables.model, tables.training
+    states, usable = _states_and_usable(tables)
     if states > usable:
         return (f"model states need {states / GIB:.1f} GiB (μ={training.param_state_bytes:g} bytes × "
                 f"{model.total_params / 1e9:.3g} B parameters), the cluster has {usable / GIB:.1f} GiB "
@@ -206,11 +212,7 @@ def explain_infeasible(tables: Tables) -> str:
 
 def memory_summary(tables: Tables) -> str:
     """The numbers behind an infeasibility that only the models could prove."""
-    model, training, cluster = tables.model, tables.training, tables.cluster
-    reserve = training.reserved_gib * GIB
-    usable = float(sum((cluster.machine_memory_bytes[m] - reserve) * mach.count
-                       for m, mach in enumerate(cluster.machines)))
-    states = float(cost.stage_state_bytes(model, training, 1, model.layers, 1, 1))
+    states, usable = _states_and_usable(tables)
     most = max(int(tables.n_max[i, 0, 0, 1]) for i in range(len(tables.types)))
     return (f"model states need {states / GIB:.1f} GiB of the cluster's {usable / GIB:.1f} GiB, but "
             f"activations, the embedding, the head and whole-layer stages do not pack: a stage holds "
