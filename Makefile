@@ -20,7 +20,8 @@ demo: $(STAMP)
 	$(BIN)/hexiscale validate instances/problems/demo-tiny.yaml instances/plans/demo-tiny.json
 	$(BIN)/hexiscale evaluate instances/problems/demo-tiny.yaml instances/plans/demo-tiny.json
 	$(BIN)/hexiscale solve instances/problems/demo-tiny.yaml --solver heuristic -o .demo-plan.json
-	$(BIN)/hexiscale run instances/problems/demo-tiny.yaml .demo-plan.json --model tiny --steps 3
+	# the bundled asymmetric plan: two pipelines, TP2 -> TP1 and TP1, batches 6 and 2
+	$(BIN)/hexiscale run instances/problems/demo-tiny.yaml instances/plans/demo-tiny.json --model tiny --steps 3
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --timeout=600
