@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from instances.generate import generate_cluster, generated_problem  # noqa: E402
 from planner import Plan, Problem, evaluate, validate  # noqa: E402
-from planner.evaluate import iteration_time  # noqa: E402
+from planner.layered.pricing import iteration_time  # noqa: E402
 
 MIX = "A100-80G:0.25,H800:0.25,RTX4090:0.25,H20:0.25"
 TARGET_MS_AT_1024 = 5.0

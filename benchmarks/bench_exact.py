@@ -19,7 +19,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.evaluate import iteration_time  # noqa: E402
+from planner.layered.pricing import iteration_time  # noqa: E402
 from planner.io import load_problem  # noqa: E402
 from solvers.common import SolverOptions  # noqa: E402
 from solvers.registry import solve  # noqa: E402

@@ -25,7 +25,7 @@ import torch.distributed as dist  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from planner.plan import Pipeline, Plan, Stage  # noqa: E402
+from planner.layered.plan import Pipeline, Plan, Stage  # noqa: E402
 from planner.workload import ModelSpec  # noqa: E402
 from runtime.config import Job, RunConfig  # noqa: E402
 from runtime.data import BatchLoader, make_source  # noqa: E402

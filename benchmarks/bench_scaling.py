@@ -33,9 +33,9 @@ MIX = "A100-80G:0.3,H800:0.2,H20:0.2,RTX4090:0.15,L40S:0.15"
 def measure(gpus: int, mix: str, seed: int, time_limit: float) -> dict:
     """One size, in this process: solve and price."""
     from instances.generate import generate_cluster, generated_problem
-    from planner.evaluate import evaluate
+    from planner.layered.evaluate import evaluate
     from solvers.common import SolverOptions
-    from solvers.heuristic import solve
+    from solvers.layered.heuristic import solve
 
     problem = generated_problem(generate_cluster(gpus, mix, seed=seed), "llama2-70b", seq_len=4096)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

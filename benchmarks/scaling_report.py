@@ -25,7 +25,7 @@ from rich.table import Table  # noqa: E402
 
 from instances.generate import generate_cluster, generated_problem  # noqa: E402
 from planner import evaluate  # noqa: E402
-from planner.hardware import Frozen  # noqa: E402
+from planner.base import Frozen  # noqa: E402
 from solvers.common import SolverOptions  # noqa: E402
 from solvers.registry import solve  # noqa: E402
 

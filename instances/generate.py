@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.hardware import Cluster, Link, Machine, builtin_catalog
+from planner.hardware import builtin_catalog, Cluster, Link, Machine
 from planner.io import load_model, problem_to_dict, save_yaml
 from planner.problem import Problem
 from planner.workload import ModelSpec, TrainingSpec

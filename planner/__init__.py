@@ -1,18 +1,25 @@
-"""The problem encoded explicitly: types, the GPU catalog, the cost model, the evaluator."""
+"""The problem encoded explicitly: types, the GPU catalog, the cost model, the judges.
 
-from planner.estimate import Bottleneck, Estimate, PipelineEstimate, StageEstimate
-from planner.evaluate import InvalidPlanError, evaluate, iteration_time
-from planner.hardware import Cluster, GpuType, Link, Machine, Vendor, builtin_catalog
+Layers, from the bottom: `base` (units, the frozen base type) → `hardware`, `workload`,
+`problem` (the inputs) → `cost` (DESIGN.md's formulas) → `violations`, `solver_info`,
+`plan_kind` (shared by every plan kind) → one folder per plan kind (`layered/`) → `kinds`
+(dispatch on a plan's kind) → `io` (files). `evaluate`, `validate` and `iteration_time` here
+accept a plan of any kind.
+"""
+
+from planner.hardware import builtin_catalog, Cluster, GpuType, Link, Machine, Vendor
 from planner.io import InputError, load_cluster, load_model, load_plan, load_problem, save_plan
-from planner.plan import Pipeline, Plan, SolverInfo, SolveStatus, Stage
+from planner.kinds import PLAN_KINDS, evaluate, iteration_time, kind_of, validate
+from planner.layered import Bottleneck, Estimate, Pipeline, PipelineEstimate, Plan, Stage, StageEstimate
 from planner.problem import Problem
-from planner.validate import Violation, validate
+from planner.solver_info import SolverInfo, SolveStatus
+from planner.violations import InvalidPlanError, Violation
 from planner.workload import ModelSpec, TrainingSpec
 
 __all__ = [
-    "Bottleneck", "Cluster", "Estimate", "GpuType", "InputError", "InvalidPlanError", "Link",
+    "PLAN_KINDS", "Bottleneck", "Cluster", "Estimate", "GpuType", "InputError", "InvalidPlanError", "Link",
     "Machine", "ModelSpec", "Pipeline", "PipelineEstimate", "Plan", "Problem", "SolveStatus",
     "SolverInfo", "Stage", "StageEstimate", "TrainingSpec", "Vendor", "Violation",
-    "builtin_catalog", "evaluate", "iteration_time", "load_cluster", "load_model", "load_plan",
-    "load_problem", "save_plan", "validate",
+    "builtin_catalog", "evaluate", "iteration_time", "kind_of", "load_cluster", "load_model",
+    "load_plan", "load_problem", "save_plan", "validate",
 ]

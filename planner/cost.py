@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.hardware import GB, GIB
+from planner.base import GB, GIB
+from planner.schedules import get_schedule
 from planner.workload import ModelSpec, TrainingSpec
 
 # -- collective primitives [3] ------------------------------------------------------------
@@ -85,10 +86,16 @@ def stage_tp_time(model, training, t, n, bw_gbps, lat_s):
     return n * tp_rounds(training) * allreduce_time(t, a, bw_gbps, lat_s)
 
 
+def stage_time(model, training, flops_per_device, t, n, last, bw_gbps, lat_s):
+    """τ_σ = C_σ + T_tp,σ: one micro-batch's forward and backward on the stage, TP traffic included."""
+    return (stage_compute_time(model, training, flops_per_device, t, n, last)
+            + stage_tp_time(model, training, t, n, bw_gbps, lat_s))
+
+
 # -- pipeline-parallel traffic [3.2] ------------------------------------------------------
 
 
-def stage_pp_time(model, training, link_bw_gbps, link_lat_s, t_next, bw_next_gbps, lat_next_s):
+def stage_pp_time(model, training, *, link_bw_gbps, link_lat_s, t_next, bw_next_gbps, lat_next_s):
     """T_pp,k = 2·(p2p(A, bw(k,k+1), lat(k,k+1)) + bcast(t_{k+1}, A, bw_{k+1}, α_{k+1}))."""
     a = activation_message_bytes(model, training)
     return 2.0 * (
@@ -169,9 +176,10 @@ def stage_state_bytes(model, training, t, n, first, last):
     return training.param_state_bytes * params / t
 
 
-def in_flight_micro_batches(num_stages, index, micro_batches):
-    """q = min(S − k, m_p): micro-batches whose activations stage k holds under 1F1B."""
-    return np.minimum(num_stages - index, micro_batches)
+def in_flight_micro_batches(training, num_stages, index, micro_batches):
+    """q: micro-batches whose activations stage k holds at once under the training's schedule
+    (1F1B: min(S − k, m_p); GPipe: m_p) — the schedule's own `in_flight`."""
+    return get_schedule(training.schedule).in_flight(num_stages, index, micro_batches)
 
 
 def stage_activation_bytes(model, training, t, n, in_flight, last):
@@ -190,3 +198,27 @@ def stage_memory_bytes(model, training, t, n, first, last, in_flight):
         + stage_activation_bytes(model, training, t, n, in_flight, last)
         + training.reserved_gib * GIB
     )
+
+
+def max_layers_fitting(model, training, t, first, last, in_flight, capacity_bytes):
+    """The most layers n ≤ L a stage can hold within its device memory (the §3.5 bound, with the
+    validator's own comparison), element-wise over stages; 0 when not even one layer fits.
+
+    Memory grows with n, so the count of n in 1..L that fit is the largest one that fits."""
+    n = np.arange(1, model.layers + 1)
+    shape = np.broadcast(t, first, last, in_flight, capacity_bytes).shape
+    expand = (lambda x: np.asarray(x)[..., None]) if shape else (lambda x: x)
+    need = stage_memory_bytes(model, training, expand(t), n, expand(first), expand(last),
+                              expand(in_flight))
+    return (need <= expand(capacity_bytes)).sum(axis=-1)
+
+
+def model_state_bytes(model, training) -> float:
+    """μ·(L·P_layer + P_emb + P_head): the model states of one whole replica."""
+    return float(stage_state_bytes(model, training, 1, model.layers, 1, 1))
+
+
+def usable_memory_bytes(cluster, training) -> float:
+    """The cluster's device memory past the per-device reserve R: what model states may fill."""
+    reserve = training.reserved_gib * GIB
+    return float(np.sum((cluster.machine_memory_bytes - reserve) * cluster.machine_counts))

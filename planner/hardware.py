@@ -13,19 +13,9 @@ from importlib import resources
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-GB = 1e9  # bandwidth unit: GB/s = 1e9 bytes/s
-GIB = 2**30  # memory unit
-TFLOPS = 1e12
-US = 1e-6  # latencies are written in microseconds
-
-
-class Frozen(BaseModel):
-    """Base of every input type: immutable, unknown fields rejected."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+from planner.base import GIB, TFLOPS, US, Frozen
 
 class Vendor(str, Enum):
     nvidia = "nvidia"
@@ -144,6 +134,11 @@ class Cluster(Frozen):
     @cached_property
     def machine_peak_flops(self) -> np.ndarray:
         return np.array([self.gpu_of(i).peak_tflops * TFLOPS for i in range(len(self.machines))])
+
+    @cached_property
+    def machine_counts(self) -> np.ndarray:
+        """devices per machine."""
+        return np.array([m.count for m in self.machines])
 
     @cached_property
     def machine_memory_bytes(self) -> np.ndarray:

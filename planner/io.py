@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from planner.hardware import Cluster
-from planner.plan import PLAN_FORMAT, Plan
+from planner.kinds import PLAN_KINDS, kind_of_format
 from planner.problem import Problem
 from planner.workload import ModelSpec, TrainingSpec
 
@@ -136,15 +136,18 @@ def load_problem(path: str | Path) -> Problem:
     return Problem(name=str(data.get("name", path.stem)), cluster=cluster, model=model, training=training)
 
 
-def load_plan(path: str | Path) -> Plan:
+def load_plan(path: str | Path):
+    """A plan file of any kind, typed by its `format` tag (layered: hexiscale.plan/1)."""
     path = _find(path, "plans")
     data = read_mapping(path)
-    if data.get("format") != PLAN_FORMAT:
-        raise InputError(path, "format", f"expected {PLAN_FORMAT!r}, got {data.get('format')!r}")
-    return build(Plan, data, path)
+    kind = kind_of_format(data.get("format"))
+    if kind is None:
+        known = ", ".join(repr(k.format) for k in PLAN_KINDS.values())
+        raise InputError(path, "format", f"expected one of {known}, got {data.get('format')!r}")
+    return build(kind.plan_type, data, path)
 
 
-def save_plan(plan: Plan, path: str | Path) -> None:
+def save_plan(plan, path: str | Path) -> None:
     Path(path).write_text(plan.to_json() + "\n")
 
 

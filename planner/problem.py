@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from planner.hardware import Cluster, Frozen
+from planner.base import Frozen
+
+from planner.hardware import Cluster
 from planner.workload import ModelSpec, TrainingSpec
 
 

@@ -3,9 +3,13 @@ sizes the cost model needs: parameters per layer, FLOPs per token, message sizes
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
-from planner.hardware import Frozen
+from planner.base import Frozen
+
+ScheduleName = Literal["1f1b", "gpipe"]  # the keys of planner.schedules.SCHEDULES
 
 
 class ModelSpec(Frozen):
@@ -77,6 +81,8 @@ class TrainingSpec(Frozen):
     grad_bytes: float = Field(default=2, gt=0, description="γ, bytes per gradient element on the wire")
     act_bytes: float = Field(default=2, gt=0, description="β, bytes per activation element")
     reserved_gib: float = Field(default=2, ge=0, description="R, per-device runtime reserve, GiB")
+    schedule: ScheduleName = Field(
+        default="1f1b", description="pipeline schedule: what runs and what memory is priced (§3.5 q)")
 
     @model_validator(mode="after")
     def _check_batch(self) -> TrainingSpec:

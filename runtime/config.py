@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from planner.hardware import Frozen
-from planner.plan import Plan
+from planner.base import Frozen
+from planner.layered.plan import Plan
 from planner.workload import ModelSpec
 
 BYTE_VOCAB = 256

@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from planner.plan import Plan
+from planner.layered.plan import Plan
 from planner.problem import Problem
-from planner.validate import structural_violations
+from planner.layered.rules import structural_violations
 from runtime.config import Job, RunConfig, check_model_fits, tiny_model
 from runtime.layout import rank_layout
 

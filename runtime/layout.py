@@ -17,8 +17,8 @@ from functools import cached_property
 
 from pydantic import Field
 
-from planner.hardware import Frozen
-from planner.plan import Plan
+from planner.base import Frozen
+from planner.layered.plan import Plan
 
 
 class LayoutError(ValueError):

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field
 
-from planner.hardware import Frozen
-from planner.plan import Plan, SolveStatus
+from planner.base import Frozen
+from planner.layered.plan import Plan
+from planner.solver_info import SolveStatus
 
 
 class SolverOptions(Frozen):

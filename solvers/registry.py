@@ -16,15 +16,15 @@ SolverFn = Callable[[Problem, SolverOptions], SolveResult]
 
 SOLVERS: dict[str, str] = {
     # name -> "module:function"; each path's issue adds its entries.
-    "heuristic": "solvers.heuristic:solve",
-    "cpsat": "solvers.exact.cpsat:solve",
-    "milp": "solvers.exact.milp:solve",
-    "brute": "solvers.exact.brute:solve",
-    "symmetric": "solvers.baselines.symmetric:solve_symmetric",
-    "symmetric-all": "solvers.baselines.symmetric:solve_symmetric_all",
-    "random": "solvers.baselines.ablations:solve_random",
-    "ablation-one-tp": "solvers.baselines.ablations:solve_one_tp",
-    "ablation-equal-batch": "solvers.baselines.ablations:solve_equal_batch",
+    "heuristic": "solvers.layered.heuristic:solve",
+    "cpsat": "solvers.layered.exact.cpsat:solve",
+    "milp": "solvers.layered.exact.milp:solve",
+    "brute": "solvers.layered.exact.brute:solve",
+    "symmetric": "solvers.layered.baselines.symmetric:solve_symmetric",
+    "symmetric-all": "solvers.layered.baselines.symmetric:solve_symmetric_all",
+    "random": "solvers.layered.baselines.ablations:solve_random",
+    "ablation-one-tp": "solvers.layered.baselines.ablations:solve_one_tp",
+    "ablation-equal-batch": "solvers.layered.baselines.ablations:solve_equal_batch",
 }
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import random
 
-from planner.hardware import GIB, Cluster, GpuType, Link, Machine
+from planner.base import GIB
+
+from planner.hardware import Cluster, GpuType, Link, Machine
 from planner.problem import Problem
 from planner.workload import ModelSpec, TrainingSpec
 

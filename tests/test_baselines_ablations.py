@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 import hexiscale as hx
-from planner.evaluate import iteration_time
+from planner.layered.pricing import iteration_time
 from planner.io import load_problem
 from solvers.common import SolverOptions
-from solvers.heuristic import HeuristicOptions, solve_with
+from solvers.layered.heuristic import HeuristicOptions, solve_with
 
 OPTIONS = SolverOptions(time_limit_s=10, seed=0)
 BASELINES = ["symmetric", "symmetric-all", "random", "ablation-one-tp", "ablation-equal-batch"]

@@ -9,8 +9,8 @@ import pytest
 
 from planner import Cluster, Machine, ModelSpec, Pipeline, Plan, Problem, Stage, TrainingSpec, evaluate
 from planner.io import load_problem
-from planner.validate import validate
-from solvers.baselines.symmetric import SymmetricLayout, layout_plan, tp_blocks
+from planner.layered.validate import validate
+from solvers.layered.baselines.symmetric import SymmetricLayout, layout_plan, tp_blocks
 from solvers.common import SolverOptions
 from solvers.registry import solve
 

@@ -13,7 +13,7 @@ import hexiscale.cli.compare as compare_mod
 from hexiscale.cli import app
 from planner import evaluate, load_plan
 from planner.io import load_problem
-from planner.plan import SolveStatus
+from planner.solver_info import SolveStatus
 from solvers.common import SolveResult, SolverOptions
 from solvers.registry import solve as real_solve
 

@@ -13,7 +13,7 @@ import random
 import pytest
 
 from planner import Cluster, Link, Machine, ModelSpec, Pipeline, Plan, Problem, Stage, TrainingSpec
-from planner.evaluate import evaluate
+from planner.layered.evaluate import evaluate
 
 GPUS = ["A100-80G", "RTX4090", "RTX3090", "H20", "V100"]
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from exact_problems import random_problem
-from planner.evaluate import iteration_time
-from planner.plan import SolveStatus
-from planner.validate import validate
+from planner.layered.pricing import iteration_time
+from planner.solver_info import SolveStatus
+from planner.layered.validate import validate
 from solvers.common import SolverOptions
-from solvers.exact import brute, cpsat, milp
+from solvers.layered.exact import brute, cpsat, milp
 
 SEEDS = range(48)
 OPTIONS = SolverOptions(time_limit_s=60)

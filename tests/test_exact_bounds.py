@@ -10,13 +10,13 @@ import math
 import pytest
 
 from exact_problems import random_problem
-from planner.evaluate import evaluate
+from planner.layered.evaluate import evaluate
 from planner.hardware import Cluster, Machine
 from planner.problem import Problem
 from planner.workload import ModelSpec, TrainingSpec
-from solvers.exact import brute
-from solvers.exact.bounds import DBounds, ordered_floor, ordered_structures, structures
-from solvers.exact.tables import StageType, Tables
+from solvers.layered.exact import brute
+from solvers.layered.exact.bounds import DBounds, ordered_floor, ordered_structures, structures
+from solvers.layered.exact.tables import StageType, Tables
 
 SEEDS = range(24)
 

@@ -7,16 +7,17 @@ from __future__ import annotations
 import pytest
 
 from exact_problems import random_problem
-from planner.hardware import GIB, Cluster, Machine
+from planner.base import GIB
+from planner.hardware import Cluster, Machine
 from planner.io import load_problem
-from planner.plan import SolveStatus
+from planner.solver_info import SolveStatus
 from planner.problem import Problem
-from planner.evaluate import iteration_time
-from planner.validate import validate
+from planner.layered.pricing import iteration_time
+from planner.layered.validate import validate
 from planner.workload import ModelSpec, TrainingSpec
 from solvers.common import SolverOptions
-from solvers.exact import brute, cpsat, milp
-from solvers.exact.tables import Tables, explain_infeasible
+from solvers.layered.exact import brute, cpsat, milp
+from solvers.layered.exact.tables import Tables, explain_infeasible
 from solvers.registry import solve
 
 EXACT = (cpsat, milp)

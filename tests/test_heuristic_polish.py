@@ -10,17 +10,17 @@ import itertools
 import numpy as np
 import pytest
 
-from planner.evaluate import breakdown, iteration_time
+from planner.layered.pricing import breakdown, iteration_time
 from planner.hardware import Cluster, Machine
 from planner.io import load_model, load_problem
-from planner.plan import Pipeline, Plan, Stage
+from planner.layered.plan import Pipeline, Plan, Stage
 from planner.problem import Problem
-from planner.table import stage_table
-from planner.validate import validate
+from planner.layered.table import stage_table
+from planner.layered.validate import validate
 from planner.workload import TrainingSpec
-from solvers.heuristic import build_plan, partition, polish
-from solvers.heuristic.assemble import repair_memory, split_batches, with_split
-from solvers.heuristic.search import plan_from_table
+from solvers.layered.heuristic import build_plan, partition, polish
+from solvers.layered.heuristic.assemble import repair_memory, split_batches, with_split
+from solvers.layered.heuristic.search import plan_from_table
 
 
 def single_moves(plan: Plan):

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from instances.generate import generate_cluster, generated_problem
-from planner.evaluate import iteration_time
+from planner.layered.pricing import iteration_time
 from planner.io import load_problem
-from planner.plan import SolveStatus
-from planner.validate import validate
+from planner.solver_info import SolveStatus
+from planner.layered.validate import validate
 from solvers import registry
 from solvers.common import SolverOptions
-from solvers.exact import brute
-from solvers.heuristic import HeuristicOptions, build_plan, partition, solve, solve_with
+from solvers.layered.exact import brute
+from solvers.layered.heuristic import HeuristicOptions, build_plan, partition, solve, solve_with
 
 MIXES = ["A100-80G:1,RTX4090:1", "H800:1,H20:1", "RTX3090:2,RTX4090:1,L40S:1", "A800-80G:1",
          "V100:1,T4:1,A10:1"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from planner import Cluster, GpuType, Machine, ModelSpec, Plan, Problem, TrainingSpec, evaluate, validate
-from planner.evaluate import iteration_time
+from planner.layered.pricing import iteration_time
 
 GIB = 2**30
 REL = 1e-9

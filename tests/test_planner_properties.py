@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from planner import cost
 from planner import Cluster, Link, Machine, ModelSpec, Plan, Problem, TrainingSpec, evaluate, validate
-from planner.evaluate import iteration_time
+from planner.layered.pricing import iteration_time
 
 GPU_TYPES = ["A100-80G", "H100", "RTX4090", "RTX3090", "L40S", "MI300X", "H20"]
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from planner.plan import Pipeline, Plan, Stage
+from planner.layered.plan import Pipeline, Plan, Stage
 from planner.workload import ModelSpec
 from runtime.config import Job, RunConfig
 from runtime.launch import launch_local

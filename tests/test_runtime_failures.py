@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from hexiscale.cli import app
 from planner.hardware import Cluster, Machine
-from planner.plan import Pipeline, Plan, Stage
+from planner.layered.plan import Pipeline, Plan, Stage
 from planner.problem import Problem
 from planner.workload import ModelSpec, TrainingSpec
 from runtime.config import Job, RunConfig

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.plan import Pipeline, Plan, Stage
+from planner.layered.plan import Pipeline, Plan, Stage
 from planner.workload import ModelSpec
 from runtime.config import check_model_fits, tiny_model
 from runtime.data import CORPUS_PATH, BatchLoader, ByteCorpusSource, SyntheticSource

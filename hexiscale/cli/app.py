@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from planner.evaluate import InvalidPlanError
+from planner.violations import InvalidPlanError
 from planner.io import InputError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,

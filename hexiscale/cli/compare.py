@@ -18,11 +18,11 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.app import app, console, fail, friendly_errors
-from planner.evaluate import evaluate
-from planner.hardware import Frozen
+from planner.kinds import evaluate
+from planner.base import Frozen
 from planner.io import load_problem, save_plan
 from planner.problem import Problem
-from planner.validate import validate
+from planner.kinds import validate
 from solvers.common import SolveResult, SolverOptions
 from solvers.registry import SOLVERS, solve
 

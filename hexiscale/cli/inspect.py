@@ -11,14 +11,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from hexiscale.cli.app import app, console, fail, friendly_errors
-from planner.estimate import Estimate
-from planner.evaluate import InvalidPlanError
-from planner.evaluate import evaluate as evaluate_plan
+from planner.layered.estimate import Estimate
+from planner.violations import InvalidPlanError
+from planner.kinds import evaluate as evaluate_plan
 from planner.hardware import Cluster
 from planner.io import KINDS, bundled_names, load_cluster, load_model, load_plan, load_problem, read_mapping
-from planner.plan import Plan
+from planner.layered.plan import Plan
 from planner.problem import Problem
-from planner.validate import validate as validate_plan
+from planner.kinds import validate as validate_plan
 from planner.workload import ModelSpec, TrainingSpec
 
 

@@ -8,7 +8,7 @@ import typer
 
 from hexiscale.cli.app import app, console, fail, friendly_errors
 from planner.io import load_plan, load_problem
-from planner.validate import validate
+from planner.kinds import validate
 
 
 @app.command()

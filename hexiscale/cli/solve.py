@@ -13,12 +13,13 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.app import app, console, err_console, fail, friendly_errors
-from planner.estimate import Estimate
-from planner.evaluate import evaluate
+from planner.layered.estimate import Estimate
+from planner.kinds import evaluate
 from planner.io import load_plan, load_problem, save_plan
-from planner.plan import Plan, SolverInfo, SolveStatus
+from planner.layered.plan import Plan
+from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
-from planner.validate import validate
+from planner.kinds import validate
 from solvers.common import SolveResult, SolverOptions
 from solvers.registry import SOLVERS, get
 

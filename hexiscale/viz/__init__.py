@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.evaluate import evaluate
-from planner.plan import Plan
+from planner.kinds import evaluate
+from planner.layered.plan import Plan
 from planner.problem import Problem
 
 

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
 
-from planner.plan import Plan  # noqa: E402
+from planner.layered.plan import Plan  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 
 

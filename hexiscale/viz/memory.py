@@ -11,8 +11,8 @@ import numpy as np  # noqa: E402
 
 from hexiscale.viz.cluster import pipeline_colours  # noqa: E402
 from planner import cost  # noqa: E402
-from planner.estimate import Estimate  # noqa: E402
-from planner.hardware import GIB  # noqa: E402
+from planner.layered.estimate import Estimate  # noqa: E402
+from planner.base import GIB  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 
 
@@ -28,7 +28,7 @@ def device_memory(problem: Problem, estimate: Estimate) -> dict[str, np.ndarray]
         for st in pipe.stages:
             first, last = int(st.index == 0), int(st.index == num - 1)
             state = cost.stage_state_bytes(model, training, st.tp, st.layers, first, last) / GIB
-            q = cost.in_flight_micro_batches(num, st.index, pipe.micro_batches)
+            q = cost.in_flight_micro_batches(problem.training, num, st.index, pipe.micro_batches)
             act = cost.stage_activation_bytes(model, training, st.tp, st.layers, q, last) / GIB
             for d in st.devices:
                 out["state"][d], out["activation"][d] = state, float(act)

@@ -34,8 +34,8 @@ import numpy as np
 from pydantic import Field
 
 from planner import cost
-from planner.estimate import Estimate
-from planner.hardware import Frozen
+from planner.layered.estimate import Estimate
+from planner.base import Frozen
 from planner.problem import Problem
 
 BlockKind = Literal["forward", "backward", "send", "dp_sync"]

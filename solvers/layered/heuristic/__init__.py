@@ -8,10 +8,10 @@ Public API (used by the baselines too):
 - `polish(problem, table)`: the layer / micro-batch local search alone.
 """
 
-from solvers.heuristic.assemble import build_plan
-from solvers.heuristic.options import HeuristicOptions
-from solvers.heuristic.partition import partition
-from solvers.heuristic.polish import polish
-from solvers.heuristic.search import solve, solve_with
+from solvers.layered.heuristic.assemble import build_plan
+from solvers.layered.heuristic.options import HeuristicOptions
+from solvers.layered.heuristic.partition import partition
+from solvers.layered.heuristic.polish import polish
+from solvers.layered.heuristic.search import solve, solve_with
 
 __all__ = ["HeuristicOptions", "build_plan", "partition", "polish", "solve", "solve_with"]

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner import cost
-from planner.evaluate import stage_times
+from planner.layered.pricing import stage_times
 from planner.problem import Problem
-from planner.table import StageTable
+from planner.layered.table import StageTable
 
 PREFIX_TRIALS = 6  # how many "drop the j slowest stages" sizes j to try (geometric)
 EXHAUSTIVE_LAYOUTS = 16  # pools with at most this many TP layouts over at most
@@ -72,8 +72,7 @@ def per_layer_time(problem: Problem, machine: np.ndarray, t: np.ndarray) -> np.n
     """τ of one layer on a stage of t devices of `machine` (compute + TP traffic)."""
     cluster, model, training = problem.cluster, problem.model, problem.training
     bw, lat = cluster.bw_matrix[machine, machine], cluster.lat_matrix[machine, machine]
-    compute = cost.stage_compute_time(model, training, cluster.machine_flops[machine], t, 1, 0)
-    return compute + cost.stage_tp_time(model, training, t, 1, bw, lat)
+    return cost.stage_time(model, training, cluster.machine_flops[machine], t, 1, 0, bw, lat)
 
 
 def estimated_pipe_time(problem: Problem, machines: list[int], sizes: list[list[int]], micro: int) -> float:
@@ -90,7 +89,8 @@ def estimated_pipe_time(problem: Problem, machines: list[int], sizes: list[list[
     rate = float(np.sum(1.0 / per_layer_time(problem, mach, t)))
     stage = model.layers / rate
     bw, lat = cluster.bw_matrix[mach, mach], cluster.lat_matrix[mach, mach]
-    hop = cost.stage_pp_time(model, training, bw, lat, t, bw, lat)
+    hop = cost.stage_pp_time(model, training, link_bw_gbps=bw, link_lat_s=lat, t_next=t,
+                              bw_next_gbps=bw, lat_next_s=lat)
     intra_hops = float(np.sum(hop) - np.sum(hop[np.cumsum([len(s) for s in sizes]) - 1]))
     return (micro - 1 + len(t)) * stage + intra_hops + (micro - 1) * max(0.0, float(hop.max()) - stage)
 
@@ -183,11 +183,8 @@ def stage_coefficients(problem: Problem, slots: list[StageSlot], micro: int):
     last = (np.arange(size) == size - 1).astype(int)
     per_layer = per_layer_time(problem, mach, t)
     head = cost.stage_compute_time(model, training, cluster.machine_flops[mach], t, 0, last)
-    q = cost.in_flight_micro_batches(size, np.arange(size), micro)
-    mem0 = cost.stage_memory_bytes(model, training, t, 0, first, last, q)
-    slope = cost.stage_memory_bytes(model, training, t, 1, first, last, q) - mem0
-    cap = cluster.machine_memory_bytes[mach]
-    max_layers = np.floor((cap - mem0) / slope).astype(int)
+    q = cost.in_flight_micro_batches(problem.training, size, np.arange(size), micro)
+    max_layers = cost.max_layers_fitting(model, training, t, first, last, q, cluster.machine_memory_bytes[mach])
     return per_layer, head, max_layers
 
 

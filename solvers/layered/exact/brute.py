@@ -15,10 +15,11 @@ import time
 
 import numpy as np
 
-from planner.evaluate import iteration_time, stage_memory
-from planner.plan import Pipeline, Plan, SolverInfo, SolveStatus, Stage
+from planner.layered.pricing import iteration_time, stage_memory
+from planner.layered.plan import Pipeline, Plan, Stage
+from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
-from planner.table import stage_table
+from planner.layered.table import stage_table
 from solvers.common import SolveResult, SolverOptions
 
 MAX_DEVICES, MAX_LAYERS = 5, 6

@@ -17,8 +17,8 @@ from ortools.sat.python import cp_model
 
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
-from solvers.exact.driver import SubProblem, SubResult, solve_exact, solver_time
-from solvers.exact.tables import PipelineSpec
+from solvers.layered.exact.driver import SubProblem, SubResult, solve_exact, solver_time
+from solvers.layered.exact.tables import PipelineSpec
 
 FINEST_ROUNDING = 1e-8  # rounding error of T relative to the trivial lower bound, at best
 # CP-SAT misjudged optimality (claimed a worse plan optimal) when T's domain reached 2^33 units

@@ -13,13 +13,14 @@ from typing import Callable, Literal
 
 from rich.console import Console
 
-from planner.evaluate import iteration_time
-from planner.plan import Plan, SolverInfo, SolveStatus
+from planner.layered.pricing import iteration_time
+from planner.layered.plan import Plan
+from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
-from planner.validate import validate
+from planner.layered.validate import validate
 from solvers.common import ModelSize, SolveResult, SolverOptions
-from solvers.exact.bounds import Candidate, DBounds, PipelineFloors, ordered_structures, structures
-from solvers.exact.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
+from solvers.layered.exact.bounds import Candidate, DBounds, PipelineFloors, ordered_structures, structures
+from solvers.layered.exact.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
                                   specs_of_plan)
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "unknown"]

@@ -19,8 +19,8 @@ import pulp
 
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
-from solvers.exact.driver import SubProblem, SubResult, solve_exact, solver_time
-from solvers.exact.tables import PipelineSpec
+from solvers.layered.exact.driver import SubProblem, SubResult, solve_exact, solver_time
+from solvers.layered.exact.tables import PipelineSpec
 
 GAP = 1e-9  # relative MIP gap: "optimal" means optimal to float tolerance
 

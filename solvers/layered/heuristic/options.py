@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from planner.hardware import Frozen
+from planner.base import Frozen
 
 
 class HeuristicOptions(Frozen):

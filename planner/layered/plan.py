@@ -7,12 +7,12 @@ device named once inside a stage) are checked here.
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Literal
 
 from pydantic import Field, field_validator
 
-from planner.hardware import Frozen
+from planner.base import Frozen
+from planner.solver_info import SolverInfo
 
 PLAN_FORMAT = "hexiscale.plan/1"
 
@@ -55,21 +55,6 @@ class Pipeline(Frozen):
             ranges.append((start, start + s.layers))
             start += s.layers
         return ranges
-
-
-class SolveStatus(str, Enum):
-    optimal = "optimal"
-    feasible = "feasible"
-    infeasible = "infeasible"
-    unknown = "unknown"
-
-
-class SolverInfo(Frozen):
-    name: str = Field(description="solver that produced the plan")
-    status: SolveStatus = Field(description="optimal | feasible | infeasible | unknown")
-    objective_s: float | None = Field(default=None, ge=0, description="solver's iteration time, s")
-    bound_s: float | None = Field(default=None, ge=0, description="proven lower bound, s")
-    wall_s: float | None = Field(default=None, ge=0, description="solve wall time, s")
 
 
 class Plan(Frozen):

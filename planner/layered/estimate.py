@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from planner.hardware import Frozen
+from planner.base import Frozen
 
 
 class StageEstimate(Frozen):

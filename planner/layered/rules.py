@@ -1,34 +1,16 @@
-"""The validator: every violation of DESIGN.md §2, each with its numbers."""
+"""Rules 1–4 of DESIGN.md §2 (everything but memory): what a layered plan must satisfy before
+it can be priced. Below the pricing module, so that pricing can refuse an unsound plan."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
-from typing import Literal
 
 import numpy as np
-from pydantic import Field
 
-from planner.hardware import GIB, Frozen
-from planner.plan import Plan
+from planner.layered.plan import Plan
 from planner.problem import Problem
-
-Rule = Literal["device", "machine", "tp_size", "layers", "batch", "memory"]
-
-
-class Violation(Frozen):
-    rule: Rule = Field(description="which rule of DESIGN.md §2 is broken")
-    message: str
-    pipeline: int | None = None
-    stage: int | None = None
-
-    def __str__(self) -> str:
-        where = []
-        if self.pipeline is not None:
-            where.append(f"pipeline {self.pipeline}")
-        if self.stage is not None:
-            where.append(f"stage {self.stage}")
-        return f"[{self.rule}] " + (" ".join(where) + ": " if where else "") + self.message
+from planner.violations import Violation
 
 
 @dataclass(frozen=True)
@@ -121,29 +103,3 @@ def structural_violations(problem: Problem, plan: Plan) -> list[Violation]:
     stages = _FlatStages.of(plan)
     return (_device_violations(problem, stages) + _stage_violations(problem, stages)
             + _layer_and_batch_violations(problem, plan))
-
-
-def memory_violations(problem: Problem, plan: Plan) -> list[Violation]:
-    """Rule 5: W + Act + R ≤ capacity on every used device (DESIGN.md §3.5)."""
-    from planner.evaluate import stage_memory
-    from planner.table import stage_table
-
-    table = stage_table(problem, plan)
-    need = stage_memory(problem, table)
-    cap = problem.cluster.machine_memory_bytes[table.machine]
-    out = []
-    for i in (need > cap).nonzero()[0]:
-        gpu = problem.cluster.gpu_of(int(table.machine[i]))
-        out.append(Violation(
-            rule="memory", pipeline=int(table.pipe[i]), stage=int(table.index[i]),
-            message=f"needs {need[i] / GIB:.2f} GiB per device, {gpu.name} has {cap[i] / GIB:.2f} GiB "
-                    f"({(need[i] - cap[i]) / GIB:.2f} GiB over; t={table.tp[i]}, {table.layers[i]} layers)"))
-    return out
-
-
-def validate(problem: Problem, plan: Plan) -> list[Violation]:
-    """Every violation of DESIGN.md §2 (an empty list means the plan is valid)."""
-    out = structural_violations(problem, plan)
-    if not any(v.rule == "device" and v.stage is not None for v in out):  # memory needs real devices
-        out += memory_violations(problem, plan)
-    return out

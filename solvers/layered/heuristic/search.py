@@ -14,17 +14,18 @@ from contextlib import nullcontext
 import numpy as np
 from rich.progress import Progress
 
-from planner.evaluate import iteration_time
-from planner.hardware import GIB
-from planner.plan import Pipeline, Plan, SolveStatus, SolverInfo, Stage
+from planner.layered.pricing import iteration_time
+from planner import cost
+from planner.layered.plan import Pipeline, Plan, Stage
+from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
-from planner.table import stage_table
-from planner.validate import validate
+from planner.layered.table import stage_table
+from planner.layered.validate import validate
 from solvers.common import SolveResult, SolverOptions
-from solvers.heuristic.assemble import build_plan, with_split
-from solvers.heuristic.options import HeuristicOptions
-from solvers.heuristic.partition import partition
-from solvers.heuristic.polish import polish
+from solvers.layered.heuristic.assemble import build_plan, with_split
+from solvers.layered.heuristic.options import HeuristicOptions
+from solvers.layered.heuristic.partition import partition
+from solvers.layered.heuristic.polish import polish
 
 SMALL_CLUSTER = 512  # up to this many devices "auto" protect tries both link weightings
 
@@ -33,9 +34,7 @@ def max_pipelines(problem: Problem, options: SolverOptions) -> int:
     """Upper bound on D: micro-batches, devices, and the memory to hold one model replica
     (model states only, μ·P, against the cluster's memory less the reserves)."""
     cluster, training = problem.cluster, problem.training
-    usable = float(np.sum([m.count * (cluster.gpu_of(i).memory_gib - training.reserved_gib) * GIB
-                           for i, m in enumerate(cluster.machines)]))
-    by_memory = int(usable // (training.param_state_bytes * problem.model.total_params))
+    by_memory = int(cost.usable_memory_bytes(cluster, training) // cost.model_state_bytes(problem.model, training))
     bound = min(training.micro_batches, cluster.num_devices, max(1, by_memory))
     return min(bound, options.max_pipelines or bound)
 

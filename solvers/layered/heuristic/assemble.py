@@ -13,12 +13,12 @@ from typing import Sequence
 import numpy as np
 
 from planner import cost
-from planner.evaluate import breakdown, stage_times
-from planner.plan import Pipeline, Plan, Stage
+from planner.layered.pricing import breakdown, stage_times
+from planner.layered.plan import Pipeline, Plan, Stage
 from planner.problem import Problem
-from planner.table import StageTable, stage_table
-from solvers.heuristic.options import HeuristicOptions
-from solvers.heuristic.pipeline import StageSlot, build_pipeline
+from planner.layered.table import stage_table, StageTable
+from solvers.layered.heuristic.options import HeuristicOptions
+from solvers.layered.heuristic.pipeline import StageSlot, build_pipeline
 
 
 def make_plan(problem: Problem, pipelines: list[list[StageSlot]], layers: list[np.ndarray],
@@ -70,11 +70,9 @@ def repair_memory(problem: Problem, table: StageTable) -> np.ndarray | None:
     each layer to the stage whose τ it raises least. Returns the new layer counts, or None
     when some stage cannot fit even one layer or the pipeline has no headroom left."""
     model, training = problem.model, problem.training
-    q = cost.in_flight_micro_batches(table.num_stages, table.index, table.micro_batches)
-    mem0 = cost.stage_memory_bytes(model, training, table.tp, 0, table.first, table.last, q)
-    slope = cost.stage_memory_bytes(model, training, table.tp, 1, table.first, table.last, q) - mem0
+    q = cost.in_flight_micro_batches(problem.training, table.num_stages, table.index, table.micro_batches)
     cap = problem.cluster.machine_memory_bytes[table.machine]
-    fits = np.floor((cap - mem0) / slope).astype(int)  # most layers each stage can hold
+    fits = cost.max_layers_fitting(model, training, table.tp, table.first, table.last, q, cap)
     tau_layer = stage_times(problem, replace(table, layers=np.ones_like(table.layers)))[2]
     layers = table.layers.copy()
     for p in range(table.num_pipelines):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.plan import Plan
+from planner.layered.plan import Plan
 from planner.problem import Problem
 
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planner import cost
-from planner.evaluate import Breakdown, breakdown, stage_times
+from planner.layered.pricing import Breakdown, breakdown, stage_times
 from planner.problem import Problem
-from planner.table import StageTable
-from solvers.heuristic.assemble import with_split
+from planner.layered.table import StageTable
+from solvers.layered.heuristic.assemble import with_split
 
 RELATIVE_GAIN = 1e-12  # a move must lower T by more than rounding noise
 

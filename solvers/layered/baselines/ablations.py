@@ -10,7 +10,7 @@
 - `ablation-equal-batch`: every pipeline gets the same batch instead of one proportional
   to its speed.
 
-All three run `solvers.heuristic.solve_with` with a `HeuristicOptions` setting, so the only
+All three run `solvers.layered.heuristic.solve_with` with a `HeuristicOptions` setting, so the only
 difference from `heuristic` is the knob named.
 """
 
@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import time
 
-from planner.evaluate import iteration_time
-from planner.plan import SolverInfo, SolveStatus
+from planner.layered.pricing import iteration_time
+from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
 
 
 def _heuristic(problem: Problem, options: SolverOptions, **knobs) -> SolveResult:
     # imported here: the registry imports this module lazily, and the heuristic may be absent
-    from solvers.heuristic import HeuristicOptions, solve_with
+    from solvers.layered.heuristic import HeuristicOptions, solve_with
 
     return solve_with(problem, options, HeuristicOptions(**knobs))
 

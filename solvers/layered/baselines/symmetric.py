@@ -26,11 +26,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from planner.evaluate import iteration_time
-from planner.hardware import Frozen
-from planner.plan import Pipeline, Plan, SolverInfo, SolveStatus, Stage
+from planner.layered.pricing import iteration_time
+from planner.base import Frozen
+from planner.layered.plan import Pipeline, Plan, Stage
+from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
-from planner.validate import validate
+from planner.layered.validate import validate
 from solvers.common import SolveResult, SolverOptions
 
 RankOrder = Literal["tp-dp-pp", "tp-pp-dp"]

@@ -13,8 +13,8 @@ from functools import cached_property
 import numpy as np
 
 from planner import cost
-from planner.hardware import GIB
-from planner.plan import Pipeline, Plan, Stage
+from planner.base import GIB
+from planner.layered.plan import Pipeline, Plan, Stage
 from planner.problem import Problem
 
 
@@ -62,9 +62,8 @@ class Tables:
     def _tau(self, c: StageType, n: int, last: int) -> float:
         bw, lat = self.cluster.bw_matrix, self.cluster.lat_matrix
         flops = self.cluster.machine_flops[c.machine]
-        return float(cost.stage_compute_time(self.model, self.training, flops, c.tp, n, last)
-                     + cost.stage_tp_time(self.model, self.training, c.tp, n,
-                                          bw[c.machine, c.machine], lat[c.machine, c.machine]))
+        return float(cost.stage_time(self.model, self.training, flops, c.tp, n, last,
+                                     bw[c.machine, c.machine], lat[c.machine, c.machine]))
 
     def stage_tau(self, c: StageType, n: int, last: bool) -> float:
         return self._tau(c, n, int(last))
@@ -73,8 +72,9 @@ class Tables:
     def pp_time(self, prev_machine: int, nxt: StageType) -> float:
         bw, lat = self.cluster.bw_matrix, self.cluster.lat_matrix
         m, m2 = prev_machine, nxt.machine
-        return float(cost.stage_pp_time(self.model, self.training, bw[m, m2], lat[m, m2],
-                                        nxt.tp, bw[m2, m2], lat[m2, m2]))
+        return float(cost.stage_pp_time(self.model, self.training, link_bw_gbps=bw[m, m2],
+                                        link_lat_s=lat[m, m2], t_next=nxt.tp,
+                                        bw_next_gbps=bw[m2, m2], lat_next_s=lat[m2, m2]))
 
     @cached_property
     def pp_link(self) -> np.ndarray:
@@ -112,15 +112,13 @@ class Tables:
         """[c, first, last, q] (q = 1..Q at index q): largest n ≤ L that fits, 0 if none."""
         q_top = max(1, min(self.max_stages, self.total_micro))
         out = np.zeros((len(self.types), 2, 2, q_top + 1), dtype=int)
-        n = np.arange(self.layers + 1)
         cap = self.cluster.machine_memory_bytes
+        q = np.arange(1, q_top + 1)
         for i, c in enumerate(self.types):
             for first in (0, 1):
                 for last in (0, 1):
-                    for q in range(1, q_top + 1):
-                        need = cost.stage_memory_bytes(self.model, self.training, c.tp, n, first, last, q)
-                        fits = np.flatnonzero(need <= cap[c.machine])
-                        out[i, first, last, q] = int(fits.max()) if len(fits) else 0
+                    out[i, first, last, 1:] = cost.max_layers_fitting(
+                        self.model, self.training, c.tp, first, last, q, cap[c.machine])
                     out[i, first, last, 0] = out[i, first, last, 1]
         return out
 
@@ -183,11 +181,8 @@ def specs_of_plan(problem: Problem, plan: Plan) -> list[PipelineSpec]:
 
 def _states_and_usable(tables: Tables) -> tuple[float, float]:
     """Bytes of all model states (μ·P) and of the cluster's memory past the per-device reserve."""
-    model, training, cluster = tables.model, tables.training, tables.cluster
-    reserve = training.reserved_gib * GIB
-    usable = float(sum((cluster.machine_memory_bytes[m] - reserve) * mach.count
-                       for m, mach in enumerate(cluster.machines)))
-    return float(cost.stage_state_bytes(model, training, 1, model.layers, 1, 1)), usable
+    return (cost.model_state_bytes(tables.model, tables.training),
+            cost.usable_memory_bytes(tables.cluster, tables.training))
 
 
 def explain_infeasible(tables: Tables) -> str:

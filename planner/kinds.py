@@ -1,0 +1,41 @@
+"""Every plan kind, and the judges that dispatch on a plan's kind: `evaluate`, `validate`,
+`iteration_time` accept a plan of any kind and call that kind's own function."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner import layered
+from planner.plan_kind import PlanKind
+from planner.problem import Problem
+from planner.violations import Violation
+
+PLAN_KINDS: dict[str, PlanKind] = {k.name: k for k in (layered.KIND,)}
+
+
+def kind_of(plan: Any) -> PlanKind:
+    """The kind of a plan object (by its type)."""
+    for kind in PLAN_KINDS.values():
+        if isinstance(plan, kind.plan_type):
+            return kind
+    raise TypeError(f"not a plan of any known kind ({', '.join(PLAN_KINDS)}): {type(plan).__name__}")
+
+
+def kind_of_format(fmt: Any) -> PlanKind | None:
+    """The kind whose file format tag is `fmt`, or None."""
+    return next((k for k in PLAN_KINDS.values() if k.format == fmt), None)
+
+
+def evaluate(problem: Problem, plan: Any):
+    """Price a plan of any kind: T with all its parts (the kind's own `Estimate`)."""
+    return kind_of(plan).evaluate(problem, plan)
+
+
+def validate(problem: Problem, plan: Any) -> list[Violation]:
+    """Every violated rule of a plan of any kind (empty when the plan is valid)."""
+    return kind_of(plan).validate(problem, plan)
+
+
+def iteration_time(problem: Problem, plan: Any) -> float:
+    """T of a plan of any kind, checked for soundness first."""
+    return kind_of(plan).iteration_time(problem, plan)

@@ -1,0 +1,17 @@
+"""Layered plans (DESIGN.md §2–§4): pipelines of tensor-parallel stages, each stage a range of
+layers. Modules from the bottom up: `plan` (types) → `table` (plan as per-stage arrays) →
+`rules` (rules 1–4) → `pricing` (every §3 term) → `validate` (rules 1–5) → `evaluate`
+(typed estimate and bottleneck)."""
+
+from planner.layered.estimate import Bottleneck, Estimate, PipelineEstimate, StageEstimate
+from planner.layered.evaluate import evaluate
+from planner.layered.plan import PLAN_FORMAT, Pipeline, Plan, Stage
+from planner.layered.pricing import iteration_time
+from planner.layered.validate import validate
+from planner.plan_kind import PlanKind
+
+KIND = PlanKind(name="layered", format=PLAN_FORMAT, plan_type=Plan, validate=validate,
+                evaluate=evaluate, iteration_time=iteration_time)
+
+__all__ = ["KIND", "PLAN_FORMAT", "Bottleneck", "Estimate", "Pipeline", "PipelineEstimate", "Plan",
+           "Stage", "StageEstimate", "evaluate", "iteration_time", "validate"]

@@ -1,0 +1,116 @@
+"""Pricing of layered plans: every term of DESIGN.md §3 for all stages of a plan at once
+(numpy over stages and layers). The evaluator, the validator's memory rule and the solvers'
+inner loops all price through this module; each term's formula lives in `planner.cost`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner import cost
+from planner.layered.plan import Plan
+from planner.layered.rules import structural_violations
+from planner.layered.table import StageTable, stage_table
+from planner.problem import Problem
+from planner.violations import InvalidPlanError
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    compute: np.ndarray  # C_σ per stage [3.1]
+    tp: np.ndarray  # T_tp,σ
+    tau: np.ndarray  # τ_σ
+    pp: np.ndarray  # T_pp,k (0 for last stages) [3.2]
+    dp: np.ndarray  # Σ τ_dp over the stage's layers [3.4]
+    memory: np.ndarray  # bytes per device [3.5]
+    capacity: np.ndarray  # bytes per device of the stage's GPU type
+    pipe_time: np.ndarray  # T_pipe per pipeline [3.3]
+    bubble: np.ndarray  # Σ τ + Σ T_pp per pipeline
+    dp_time: float  # T_dp
+    iteration: float  # T [3.6]
+
+
+def stage_times(problem: Problem, table: StageTable):
+    """C, T_tp, τ and T_pp of every stage [3.1, 3.2]."""
+    model, training, cluster = problem.model, problem.training, problem.cluster
+    bw, lat = cluster.bw_matrix, cluster.lat_matrix
+    mach = table.machine
+    flops, own_bw, own_lat = cluster.machine_flops[mach], bw[mach, mach], lat[mach, mach]
+    compute = cost.stage_compute_time(model, training, flops, table.tp, table.layers, table.last)
+    tp = cost.stage_tp_time(model, training, table.tp, table.layers, own_bw, own_lat)
+    tau = cost.stage_time(model, training, flops, table.tp, table.layers, table.last, own_bw, own_lat)
+    nxt = np.minimum(np.arange(len(mach)) + 1, len(mach) - 1)  # next stage (ignored for last)
+    pp = cost.stage_pp_time(
+        model, training, link_bw_gbps=bw[mach, mach[nxt]], link_lat_s=lat[mach, mach[nxt]],
+        t_next=table.tp[nxt], bw_next_gbps=own_bw[nxt], lat_next_s=own_lat[nxt],
+    )
+    pp = np.where(table.last == 1, 0.0, pp)
+    return compute, tp, tau, pp
+
+
+def dp_layer_times(problem: Problem, table: StageTable) -> np.ndarray:
+    """τ_dp of every layer, then of "emb" and "head": an array of length L + 2 [3.4]."""
+    model, training, cluster = problem.model, problem.training, problem.cluster
+    d, big_l = table.num_pipelines, model.layers
+    if d == 1:
+        return np.zeros(big_l + 2)
+    holders = np.repeat(np.arange(len(table.pipe)), table.layers).reshape(d, big_l)
+    # layers whose holders are the same stages share one τ_dp: price each run once
+    change = np.flatnonzero(np.any(holders[:, 1:] != holders[:, :-1], axis=0)) + 1
+    starts = np.concatenate([[0], change])
+    # one row per distinct run of layers, then "emb" and "head": the D holding stages
+    columns = np.vstack([holders[:, starts].T, table.pipe_start[:-1], table.pipe_start[1:] - 1])
+    params = np.array([model.params_per_layer] * len(starts) + [model.params_embedding, model.params_head])
+    bw_min, lat_max = cost.holders_bw_lat_rows(table.machine[columns], cluster.bw_matrix, cluster.lat_matrix)
+    tau = cost.dp_layer_time(d, params, training, table.tp[columns].min(axis=1), bw_min, lat_max)
+    lengths = np.diff(np.concatenate([starts, [big_l]]))
+    return np.concatenate([np.repeat(tau[: len(starts)], lengths), tau[len(starts):]])
+
+
+def stage_dp_times(table: StageTable, tau_dp: np.ndarray) -> np.ndarray:
+    """Σ τ_dp over the layers (and pseudo-layers) each stage holds."""
+    big_l = len(tau_dp) - 2
+    csum = np.concatenate([[0.0], np.cumsum(tau_dp[:big_l])])
+    own = csum[table.first_layer + table.layers] - csum[table.first_layer]
+    return own + table.first * tau_dp[big_l] + table.last * tau_dp[big_l + 1]
+
+
+def stage_memory(problem: Problem, table: StageTable) -> np.ndarray:
+    """Bytes per device of each stage [3.5]."""
+    q = cost.in_flight_micro_batches(problem.training, table.num_stages, table.index, table.micro_batches)
+    return cost.stage_memory_bytes(
+        problem.model, problem.training, table.tp, table.layers, table.first, table.last, q
+    )
+
+
+def breakdown(problem: Problem, table: StageTable) -> Breakdown:
+    compute, tp, tau, pp = stage_times(problem, table)
+    starts = table.pipe_start[:-1]
+    bubble = np.add.reduceat(tau + pp, starts)
+    steady = np.maximum.reduceat(np.maximum(tau, pp), starts)
+    pipe_time = bubble + (table.batch // problem.training.micro_batch - 1) * steady
+    dp = stage_dp_times(table, dp_layer_times(problem, table))
+    dp_time = float(dp.max())
+    return Breakdown(
+        compute=compute, tp=tp, tau=tau, pp=pp, dp=dp,
+        memory=stage_memory(problem, table),
+        capacity=problem.cluster.machine_memory_bytes[table.machine],
+        pipe_time=pipe_time, bubble=bubble,
+        dp_time=dp_time, iteration=float(pipe_time.max()) + dp_time,
+    )
+
+
+def require_valid_structure(problem: Problem, plan: Plan) -> None:
+    violations = structural_violations(problem, plan)
+    if violations:
+        raise InvalidPlanError(violations)
+
+
+def iteration_time(problem: Problem, plan: Plan, check: bool = True) -> float:
+    """T of DESIGN.md §3.6 only: the heuristic's inner loop."""
+    if check:
+        require_valid_structure(problem, plan)
+    return breakdown(problem, stage_table(problem, plan)).iteration
+
+
