@@ -1,7 +1,9 @@
-"""Every solver path by name: `solve(problem, solver="...")` and the CLI reach them here.
+"""Every solver path by plan kind and name: `solve(problem, solver="...", kind="...")` and the
+CLI reach them here.
 
-Entries are "module:function" strings imported on first use, so that asking for the
-heuristic never imports OR-Tools or torch.
+Each plan kind (a folder of `planner/` and of `solvers/`) lists its own solvers; entries are
+"module:function" strings imported on first use, so that asking for the heuristic never
+imports OR-Tools or torch.
 """
 
 from __future__ import annotations
@@ -9,35 +11,51 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
+from planner.kinds import PLAN_KINDS
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
 
 SolverFn = Callable[[Problem, SolverOptions], SolveResult]
+DEFAULT_KIND = "layered"
 
-SOLVERS: dict[str, str] = {
-    # name -> "module:function"; each path's issue adds its entries.
-    "heuristic": "solvers.layered.heuristic:solve",
-    "cpsat": "solvers.layered.exact.cpsat:solve",
-    "milp": "solvers.layered.exact.milp:solve",
-    "brute": "solvers.layered.exact.brute:solve",
-    "symmetric": "solvers.layered.baselines.symmetric:solve_symmetric",
-    "symmetric-all": "solvers.layered.baselines.symmetric:solve_symmetric_all",
-    "random": "solvers.layered.baselines.ablations:solve_random",
-    "ablation-one-tp": "solvers.layered.baselines.ablations:solve_one_tp",
-    "ablation-equal-batch": "solvers.layered.baselines.ablations:solve_equal_batch",
+SOLVERS_BY_KIND: dict[str, dict[str, str]] = {
+    # plan kind -> solver name -> "module:function"
+    "layered": {
+        "heuristic": "solvers.layered.heuristic:solve",
+        "cpsat": "solvers.layered.exact.cpsat:solve",
+        "milp": "solvers.layered.exact.milp:solve",
+        "brute": "solvers.layered.exact.brute:solve",
+        "symmetric": "solvers.layered.baselines.symmetric:solve_symmetric",
+        "symmetric-all": "solvers.layered.baselines.symmetric:solve_symmetric_all",
+        "random": "solvers.layered.baselines.ablations:solve_random",
+        "ablation-one-tp": "solvers.layered.baselines.ablations:solve_one_tp",
+        "ablation-equal-batch": "solvers.layered.baselines.ablations:solve_equal_batch",
+    },
 }
+SOLVERS = SOLVERS_BY_KIND[DEFAULT_KIND]  # the layered plan's solvers: the default kind's
 
 
-def available() -> list[str]:
-    return list(SOLVERS)
+def solvers_of(kind: str = DEFAULT_KIND) -> dict[str, str]:
+    """The solvers that return plans of `kind`."""
+    if kind not in SOLVERS_BY_KIND:
+        known = ", ".join(k for k in PLAN_KINDS if k in SOLVERS_BY_KIND)
+        raise KeyError(f"unknown plan kind {kind!r}; kinds with solvers: {known}")
+    return SOLVERS_BY_KIND[kind]
 
 
-def get(name: str) -> SolverFn:
-    if name not in SOLVERS:
-        raise KeyError(f"unknown solver {name!r}; available: {', '.join(SOLVERS)}")
-    module, func = SOLVERS[name].split(":")
+def available(kind: str = DEFAULT_KIND) -> list[str]:
+    return list(solvers_of(kind))
+
+
+def get(name: str, kind: str = DEFAULT_KIND) -> SolverFn:
+    entries = solvers_of(kind)
+    if name not in entries:
+        raise KeyError(f"unknown solver {name!r} for {kind} plans; available: {', '.join(entries)}")
+    module, func = entries[name].split(":")
     return getattr(importlib.import_module(module), func)
 
 
-def solve(problem: Problem, solver: str = "heuristic", options: SolverOptions | None = None) -> SolveResult:
-    return get(solver)(problem, options or SolverOptions())
+def solve(problem: Problem, solver: str = "heuristic", options: SolverOptions | None = None, *,
+          kind: str = DEFAULT_KIND) -> SolveResult:
+    """Run one registered solver; its plan is of `kind` and judged by `planner.evaluate`."""
+    return get(solver, kind)(problem, options or SolverOptions())

@@ -12,6 +12,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from hexiscale.cli.views import views_for
 from hexiscale.cli.app import app, console, err_console, fail, friendly_errors
 from planner.layered.estimate import Estimate
 from planner.kinds import evaluate
@@ -21,7 +22,7 @@ from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
 from planner.kinds import validate
 from solvers.common import SolveResult, SolverOptions
-from solvers.registry import SOLVERS, get
+from solvers.registry import DEFAULT_KIND, SOLVERS, SOLVERS_BY_KIND, get, solvers_of
 
 EXIT_INFEASIBLE = 1
 STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "infeasible": "magenta"}
@@ -32,6 +33,7 @@ STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "in
 def solve(
     problem: str = typer.Argument(..., help="problem file or bundled name"),
     solver: str = typer.Option("heuristic", "--solver", "-s", help="registered solver: " + ", ".join(SOLVERS)),
+    kind: str = typer.Option(DEFAULT_KIND, "--kind", help="plan kind: " + ", ".join(SOLVERS_BY_KIND)),
     time_limit: float = typer.Option(60.0, "--time-limit", "-t", min=0.001, help="wall-clock budget, s"),
     threads: int = typer.Option(2, "--threads", min=1, help="worker threads"),
     seed: int = typer.Option(0, "--seed", help="random seed"),
@@ -43,13 +45,15 @@ def solve(
     verbose: bool = typer.Option(False, "--verbose", help="print the backend's own log"),
 ) -> None:
     """Find a plan with one solver; print it with its estimate and proof status."""
-    if solver not in SOLVERS:
-        fail(f"unknown solver {solver!r}; available: {', '.join(SOLVERS)}")
+    if kind not in SOLVERS_BY_KIND:
+        fail(f"--kind: unknown plan kind {kind!r}; available: {', '.join(SOLVERS_BY_KIND)}")
+    if solver not in solvers_of(kind):
+        fail(f"unknown solver {solver!r} for {kind} plans; available: {', '.join(solvers_of(kind))}")
     prob = load_problem(problem)
     options = SolverOptions(time_limit_s=time_limit, threads=threads, seed=seed,
                             hint=load_plan(hint) if hint else None, max_pipelines=max_pipelines,
                             max_stages=max_stages, progress=not as_json, verbose=verbose)
-    result = _run_with_spinner(prob, solver, options, quiet=as_json)
+    result = _run_with_spinner(prob, solver, kind, options, quiet=as_json)
     if result.plan is None:
         _report_no_plan(result, as_json)
     plan = _checked(prob, result)
@@ -59,19 +63,19 @@ def solve(
     if as_json:
         console.print_json(json.dumps(result_dict(result, estimate)))
         return
-    console.print(plan_table(prob, plan, estimate))
+    console.print(views_for(plan).plan_table(prob, plan, estimate))
     console.print(status_table(result, estimate))
     if output is not None:
         console.print(f"plan written to [bold]{output}[/]")
 
 
-def _run_with_spinner(problem: Problem, solver: str, options: SolverOptions, quiet: bool) -> SolveResult:
+def _run_with_spinner(problem: Problem, solver: str, kind: str, options: SolverOptions, quiet: bool) -> SolveResult:
     """Run the solver while a spinner shows the elapsed time (solvers log their own progress)."""
     if quiet:
-        return get(solver)(problem, options)
+        return get(solver, kind)(problem, options)
     start, box_ = time.perf_counter(), {}
     with err_console.status(f"solving {problem.name} with {solver} …") as status:
-        worker = threading.Thread(target=lambda: box_.update(result=_call(solver, problem, options)), daemon=True)
+        worker = threading.Thread(target=lambda: box_.update(result=_call(get(solver, kind), problem, options)), daemon=True)
         worker.start()
         while worker.is_alive():
             worker.join(0.25)
@@ -83,9 +87,9 @@ def _run_with_spinner(problem: Problem, solver: str, options: SolverOptions, qui
     return outcome
 
 
-def _call(solver: str, problem: Problem, options: SolverOptions):
+def _call(solve_fn, problem: Problem, options: SolverOptions):
     try:
-        return get(solver)(problem, options)
+        return solve_fn(problem, options)
     except BaseException as exc:  # re-raised in the main thread
         return exc
 
@@ -108,26 +112,6 @@ def _checked(problem: Problem, result: SolveResult) -> Plan:
     return result.plan.model_copy(update={"solver": SolverInfo(
         name=result.solver, status=result.status, objective_s=result.objective_s,
         bound_s=result.bound_s, wall_s=result.wall_s)})
-
-
-def plan_table(problem: Problem, plan: Plan, estimate: Estimate) -> Table:
-    table = Table(title=f"plan for {problem.name}", box=box.SIMPLE_HEAVY)
-    for col in ("pipe", "batch", "stage", "machine", "devices", "TP", "layers", "τ ms", "mem GiB"):
-        table.add_column(col, justify="right" if col not in ("machine", "devices") else "left")
-    for pipe, pe in zip(plan.pipelines, estimate.pipelines):
-        for k, st in enumerate(pe.stages):
-            first = k == 0
-            table.add_row(str(pe.index) if first else "", str(pipe.batch) if first else "", str(k),
-                          st.machine, _devices(st.devices), str(st.tp),
-                          f"{st.first_layer}–{st.first_layer + st.layers - 1}",
-                          f"{st.tau_s * 1e3:.2f}", f"{st.memory_gib:.1f}/{st.capacity_gib:.0f}")
-    return table
-
-
-def _devices(devices: tuple[int, ...]) -> str:
-    if len(devices) > 2 and list(devices) == list(range(devices[0], devices[-1] + 1)):
-        return f"{devices[0]}–{devices[-1]}"
-    return ",".join(map(str, devices))
 
 
 def status_table(result: SolveResult, estimate: Estimate) -> Table:

@@ -1,0 +1,98 @@
+"""Terminal views of layered plans (DESIGN.md §2–§4) and their estimates: the per-stage table,
+the iteration summary, the solved plan. Each plan kind has a module like this one;
+`hexiscale.cli.views` picks it by the plan's kind."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.table import Table
+
+from planner.layered.estimate import Estimate
+from planner.layered.plan import Plan
+from planner.problem import Problem
+
+
+def format_devices(devices) -> str:
+    """[0, 1, 2, 3, 8] → "0-3,8": contiguous runs collapsed."""
+    runs, start = [], None
+    for i, d in enumerate(devices):
+        if start is None:
+            start = d
+        if i + 1 == len(devices) or devices[i + 1] != d + 1:
+            runs.append(f"{start}" if start == d else f"{start}-{d}")
+            start = None
+    return ",".join(runs)
+
+
+def seconds(x: float) -> str:
+    """Human-scaled time: 1.234 s, 45.6 ms, 7.9 µs."""
+    unit, div = time_unit([x])
+    return f"{x / div:.4g} {unit}"
+
+
+def time_unit(values) -> tuple[str, float]:
+    """One unit for a whole column set, so that numbers line up: (name, divisor)."""
+    top = max(values, default=0.0)
+    return ("s", 1.0) if top >= 1 else ("ms", 1e-3) if top >= 1e-3 else ("µs", 1e-6)
+
+
+def stage_table_view(est: Estimate) -> Table:
+    unit, div = time_unit([x for s in est.stages for x in (s.tau_s, s.pp_s, s.dp_s)])
+    table = Table(title=f"stages (p.k = pipeline.stage; C, T_tp, τ, T_pp per micro-batch, dp per "
+                        f"iteration, in {unit}; memory GiB per device)",
+                  header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False)
+    for col in ("p.k", "machine", "devices", "t", "layers", "C", "T_tp", "τ", "T_pp", "dp",
+                "mem/cap", "free"):
+        table.add_column(col, justify="left" if col in ("machine", "devices", "layers") else "right",
+                         no_wrap=col != "devices")
+    for s in est.stages:
+        free = f"[red]{s.headroom_gib:.1f}[/]" if s.headroom_gib < 0 else f"{s.headroom_gib:.1f}"
+        table.add_row(
+            f"{s.pipeline}.{s.index}", s.machine, format_devices(s.devices), str(s.tp),
+            f"{s.first_layer}-{s.first_layer + s.layers - 1}",
+            *(f"{x / div:.3g}" for x in (s.compute_s, s.tp_s, s.tau_s, s.pp_s, s.dp_s)),
+            f"{s.memory_gib:.1f}/{s.capacity_gib:.0f}", free,
+        )
+    return table
+
+
+def summary_view(problem: Problem, est: Estimate) -> Table:
+    table = Table(title="iteration", show_header=False, box=box.SIMPLE)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    slowest = max(est.pipelines, key=lambda p: p.time_s)
+    table.add_row("T (iteration)", seconds(est.iteration_s))
+    table.add_row("max T_pipe", f"{seconds(est.pipe_s)}  (pipeline {slowest.index})")
+    table.add_row("T_dp", seconds(est.dp_s))
+    for p in est.pipelines:
+        table.add_row(f"  pipeline {p.index}", f"B_p={p.batch}, m={p.micro_batches}: "
+                      f"{seconds(p.time_s)} (bubble {seconds(p.bubble_s)})")
+    table.add_row("tokens/s", f"{est.tokens_per_s:,.0f}")
+    table.add_row("MFU", f"{est.mfu:.1%}")
+    table.add_row("min headroom", f"{est.min_headroom_gib:.2f} GiB")
+    table.add_row("bottleneck", f"{est.bottleneck.kind}: {est.bottleneck.description}")
+    return table
+
+
+def plan_table(problem: Problem, plan: Plan, estimate: Estimate) -> Table:
+    table = Table(title=f"plan for {problem.name}", box=box.SIMPLE_HEAVY)
+    for col in ("pipe", "batch", "stage", "machine", "devices", "TP", "layers", "τ ms", "mem GiB"):
+        table.add_column(col, justify="right" if col not in ("machine", "devices") else "left")
+    for pipe, pe in zip(plan.pipelines, estimate.pipelines):
+        for k, st in enumerate(pe.stages):
+            first = k == 0
+            table.add_row(str(pe.index) if first else "", str(pipe.batch) if first else "", str(k),
+                          st.machine, format_devices(st.devices), str(st.tp),
+                          f"{st.first_layer}–{st.first_layer + st.layers - 1}",
+                          f"{st.tau_s * 1e3:.2f}", f"{st.memory_gib:.1f}/{st.capacity_gib:.0f}")
+    return table
+
+
+def plan_shape(plan: Plan) -> str:
+    """One line: each pipeline's stages as tp{t}×{layers}."""
+    return " | ".join("→".join(f"tp{s.tp}×{s.layers}" for s in p.stages) for p in plan.pipelines)
+
+
+def estimate_views(problem: Problem, est: Estimate) -> list[Table]:
+    """What `hexiscale evaluate` prints for a layered plan."""
+    return [stage_table_view(est), summary_view(problem, est)]
