@@ -158,3 +158,19 @@ def test_recompute_off_plain_mlp_gqa():
     #   stage 1: q = min(1, 2) = 1: W = 16·(7232 + 3232)/2 = 83712 ; Act = 45056 + 4·64·100/2 = 57856
     assert close(s0.memory_gib, (83456 + 90112 + 2 * GIB) / GIB)
     assert close(s1.memory_gib, (83712 + 57856 + 2 * GIB) / GIB)
+
+
+def test_gpipe_holds_every_micro_batch_and_prices_the_same_time():
+    """The plan of test_one_pipeline_two_stages under `schedule: gpipe`: q = m_p = 4 on every
+    stage (§3.5); the §3.3 time is the same formula, so T does not change."""
+    training = dict(seq_len=128, global_batch=4, micro_batch=1)
+    plan = plan_of((4, [((0, 1), 3), ((2,), 1)]))
+    one_f = evaluate(Problem(cluster=two_machine_cluster(), model=MODEL_M, training=TrainingSpec(**training)), plan)
+    est = evaluate(Problem(cluster=two_machine_cluster(), model=MODEL_M,
+                           training=TrainingSpec(**training, schedule="gpipe")), plan)
+    assert est.iteration_s == one_f.iteration_s
+    s0, s1 = est.pipelines[0].stages
+    # stage 0: W = 1117184 as before; Act = q·n·a_ckpt + a_full = 4·3·16384 + 180224 = 376832
+    assert close(s0.memory_gib, (1117184 + 376832 + 2 * GIB) / GIB)
+    # stage 1: W = 920576; Act = 4·1·16384 + 8192·34 + 4·128·256 = 65536 + 278528 + 131072
+    assert close(s1.memory_gib, (920576 + 475136 + 2 * GIB) / GIB)
