@@ -17,6 +17,11 @@ from pydantic import Field, model_validator
 
 from planner.base import GIB, TFLOPS, US, Frozen
 
+# A bandwidth at or below 1 kB/s is a unit mistake (GB/s written as bytes/s or Gbit/s · 1e-9),
+# never a real link: refused rather than priced into hour-long iterations.
+MIN_BW_GBPS = 1e-6
+
+
 class Vendor(str, Enum):
     nvidia = "nvidia"
     amd = "amd"
@@ -26,8 +31,8 @@ class Vendor(str, Enum):
 class GpuType(Frozen):
     name: str = Field(min_length=1, description="catalog name, e.g. A100-80G")
     vendor: Vendor = Field(default=Vendor.other, description="nvidia | amd | other")
-    peak_tflops: float = Field(gt=0, description="dense bf16 peak, TFLOP/s")
-    memory_gib: float = Field(gt=0, description="device memory, GiB")
+    peak_tflops: float = Field(gt=0, allow_inf_nan=False, description="dense bf16 peak, TFLOP/s")
+    memory_gib: float = Field(gt=0, allow_inf_nan=False, description="device memory, GiB")
     efficiency: float = Field(
         default=0.5, gt=0, le=1, description="achievable fraction of peak on transformer GEMMs"
     )
@@ -50,17 +55,17 @@ class Machine(Frozen):
     name: str = Field(min_length=1, description="unique machine name")
     gpu: str = Field(min_length=1, description="GPU type name (catalog or cluster gpu_types)")
     count: int = Field(ge=1, description="number of devices")
-    intra_bw_gbps: float = Field(gt=0, description="bandwidth between its own GPUs, GB/s")
+    intra_bw_gbps: float = Field(gt=MIN_BW_GBPS, allow_inf_nan=False, description="bandwidth between its own GPUs, GB/s")
     intra_latency_us: float | None = Field(
-        default=None, ge=0, description="overrides the cluster's intra_latency_us"
+        default=None, ge=0, allow_inf_nan=False, description="overrides the cluster's intra_latency_us"
     )
 
 
 class Link(Frozen):
     a: str = Field(description="machine name")
     b: str = Field(description="machine name")
-    bw_gbps: float = Field(gt=0, description="bandwidth between the two machines, GB/s")
-    latency_us: float | None = Field(default=None, ge=0, description="overrides inter_latency_us")
+    bw_gbps: float = Field(gt=MIN_BW_GBPS, allow_inf_nan=False, description="bandwidth between the two machines, GB/s")
+    latency_us: float | None = Field(default=None, ge=0, allow_inf_nan=False, description="overrides inter_latency_us")
 
     @model_validator(mode="after")
     def _distinct(self) -> Link:
@@ -69,12 +74,25 @@ class Link(Frozen):
         return self
 
 
+def _check_link_pairs(links: tuple[Link, ...]) -> None:
+    """Two links for one machine pair must agree: otherwise which one counts is a guess."""
+    seen: dict[frozenset[str], int] = {}
+    for i, link in enumerate(links):
+        pair = frozenset((link.a, link.b))
+        j = seen.setdefault(pair, i)
+        other = links[j]
+        if j != i and (other.bw_gbps, other.latency_us) != (link.bw_gbps, link.latency_us):
+            raise ValueError(
+                f"links[{j}] and links[{i}] both join {link.a} and {link.b} with different figures "
+                f"({other.bw_gbps:g} vs {link.bw_gbps:g} GB/s, latency {other.latency_us} vs {link.latency_us} µs)")
+
+
 class Cluster(Frozen):
     name: str = Field(default="cluster", description="cluster name")
     machines: tuple[Machine, ...] = Field(min_length=1, description="machines in device-id order")
-    inter_bw_gbps: float = Field(gt=0, description="default bandwidth between machines, GB/s")
-    intra_latency_us: float = Field(default=5.0, ge=0, description="default latency inside a machine")
-    inter_latency_us: float = Field(default=30.0, ge=0, description="default latency between machines")
+    inter_bw_gbps: float = Field(gt=MIN_BW_GBPS, allow_inf_nan=False, description="default bandwidth between machines, GB/s")
+    intra_latency_us: float = Field(default=5.0, ge=0, allow_inf_nan=False, description="default latency inside a machine")
+    inter_latency_us: float = Field(default=30.0, ge=0, allow_inf_nan=False, description="default latency between machines")
     links: tuple[Link, ...] = Field(default=(), description="per machine-pair overrides")
     gpu_types: tuple[GpuType, ...] = Field(
         default=(), description="types added to, or overriding, the built-in catalog"
@@ -91,6 +109,7 @@ class Cluster(Frozen):
             for end in (link.a, link.b):
                 if end not in known:
                     raise ValueError(f"links[{i}] names unknown machine {end!r}")
+        _check_link_pairs(self.links)
         catalog = self.catalog
         for i, m in enumerate(self.machines):
             if m.gpu not in catalog:

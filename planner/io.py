@@ -42,14 +42,63 @@ def bundled_names(kind: str) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml")) + sorted(p.stem for p in folder.glob("*.json"))
 
 
+class DuplicateKeyError(ValueError):
+    """A mapping names one key twice: YAML and JSON would silently keep the last value."""
+
+    def __init__(self, key: Any, lines: tuple[int, int] | None = None):
+        self.key = str(key)
+        where = f" (lines {lines[0]} and {lines[1]})" if lines else ""
+        super().__init__(f"duplicate key{where}: the later value would silently replace the earlier one")
+
+
+class _StrictYamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key repeated inside one mapping."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)  # merge keys (<<) first: their keys may be overridden
+            first_line: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                line = key_node.start_mark.line + 1
+                if key in first_line:
+                    raise DuplicateKeyError(key, (first_line[key], line))
+                first_line[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+_StrictYamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                                  _StrictYamlLoader.construct_mapping)
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+def parse_text(text: str, suffix: str) -> Any:
+    """YAML or JSON (by file suffix), a repeated key being an error in either."""
+    if suffix == ".json":
+        return json.loads(text, object_pairs_hook=_json_pairs)
+    return yaml.load(text, Loader=_StrictYamlLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def read_mapping(path: Path) -> dict[str, Any]:
     """Parse a YAML or JSON file whose top level must be a mapping."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, "", f"not a text file (byte {exc.start} is not UTF-8): expected YAML or JSON") from None
     except OSError as exc:
         raise InputError(path, "", f"cannot read file ({exc.strerror})") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = parse_text(text, path.suffix)
+    except DuplicateKeyError as exc:
+        raise InputError(path, exc.key, str(exc)) from None
     except json.JSONDecodeError as exc:
         raise InputError(path, "", f"JSON syntax error at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except yaml.YAMLError as exc:
@@ -67,20 +116,35 @@ def build(cls: type[T], data: Any, file: str | Path, prefix: str = "") -> T:
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
+        errors = _distinct_errors(exc.errors())
         first = errors[0]
-        # a non-empty tuple whose only item failed also reports itself empty: not a new error
-        loc = tuple(first["loc"])
-        others = [e for e in errors[1:] if tuple(e["loc"]) != loc[: len(e["loc"])]]
-        field = ".".join(str(x) for x in (prefix, *loc) if x != "")
-        reason = first["msg"].removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            reason = "unknown field (a typo?)"
-        if "input" in first and first["type"] not in ("missing",) and not isinstance(first["input"], (dict, list)):
-            reason += f" (got {first['input']!r})"
-        more = f" (and {len(others)} more)" if others else ""
+        more = "".join(f"; {_error_field(e, prefix) or 'file'}: {_error_reason(e)}" for e in errors[1:])
         # model-level checks (no loc) already name their fields in the reason
-        raise InputError(file, field, reason + more) from None
+        raise InputError(file, _error_field(first, prefix), _error_reason(first) + more) from None
+
+
+def _distinct_errors(errors: list[dict]) -> list[dict]:
+    """Every error once: a non-empty tuple whose only item failed also reports itself empty,
+    which is the item's error again, not a new one."""
+    out = []
+    for e in errors:
+        loc = tuple(e["loc"])
+        if not any(tuple(o["loc"])[: len(loc)] == loc and o is not e for o in out):
+            out.append(e)
+    return out
+
+
+def _error_field(error: dict, prefix: str) -> str:
+    return ".".join(str(x) for x in (prefix, *error["loc"]) if x != "")
+
+
+def _error_reason(error: dict) -> str:
+    reason = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        reason = "unknown field (a typo?)"
+    if "input" in error and error["type"] != "missing" and not isinstance(error["input"], (dict, list)):
+        reason += f" (got {error['input']!r})"
+    return reason
 
 
 def _resolve(ref: Any, kind: str, base: Path, file: Path, field: str) -> tuple[dict[str, Any], Path]:

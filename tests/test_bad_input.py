@@ -42,6 +42,16 @@ CASES = {
     "plan-unknown-field.json": ["pipelines.0.stages.0.tp", "unknown field"],
     "plan-top-level-list.json": ["expected a mapping", "list"],
     "plan-duplicate-device-in-stage.json": ["pipelines.0.stages.0.devices", "names a device twice"],
+    # doubtful input that used to be accepted silently
+    "cluster-duplicate-key.yaml": ["count", "duplicate key", "lines 6 and 7"],
+    "plan-duplicate-key.json": ["batch", "duplicate key"],
+    "cluster-infinite-bandwidth.yaml": ["inter_bw_gbps", "finite number", "inf"],
+    "cluster-tiny-bandwidth.yaml": ["links.0.bw_gbps", "greater than 0.000001", "1e-09"],
+    "cluster-conflicting-links.yaml": ["links[0] and links[1]", "m0", "m1", "25 vs 12.5 GB/s"],
+    "problem-binary.yaml": ["not a text file", "UTF-8"],
+    # every error of the file on the one line, not "(and 3 more)"
+    "cluster-many-errors.yaml": ["machines.0.count", "machines.1.intra_bw_gbps", "machines.2.intra_bw_gbps",
+                                 "required", "inter_bw_gbps"],
 }
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import os
+from importlib import metadata
+from pathlib import Path
 from typing import Callable
 
 import typer
@@ -17,13 +20,29 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
 console = Console()
 
 
-@app.callback()
-def _root() -> None:
-    """Plan and run LLM training on heterogeneous GPU clusters."""
-
 err_console = Console(stderr=True)
 
+# exit codes, the same for every command (README): 0 ok, 1 infeasible / no plan / a run that
+# failed, 2 bad input, 3 an internal error (a bug of ours: the message says how to report it)
+EXIT_INFEASIBLE = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            version = metadata.version("hexiscale")
+        except metadata.PackageNotFoundError:
+            version = "unknown (not installed)"
+        console.print(f"hexiscale {version}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """Plan and run LLM training on heterogeneous GPU clusters."""
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
@@ -33,7 +52,8 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
 
 
 def friendly_errors(func: Callable) -> Callable:
-    """Turn input errors into one line and exit code 2."""
+    """Input errors become one line and exit code 2; anything unexpected becomes one line
+    and exit code 3 (HEXISCALE_DEBUG=1 shows the traceback instead)."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -43,5 +63,42 @@ def friendly_errors(func: Callable) -> Callable:
             fail(str(exc))
         except InvalidPlanError as exc:
             fail("; ".join(str(v) for v in exc.violations))
+        except (typer.Exit, typer.Abort, typer.exceptions.TyperException, KeyboardInterrupt):
+            raise  # typer's own exits and usage errors, and ^C
+        except Exception as exc:  # noqa: BLE001 - the one place a bug meets the user
+            if os.environ.get("HEXISCALE_DEBUG"):
+                raise
+            fail(f"internal error ({type(exc).__name__}: {exc}); rerun with HEXISCALE_DEBUG=1 for the "
+                 f"traceback and report it", code=EXIT_INTERNAL)
 
     return wrapper
+
+
+def writable_file(path: Path | None, option: str) -> Path | None:
+    """Check, before any long work, that `path` can be written: its folder exists and is
+    writable, and it is not itself a folder. Fails with the option's name."""
+    if path is None:
+        return None
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        fail(f"{option}: {path} is a folder, expected a file name")
+    if not folder.is_dir():
+        fail(f"{option}: cannot write {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        fail(f"{option}: cannot write {path}: permission denied")
+    return path
+
+
+def writable_folder(path: Path | None, option: str) -> Path | None:
+    """A folder that exists and is writable, or can be created (its nearest existing parent is
+    writable). Checked before any long work."""
+    if path is None:
+        return None
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        fail(f"{option}: {path} is a file, expected a folder")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        fail(f"{option}: cannot write into {path}: permission denied at {existing}")
+    return path

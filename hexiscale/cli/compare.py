@@ -17,7 +17,7 @@ from pydantic import Field
 from rich import box
 from rich.table import Table
 
-from hexiscale.cli.app import app, console, fail, friendly_errors
+from hexiscale.cli.app import app, console, err_console, fail, friendly_errors, writable_file, writable_folder
 from planner.kinds import evaluate
 from planner.base import Frozen
 from planner.io import load_problem, save_plan
@@ -162,6 +162,13 @@ def parse_solvers(spec: str) -> list[str]:
     return names
 
 
+def _progress(status, message: str) -> None:
+    """The spinner on a terminal; a line on stderr otherwise (a log shows where the work is)."""
+    status.update(message)
+    if not err_console.is_terminal:
+        err_console.print(message, highlight=False)
+
+
 @app.command()
 @friendly_errors
 def compare(
@@ -177,6 +184,9 @@ def compare(
 ) -> None:
     """Run several solvers on the same problems and compare their plans side by side."""
     names = parse_solvers(solvers)
+    for path, option in ((csv_path, "--csv"), (json_path, "--json")):
+        writable_file(path, option)  # before any solving, as bad problem files are
+    writable_folder(plans_dir, "--plans")
     loaded = [load_problem(p) for p in problems]  # bad files fail before any solving
     options = SolverOptions(time_limit_s=time_limit, seed=seed)
     exact = SolverOptions(time_limit_s=exact_time_limit, seed=seed) if exact_time_limit else None
@@ -184,7 +194,7 @@ def compare(
     for problem in loaded:
         with console.status("") as status:
             rows = compare_problem(problem, names, options, exact_max_devices, plans_dir,
-                                   on_start=lambda p, s: status.update(f"solving {p} with {s} …"),
+                                   on_start=lambda p, s: _progress(status, f"solving {p} with {s} …"),
                                    exact_options=exact)
         console.print(comparison_table(problem, rows))
         everything += rows

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from hexiscale.cli.app import app, console, fail, friendly_errors
+from hexiscale.cli.app import app, console, fail, friendly_errors, writable_file
 from instances.generate import generate_cluster, generated_problem, write_cluster, write_problem
 
 generate_app = typer.Typer(no_args_is_help=True, help="Generate synthetic clusters and problems.")
@@ -40,6 +40,7 @@ def _summary(cluster) -> str:
 @friendly_errors
 def cluster_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path = OUTPUT) -> None:
     """Write a random heterogeneous cluster (machines of 4 or 8 GPUs, racks, uneven links)."""
+    writable_file(output, "--output")
     cluster = _cluster_or_fail(gpus, mix, seed)
     write_cluster(cluster, output)
     console.print(f"[green]wrote[/] {output}: {_summary(cluster)}")
@@ -54,6 +55,7 @@ def problem_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path
                 micro_batch: int = typer.Option(1, min=1, help="b"),
                 recompute: bool = typer.Option(True, help="full activation recomputation")) -> None:
     """Write a self-contained problem: a generated cluster paired with a model."""
+    writable_file(output, "--output")
     cluster = _cluster_or_fail(gpus, mix, seed)
     try:
         problem = generated_problem(cluster, model, seq_len, global_batch, micro_batch, recompute)

@@ -13,7 +13,7 @@ from hexiscale.cli.app import app, console, fail, friendly_errors
 from hexiscale.cli.views import views_for
 from planner.violations import InvalidPlanError
 from planner.kinds import evaluate as evaluate_plan
-from planner.hardware import Cluster
+from planner.hardware import Cluster, builtin_catalog
 from planner.io import KINDS, bundled_names, load_cluster, load_model, load_plan, load_problem, read_mapping
 from planner.layered.plan import Plan
 from planner.problem import Problem
@@ -24,8 +24,8 @@ from planner.workload import ModelSpec, TrainingSpec
 def _input_kind(path: str) -> str:
     """Which kind of file this is: a cluster and a model file are recognised by their keys."""
     p = Path(path)
-    if not p.is_file():
-        return "problems"  # a bundled problem name
+    if not p.is_file():  # a bundled name: a problem's first, else a cluster's or a model's
+        return next((k for k in ("problems", "clusters", "models") if path in bundled_names(k)), "problems")
     data = read_mapping(p)
     if "machines" in data and "cluster" not in data:
         return "clusters"
@@ -97,8 +97,16 @@ def _gpu_summary(cluster) -> str:
     return " + ".join(f"{n}×{g}" for g, n in counts.items())
 
 
+LISTED = (*KINDS, "gpus")  # the bundled files' kinds, and the built-in GPU catalog
+
+
 def _instance_rows(kind: str):
     """(name, one-line summary) of each bundled instance of one kind."""
+    if kind == "gpus":
+        for g in builtin_catalog().values():
+            yield g.name, (f"{g.vendor.value}, {g.peak_tflops:g} TFLOP/s dense bf16, {g.memory_gib:g} GiB, "
+                           f"η {g.efficiency:g}")
+        return
     for name in bundled_names(kind):
         if kind == "clusters":
             c = load_cluster(name)
@@ -122,11 +130,11 @@ def _instance_rows(kind: str):
 
 @app.command()
 @friendly_errors
-def instances(kind: str = typer.Option(None, "--kind", help="clusters | models | problems | plans")) -> None:
-    """List the bundled clusters, models, problems and plans with one-line summaries."""
-    kinds = KINDS if kind is None else (kind,)
-    if kind is not None and kind not in KINDS:
-        fail(f"--kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+def instances(kind: str = typer.Option(None, "--kind", help="clusters | models | problems | plans | gpus")) -> None:
+    """List the bundled clusters, models, problems and plans, and the GPU catalog, one line each."""
+    kinds = LISTED if kind is None else (kind,)
+    if kind is not None and kind not in LISTED:
+        fail(f"--kind: expected one of {', '.join(LISTED)}, got {kind!r}")
     for k in kinds:
         table = Table(title=f"bundled {k}", header_style="bold", title_justify="left")
         table.add_column("name", style="cyan", no_wrap=True)

@@ -1,4 +1,4 @@
-"""`hexiscale show`: pictures of a plan (cluster graph, 1F1B Gantt chart, memory bars)."""
+"""`hexiscale show`: pictures of a plan (cluster graph, the cost model's pipeline timeline, memory bars)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from hexiscale.cli.app import app, console, fail, friendly_errors
+from hexiscale.cli.app import app, console, fail, friendly_errors, writable_folder
 from planner.io import load_plan, load_problem
 from planner.kinds import validate
 
@@ -16,16 +16,18 @@ from planner.kinds import validate
 def show(problem: str = typer.Argument(..., help="problem file or bundled name"),
          plan: str = typer.Argument(..., help="plan file or bundled plan name"),
          out: Path = typer.Option(Path("."), "--out", "-o", help="folder for the PNG files"),
-         prefix: str = typer.Option("", help="prefix of the file names")) -> None:
-    """Draw a plan: cluster.png (pipelines and stages on the cluster), schedule.png (1F1B per
-    stage: forward, backward, communication, bubble) and memory.png (per device vs capacity)."""
+         prefix: str = typer.Option("", help="prefix of the file names: PREFIX-cluster.png, ...")) -> None:
+    """Draw a plan: cluster.png (pipelines and stages on the cluster), schedule.png (the cost
+    model's §3.3 flow line per stage: forward, backward, communication, bubble; its span is
+    T_pipe — not a trace of the order that runs) and memory.png (per device vs capacity)."""
     from hexiscale.viz import draw_plan  # matplotlib only when drawing
 
+    if any(sep in prefix for sep in ("/", "\\")) or prefix in (".", ".."):
+        fail(f"--prefix: {prefix!r} is a path; give a plain name and the folder with --out")
+    writable_folder(out, "--out")
     prob, the_plan = load_problem(problem), load_plan(plan)
     structural = [v for v in validate(prob, the_plan) if v.rule != "memory"]
     if structural:
         fail(f"{plan}: cannot draw an invalid plan: " + "; ".join(str(v) for v in structural))
-    if out.exists() and not out.is_dir():
-        fail(f"{out}: --out must be a folder")
     for path in draw_plan(prob, the_plan, out, prefix):
         console.print(f"[green]wrote[/] {path}")

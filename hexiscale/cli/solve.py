@@ -13,7 +13,7 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.views import views_for
-from hexiscale.cli.app import app, console, err_console, fail, friendly_errors
+from hexiscale.cli.app import EXIT_INFEASIBLE, app, console, err_console, fail, friendly_errors, writable_file
 from planner.layered.estimate import Estimate
 from planner.kinds import evaluate
 from planner.io import load_plan, load_problem, save_plan
@@ -24,7 +24,6 @@ from planner.kinds import validate
 from solvers.common import SolveResult, SolverOptions
 from solvers.registry import DEFAULT_KIND, SOLVERS, SOLVERS_BY_KIND, get, solvers_of
 
-EXIT_INFEASIBLE = 1
 STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "infeasible": "magenta"}
 
 
@@ -49,6 +48,7 @@ def solve(
         fail(f"--kind: unknown plan kind {kind!r}; available: {', '.join(SOLVERS_BY_KIND)}")
     if solver not in solvers_of(kind):
         fail(f"unknown solver {solver!r} for {kind} plans; available: {', '.join(solvers_of(kind))}")
+    writable_file(output, "--output")
     prob = load_problem(problem)
     options = SolverOptions(time_limit_s=time_limit, threads=threads, seed=seed,
                             hint=load_plan(hint) if hint else None, max_pipelines=max_pipelines,

@@ -1,5 +1,5 @@
 """Pictures of a plan (matplotlib, PNG): the cluster graph with pipelines and stages, the
-1F1B schedule as a Gantt chart, and per-device memory against capacity."""
+cost model's pipeline timeline (§3.3 flow line) as a Gantt chart, and per-device memory against capacity."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ def stage_labels(problem: Problem, plan: Plan) -> list[list[str]]:
 
 
 def draw_plan(problem: Problem, plan: Plan, out_dir: str | Path, prefix: str = "") -> list[Path]:
-    """Write cluster.png, schedule.png and memory.png (with `prefix`) into out_dir."""
+    """Write cluster.png, schedule.png and memory.png into out_dir, named PREFIX-cluster.png
+    and so on when a prefix is given."""
     from hexiscale.viz.cluster import draw_cluster
     from hexiscale.viz.gantt import draw_gantt
     from hexiscale.viz.memory import draw_memory
@@ -32,7 +33,8 @@ def draw_plan(problem: Problem, plan: Plan, out_dir: str | Path, prefix: str = "
     estimate = evaluate(problem, plan)
     solver = f" — {plan.solver.name}" if plan.solver else ""
     title = f"{problem.name}{solver}: T = {estimate.iteration_s:.4g} s, MFU {estimate.mfu:.1%}"
-    paths = [out / f"{prefix}cluster.png", out / f"{prefix}schedule.png", out / f"{prefix}memory.png"]
+    stem = f"{prefix}-" if prefix and prefix[-1] not in "-_." else prefix  # "cs" → cs-cluster.png
+    paths = [out / f"{stem}{name}.png" for name in ("cluster", "schedule", "memory")]
     draw_cluster(problem, plan, paths[0], title)
     schedules = [pipeline_schedule(problem, estimate, p) for p in range(len(plan.pipelines))]
     draw_gantt(schedules, stage_labels(problem, plan), paths[1], title)

@@ -55,7 +55,7 @@ def gantt_figure(schedules: list[PipelineSchedule], stage_labels: list[list[str]
     handles.append(Patch(color=COLOURS["bubble"], label="bubble (idle)"))
     fig.legend(handles=handles, loc="upper right", ncol=5, fontsize=8, frameon=False)
     more = f" (first {MAX_PANELS} of {len(schedules)} pipelines)" if len(schedules) > MAX_PANELS else ""
-    fig.suptitle((title + "\n" if title else "") + "1F1B schedule under the cost model" + more,
+    fig.suptitle((title + "\n" if title else "") + "cost-model timeline of §3.3 (a flow line: not the order of operations that runs)" + more,
                  fontsize=10, x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.97 if len(shown) > 2 else 0.93))
     return fig

@@ -1,0 +1,101 @@
+"""The CLI as a careless user meets it: output paths checked before any work, bundled names
+of every kind, a version, the GPU catalog, internal errors as one line with exit 3, and
+progress lines when stderr is not a terminal. Each test failed on the code before its fix."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import hexiscale.cli.compare as compare_mod
+import hexiscale.cli.inspect as inspect_mod
+import hexiscale.cli.solve as solve_mod
+from hexiscale.cli import app
+
+MISSING = "/nonexistent-folder-hexiscale/sub"
+
+
+def one_error_line(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.fixture
+def no_solving(monkeypatch):
+    """Any solve fails the test: output paths must be refused before solving starts."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("solved before checking the output path")
+
+    monkeypatch.setattr(solve_mod, "get", forbidden)
+    monkeypatch.setattr(compare_mod, "compare_problem", forbidden)
+
+
+@pytest.mark.parametrize("args,option", [
+    (["solve", "demo-tiny", "-o", f"{MISSING}/plan.json"], "--output"),
+    (["generate", "cluster", "--gpus", "8", "-o", f"{MISSING}/c.yaml"], "--output"),
+    (["generate", "problem", "--gpus", "8", "-o", f"{MISSING}/p.yaml"], "--output"),
+    (["compare", "demo-tiny", "-s", "symmetric", "--csv", f"{MISSING}/rows.csv"], "--csv"),
+    (["compare", "demo-tiny", "-s", "symmetric", "--json", f"{MISSING}/rows.json"], "--json"),
+])
+def test_unwritable_output_is_refused_before_the_work(no_solving, args, option):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    line = one_error_line(result)
+    assert option in line and "does not exist" in line
+
+
+def test_output_that_is_a_folder_or_a_file_where_a_folder_is_needed(no_solving, tmp_path):
+    result = CliRunner().invoke(app, ["solve", "demo-tiny", "-o", str(tmp_path)])
+    assert result.exit_code == 2 and "is a folder" in one_error_line(result)
+    (tmp_path / "f").write_text("x")
+    result = CliRunner().invoke(app, ["compare", "demo-tiny", "-s", "symmetric", "--plans", str(tmp_path / "f")])
+    assert result.exit_code == 2 and "is a file" in one_error_line(result)
+    result = CliRunner().invoke(app, ["show", "demo-tiny", "demo-tiny", "-o", str(tmp_path / "f")])
+    assert result.exit_code == 2 and "is a file" in one_error_line(result)
+
+
+def test_show_prefix_is_a_name_not_a_path_and_is_joined_with_a_dash(tmp_path):
+    result = CliRunner().invoke(app, ["show", "demo-tiny", "demo-tiny", "-o", str(tmp_path), "--prefix", "a/b"])
+    assert result.exit_code == 2 and "--prefix" in one_error_line(result)
+    result = CliRunner().invoke(app, ["show", "demo-tiny", "demo-tiny", "-o", str(tmp_path), "--prefix", "cs"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cs-cluster.png", "cs-memory.png", "cs-schedule.png"]
+
+
+@pytest.mark.parametrize("name,expect", [("hetero-1", "ok cluster hetero-1"), ("llama2-7b", "ok model"),
+                                         ("demo-tiny", "ok problem demo-tiny")])
+def test_validate_takes_a_bundled_name_of_any_kind(name, expect):
+    result = CliRunner().invoke(app, ["validate", name])
+    assert result.exit_code == 0, result.output
+    assert expect in result.output
+
+
+def test_version():
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith("hexiscale 0.")
+
+
+def test_instances_lists_the_gpu_catalog():
+    result = CliRunner().invoke(app, ["instances", "--kind", "gpus"])
+    assert result.exit_code == 0
+    assert "A100-80G" in result.output and "MI300X" in result.output and "TFLOP/s" in result.output
+
+
+def test_an_internal_error_is_one_line_with_exit_3(monkeypatch):
+    def broken(problem, plan):
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(inspect_mod, "evaluate_plan", broken)
+    result = CliRunner().invoke(app, ["evaluate", "demo-tiny", "demo-tiny"])
+    assert result.exit_code == 3
+    line = one_error_line(result)
+    assert "internal error" in line and "ZeroDivisionError" in line and "HEXISCALE_DEBUG=1" in line
+
+
+def test_compare_prints_progress_lines_when_stderr_is_not_a_terminal():
+    result = CliRunner().invoke(app, ["compare", "demo-tiny", "-s", "symmetric,heuristic", "-t", "5"])
+    assert result.exit_code == 0, result.output
+    assert "solving demo-tiny with symmetric" in result.stderr
+    assert "solving demo-tiny with heuristic" in result.stderr
