@@ -45,7 +45,7 @@ def test_evaluate_table_shows_every_stage_and_the_breakdown():
 
 def test_evaluate_flags_out_of_memory_stages(tmp_path):
     problem = tmp_path / "tight.yaml"
-    problem.write_text(yaml.safe_dump({"cluster": "demo-4", "model": "tiny",
+    problem.write_text(yaml.safe_dump({"name": "demo-tiny", "cluster": "demo-4", "model": "tiny",
                                        "training": {"seq_len": 64, "global_batch": 8, "reserved_gib": 23.9999}}))
     result = invoke("evaluate", str(problem), "demo-tiny")
     assert "out of memory" in result.stdout and "[memory]" in result.stdout

@@ -99,3 +99,34 @@ def test_compare_prints_progress_lines_when_stderr_is_not_a_terminal():
     assert result.exit_code == 0, result.output
     assert "solving demo-tiny with symmetric" in result.stderr
     assert "solving demo-tiny with heuristic" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["validate", "evaluate", "show"])
+def test_a_plan_for_another_problem_needs_force(command, tmp_path):
+    other = tmp_path / "other.yaml"
+    other.write_text("name: other\ncluster: demo-4\nmodel: tiny\ntraining: {seq_len: 64, global_batch: 8}\n")
+    out = ["-o", str(tmp_path)] if command == "show" else []
+    result = CliRunner().invoke(app, [command, str(other), "demo-tiny", *out])
+    assert result.exit_code == 2
+    line = one_error_line(result)
+    assert "made for problem 'demo-tiny', not 'other'" in line and "--force" in line
+    result = CliRunner().invoke(app, [command, str(other), "demo-tiny", *out, "--force"])
+    assert result.exit_code == 0, result.output
+
+
+def test_evaluate_summarises_large_plans_and_full_shows_every_stage(tmp_path):
+    from instances.generate import generate_cluster, generated_problem, write_problem
+    from planner import Pipeline, Plan, Stage, save_plan
+
+    problem = generated_problem(generate_cluster(128, "A100-80G:1", 0), "llama2-70b", 4096, 8, 1, True)
+    write_problem(problem, tmp_path / "p.yaml")
+    # one pipeline of 80 one-layer stages: over the 64-stage threshold
+    plan = Plan(problem=problem.name, pipelines=(
+        Pipeline(batch=8, stages=tuple(Stage(devices=(d,), layers=1) for d in range(80))),))
+    save_plan(plan, tmp_path / "plan.json")
+    args = ["evaluate", str(tmp_path / "p.yaml"), str(tmp_path / "plan.json")]
+    default = CliRunner().invoke(app, args)
+    assert default.exit_code == 0, default.output
+    assert "pipelines (T_pipe" in default.stdout and "stages (p.k" not in default.stdout
+    full = CliRunner().invoke(app, [*args, "--full"])
+    assert "stages (p.k" in full.stdout and full.stdout.count("\n") > 80

@@ -74,6 +74,14 @@ def friendly_errors(func: Callable) -> Callable:
     return wrapper
 
 
+def check_plan_is_for(problem, plan, plan_path, force: bool) -> None:
+    """A plan names the problem it was made for; using it for another one is probably a
+    mistake (device ids mean other GPUs there), so it needs --force."""
+    if plan.problem and plan.problem != problem.name and not force:
+        fail(f"{plan_path}: the plan was made for problem {plan.problem!r}, not {problem.name!r} "
+             f"(pass --force to use it anyway)")
+
+
 def writable_file(path: Path | None, option: str) -> Path | None:
     """Check, before any long work, that `path` can be written: its folder exists and is
     writable, and it is not itself a folder. Fails with the option's name."""

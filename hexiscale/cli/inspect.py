@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from hexiscale.cli.app import app, console, fail, friendly_errors
+from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors
 from hexiscale.cli.views import views_for
 from planner.violations import InvalidPlanError
 from planner.kinds import evaluate as evaluate_plan
@@ -37,7 +37,8 @@ def _input_kind(path: str) -> str:
 @app.command()
 @friendly_errors
 def validate(problem: str = typer.Argument(..., help="problem file or bundled name (or a cluster or model file)"),
-             plan: str = typer.Argument(None, help="plan file to check against the problem")) -> None:
+             plan: str = typer.Argument(None, help="plan file to check against the problem"),
+             force: bool = typer.Option(False, "--force", help="check a plan made for another problem")) -> None:
     """Check a problem (or cluster or model) file, and a plan against it (every violation, with numbers)."""
     kind = _input_kind(problem) if plan is None else "problems"
     if kind == "clusters":
@@ -53,7 +54,9 @@ def validate(problem: str = typer.Argument(..., help="problem file or bundled na
         console.print(f"[green]ok[/] problem {prob.name}: {prob.cluster.num_devices} devices, "
                       f"{len(prob.cluster.machines)} machines, model {prob.model.name}")
         return
-    violations = validate_plan(prob, load_plan(plan))
+    the_plan = load_plan(plan)
+    check_plan_is_for(prob, the_plan, plan, force)
+    violations = validate_plan(prob, the_plan)
     if violations:
         for v in violations:  # escape: "[device]" would otherwise read as rich markup
             console.print(f"[red]✗[/] {escape(str(v))}", highlight=False)
@@ -69,9 +72,13 @@ def validate(problem: str = typer.Argument(..., help="problem file or bundled na
 @friendly_errors
 def evaluate(problem: str = typer.Argument(..., help="problem file or bundled name"),
              plan: str = typer.Argument(..., help="plan file or bundled plan name"),
-             as_json: bool = typer.Option(False, "--json", help="print the whole Estimate as JSON")) -> None:
+             as_json: bool = typer.Option(False, "--json", help="print the whole Estimate as JSON"),
+             full: bool = typer.Option(None, "--full/--summary",
+                                       help="every stage, or one row per pipeline (default: full up to 64 stages)"),
+             force: bool = typer.Option(False, "--force", help="price a plan made for another problem")) -> None:
     """Price a plan: per-stage times and memory, T, throughput, MFU and the bottleneck."""
     prob, the_plan = load_problem(problem), load_plan(plan)
+    check_plan_is_for(prob, the_plan, plan, force)
     try:
         est = evaluate_plan(prob, the_plan)
     except InvalidPlanError as exc:  # name the file, then every broken rule, on one line
@@ -80,7 +87,7 @@ def evaluate(problem: str = typer.Argument(..., help="problem file or bundled na
     if as_json:
         typer.echo(est.model_dump_json(indent=2))
         return
-    for view in views_for(the_plan).estimate_views(prob, est):
+    for view in views_for(the_plan).estimate_views(prob, est, full):
         console.print(view)
     over = [v for v in validate_plan(prob, the_plan) if v.rule == "memory"]
     for v in over:

@@ -75,8 +75,9 @@ def summary_view(problem: Problem, est: Estimate) -> Table:
 
 
 def plan_table(problem: Problem, plan: Plan, estimate: Estimate) -> Table:
+    unit, div = time_unit([s.tau_s for s in estimate.stages])  # µs on tiny problems, never "0.00 ms"
     table = Table(title=f"plan for {problem.name}", box=box.SIMPLE_HEAVY)
-    for col in ("pipe", "batch", "stage", "machine", "devices", "TP", "layers", "τ ms", "mem GiB"):
+    for col in ("pipe", "batch", "stage", "machine", "devices", "TP", "layers", f"τ {unit}", "mem GiB"):
         table.add_column(col, justify="right" if col not in ("machine", "devices") else "left")
     for pipe, pe in zip(plan.pipelines, estimate.pipelines):
         for k, st in enumerate(pe.stages):
@@ -84,7 +85,7 @@ def plan_table(problem: Problem, plan: Plan, estimate: Estimate) -> Table:
             table.add_row(str(pe.index) if first else "", str(pipe.batch) if first else "", str(k),
                           st.machine, format_devices(st.devices), str(st.tp),
                           f"{st.first_layer}–{st.first_layer + st.layers - 1}",
-                          f"{st.tau_s * 1e3:.2f}", f"{st.memory_gib:.1f}/{st.capacity_gib:.0f}")
+                          f"{st.tau_s / div:.4g}", f"{st.memory_gib:.1f}/{st.capacity_gib:.0f}")
     return table
 
 
@@ -93,6 +94,28 @@ def plan_shape(plan: Plan) -> str:
     return " | ".join("→".join(f"tp{s.tp}×{s.layers}" for s in p.stages) for p in plan.pipelines)
 
 
-def estimate_views(problem: Problem, est: Estimate) -> list[Table]:
-    """What `hexiscale evaluate` prints for a layered plan."""
-    return [stage_table_view(est), summary_view(problem, est)]
+SUMMARY_ABOVE_STAGES = 64  # larger plans get one row per pipeline unless --full is asked
+
+
+def pipeline_table_view(est: Estimate) -> Table:
+    """One row per pipeline: what a plan of thousands of stages can be read as."""
+    unit, div = time_unit([p.time_s for p in est.pipelines])
+    table = Table(title=f"pipelines (T_pipe and bubble in {unit}; the slowest stage per pipeline)",
+                  header_style="bold", box=box.SIMPLE_HEAD)
+    for col in ("p", "batch", "m", "stages", "devices", "T_pipe", "bubble", "slowest stage", "min free GiB"):
+        table.add_column(col, justify="left" if col == "slowest stage" else "right")
+    for p in est.pipelines:
+        slow = max(p.stages, key=lambda s: max(s.tau_s, s.pp_s))
+        table.add_row(str(p.index), str(p.batch), str(p.micro_batches), str(len(p.stages)),
+                      str(sum(s.tp for s in p.stages)), f"{p.time_s / div:.4g}", f"{p.bubble_s / div:.4g}",
+                      f"{slow.index} on {slow.machine} (t={slow.tp}, {slow.layers} layers)",
+                      f"{min(s.headroom_gib for s in p.stages):.1f}")
+    return table
+
+
+def estimate_views(problem: Problem, est: Estimate, full: bool | None = None) -> list[Table]:
+    """What `hexiscale evaluate` prints for a layered plan: every stage, or (by default above
+    SUMMARY_ABOVE_STAGES stages) one row per pipeline."""
+    if full is None:
+        full = len(est.stages) <= SUMMARY_ABOVE_STAGES
+    return [stage_table_view(est) if full else pipeline_table_view(est), summary_view(problem, est)]

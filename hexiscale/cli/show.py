@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from hexiscale.cli.app import app, console, fail, friendly_errors, writable_folder
+from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
 from planner.io import load_plan, load_problem
 from planner.kinds import validate
 
@@ -16,7 +16,8 @@ from planner.kinds import validate
 def show(problem: str = typer.Argument(..., help="problem file or bundled name"),
          plan: str = typer.Argument(..., help="plan file or bundled plan name"),
          out: Path = typer.Option(Path("."), "--out", "-o", help="folder for the PNG files"),
-         prefix: str = typer.Option("", help="prefix of the file names: PREFIX-cluster.png, ...")) -> None:
+         prefix: str = typer.Option("", help="prefix of the file names: PREFIX-cluster.png, ..."),
+         force: bool = typer.Option(False, "--force", help="draw a plan made for another problem")) -> None:
     """Draw a plan: cluster.png (pipelines and stages on the cluster), schedule.png (the cost
     model's §3.3 flow line per stage: forward, backward, communication, bubble; its span is
     T_pipe — not a trace of the order that runs) and memory.png (per device vs capacity)."""
@@ -26,6 +27,7 @@ def show(problem: str = typer.Argument(..., help="problem file or bundled name")
         fail(f"--prefix: {prefix!r} is a path; give a plain name and the folder with --out")
     writable_folder(out, "--out")
     prob, the_plan = load_problem(problem), load_plan(plan)
+    check_plan_is_for(prob, the_plan, plan, force)
     structural = [v for v in validate(prob, the_plan) if v.rule != "memory"]
     if structural:
         fail(f"{plan}: cannot draw an invalid plan: " + "; ".join(str(v) for v in structural))
