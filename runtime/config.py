@@ -1,8 +1,7 @@
-"""What a run needs besides the plan: the model actually trained and the run settings.
+"""What a run needs besides the plan: the model actually trained and the run settings a user
+chooses (`RunConfig`), and the job every worker reads (`Job`: plan, settings, cluster).
 
-`tiny_model` shrinks a problem's model for a small-scale run of any plan: it keeps the layer
-count L (the plan's layer split stays valid) and makes heads, kv heads, ffn hidden and the
-vocabulary divisible by every TP size of the plan (the plan's TP groups stay valid).
+Test-only failure hooks are not settings: they live in `runtime.failure`.
 """
 
 from __future__ import annotations
@@ -12,15 +11,13 @@ from typing import Literal
 from pydantic import Field
 
 from planner.base import Frozen
+from planner.hardware import Cluster
 from planner.layered.plan import Plan
-from planner.workload import ModelSpec
+from planner.workload import ModelSpec, ScheduleName
 
 BYTE_VOCAB = 256
 DataName = Literal["synthetic", "corpus"]
-Schedule = Literal["1f1b", "gpipe"]
 Backend = Literal["gloo", "nccl"]
-TINY_HEAD_DIM = 8
-TINY_MIN_HIDDEN = 32
 
 
 class RunConfig(Frozen):
@@ -28,7 +25,8 @@ class RunConfig(Frozen):
     seq_len: int = Field(ge=1, description="tokens per sequence")
     micro_batch: int = Field(ge=1, description="b, sequences per micro-batch")
     steps: int = Field(default=3, ge=1, description="optimizer steps")
-    schedule: Schedule = Field(default="1f1b", description="pipeline schedule")
+    schedule: ScheduleName = Field(default="1f1b", description="pipeline schedule (planner.schedules); "
+                                   "make_job takes the problem's training.schedule")
     recompute: bool = Field(default=False, description="full activation recomputation")
     data: DataName = Field(default="synthetic", description="token source")
     lr: float = Field(default=1e-3, gt=0, description="AdamW learning rate")
@@ -39,39 +37,16 @@ class RunConfig(Frozen):
     check_replicas: bool = Field(default=True, description="check replica equality after the last step")
     out_dir: str = Field(default="", description="folder for metrics and parameter shards")
     dump_params: bool = Field(default=False, description="write every rank's shards to out_dir")
-    machine_devices: tuple[tuple[int, ...], ...] = Field(
-        default=(), description="device ids of each machine (torchrun launches only)")
-    fail_rank: int = Field(default=-1, description="test hook: this rank dies mid-step")
-    fail_step: int = Field(default=0, ge=0, description="test hook: the step it dies in")
-    fail_mode: Literal["kill", "hang"] = Field(default="kill", description="test hook: die, or stop answering")
 
 
 class Job(Frozen):
-    """Everything a worker process reads: the plan and the run settings."""
+    """Everything a worker process reads: the plan, its kind, the run settings and, when the
+    job was made for a problem, the cluster (machines and vendors of the plan's devices)."""
 
-    plan: Plan
+    plan: Plan  # a layered plan, the one kind today; a sequence plan kind widens this
+    kind: str = Field(default="layered", description="plan kind: picks the runtime (runtime.kinds)")
     config: RunConfig
-
-
-def _tiny_heads(model: ModelSpec, tp_max: int) -> tuple[int, int]:
-    """kv heads: a multiple of the largest TP size; query heads keep the model's GQA ratio
-    (capped at 2); at least TINY_MIN_HIDDEN hidden units."""
-    ratio, kv_heads = min(model.heads // model.num_kv_heads, 2), tp_max
-    while kv_heads * ratio * TINY_HEAD_DIM < TINY_MIN_HIDDEN:
-        kv_heads *= 2
-    return kv_heads * ratio, kv_heads
-
-
-def tiny_model(model: ModelSpec, plan: Plan) -> ModelSpec:
-    """A small model with the same L whose sizes every TP group of `plan` can split."""
-    tp_max = max(s.tp for p in plan.pipelines for s in p.stages)
-    heads, kv_heads = _tiny_heads(model, tp_max)
-    hidden = heads * TINY_HEAD_DIM
-    multiple = max(tp_max, 8)  # plans with TP ≤ 8 (and the same kv heads) get the same model
-    ffn = -(-(8 * hidden // 3) // multiple) * multiple  # ≈ 8h/3 as in Llama
-    vocab = max(BYTE_VOCAB, tp_max)
-    return ModelSpec(name=f"tiny({model.name})", layers=model.layers, hidden=hidden, heads=heads,
-                     kv_heads=kv_heads, ffn_hidden=ffn, vocab=vocab, gated=model.gated)
+    cluster: Cluster | None = Field(default=None, description="the problem's cluster; None: unknown")
 
 
 def check_model_fits(spec: ModelSpec, tp_sizes: list[int]) -> None:

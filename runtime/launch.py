@@ -1,5 +1,6 @@
 """Starting a run: one local process per used device (gloo), or torchrun commands for
-several machines; `run_plan` is the public entry point.
+several machines; `run_plan` is the public entry point. Both dispatch on the plan's kind
+(`runtime.kinds`): the kind makes the job and says which devices get a process.
 
 The local launcher watches its children: once one has failed, the others get the
 collective timeout plus a grace period to notice and exit on their own (each prints why);
@@ -18,17 +19,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from planner.layered.plan import Plan
+from typing import Any
+
 from planner.problem import Problem
-from planner.layered.rules import structural_violations
-from runtime.config import Job, RunConfig, check_model_fits, tiny_model
-from runtime.layout import rank_layout
+from runtime.config import Job
+from runtime.errors import RunError
+from runtime.failure import FailureInjection
+from runtime.kinds import runtime_kind, runtime_of
 
 GRACE_S = 15.0
-
-
-class RunError(RuntimeError):
-    """The run failed; the message names each failed rank and its reason."""
+__all__ = ["GRACE_S", "RunError", "RunResult", "free_port", "launch_local", "make_job", "run_plan",
+           "torchrun_commands"]
 
 
 @dataclass
@@ -71,14 +72,18 @@ def _context() -> multiprocessing.context.BaseContext:
     return ctx
 
 
-def _spawn(job_path: Path, world: int, out: Path, threads: int, echo_rank0: bool) -> list:
+def _spawn(job_path: Path, world: int, out: Path, threads: int, echo_rank0: bool,
+           failure: FailureInjection | None) -> list:
     from runtime.worker import spawned_entry  # imports torch: only when a run starts
 
     env = {"MASTER_ADDR": "127.0.0.1", "HEXISCALE_PORT": str(free_port()), "WORLD_SIZE": str(world)}
     ctx, procs = _context(), []
     for rank in range(world):
+        rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
+        if failure is not None and failure.rank == rank:
+            rank_env.update(failure.env())
         proc = ctx.Process(target=spawned_entry, daemon=True,
-                           args=(str(job_path), dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+                           args=(str(job_path), rank_env,
                                  str(out / f"rank{rank}.log"), rank == 0 and echo_rank0, threads))
         proc.start()
         procs.append(proc)
@@ -109,19 +114,20 @@ def _wait(procs: list, bound_s: float, start: float) -> tuple[list[float], list[
 
 
 def launch_local(job: Job, threads: int = 1, echo: bool = True, world_size: int | None = None,
-                 grace_s: float = GRACE_S) -> RunResult:
+                 grace_s: float = GRACE_S, failure: FailureInjection | None = None) -> RunResult:
     """Run `job` with one process per rank on this machine; collect codes, logs, metrics.
     `world_size` overrides the number of processes (the plan's by default) — what a
     misconfigured torchrun would do; the workers then refuse to start. After a failure,
-    ranks get the collective timeout plus `grace_s` to end on their own."""
-    world = world_size or rank_layout(job.plan).world_size
+    ranks get the collective timeout plus `grace_s` to end on their own. `failure` (tests
+    only) makes one rank die or hang mid-step."""
+    world = world_size or runtime_kind(job.kind).world_size(job.plan)
     out = Path(job.config.out_dir) if job.config.out_dir else Path(tempfile.mkdtemp(prefix="hexiscale-run-"))
     out.mkdir(parents=True, exist_ok=True)
     job = job.model_copy(update={"config": job.config.model_copy(update={"out_dir": str(out)})})
     job_path = out / "job.json"
     job_path.write_text(job.model_dump_json())
     start = time.monotonic()
-    procs = _spawn(job_path, world, out, threads, echo)
+    procs = _spawn(job_path, world, out, threads, echo, failure)
     exits, killed = _wait(procs, job.config.timeout_s + grace_s, start)
     result = RunResult(returncodes=[p.exitcode for p in procs], exit_s=exits, killed=killed,
                        logs=[(out / f"rank{r}.log").read_text() for r in range(world)],
@@ -133,44 +139,29 @@ def launch_local(job: Job, threads: int = 1, echo: bool = True, world_size: int 
     return result
 
 
-def torchrun_commands(job_path: str, plan: Plan, problem: Problem, master_addr: str, port: int) -> list[str]:
+def torchrun_commands(job_path: str, plan: Any, problem: Problem, master_addr: str, port: int) -> list[str]:
     """One torchrun command per machine that the plan uses (run each on its machine)."""
-    used = set(plan.devices)
-    machines = [i for i, devices in enumerate(_machine_devices(problem)) if used & set(devices)]
-    world = rank_layout(plan).world_size
+    devices = runtime_of(plan).devices(plan)
+    cluster, used = problem.cluster, set(devices)
     commands = []
+    machines = [m for m in range(len(cluster.machines)) if used & set(cluster.devices_of(m))]
     for node, machine in enumerate(machines):
-        local = len(used & set(_machine_devices(problem)[machine]))
+        local = len(used & set(cluster.devices_of(machine)))
         commands.append(
-            f"HEXISCALE_PORT={port + 1} HEXISCALE_WORLD_SIZE={world} torchrun --nnodes={len(machines)} "
+            f"HEXISCALE_PORT={port + 1} HEXISCALE_WORLD_SIZE={len(devices)} torchrun --nnodes={len(machines)} "
             f"--node-rank={node} --nproc-per-node={local} --master-addr={master_addr} "
             f"--master-port={port} -m runtime.worker {shlex.quote(job_path)} --machine {machine}")
     return commands
 
 
-def _machine_devices(problem: Problem) -> list[tuple[int, ...]]:
-    devices, start = [], 0
-    for machine in problem.cluster.machines:
-        devices.append(tuple(range(start, start + machine.count)))
-        start += machine.count
-    return devices
+def make_job(problem: Problem, plan: Any, model: str = "tiny", **settings) -> Job:
+    """The job for `plan`, made by its kind's runtime: the plan checked against the problem,
+    the model chosen (`tiny` or the problem's own), settings defaulting to the problem's
+    training (the schedule that was priced is the one that runs)."""
+    return runtime_of(plan).make_job(problem, plan, model, **settings)
 
 
-def make_job(problem: Problem, plan: Plan, model: str = "tiny", **settings) -> Job:
-    """The job for `plan`: structure checked, model chosen (`tiny` or the problem's own)."""
-    violations = structural_violations(problem, plan)
-    if violations:
-        raise RunError("the plan is invalid for this problem: " + "; ".join(str(v) for v in violations))
-    spec = tiny_model(problem.model, plan) if model == "tiny" else problem.model
-    check_model_fits(spec, [s.tp for p in plan.pipelines for s in p.stages])
-    settings.setdefault("seq_len", min(problem.training.seq_len, 32) if model == "tiny" else problem.training.seq_len)
-    settings.setdefault("micro_batch", problem.training.micro_batch)
-    settings.setdefault("recompute", problem.training.recompute)
-    config = RunConfig(model=spec, machine_devices=tuple(_machine_devices(problem)), **settings)
-    return Job(plan=plan, config=config)
-
-
-def run_plan(problem: Problem, plan: Plan, model: str = "tiny", steps: int = 3, echo: bool = True,
+def run_plan(problem: Problem, plan: Any, model: str = "tiny", steps: int = 3, echo: bool = True,
              **settings) -> RunResult:
     """Train `plan` for `steps` steps on local processes; raise RunError if any rank fails."""
     result = launch_local(make_job(problem, plan, model, steps=steps, **settings), echo=echo)

@@ -4,7 +4,7 @@ single-process reference model.
 Every parameter has a name and a full shape, and is initialised from a generator seeded by
 (seed, name) alone — so a stage of any plan can build exactly its own slice of the same
 weights that the one-process model holds, without building the rest of the model.
-The TP-sharded stage (`runtime.stage`) and the reference use the same math functions
+The TP-sharded stage (`runtime.layered.stage`) and the reference use the same math functions
 here; only the sharding and the collectives differ.
 """
 

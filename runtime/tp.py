@@ -6,53 +6,50 @@
   row-parallel linears and the vocab-parallel embedding, whose outputs are partial sums.
 - `vocab_parallel_embedding` and `vocab_parallel_cross_entropy`: the vocabulary is split in
   contiguous blocks; neither ever materialises the full [tokens, V] logits on one rank.
-A group of None means TP size 1: every function reduces to the plain operation.
+Every function takes the communicator and the TP group, and every collective goes through
+the communicator (`runtime.comm`). A group of None means TP size 1: every function reduces
+to the plain operation (and needs no communicator).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
-
-def _all_reduce(t: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
-    if group is not None:
-        dist.all_reduce(t, op=op, group=group)
-    return t
+from runtime.comm import Communicator, Group
 
 
 class _CopyToTP(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
+    def forward(ctx, x, comm: Communicator, group: Group):
+        ctx.comm, ctx.group = comm, group
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
-        return _all_reduce(grad.contiguous().clone(), ctx.group), None
+        return ctx.comm.all_reduce(grad.contiguous().clone(), ctx.group), None, None
 
 
 class _ReduceFromTP(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, group):
-        return _all_reduce(x.contiguous().clone(), group)
+    def forward(ctx, x, comm: Communicator, group: Group):
+        return comm.all_reduce(x.contiguous().clone(), group)
 
     @staticmethod
     def backward(ctx, grad):
-        return grad, None
+        return grad, None, None
 
 
-def copy_to_tp(x: torch.Tensor, group) -> torch.Tensor:
-    return x if group is None else _CopyToTP.apply(x, group)
+def copy_to_tp(x: torch.Tensor, comm: Communicator | None, group: Group | None) -> torch.Tensor:
+    return x if group is None else _CopyToTP.apply(x, comm, group)
 
 
-def reduce_from_tp(x: torch.Tensor, group) -> torch.Tensor:
-    return x if group is None else _ReduceFromTP.apply(x, group)
+def reduce_from_tp(x: torch.Tensor, comm: Communicator | None, group: Group | None) -> torch.Tensor:
+    return x if group is None else _ReduceFromTP.apply(x, comm, group)
 
 
 def vocab_parallel_embedding(tokens: torch.Tensor, weight: torch.Tensor, vocab_start: int,
-                             group) -> torch.Tensor:
+                             comm: Communicator | None, group: Group | None) -> torch.Tensor:
     """Look up the ids in this rank's vocabulary block [vocab_start, vocab_start + V/t); the
     others contribute zeros, and the all-reduce assembles every embedding."""
     if group is None:
@@ -60,22 +57,22 @@ def vocab_parallel_embedding(tokens: torch.Tensor, weight: torch.Tensor, vocab_s
     local = tokens - vocab_start
     outside = (local < 0) | (local >= weight.shape[0])
     out = F.embedding(local.masked_fill(outside, 0), weight) * (~outside).unsqueeze(-1)
-    return reduce_from_tp(out, group)
+    return reduce_from_tp(out, comm, group)
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):
     """Per-token loss −log softmax(logits)[target] with logits split over the vocabulary."""
 
     @staticmethod
-    def forward(ctx, logits, targets, vocab_start, group):
-        logits = logits - _all_reduce(logits.max(dim=-1).values, group, dist.ReduceOp.MAX).unsqueeze(-1)
+    def forward(ctx, logits, targets, vocab_start, comm: Communicator, group: Group):
+        logits = logits - comm.all_reduce(logits.max(dim=-1).values, group, "max").unsqueeze(-1)
         local = targets - vocab_start
         outside = (local < 0) | (local >= logits.shape[-1])
         local = local.masked_fill(outside, 0)
         picked = logits.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
-        _all_reduce(picked, group)
+        comm.all_reduce(picked, group)
         exp = logits.exp()
-        sum_exp = _all_reduce(exp.sum(dim=-1), group)
+        sum_exp = comm.all_reduce(exp.sum(dim=-1), group)
         ctx.save_for_backward(exp.div_(sum_exp.unsqueeze(-1)), local, outside)
         return sum_exp.log() - picked
 
@@ -84,12 +81,12 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         softmax, local, outside = ctx.saved_tensors
         grad_logits = softmax.clone()
         grad_logits.scatter_add_(-1, local.unsqueeze(-1), -(~outside).to(softmax.dtype).unsqueeze(-1))
-        return grad_logits * grad.unsqueeze(-1), None, None, None
+        return grad_logits * grad.unsqueeze(-1), None, None, None, None
 
 
 def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int,
-                                 group) -> torch.Tensor:
+                                 comm: Communicator | None, group: Group | None) -> torch.Tensor:
     """Per-token losses, same shape as `targets`; logits: [..., V/t] of this rank's block."""
     if group is None:
         return F.cross_entropy(logits.flatten(0, -2), targets.flatten(), reduction="none").view_as(targets)
-    return _VocabParallelCrossEntropy.apply(logits, targets, vocab_start, group)
+    return _VocabParallelCrossEntropy.apply(logits, targets, vocab_start, comm, group)

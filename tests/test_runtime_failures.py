@@ -14,6 +14,7 @@ from planner.layered.plan import Pipeline, Plan, Stage
 from planner.problem import Problem
 from planner.workload import ModelSpec, TrainingSpec
 from runtime.config import Job, RunConfig
+from runtime.failure import FailureInjection
 from runtime.launch import RunError, launch_local, make_job
 
 GQA = ModelSpec(name="gqa", layers=4, hidden=32, heads=4, kv_heads=2, ffn_hidden=64, vocab=256)
@@ -29,7 +30,8 @@ def job(model: ModelSpec = GQA, **settings) -> Job:
 
 
 def test_a_killed_rank_ends_every_other_rank_with_a_message(tmp_path):
-    result = launch_local(job(fail_rank=2, fail_step=1, timeout_s=20, out_dir=str(tmp_path)), echo=False)
+    result = launch_local(job(timeout_s=20, out_dir=str(tmp_path)), echo=False,
+                          failure=FailureInjection(rank=2, step=1, mode="kill"))
     assert result.returncodes[2] == -9  # the hook's SIGKILL
     for rank in (0, 1, 3):
         assert result.returncodes[rank] == 1, result.logs[rank]
@@ -98,24 +100,23 @@ def test_cli_refuses_an_invalid_plan_with_one_line(tmp_path):
 
 
 def test_torchrun_workers_find_their_plan_rank_from_machine_and_local_rank(monkeypatch):
-    from runtime.layout import rank_layout
-    from runtime.worker import plan_rank
+    from runtime.layered.worker import plan_rank
     plan = Plan(pipelines=[Pipeline(batch=4, stages=[Stage(devices=[3], layers=4)]),
                            Pipeline(batch=4, stages=[Stage(devices=[0, 1], layers=3), Stage(devices=[2], layers=1)])])
     cluster = Cluster(machines=[Machine(name="a", gpu="RTX4090", count=2, intra_bw_gbps=16),
                                 Machine(name="b", gpu="RTX3090", count=2, intra_bw_gbps=16)], inter_bw_gbps=1)
     problem = Problem(cluster=cluster, model=GQA, training=TrainingSpec(seq_len=8, global_batch=8, micro_batch=2))
     the_job = make_job(problem, plan)
-    layout = rank_layout(plan)  # ranks in plan order: device 3 → 0, 0 → 1, 1 → 2, 2 → 3
+    # ranks in plan order: device 3 → 0, 0 → 1, 1 → 2, 2 → 3
     expected = {(0, 0): 1, (0, 1): 2, (1, 0): 3, (1, 1): 0}
     for (machine, local), rank in expected.items():
         monkeypatch.setenv("LOCAL_RANK", str(local))
-        assert plan_rank(layout, the_job, machine) == rank
+        assert plan_rank(the_job, machine) == rank
 
 
 def test_a_rank_that_stops_answering_ends_the_run_by_timeouts(tmp_path):
-    result = launch_local(job(fail_rank=2, fail_step=1, fail_mode="hang", timeout_s=5, out_dir=str(tmp_path)),
-                          echo=False, grace_s=2)
+    result = launch_local(job(timeout_s=5, out_dir=str(tmp_path)), echo=False, grace_s=2,
+                          failure=FailureInjection(rank=2, step=1, mode="hang"))
     assert result.killed == [2] and result.returncodes[2] == -9
     first_exit = min(result.exit_s[r] for r in (0, 1, 3))
     assert result.exit_s[2] - first_exit < 5 + 2 + 1  # the launcher's bound after the first failure
@@ -123,3 +124,14 @@ def test_a_rank_that_stops_answering_ends_the_run_by_timeouts(tmp_path):
         assert result.returncodes[rank] == 1
         assert f"error: rank {rank}" in result.logs[rank] and "Timed out" in result.logs[rank]
     assert "killed by the launcher" in result.failure_summary()
+
+
+def test_cli_schedule_defaults_to_the_problems_and_an_override_gets_a_note(tmp_path):
+    priced = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--torchrun", "--out", str(tmp_path)])
+    assert priced.exit_code == 0, priced.output
+    assert "1f1b" in priced.output and "note:" not in priced.output
+    other = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--schedule", "gpipe", "--torchrun",
+                                     "--out", str(tmp_path)])
+    assert other.exit_code == 0, other.output
+    assert "note: memory was priced for the problem's schedule 1f1b; running gpipe" in " ".join(other.output.split())
+    assert Job.model_validate_json((tmp_path / "job.json").read_text()).config.schedule == "gpipe"

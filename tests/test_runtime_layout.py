@@ -1,5 +1,6 @@
-"""Golden tests of the runtime's pure parts: rank layout, schedules' order, tiny model,
-data slices. No processes are started here."""
+"""Golden tests of the runtime's pure parts: rank layout, the schedules it runs (from the
+planner's registry), tiny model, data slices, the plan-kind registry, the job's defaults.
+No processes are started here."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.layered.plan import Pipeline, Plan, Stage
+from planner.schedules import SCHEDULES, Action, Pass, get_schedule, max_in_flight
 from planner.workload import ModelSpec
-from runtime.config import check_model_fits, tiny_model
+from runtime.config import check_model_fits
 from runtime.data import CORPUS_PATH, BatchLoader, ByteCorpusSource, SyntheticSource
-from runtime.layout import LayoutError, rank_layout
+from runtime.layered.job import tiny_model
+from runtime.layered.layout import LayoutError, rank_layout
 from runtime.model import unit_params
-from runtime.schedule import one_f_one_b
+
+F, B = Pass.forward, Pass.backward
 
 
 def plan_of(*pipelines: tuple[int, list[tuple[list[int], int]]]) -> Plan:
@@ -74,15 +78,48 @@ def test_plan_errors_name_the_numbers():
 @pytest.mark.parametrize("m,stages", [(1, 1), (3, 2), (4, 4), (2, 5), (8, 3)])
 def test_one_f_one_b_order(m: int, stages: int):
     for k in range(stages):
-        order = one_f_one_b(m, stages, k)
-        assert sorted(order) == sorted([("F", i) for i in range(m)] + [("B", i) for i in range(m)])
-        assert all(order.index(("F", i)) < order.index(("B", i)) for i in range(m))
+        actions = get_schedule("1f1b").actions(stages, k, m)
+        order = [(a.pass_, a.micro_batch) for a in actions]
+        assert sorted(order) == sorted([(F, i) for i in range(m)] + [(B, i) for i in range(m)])
+        assert all(order.index((F, i)) < order.index((B, i)) for i in range(m))
         # in flight (forwarded, not yet backwarded) never exceeds min(S - k, m): DESIGN.md §3.5 q
         live, peak = 0, 0
         for kind, _ in order:
-            live += 1 if kind == "F" else -1
+            live += 1 if kind is F else -1
             peak = max(peak, live)
-        assert peak == min(stages - k, m)
+        assert peak == min(stages - k, m) == max_in_flight(actions)
+
+
+def _orders(name: str, num_stages: int, m: int) -> list[str]:
+    return [" ".join(f"{a.pass_.value[0].upper()}{a.micro_batch}" for a in get_schedule(name).actions(num_stages, k, m))
+            for k in range(num_stages)]
+
+
+def test_golden_orders_for_three_stages_and_four_micro_batches():
+    assert _orders("1f1b", 3, 4) == ["F0 F1 F2 B0 F3 B1 B2 B3",
+                                     "F0 F1 B0 F2 B1 F3 B2 B3",
+                                     "F0 B0 F1 B1 F2 B2 F3 B3"]
+    assert _orders("gpipe", 3, 4) == ["F0 F1 F2 F3 B0 B1 B2 B3"] * 3
+    assert get_schedule("1f1b").actions(3, 0, 4)[0] == Action(Pass.forward, 0)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_each_schedule_holds_what_its_memory_is_priced_for(name: str):
+    """max_in_flight(actions) = in_flight(S, k, m): the runtime holds what the cost model prices."""
+    schedule = get_schedule(name)
+    for num_stages in range(1, 9):
+        for m in range(1, 13):
+            for k in range(num_stages):
+                actions = schedule.actions(num_stages, k, m)
+                order = [(a.pass_, a.micro_batch) for a in actions]
+                assert sorted(order) == sorted([(F, i) for i in range(m)] + [(B, i) for i in range(m)])
+                assert all(order.index((F, i)) < order.index((B, i)) for i in range(m))
+                assert max_in_flight(actions) == int(schedule.in_flight(num_stages, k, m)), (name, num_stages, k, m)
+
+
+def test_an_unknown_schedule_names_the_known_ones():
+    with pytest.raises(KeyError, match="unknown schedule 'zb'; available: 1f1b, gpipe"):
+        get_schedule("zb")
 
 
 def test_tiny_model_keeps_layers_and_splits_for_every_tp():
@@ -150,3 +187,71 @@ def test_every_chunk_has_one_owner_per_pipeline_and_shards_split_evenly(plan: Pl
             assert set(owners) <= set(holder.ranks)
             # each TP rank owns an equal, contiguous block of chunks, in TP-rank order
             assert owners == sorted(owners) and all(owners.count(r) == finest // holder.tp for r in holder.ranks)
+
+
+def _four_device_problem(schedule: str = "1f1b"):
+    from planner.hardware import Cluster, Machine
+    from planner.problem import Problem
+    from planner.workload import TrainingSpec
+
+    cluster = Cluster(machines=[Machine(name="a", gpu="A100-80G", count=2, intra_bw_gbps=100),
+                                Machine(name="b", gpu="MI250X", count=2, intra_bw_gbps=100)], inter_bw_gbps=1)
+    model = ModelSpec(name="gqa", layers=4, hidden=32, heads=4, kv_heads=2, ffn_hidden=64, vocab=256)
+    return Problem(name="four", cluster=cluster, model=model,
+                   training=TrainingSpec(seq_len=16, global_batch=4, micro_batch=2, schedule=schedule))
+
+
+TWO_MACHINES = plan_of((4, [([2, 3], 3), ([0], 1)]))  # ranks 0, 1 on machine b; rank 2 on machine a
+
+
+def test_every_planner_kind_has_a_runtime_in_its_own_folder():
+    from pathlib import Path
+
+    from planner.kinds import PLAN_KINDS
+    from runtime.kinds import RUNTIME_KINDS, runtime_of
+
+    assert set(RUNTIME_KINDS) == set(PLAN_KINDS)
+    root = Path(__file__).resolve().parents[1] / "runtime"
+    assert all((root / name / "__init__.py").is_file() for name in RUNTIME_KINDS)
+    assert runtime_of(TWO_MACHINES).name == "layered"
+    assert RUNTIME_KINDS["layered"].devices(TWO_MACHINES) == [2, 3, 0]
+
+
+def test_an_unknown_plan_kind_is_a_clear_error():
+    from runtime import make_job
+    from runtime.errors import RunError
+    from runtime.kinds import runtime_kind
+
+    with pytest.raises(RunError, match="no runtime for plan kind 'sequence'; the runtime runs: layered"):
+        runtime_kind("sequence")
+    with pytest.raises(RunError, match="not a plan of any known kind"):
+        make_job(_four_device_problem(), object())
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_the_job_runs_the_schedule_that_was_priced(schedule: str):
+    from runtime import make_job
+
+    problem = _four_device_problem(schedule)
+    assert make_job(problem, TWO_MACHINES).config.schedule == schedule
+    assert make_job(problem, TWO_MACHINES, schedule="gpipe").config.schedule == "gpipe"  # an override
+
+
+def test_run_settings_hold_no_test_hooks_and_ranks_know_machine_and_vendor():
+    from pydantic import ValidationError
+
+    from planner.hardware import Vendor
+    from runtime import make_job
+    from runtime.comm import RankPlace
+    from runtime.config import RunConfig
+    from runtime.failure import FailureInjection
+    from runtime.layered.worker import rank_places
+
+    job = make_job(_four_device_problem(), TWO_MACHINES)
+    with pytest.raises(ValidationError):
+        RunConfig(model=job.config.model, seq_len=8, micro_batch=2, fail_rank=1)
+    assert FailureInjection.model_validate_json(FailureInjection(rank=2, step=1).env()["HEXISCALE_INJECT_FAILURE"]) \
+        == FailureInjection(rank=2, step=1, mode="kill")
+    assert rank_places(job) == (RankPlace(2, 1, Vendor.amd), RankPlace(3, 1, Vendor.amd),
+                                RankPlace(0, 0, Vendor.nvidia))
+    assert rank_places(job.model_copy(update={"cluster": None}))[2] == RankPlace(0, None, Vendor.other)

@@ -9,9 +9,9 @@ import torch
 
 from planner.workload import ModelSpec
 from runtime.data import BatchLoader, SyntheticSource
-from runtime.layout import StageRanks
+from runtime.layered.layout import StageRanks
+from runtime.layered.stage import StageModel
 from runtime.model import ReferenceLlama
-from runtime.stage import StageModel
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

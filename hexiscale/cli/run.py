@@ -46,7 +46,8 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         plan: str = typer.Argument(..., help="plan file or bundled name"),
         model: str = typer.Option("tiny", help="tiny: small model, same plan structure; problem: the problem's model"),
         steps: int = typer.Option(3, min=1, help="optimizer steps"),
-        schedule: str = typer.Option("1f1b", help="pipeline schedule: 1f1b | gpipe"),
+        schedule: str = typer.Option(None, help="pipeline schedule: 1f1b | gpipe (default: the problem's, "
+                                     "whose memory was priced)"),
         recompute: bool = typer.Option(None, "--recompute/--no-recompute", help="default: the problem's setting"),
         data: str = typer.Option("synthetic", help="synthetic | corpus (bundled text, byte-level)"),
         seq_len: int = typer.Option(None, min=1, help="default: min(problem's, 32) for tiny"),
@@ -61,13 +62,17 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     prob, the_plan = load_problem(problem), load_plan(plan)
     if model not in ("tiny", "problem"):
         fail(f"--model must be tiny or problem, got {model!r}")
-    settings = {"steps": steps, "schedule": schedule, "data": data, "lr": lr, "seed": seed,
+    settings = {"steps": steps, "data": data, "lr": lr, "seed": seed,
                 "timeout_s": timeout, "backend": backend, "out_dir": str(out) if out else ""}
-    settings.update({k: v for k, v in (("recompute", recompute), ("seq_len", seq_len)) if v is not None})
+    settings.update({k: v for k, v in (("recompute", recompute), ("seq_len", seq_len), ("schedule", schedule))
+                     if v is not None})
     try:
         job = make_job(prob, the_plan, model, **settings)
     except (RunError, ValueError) as exc:
         fail(str(exc).splitlines()[0] if "validation error" in str(exc) else str(exc))
+    if job.config.schedule != prob.training.schedule:
+        console.print(f"note: memory was priced for the problem's schedule {prob.training.schedule}; "
+                      f"running {job.config.schedule}", highlight=False)
     spec = job.config.model
     count = len(the_plan.devices)
     console.print(f"running {count} process{'es' if count > 1 else ''}: model {spec.name} (L={spec.layers}, "

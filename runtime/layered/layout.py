@@ -4,7 +4,7 @@ Ranks are numbered in plan order (pipeline, stage, device): pipeline 0's first s
 ranks 0..t-1, and so on. From that numbering this module derives every group the runtime
 needs — the TP group of each stage, the leader pairs that exchange activations, and the
 data-parallel *chunk groups* of the asymmetric gradient sync — so that golden tests can
-check them without starting a process, and `runtime.groups` only has to create them.
+check them without starting a process, and `runtime.layered.groups` only has to create them.
 
 Parameter units: the embedding, each transformer layer and the LM head are the units of
 gradient sync (the embedding and head are the pseudo-layers of DESIGN.md §3.4). Unit 0 is

@@ -7,15 +7,16 @@ all-reduce it. Chunks that go to the same rank set are packed into one flat buff
 rank issues one all-reduce per distinct partner set, in the layout's one global order (which
 makes the blocking collectives deadlock-free). Replicated parameters (norm weights) travel
 in chunk 0, whose owner is the stage leader, which then broadcasts them in its TP group.
+Every collective goes through the communicator (`runtime.comm`).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
-from runtime.groups import RankGroups
-from runtime.stage import StageModel
+from runtime.comm import Communicator, Group, ReduceOpName
+from runtime.layered.groups import RankGroups
+from runtime.layered.stage import StageModel
 
 
 def _chunk_views(model: StageModel, groups: RankGroups, grads: bool) -> dict[tuple[int, ...], list[torch.Tensor]]:
@@ -42,43 +43,44 @@ def _replicated(model: StageModel, grads: bool) -> list[torch.Tensor]:
     return [p.grad if grads else p.data for u in units for _, p, dim in model.unit_shards(u) if dim is None]
 
 
-def _all_reduce_views(views: list[torch.Tensor], group, op=dist.ReduceOp.SUM) -> list[torch.Tensor]:
+def _all_reduce_views(comm: Communicator, views: list[torch.Tensor], group: Group,
+                      op: ReduceOpName = "sum") -> list[torch.Tensor]:
     flat = torch.cat([v.reshape(-1) for v in views])
-    dist.all_reduce(flat, op=op, group=group)
+    comm.all_reduce(flat, group, op)
     return list(flat.split([v.numel() for v in views]))
 
 
-def sync_gradients(model: StageModel, groups: RankGroups) -> None:
+def sync_gradients(comm: Communicator, model: StageModel, groups: RankGroups) -> None:
     """Sum every gradient across pipelines (one call per step, after accumulation)."""
     if groups.layout.num_pipelines == 1:
         return
     views = _chunk_views(model, groups, grads=True)
     for key in groups.layout.dp_group_keys():
         if key in views:
-            for view, summed in zip(views[key], _all_reduce_views(views[key], groups.dp[key])):
+            for view, summed in zip(views[key], _all_reduce_views(comm, views[key], groups.dp[key])):
                 view.copy_(summed.view_as(view))
     if groups.tp is not None:
         replicated = _replicated(model, grads=True)
         flat = torch.cat([g.reshape(-1) for g in replicated])
-        dist.broadcast(flat, src=groups.stage.leader, group=groups.tp)
+        comm.broadcast(flat, groups.stage.leader, groups.tp)
         for grad, value in zip(replicated, flat.split([g.numel() for g in replicated])):
             grad.copy_(value.view_as(grad))
 
 
-def replicas_identical(model: StageModel, groups: RankGroups) -> bool:
+def replicas_identical(comm: Communicator, model: StageModel, groups: RankGroups) -> bool:
     """True iff every chunk this rank holds equals, bit for bit, the same chunk in every
     other pipeline, and its replicated parameters equal those of its TP group."""
     views, ok = _chunk_views(model, groups, grads=False), True
     for key in groups.layout.dp_group_keys():
         if key in views:
-            ok &= _same_everywhere(views[key], groups.dp[key])
+            ok &= _same_everywhere(comm, views[key], groups.dp[key])
     if groups.tp is not None:
-        ok &= _same_everywhere(_replicated(model, grads=False), groups.tp)
+        ok &= _same_everywhere(comm, _replicated(model, grads=False), groups.tp)
     return ok
 
 
-def _same_everywhere(views: list[torch.Tensor], group) -> bool:
+def _same_everywhere(comm: Communicator, views: list[torch.Tensor], group: Group) -> bool:
     local = torch.cat([v.reshape(-1) for v in views])
-    high = torch.cat(_all_reduce_views(views, group, dist.ReduceOp.MAX))
-    low = torch.cat(_all_reduce_views(views, group, dist.ReduceOp.MIN))
+    high = torch.cat(_all_reduce_views(comm, views, group, "max"))
+    low = torch.cat(_all_reduce_views(comm, views, group, "min"))
     return bool(torch.equal(high, local) and torch.equal(low, local))

@@ -1,23 +1,27 @@
-"""Pipeline schedules (1F1B, GPipe) and the stage-to-stage exchange.
+"""Running a schedule on one stage, and the stage-to-stage exchange.
+
+The order of a stage's forward and backward passes comes from the planner's schedule
+registry (`planner.schedules`: the schedule that was priced is the one that runs);
+`StepRunner.run` executes its actions.
 
 Only stage leaders talk across stages: the sender's leader posts a non-blocking send of the
 activation (or gradient), the receiver's leader waits for it — bounded by the timeout — and
 broadcasts it in its TP group. Sends are non-blocking so that the two sides of a link may
 order their sends and receives differently (1F1B's steady state does) without deadlock;
-they are awaited at the end of the step.
+they are awaited at the end of the step. Every exchange goes through the communicator.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 import torch
-import torch.distributed as dist
 
-from runtime.groups import RankGroups
-from runtime.stage import StageModel
+from planner.schedules import Pass, Schedule
+from runtime.comm import Communicator, PendingSend
+from runtime.layered.groups import RankGroups
+from runtime.layered.stage import StageModel
 
 FORWARD_TAG, BACKWARD_TAG = 0, 1
 
@@ -26,36 +30,31 @@ FORWARD_TAG, BACKWARD_TAG = 0, 1
 class StageLink:
     """The leader-to-leader exchange of one stage with its neighbours in the pipeline."""
 
+    comm: Communicator
     groups: RankGroups
     shape: tuple[int, ...]
-    timeout_s: float
-    device: torch.device
     prev_leader: int | None
     next_leader: int | None
-    pending: list = field(default_factory=list)
+    pending: list[PendingSend] = field(default_factory=list)
 
     @classmethod
-    def of(cls, groups: RankGroups, shape: tuple[int, ...], timeout_s: float,
-           device: torch.device) -> StageLink:
+    def of(cls, comm: Communicator, groups: RankGroups, shape: tuple[int, ...]) -> StageLink:
         pipeline = groups.layout.pipeline_stages(groups.stage.pipeline)
         k = groups.stage.stage
-        return cls(groups, shape, timeout_s, device, pipeline[k - 1].leader if k > 0 else None,
+        return cls(comm, groups, shape, pipeline[k - 1].leader if k > 0 else None,
                    pipeline[k + 1].leader if k + 1 < len(pipeline) else None)
 
     def _receive(self, src: int, tag: int) -> torch.Tensor:
-        buf = torch.empty(self.shape, device=self.device)
+        buf = torch.empty(self.shape, device=self.comm.device)
         if self.groups.is_leader:
-            work = dist.irecv(buf, src=src, tag=tag)
-            if not work.wait(timedelta(seconds=self.timeout_s)):
-                raise TimeoutError(f"no message from rank {src} within {self.timeout_s:g} s")
+            self.comm.recv(buf, src, tag)
         if self.groups.tp is not None:
-            dist.broadcast(buf, src=self.groups.stage.leader, group=self.groups.tp)
+            self.comm.broadcast(buf, self.groups.stage.leader, self.groups.tp)
         return buf
 
     def _send(self, tensor: torch.Tensor, dst: int, tag: int) -> None:
         if self.groups.is_leader:
-            payload = tensor.detach().contiguous()
-            self.pending.append((dist.isend(payload, dst=dst, tag=tag), payload))
+            self.pending.append(self.comm.send(tensor, dst, tag))
 
     def recv_forward(self) -> torch.Tensor:
         return self._receive(self.prev_leader, FORWARD_TAG).requires_grad_()
@@ -70,8 +69,8 @@ class StageLink:
         self._send(grad, self.prev_leader, BACKWARD_TAG)
 
     def finish(self) -> None:
-        for work, _ in self.pending:
-            work.wait(timedelta(seconds=self.timeout_s))
+        for send in self.pending:
+            send.wait()
         self.pending.clear()
 
 
@@ -116,22 +115,11 @@ class StepRunner:
         if not stage.first:
             self.link.send_backward(x.grad)
 
-    def run(self, schedule: str) -> None:
-        m = len(self.micro_batches)
-        if schedule == "gpipe":
-            order = [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
-        else:
-            order = one_f_one_b(m, len(self.link.groups.layout.pipeline_stages(self.model.stage.pipeline)),
-                                self.model.stage.stage)
-        for kind, i in order:
-            (self.forward if kind == "F" else self.backward)(i)
+    def run(self, schedule: Schedule) -> None:
+        """This stage's actions of `schedule` (planner.schedules), then await the sends."""
+        stage = self.model.stage
+        num_stages = len(self.link.groups.layout.pipeline_stages(stage.pipeline))
+        passes = {Pass.forward: self.forward, Pass.backward: self.backward}
+        for action in schedule.actions(num_stages, stage.stage, len(self.micro_batches)):
+            passes[action.pass_](action.micro_batch)
         self.link.finish()
-
-
-def one_f_one_b(micro_batches: int, num_stages: int, stage: int) -> list[tuple[str, int]]:
-    """1F1B order of one stage: warm-up forwards, alternating F/B, cool-down backwards."""
-    warmup = min(num_stages - stage - 1, micro_batches)
-    order = [("F", i) for i in range(warmup)]
-    for i in range(micro_batches - warmup):
-        order += [("F", warmup + i), ("B", i)]
-    return order + [("B", i) for i in range(micro_batches - warmup, micro_batches)]

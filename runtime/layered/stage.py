@@ -15,7 +15,8 @@ from torch.utils.checkpoint import checkpoint
 
 from planner.workload import ModelSpec
 from runtime.config import check_model_fits
-from runtime.layout import StageRanks
+from runtime.comm import Communicator, Group
+from runtime.layered.layout import StageRanks
 from runtime.model import (apply_rope, causal_attention, init_param, mlp_activation, rms_norm,
                            rope_tables, shard, unit_params)
 from runtime.tp import (copy_to_tp, reduce_from_tp, vocab_parallel_cross_entropy,
@@ -23,11 +24,15 @@ from runtime.tp import (copy_to_tp, reduce_from_tp, vocab_parallel_cross_entropy
 
 
 class StageModel(nn.Module):
-    def __init__(self, spec: ModelSpec, stage: StageRanks, tp_rank: int, tp_group, seq_len: int,
-                 seed: int, recompute: bool = False):
+    """`tp_group` None: TP size 1, no communicator needed; otherwise every TP collective goes
+    through `comm` on `tp_group`."""
+
+    def __init__(self, spec: ModelSpec, stage: StageRanks, tp_rank: int, tp_group: Group | None,
+                 seq_len: int, seed: int, recompute: bool = False, comm: Communicator | None = None):
         super().__init__()
         check_model_fits(spec, [stage.tp])
         self.spec, self.stage, self.tp_group, self.recompute = spec, stage, tp_group, recompute
+        self.comm = comm
         self.tp_size, self.tp_rank = stage.tp, tp_rank
         self.params = nn.ParameterDict()
         self.shard_dims: dict[str, int | None] = {}
@@ -51,19 +56,19 @@ class StageModel(nn.Module):
     def _attention(self, i: int, x: torch.Tensor) -> torch.Tensor:
         p, spec, t = (lambda n: self.p(f"layers.{i}.{n}")), self.spec, self.tp_size
         b, s, _ = x.shape
-        h = copy_to_tp(rms_norm(x, p("attn_norm.weight")), self.tp_group)
+        h = copy_to_tp(rms_norm(x, p("attn_norm.weight")), self.comm, self.tp_group)
         q = F.linear(h, p("attn.q.weight")).view(b, s, spec.heads // t, spec.head_dim)
         k = F.linear(h, p("attn.k.weight")).view(b, s, spec.num_kv_heads // t, spec.head_dim)
         v = F.linear(h, p("attn.v.weight")).view(b, s, spec.num_kv_heads // t, spec.head_dim)
         q, k = apply_rope(q, self.cos, self.sin), apply_rope(k, self.cos, self.sin)
-        return reduce_from_tp(F.linear(causal_attention(q, k, v), p("attn.o.weight")), self.tp_group)
+        return reduce_from_tp(F.linear(causal_attention(q, k, v), p("attn.o.weight")), self.comm, self.tp_group)
 
     def _mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
         p = lambda n: self.p(f"layers.{i}.{n}")  # noqa: E731
-        h = copy_to_tp(rms_norm(x, p("mlp_norm.weight")), self.tp_group)
+        h = copy_to_tp(rms_norm(x, p("mlp_norm.weight")), self.comm, self.tp_group)
         gate = F.linear(h, p("mlp.gate.weight")) if self.spec.gated else None
         hidden = mlp_activation(gate, F.linear(h, p("mlp.up.weight")))
-        return reduce_from_tp(F.linear(hidden, p("mlp.down.weight")), self.tp_group)
+        return reduce_from_tp(F.linear(hidden, p("mlp.down.weight")), self.comm, self.tp_group)
 
     def _layer(self, i: int, x: torch.Tensor) -> torch.Tensor:
         x = x + self._attention(i, x)
@@ -72,7 +77,7 @@ class StageModel(nn.Module):
     def forward(self, inputs: torch.Tensor, labels: torch.Tensor | None, loss_scale: float) -> torch.Tensor:
         """First stage: inputs are token ids; others: the previous stage's hidden states.
         Last stage returns Σ token losses · loss_scale; others return hidden states."""
-        x = (vocab_parallel_embedding(inputs, self.p("embed.weight"), self.vocab_start, self.tp_group)
+        x = (vocab_parallel_embedding(inputs, self.p("embed.weight"), self.vocab_start, self.comm, self.tp_group)
              if self.stage.first else inputs)
         for i in range(self.stage.layer_start, self.stage.layer_end):
             # Recompute: keep only each layer's input, rebuild its activations in backward
@@ -80,7 +85,7 @@ class StageModel(nn.Module):
             x = checkpoint(self._layer, i, x, use_reentrant=False) if self.recompute else self._layer(i, x)
         if not self.stage.last:
             return x
-        h = copy_to_tp(rms_norm(x, self.p("norm.weight")), self.tp_group)
+        h = copy_to_tp(rms_norm(x, self.p("norm.weight")), self.comm, self.tp_group)
         logits = F.linear(h, self.p("head.weight"))
-        losses = vocab_parallel_cross_entropy(logits, labels, self.vocab_start, self.tp_group)
+        losses = vocab_parallel_cross_entropy(logits, labels, self.vocab_start, self.comm, self.tp_group)
         return losses.sum() * loss_scale

@@ -1,0 +1,47 @@
+"""Test-only failure injection: make one rank die, or stop answering, in the middle of a step.
+
+Not a run setting (`RunConfig` holds only what users set): the tests pass a
+`FailureInjection` to `launch_local`, which hands it to that one child process in the
+environment variable `HEXISCALE_INJECT_FAILURE`; the worker reads it with `from_env`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import Field
+
+from planner.base import Frozen
+
+ENV_VAR = "HEXISCALE_INJECT_FAILURE"
+
+
+class FailureInjection(Frozen):
+    rank: int = Field(ge=0, description="the rank that fails")
+    step: int = Field(default=0, ge=0, description="the step (0-based) it fails in")
+    mode: Literal["kill", "hang"] = Field(default="kill", description="die (SIGKILL), or stop answering")
+
+    def env(self) -> dict[str, str]:
+        """The environment entry that carries this injection to its rank's process."""
+        return {ENV_VAR: self.model_dump_json()}
+
+    @classmethod
+    def from_env(cls) -> FailureInjection | None:
+        text = os.environ.get(ENV_VAR)
+        return cls.model_validate_json(text) if text else None
+
+    def strikes(self, rank: int, step: int) -> bool:
+        return rank == self.rank and step == self.step
+
+    def strike(self, first: Callable[[], None]) -> None:
+        """Run `first` (e.g. one forward, so peers are mid-step), then die without a goodbye
+        or stop answering for good."""
+        first()
+        if self.mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        while True:
+            time.sleep(60)

@@ -1,0 +1,17 @@
+"""The runtime of layered plans (DESIGN.md §2, §6): pipelines of tensor-parallel stages.
+
+Modules from the bottom up: `layout` (plan → ranks and groups, pure) → `job` (the job of a
+plan for a problem; no torch) → `groups` (creates this rank's process groups through the
+communicator) → `stage` (one TP-sharded stage of the model) → `schedule` (runs a schedule's
+actions; leader-to-leader exchange) → `grad_sync` (asymmetric finest-shard DP sync) →
+`worker` (trains one rank; imports torch). `KIND` registers it in `runtime.kinds`.
+"""
+
+from runtime.layered.job import make_layered_job, rank_devices, tiny_model
+from runtime.layered.layout import LayoutError, RankLayout, rank_layout
+from runtime.runtime_kind import RuntimeKind
+
+KIND = RuntimeKind(name="layered", make_job=make_layered_job, devices=rank_devices,
+                   worker="runtime.layered.worker")
+
+__all__ = ["KIND", "LayoutError", "RankLayout", "make_layered_job", "rank_devices", "rank_layout", "tiny_model"]

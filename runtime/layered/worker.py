@@ -1,0 +1,160 @@
+"""Training one rank of a layered plan: the per-rank entry points that `runtime.worker`
+calls (see `runtime.runtime_kind`). Every exchange with other ranks goes through the
+communicator passed in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from planner.schedules import get_schedule
+from runtime.comm import Communicator, RankPlace
+from runtime.config import Job, RunConfig, check_model_fits
+from runtime.data import BatchLoader, make_source
+from runtime.errors import ConfigError
+from runtime.failure import FailureInjection
+from runtime.layered.grad_sync import replicas_identical, sync_gradients
+from runtime.layered.groups import RankGroups, create_groups
+from runtime.layered.layout import RankLayout, rank_layout
+from runtime.layered.schedule import StageLink, StepRunner
+from runtime.layered.stage import StageModel
+
+
+def check_job(job: Job, world_size: int) -> None:
+    layout, config = rank_layout(job.plan), job.config
+    if world_size != layout.world_size:
+        raise ConfigError(f"the plan uses {layout.world_size} devices (one process each) but the "
+                          f"world has {world_size} processes")
+    try:
+        check_model_fits(config.model, [s.tp for s in layout.stages])
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def plan_rank(job: Job, machine: int | None) -> int:
+    """RANK from the local launcher; under torchrun, the LOCAL_RANK-th used device of machine I."""
+    if machine is None:
+        return int(os.environ["RANK"])
+    layout, local = rank_layout(job.plan), int(os.environ["LOCAL_RANK"])
+    devices = sorted(d for d in job.plan.devices if d in set(job.cluster.devices_of(machine)))
+    return next(s.ranks[s.devices.index(devices[local])] for s in layout.stages if devices[local] in s.devices)
+
+
+def describe_rank(job: Job, rank: int) -> str:
+    stage = rank_layout(job.plan).stage_of(rank)
+    return f"rank {rank} (pipeline {stage.pipeline}, stage {stage.stage})"
+
+
+def rank_places(job: Job) -> tuple[RankPlace, ...]:
+    """Device, machine and vendor of every rank (vendor `other` without a cluster)."""
+    layout, cluster = rank_layout(job.plan), job.cluster
+    devices = [layout.device_of(rank) for rank in range(layout.world_size)]
+    if cluster is None:
+        return tuple(RankPlace(device=d) for d in devices)
+    machines = [int(cluster.machine_of_device[d]) for d in devices]
+    return tuple(RankPlace(device=d, machine=m, vendor=cluster.gpu_of(m).vendor)
+                 for d, m in zip(devices, machines))
+
+
+def micro_batches(job: Job, pipeline: int, step: int, loader: BatchLoader, device) -> list:
+    """(inputs, labels) of each micro-batch of this pipeline's slice of the global batch."""
+    offset = sum(p.batch for p in job.plan.pipelines[:pipeline])
+    b = job.config.micro_batch
+    batches = []
+    for start in range(offset, offset + job.plan.pipelines[pipeline].batch, b):
+        inputs, labels = loader.batch(step, start, b)
+        batches.append((inputs.to(device), labels.to(device)))
+    return batches
+
+
+def step_metrics(comm: Communicator, runner: StepRunner, groups: RankGroups) -> torch.Tensor:
+    """[global loss, then forward and backward seconds of every stage], summed over ranks:
+    each stage's leader contributes its own times; last-stage leaders their loss share."""
+    layout, stage = groups.layout, groups.stage
+    metrics = torch.zeros(1 + 2 * len(layout.stages), dtype=torch.float64)
+    if groups.is_leader:
+        index = layout.stages.index(stage)
+        metrics[1 + 2 * index] = runner.times.forward_s
+        metrics[2 + 2 * index] = runner.times.backward_s
+        if stage.last:
+            metrics[0] = runner.loss_sum
+    return comm.all_reduce(metrics.to(comm.device), comm.world).cpu()
+
+
+def build_stage(job: Job, comm: Communicator, groups: RankGroups) -> StageModel:
+    config = job.config
+    return StageModel(config.model, groups.stage, groups.tp_rank, groups.tp, config.seq_len, config.seed,
+                      config.recompute, comm=comm).to(comm.device)
+
+
+def train(job: Job, comm: Communicator) -> None:
+    config, layout, rank = job.config, rank_layout(job.plan), comm.rank
+    groups = create_groups(layout, comm)
+    model = build_stage(job, comm, groups)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
+                                  foreach=False)
+    loader = BatchLoader(make_source(config.data, config.model.vocab, config.seed), config.seq_len)
+    global_batch = sum(p.batch for p in job.plan.pipelines)
+    shape = (config.micro_batch, config.seq_len, config.model.hidden)
+    schedule, failure, history = get_schedule(config.schedule), FailureInjection.from_env(), []
+    for step in range(config.steps):
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        runner = StepRunner(model, StageLink.of(comm, groups, shape),
+                            micro_batches(job, groups.stage.pipeline, step, loader, comm.device),
+                            1.0 / (global_batch * config.seq_len))
+        if failure and failure.strikes(rank, step):
+            failure.strike(first=lambda: runner.forward(0))
+        runner.run(schedule)
+        sync_gradients(comm, model, groups)
+        optimizer.step()
+        metrics = step_metrics(comm, runner, groups)
+        history.append(report_step(step, config, layout, metrics, time.perf_counter() - start,
+                                   global_batch, rank))
+    finish(job, comm, model, groups, history)
+
+
+def report_step(step: int, config: RunConfig, layout: RankLayout, metrics: torch.Tensor,
+                wall_s: float, global_batch: int, rank: int) -> dict:
+    tokens_s = global_batch * config.seq_len / wall_s
+    times = metrics[1:].view(-1, 2).tolist()
+    record = {"step": step + 1, "loss": float(metrics[0]), "tokens_per_s": tokens_s, "wall_s": wall_s,
+              "stages": [{"pipeline": s.pipeline, "stage": s.stage, "forward_s": f, "backward_s": b}
+                         for s, (f, b) in zip(layout.stages, times)]}
+    if rank == 0:
+        per_stage = "  ".join(f"p{s.pipeline}s{s.stage} F {f * 1e3:.0f}ms B {b * 1e3:.0f}ms"
+                              for s, (f, b) in zip(layout.stages, times))
+        print(f"step {step + 1}/{config.steps}  loss {record['loss']:.5f}  tokens/s {tokens_s:,.0f}  "
+              f"| {per_stage}", flush=True)
+    return record
+
+
+def check_replicas(comm: Communicator, model: StageModel, groups: RankGroups) -> bool:
+    """True on every rank iff every rank's replicas are identical (`replicas_identical`)."""
+    ok = torch.tensor([1 if replicas_identical(comm, model, groups) else 0], device=comm.device)
+    return bool(comm.all_reduce(ok, comm.world, "min").item())
+
+
+def dump_params(path: Path, model: StageModel, groups: RankGroups, num_layers: int) -> None:
+    shards = {name: (param.detach().cpu(), dim)
+              for unit in groups.stage.units(num_layers) for name, param, dim in model.unit_shards(unit)}
+    torch.save({"pipeline": groups.stage.pipeline, "tp_rank": groups.tp_rank, "tp": groups.tp_size,
+                "params": shards}, path)
+
+
+def finish(job: Job, comm: Communicator, model: StageModel, groups: RankGroups, history: list[dict]) -> None:
+    """Replica check, parameter dump and metrics file (the worker then leaves the group)."""
+    config, rank = job.config, comm.rank
+    replicas_ok = check_replicas(comm, model, groups) if config.check_replicas else None
+    out = Path(config.out_dir) if config.out_dir else None
+    if out and config.dump_params:
+        dump_params(out / f"rank{rank}.pt", model, groups, config.model.layers)
+    if rank == 0 and out:
+        (out / "metrics.json").write_text(json.dumps({"steps": history, "replicas_identical": replicas_ok}))
+    if rank == 0 and replicas_ok is not None:
+        print(f"replicas identical across pipelines and TP groups: {replicas_ok}", flush=True)
