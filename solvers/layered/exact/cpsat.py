@@ -5,19 +5,24 @@ literals instead of big-M, element constraints for table look-ups (pipeline traf
 memory), exact integer products for the 1F1B term and min/max equalities, so that every
 intermediate variable equals its DESIGN.md value. Times are integers in a unit chosen so
 that rounding every coefficient down keeps the model's T within a reported bound below the
-true T (docs/formulation.md §2.1, "time units"). Labels [C1]…[C12] cite the constraint families.
+true T (docs/formulation.md §2.1, "time units"). Labels [C1]…[C15] cite the constraint families.
+
+`build_model(sub, scale)` returns the model and its variables, grouped by family in frozen
+dataclasses (as OR-Tools' minimal_jobshop_sat.py groups a task's variables).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
 from solvers.layered.exact.driver import SubProblem, SubResult, solve_exact, solver_time
+from solvers.layered.exact.spec import in_flight_rule, read_specs
 from solvers.layered.exact.tables import PipelineSpec
 
 FINEST_ROUNDING = 1e-8  # rounding error of T relative to the trivial lower bound, at best
@@ -25,333 +30,486 @@ FINEST_ROUNDING = 1e-8  # rounding error of T relative to the trivial lower boun
 # (fine at 2^30) and searches slowly on huge domains: the unit is coarsened until T's domain,
 # [0, incumbent] when there is one, is below 2^26
 LARGEST_T_UNITS = 2**26
+DP_KINDS = ("layer", "emb", "head")  # the layer and the pseudo-layers of §3.4
 
 
-class CpSatModel:
-    """The model for one number of pipelines D."""
+# -- time units: every coefficient and every domain top, computed once per model ------------
+@dataclass(frozen=True)
+class TimeScale:
+    """The integer time unit (seconds per unit) and the cost tables and domain tops in it."""
 
-    def __init__(self, sub: SubProblem):
-        self.sub, self.tb, self.d = sub, sub.tables, sub.pipelines
-        tb = self.tb
-        self.P, self.L, self.C = range(self.d), range(tb.layers), range(len(tb.types))
-        self.nk = tb.num_machines
-        self.error_units = self._error_units()
-        self.unit = FINEST_ROUNDING * tb.trivial_bound / self.error_units
-        self._upper_bounds()
-        top = self.t_top if sub.cutoff is None else min(self.t_top, sub.cutoff / self.unit + 1)
-        if top > LARGEST_T_UNITS:
-            self.unit *= top / LARGEST_T_UNITS
-            self._upper_bounds()
-        if sub.cutoff is not None:  # every part of T is at most T ≤ cutoff: tighter domains
-            clip = math.ceil(sub.cutoff / self.unit) + 1
-            self.r_top, self.bubble_top = min(self.r_top, clip), min(self.bubble_top, clip)
-            self.steady_top, self.dp_top = min(self.steady_top, clip), min(self.dp_top, clip)
-            self.t_top = min(self.t_top, clip)
-        self.m = cp_model.CpModel()
-
-    def _error_units(self) -> int:
-        """How many floored coefficients one plan's T adds up (each loses < 1 unit)."""
-        tb, big_l = self.tb, self.tb.layers
-        steady = (tb.total_micro - self.d) * (big_l + 1)
-        return (big_l + 1) + 2 * (self.sub.max_stages - 1) + steady + 2 * (big_l + 2)
+    unit: float
+    error_units: int  # floored coefficients one plan's T adds up (each loses < 1 unit)
+    tau_layer: tuple[int, ...]  # [c]
+    tau_head: tuple[int, ...]  # [c]
+    link: tuple[int, ...]  # [M·K + M']: T_pp's link part
+    bcast: tuple[int, ...]  # [c']: T_pp's broadcast part
+    dp_bw: dict[str, tuple[int, ...]]  # kind → [(M1·K + M2)·|T| + index of t_min]
+    dp_lat: tuple[int, ...]  # [M1·K + M2]
+    r_top: int  # any τ_σ or T_pp
+    bubble_top: int
+    steady_top: int
+    dp_top: int
+    t_top: int
 
     def units(self, seconds: float) -> int:
         return int(math.floor(seconds / self.unit))
 
-    def build(self) -> None:
-        self._upper_bounds()
-        self._layout()
-        self._batches()
-        self._memory()
-        self._pipe_times()
-        self._dp_sync()
-        pipe_max = self.m.NewIntVar(0, self.t_top, "pipe_max")
-        self.m.AddMaxEquality(pipe_max, [self.pipe[p] for p in self.P])  # [C12]
-        self.T = self.m.NewIntVar(0, self.t_top, "T")
-        self.m.Add(self.T == pipe_max + self.t_dp)
+
+def time_scale(sub: SubProblem) -> TimeScale:
+    """The finest unit that keeps T's domain (up to the cutoff) below LARGEST_T_UNITS."""
+    error = _error_units(sub)
+    unit = FINEST_ROUNDING * sub.tables.trivial_bound / error
+    top = _scaled(sub, unit, error).t_top
+    if sub.cutoff is not None:
+        top = min(top, sub.cutoff / unit + 1)
+    if top > LARGEST_T_UNITS:
+        unit *= top / LARGEST_T_UNITS
+    return _scaled(sub, unit, error)
+
+
+def _error_units(sub: SubProblem) -> int:
+    tb, big_l = sub.tables, sub.tables.layers
+    steady = (tb.total_micro - sub.pipelines) * (big_l + 1)
+    return (big_l + 1) + 2 * (sub.max_stages - 1) + steady + 2 * (big_l + 2)
+
+
+def _scaled(sub: SubProblem, unit: float, error: int) -> TimeScale:
+    tb, d, big_l, nk = sub.tables, sub.pipelines, sub.tables.layers, sub.tables.num_machines
+
+    def units(seconds: float) -> int:
+        return int(math.floor(seconds / unit))
+
+    pairs = [(a, b) for a in range(nk) for b in range(nk)]
+    t1, th = tuple(map(units, tb.tau_layer)), tuple(map(units, tb.tau_head))
+    link = tuple(units(tb.pp_link[a, b]) for a, b in pairs)
+    bcast = tuple(map(units, tb.pp_bcast))
+    dp_bw = {kind: tuple(units(tb.dp_bw_part(d, tb.pseudo_params[kind], t, a, b)) if d > 1 else 0
+                         for a, b in pairs for t in tb.tp_values) for kind in DP_KINDS}
+    dp_lat = tuple(units(tb.dp_lat_part(d, a, b)) if d > 1 else 0 for a, b in pairs)
+    tau_top = max(big_l * a + b for a, b in zip(t1, th))
+    pp_top = max(link) + max(bcast)
+    r_top = max(tau_top, pp_top)
+    bubble_top, steady_top = tau_top + (big_l - 1) * pp_top, (tb.total_micro - d) * r_top
+    dp_top = (big_l + 2) * (max(max(t) for t in dp_bw.values()) + max(dp_lat))
+    return TimeScale(unit=unit, error_units=error, tau_layer=t1, tau_head=th, link=link, bcast=bcast,
+                     dp_bw=dp_bw, dp_lat=dp_lat, r_top=r_top, bubble_top=bubble_top,
+                     steady_top=steady_top, dp_top=dp_top, t_top=bubble_top + steady_top + dp_top)
+
+
+# -- the variables, one frozen group per family ---------------------------------------------
+@dataclass(frozen=True)
+class LayoutVars:
+    """[C1]–[C5]: which stage type holds each layer, where stages start, devices used."""
+
+    z: dict  # (p, ℓ, c) → bool: type c holds layer ℓ of pipeline p [C1]
+    beta: dict  # (p, ℓ ≥ 1) → bool: a stage starts at ℓ [C2]
+    start: dict  # (p, ℓ, c) → bool: a stage of type c starts at ℓ [C3]
+    type_index: dict  # (p, ℓ) → ci: the index of ℓ's stage type [C1]
+    machine_index: dict  # (p, ℓ) → mi: the machine of ℓ's stage [C1]
+    tp_index: dict  # (p, ℓ) → ti: the index of ℓ's TP size in tp_values [C1]
+    device_use: dict  # (p, M) → a[p, M]: devices of machine M in pipeline p [C4]
+
+
+@dataclass(frozen=True)
+class MemoryVars:
+    """[C7]: each layer's position in its stage and the memory cap of its stage."""
+
+    position: dict  # (p, ℓ) → cnt: layers of ℓ's stage up to ℓ
+    first: dict  # (p, ℓ) → f: ℓ's stage holds layer 0
+    stages_left: dict  # (p, ℓ) → r = S − k of ℓ's stage
+    last: dict  # (p, ℓ) → r = 1
+    in_flight: dict  # (p, ℓ) → q (§3.5: 1F1B min(r, m_p), GPipe m_p)
+    cap: dict  # (p, ℓ) → n_max[ci, f, last, q]
+
+
+@dataclass(frozen=True)
+class TimeVars:
+    """[C8]–[C10]: stage times, pipeline traffic, the 1F1B steady state, T_pipe."""
+
+    running: dict  # (p, ℓ) → τ of ℓ's stage up to ℓ [C8]; (p, "head") with the head
+    traffic: dict  # (p, ℓ ≥ 1) → T_pp into the stage starting at ℓ, else 0 [C9]
+    slowest: dict  # p → R_p = max_k max(τ_k, T_pp,k) [C10]
+    steady: dict  # p → (m_p − 1)·R_p [C10]
+    pipe: dict  # p → T_pipe(p) [C12]
+    bubble: dict  # p → Σ τ + Σ T_pp (an expression) [C12]
+
+
+@dataclass(frozen=True)
+class SyncVars:
+    """[C11]: τ_dp(ℓ) = F(ℓ) + G(ℓ) and T_dp (all empty but t_dp when D = 1)."""
+
+    t_dp: cp_model.IntVar
+    t_min: dict  # ℓ → index of the smallest TP size among ℓ's holders
+    bandwidth: dict  # (kind, ℓ) → F: bandwidth part of τ_dp
+    latency: dict  # ℓ → G: latency part of τ_dp
+    running: dict  # (p, ℓ) → Σ τ_dp over ℓ's stage up to ℓ; (p, "head") with the head
+
+
+@dataclass(frozen=True)
+class CpSatVars:
+    layout: LayoutVars
+    micro: dict  # p → m_p [C6]
+    memory: MemoryVars
+    times: TimeVars
+    sync: SyncVars
+    pipe_max: cp_model.IntVar  # max_p T_pipe(p) [C12]
+    T: cp_model.IntVar  # the objective [C12]
+    floors: dict  # p → pipe_floor[m_p, a_p] [C14]
+    stage_of: dict  # (p, ℓ) → the stage holding ℓ, when a stage order is fixed [C15]
+
+
+def build_model(sub: SubProblem, scale: TimeScale) -> tuple[cp_model.CpModel, CpSatVars]:
+    """The CP-SAT model of docs/formulation.md §2.1 for one D, and its variables."""
+    b = _Builder(sub, scale)
+    layout = b.layout()
+    micro = b.batches()
+    memory = b.memory(layout, micro)
+    times = b.pipe_times(layout, micro)
+    sync = b.dp_sync(layout)
+    pipe_max, total = b.objective(times, sync, micro)
+    floors = b.floor_cuts(total, layout, micro)
+    stage_of = b.structure(layout, micro)
+    b.model.minimize(total)
+    return b.model, CpSatVars(layout=layout, micro=micro, memory=memory, times=times, sync=sync,
+                              pipe_max=pipe_max, T=total, floors=floors, stage_of=stage_of)
+
+
+class _Builder:
+    """Adds one family of variables and constraints at a time to one model (one D)."""
+
+    def __init__(self, sub: SubProblem, scale: TimeScale):
+        self.sub, self.tb, self.d, self.scale = sub, sub.tables, sub.pipelines, scale
+        self.P, self.L, self.C = range(self.d), range(self.tb.layers), range(len(self.tb.types))
+        self.nk = self.tb.num_machines
+        self.model = cp_model.CpModel()
+
+    def int_var(self, expr, top: int, name: str) -> cp_model.IntVar:
+        """A variable in [0, top] equal to a linear expression."""
+        v = self.model.new_int_var(0, top, name)
+        self.model.add(v == expr)
+        return v
+
+    # -- [C1]–[C5] layout ------------------------------------------------------------------
+    def layout(self) -> LayoutVars:
+        model, tb = self.model, self.tb
+        z, beta, ci, mi, ti = {}, {}, {}, {}, {}
+        for p in self.P:
+            for l in self.L:
+                self._layer_type(p, l, z, (ci, mi, ti))
+                if l:
+                    beta[p, l] = model.new_bool_var(f"b_{p}_{l}")
+                    model.add(ci[p, l] == ci[p, l - 1]).only_enforce_if(~beta[p, l])  # [C2]
+            model.add(sum(beta[p, l] for l in range(1, tb.layers)) <= self.sub.max_stages - 1)  # [C5]
+        start = self._starts(z, beta)
+        return LayoutVars(z=z, beta=beta, start=start, type_index=ci, machine_index=mi, tp_index=ti,
+                          device_use=self._device_use(start))
+
+    def _layer_type(self, p: int, l: int, z: dict, indices: tuple[dict, dict, dict]) -> None:
+        """[C1] exactly one type per layer; its type, machine and TP-size indices."""
+        tb, (ci, mi, ti) = self.tb, indices
+        tp_index = {t: i for i, t in enumerate(tb.tp_values)}
+        zs = [self.model.new_bool_var(f"z_{p}_{l}_{c}") for c in self.C]
+        self.model.add_exactly_one(zs)
+        for c in self.C:
+            z[p, l, c] = zs[c]
+        ci[p, l] = self.int_var(sum(c * zs[c] for c in self.C), len(tb.types) - 1, f"ci_{p}_{l}")
+        mi[p, l] = self.int_var(sum(tb.types[c].machine * zs[c] for c in self.C), self.nk - 1, f"mi_{p}_{l}")
+        ti[p, l] = self.int_var(sum(tp_index[tb.types[c].tp] * zs[c] for c in self.C),
+                                len(tp_index) - 1, f"ti_{p}_{l}")
+
+    def _starts(self, z: dict, beta: dict) -> dict:
+        """[C3] start[p, ℓ, c] ≥ z ∧ β (a stage of type c starts at ℓ); start[p, 0, c] = z."""
+        start = {}
+        for (p, l, c), zv in z.items():
+            if l == 0:
+                start[p, l, c] = zv
+                continue
+            start[p, l, c] = self.model.new_bool_var(f"s_{p}_{l}_{c}")
+            self.model.add_bool_or([~zv, ~beta[p, l], start[p, l, c]])
+        return start
+
+    def _device_use(self, start: dict) -> dict:
+        """a[p, M] = Σ t·start over M's types; [C4] Σ_p a[p, M] ≤ count_M."""
+        tb, machines = self.tb, self.tb.cluster.machines
+        use = {(p, k): [] for p in self.P for k in range(self.nk)}
+        for (p, l, c), s in start.items():
+            use[p, tb.types[c].machine].append(tb.types[c].tp * s)
+        device_use = {(p, k): self.int_var(sum(terms), machines[k].count, f"a_{p}_{k}")
+                      for (p, k), terms in use.items()}
+        for k in range(self.nk):
+            self.model.add(sum(device_use[p, k] for p in self.P) <= machines[k].count)
+        return device_use
+
+    # -- [C6] micro-batches, ordered pipelines [R2] ----------------------------------------
+    def batches(self) -> dict:
+        total = self.tb.total_micro
+        micro = {p: self.model.new_int_var(1, total - self.d + 1, f"m_{p}") for p in self.P}
+        self.model.add(sum(micro.values()) == total)
+        for p in range(self.d - 1):
+            self.model.add(micro[p] >= micro[p + 1])
+        return micro
+
+    # -- [C7] memory: n ≤ n_max[c, first, last, q] -----------------------------------------
+    def memory(self, layout: LayoutVars, micro: dict) -> MemoryVars:
+        tb, q_top = self.tb, self.tb.q_top
+        flat = [int(tb.n_max[c, f, last, q]) for c in self.C for f in (0, 1) for last in (0, 1)
+                for q in range(q_top + 1)]
+        mem = MemoryVars(position={}, first={}, stages_left={}, last={}, in_flight={}, cap={})
+        for p in self.P:
+            for l in self.L:
+                self._position(p, l, layout.beta, mem)
+                self._stage_rank(p, l, layout.beta, mem)
+                q = mem.in_flight[p, l] = self._in_flight(mem.stages_left[p, l], micro[p], f"q_{p}_{l}")
+                idx = self.int_var(((layout.type_index[p, l] * 2 + mem.first[p, l]) * 2 + mem.last[p, l])
+                                   * (q_top + 1) + q, len(flat) - 1, f"memx_{p}_{l}")
+                cap = mem.cap[p, l] = self.model.new_int_var(0, tb.layers, f"nmax_{p}_{l}")
+                self.model.add_element(idx, flat, cap)
+                self.model.add(mem.position[p, l] <= cap)
+        return mem
+
+    def _position(self, p: int, l: int, beta: dict, mem: MemoryVars) -> None:
+        """cnt (layers of the stage up to ℓ) and f (the stage holds layer 0), by enforced
+        equalities."""
+        model = self.model
+        cnt = mem.position[p, l] = model.new_int_var(1, self.tb.layers, f"cnt_{p}_{l}")
+        f = mem.first[p, l] = model.new_bool_var(f"f_{p}_{l}")
+        if l == 0:
+            model.add(cnt == 1)
+            model.add(f == 1)
+            return
+        new = beta[p, l]
+        model.add(cnt == mem.position[p, l - 1] + 1).only_enforce_if(~new)
+        model.add(cnt == 1).only_enforce_if(new)
+        model.add(f == mem.first[p, l - 1]).only_enforce_if(~new)
+        model.add(f == 0).only_enforce_if(new)
+
+    def _stage_rank(self, p: int, l: int, beta: dict, mem: MemoryVars) -> None:
+        """r = 1 + Σ_{ℓ' > ℓ} β (= S − k of ℓ's stage) and last ⇔ r = 1."""
+        r = mem.stages_left[p, l] = self.int_var(1 + sum(beta[p, k] for k in range(l + 1, self.tb.layers)),
+                                                 self.sub.max_stages, f"r_{p}_{l}")
+        last = mem.last[p, l] = self.model.new_bool_var(f"last_{p}_{l}")
+        self.model.add(r == 1).only_enforce_if(last)
+        self.model.add(r >= 2).only_enforce_if(~last)
+
+    def _in_flight(self, stages_left, micro, name: str) -> cp_model.IntVar:
+        """q of §3.5 under the training's schedule: 1F1B min(r, m_p), GPipe m_p."""
+        q = self.model.new_int_var(1, self.tb.q_top, name)
+        if in_flight_rule(self.tb.training) == "stages":
+            self.model.add_min_equality(q, [stages_left, micro])
+        else:
+            self.model.add(q == micro)
+        return q
+
+    # -- [C8]–[C10] stage times, pipeline traffic, 1F1B --------------------------------------
+    def pipe_times(self, layout: LayoutVars, micro: dict) -> TimeVars:
+        sc, big_l = self.scale, self.tb.layers
+        times = TimeVars(running={}, traffic={}, slowest={}, steady={}, pipe={}, bubble={})
+        for p in self.P:
+            work = [sum(sc.tau_layer[c] * layout.z[p, l, c] for c in self.C) for l in self.L]
+            head = sum(sc.tau_head[c] * layout.z[p, big_l - 1, c] for c in self.C)
+            parts = self._stage_times(p, layout.beta, work, head, times)
+            pps = self._traffic(p, layout, times)
+            slowest = times.slowest[p] = self.model.new_int_var(0, sc.r_top, f"R_{p}")
+            self.model.add_max_equality(slowest, parts + pps)
+            self._machine_balance(p, layout.z, slowest)
+            m1 = self.model.new_int_var(0, self.tb.total_micro - self.d, f"m1_{p}")
+            self.model.add(m1 == micro[p] - 1)
+            steady = times.steady[p] = self.model.new_int_var(0, sc.steady_top, f"steady_{p}")
+            self.model.add_multiplication_equality(steady, [m1, slowest])  # [C10] (m_p − 1)·R_p
+            times.bubble[p] = sum(work) + head + sum(pps)
+            times.pipe[p] = self.int_var(times.bubble[p] + steady, sc.bubble_top + sc.steady_top, f"pipe_{p}")
+        return times
+
+    def _stage_times(self, p: int, beta: dict, work: list, head, times: TimeVars) -> list:
+        """[C8] τ accumulates inside a stage (acc at a stage's last layer is its τ; the last
+        layer adds the head)."""
+        model, top = self.model, self.scale.r_top
+        parts = []
+        for l in self.L:
+            acc = times.running[p, l] = model.new_int_var(0, top, f"acc_{p}_{l}")
+            if l == 0:
+                model.add(acc == work[0])
+            else:
+                model.add(acc == times.running[p, l - 1] + work[l]).only_enforce_if(~beta[p, l])
+                model.add(acc == work[l]).only_enforce_if(beta[p, l])
+            parts.append(acc)
+        parts[-1] = times.running[p, "head"] = self.int_var(parts[-1] + head, top, f"acch_{p}")
+        return parts
+
+    def _traffic(self, p: int, layout: LayoutVars, times: TimeVars) -> list:
+        """[C9] T_pp = link(M, M') + broadcast(c') at a stage boundary, else 0."""
+        model, sc, nk, mi = self.model, self.scale, self.nk, layout.machine_index
+        pps = []
+        for l in range(1, self.tb.layers):
+            pair = self.int_var(mi[p, l - 1] * nk + mi[p, l], nk ** 2 - 1, f"pr_{p}_{l}")
+            link = model.new_int_var(0, max(sc.link), f"lk_{p}_{l}")
+            model.add_element(pair, sc.link, link)
+            bc = model.new_int_var(0, max(sc.bcast), f"bc_{p}_{l}")
+            model.add_element(layout.type_index[p, l], sc.bcast, bc)
+            pp = times.traffic[p, l] = model.new_int_var(0, sc.r_top, f"pp_{p}_{l}")
+            model.add(pp == link + bc).only_enforce_if(layout.beta[p, l])
+            model.add(pp == 0).only_enforce_if(~layout.beta[p, l])
+            pps.append(pp)
+        return pps
+
+    def _machine_balance(self, p: int, z: dict, slowest) -> None:
+        """[C8'] Σ_σ on M t_σ·τ_σ ≤ count_M·R_p (a valid cut)."""
+        tb, sc, last = self.tb, self.scale, self.tb.layers - 1
+        for k in range(self.nk):
+            on_k = [c for c in self.C if tb.types[c].machine == k]
+            self.model.add(tb.cluster.machines[k].count * slowest >= sum(
+                tb.types[c].tp * (sc.tau_layer[c] * sum(z[p, l, c] for l in self.L)
+                                  + sc.tau_head[c] * z[p, last, c]) for c in on_k))
+
+    # -- [C11] data-parallel sync over pairs of pipelines ---------------------------------------
+    def dp_sync(self, layout: LayoutVars) -> SyncVars:
+        sync = SyncVars(t_dp=self.model.new_int_var(0, self.scale.dp_top, "T_dp"), t_min={},
+                        bandwidth={}, latency={}, running={})
+        if self.d == 1:
+            self.model.add(sync.t_dp == 0)
+            return sync
+        tau = {}
+        for l in self.L:
+            tau.update(self._layer_sync(l, layout, sync))
+        ends = [self._stage_sync(p, layout.beta, tau, sync) for p in self.P]
+        self.model.add_max_equality(sync.t_dp, [v for end in ends for v in end])
+        return sync
+
+    def _layer_sync(self, l: int, layout: LayoutVars, sync: SyncVars) -> dict:
+        """τ_dp(ℓ) per kind = F(t_min, bw_min) + G(α_max), maxima over pairs of holders."""
+        model, sc, big_l = self.model, self.scale, self.tb.layers
+        t_min = sync.t_min[l] = model.new_int_var(0, len(self.tb.tp_values) - 1, f"tmin_{l}")
+        model.add_min_equality(t_min, [layout.tp_index[p, l] for p in self.P])
+        kinds = ["layer"] + (["emb"] if l == 0 else []) + (["head"] if l == big_l - 1 else [])
+        bw_parts, lat_parts = self._pair_sync(l, layout.machine_index, t_min, kinds)
+        g = sync.latency[l] = model.new_int_var(0, max(sc.dp_lat), f"G_{l}")
+        model.add_max_equality(g, lat_parts)
+        tau = {}
+        for kind in kinds:
+            f = sync.bandwidth[kind, l] = model.new_int_var(0, max(sc.dp_bw[kind]), f"F_{kind}_{l}")
+            model.add_max_equality(f, bw_parts[kind])
+            tau[kind, l] = f + g
+        return tau
+
+    def _pair_sync(self, l: int, mi: dict, t_min, kinds: list[str]) -> tuple[dict, list]:
+        """Element look-ups of the bandwidth and latency parts for every pair of holders of ℓ
+        in different pipelines."""
+        model, sc, nk, nt = self.model, self.scale, self.nk, len(self.tb.tp_values)
+        bw_parts, lat_parts = {k: [] for k in kinds}, []
+        for p in self.P:
+            for p2 in range(p + 1, self.d):
+                pair = self.int_var(mi[p, l] * nk + mi[p2, l], nk ** 2 - 1, f"dp_{l}_{p}_{p2}")
+                lat = model.new_int_var(0, max(sc.dp_lat), f"dl_{l}_{p}_{p2}")
+                model.add_element(pair, sc.dp_lat, lat)
+                lat_parts.append(lat)
+                idx = self.int_var(pair * nt + t_min, nk ** 2 * nt - 1, f"dx_{l}_{p}_{p2}")
+                for kind in kinds:
+                    v = model.new_int_var(0, max(sc.dp_bw[kind]), f"dw_{kind}_{l}_{p}_{p2}")
+                    model.add_element(idx, sc.dp_bw[kind], v)
+                    bw_parts[kind].append(v)
+        return bw_parts, lat_parts
+
+    def _stage_sync(self, p: int, beta: dict, tau: dict, sync: SyncVars) -> list:
+        """Σ τ_dp over each stage's layers, running (+emb at ℓ = 0, +head at L − 1)."""
+        model, top, big_l = self.model, self.scale.dp_top, self.tb.layers
+        ends = []
+        for l in self.L:
+            acc = sync.running[p, l] = model.new_int_var(0, top, f"dacc_{p}_{l}")
+            if l == 0:
+                model.add(acc == tau["layer", 0] + tau["emb", 0])
+            else:
+                model.add(acc == sync.running[p, l - 1] + tau["layer", l]).only_enforce_if(~beta[p, l])
+                model.add(acc == tau["layer", l]).only_enforce_if(beta[p, l])
+            ends.append(acc)
+        ends[-1] = sync.running[p, "head"] = self.int_var(ends[-1] + tau["head", big_l - 1], top, f"dacch_{p}")
+        return ends
+
+    # -- [C12]–[C13] objective and its cuts ---------------------------------------------------
+    def objective(self, times: TimeVars, sync: SyncVars, micro: dict) -> tuple:
+        model, sc, cutoff = self.model, self.scale, self.sub.cutoff
+        pipe_max = model.new_int_var(0, sc.t_top, "pipe_max")
+        model.add_max_equality(pipe_max, [times.pipe[p] for p in self.P])  # [C12]
+        total = model.new_int_var(0, sc.t_top, "T")
+        model.add(total == pipe_max + sync.t_dp)
         # [C13] valid cuts: m_0 ≥ ⌈B/(b·D)⌉ (pipelines are ordered), and T_dp's floor
         m_low = -(-self.tb.total_micro // self.d)
-        self.m.Add(pipe_max >= self.bubble[0] + (m_low - 1) * self.R[0])
-        self.m.Add(self.t_dp >= self.units(self.tb.dp_floor(self.d)))
-        if self.sub.cutoff is not None:
-            self.m.Add(self.T <= math.ceil(self.sub.cutoff / self.unit))
-        self._floor_cuts()
-        self._structure()
-        self.m.Minimize(self.T)
+        model.add(pipe_max >= times.bubble[0] + (m_low - 1) * times.slowest[0])
+        model.add(sync.t_dp >= sc.units(self.tb.dp_floor(self.d)))
+        if cutoff is not None:
+            model.add(total <= math.ceil(cutoff / sc.unit))
+        return pipe_max, total
 
-    def _structure(self) -> None:
-        """[C15] a fixed structure [B4]: pipeline p uses exactly its candidate's stage types
-        (start = z ∧ β exactly, Σ_ℓ start[p,ℓ,c] = multiplicity of c) and m_p."""
-        if self.sub.structure is None:
-            return
-        for p, cand in enumerate(self.sub.structure):
-            self.m.Add(self.mb[p] == cand.micro_batches)
-            for c in self.C:
-                times = cand.shape.stages.count(c)
-                if not times:
-                    for l in self.L:
-                        self.m.Add(self.z[p, l, c] == 0)
-                    continue
-                for l in range(1, self.tb.layers):
-                    self.m.AddImplication(self.start[p, l, c], self.z[p, l, c])
-                    self.m.AddImplication(self.start[p, l, c], self.beta[p, l])
-                self.m.Add(sum(self.start[p, l, c] for l in self.L) == times)
-            if cand.order is not None:  # [C15] layer ℓ is in stage r = Σ_{ℓ' ≤ ℓ} β, of type order[r]
-                order = list(cand.order)
-                self.m.Add(sum(self.beta[p, l] for l in range(1, self.tb.layers)) == len(order) - 1)
-                for l in self.L:
-                    r = self._expr_var(sum(self.beta[p, k] for k in range(1, l + 1)), len(order) - 1, f"r_{p}_{l}")
-                    self.m.AddElement(r, order, self.ci[p, l])
-
-    def _floor_cuts(self) -> None:
+    def floor_cuts(self, total, layout: LayoutVars, micro: dict) -> dict:
         """[C14] valid cuts (docs/formulation.md §4): T ≥ the combinatorial bound of D [B2],
         and T ≥ pipe_floor[m_p, a_p] for each pipeline, a_p its devices per machine [B1]/[B3]."""
         # the model's T of a plan is its floored coefficients added up, up to error_units below
         # floor(true T / unit): a cut at a true bound must give way by as much
-        slack = self.error_units
-        self.m.Add(self.T >= max(0, self.units(self.sub.lower_bound) - slack))
-        floors = self.sub.floors
+        sc, slack, floors = self.scale, self.scale.error_units, self.sub.floors
+        self.model.add(total >= max(0, sc.units(self.sub.lower_bound) - slack))
         if floors is None:
-            return
-        table = floors.table
-        flat = [max(0, self.units(x) - slack) if math.isfinite(x) else self.t_top + 1 for x in table.ravel()]
+            return {}
+        flat = [max(0, sc.units(x) - slack) if math.isfinite(x) else sc.t_top + 1 for x in floors.table.ravel()]
+        out = {}
         for p in self.P:
-            alloc = sum(floors.strides[k] * self.device_use[p, k] for k in range(self.nk))
-            idx = self._expr_var(self.mb[p] * floors.num_allocations + alloc, len(flat) - 1, f"fx_{p}")
-            value = self.m.NewIntVar(0, max(flat), f"floor_{p}")
-            self.m.AddElement(idx, flat, value)
-            self.m.Add(self.T >= value)
-
-    def _upper_bounds(self) -> None:
-        tb, big_l = self.tb, self.tb.layers
-        self.t1 = [self.units(x) for x in tb.tau_layer]
-        self.th = [self.units(x) for x in tb.tau_head]
-        self.link = [self.units(tb.pp_link[a, b]) for a in range(self.nk) for b in range(self.nk)]
-        self.bcast = [self.units(x) for x in tb.pp_bcast]
-        tau_top = max(big_l * a + b for a, b in zip(self.t1, self.th))
-        pp_top = max(self.link) + max(self.bcast)
-        self.r_top = max(tau_top, pp_top)
-        self.bubble_top = tau_top + (big_l - 1) * pp_top
-        self.steady_top = (tb.total_micro - self.d) * self.r_top
-        dp = [self._dp_tables(kind) for kind in ("layer", "emb", "head")]
-        self.dp_top = (big_l + 2) * (max(max(t) for t in dp) + max(self._lat_table()))
-        self.t_top = self.bubble_top + self.steady_top + self.dp_top
-
-    # -- [C1]–[C5] layout ----------------------------------------------------------------
-    def _layout(self) -> None:
-        m, tb, big_l = self.m, self.tb, self.tb.layers
-        tp_index = {t: i for i, t in enumerate(tb.tp_values)}
-        self.z, self.beta, self.ci, self.mi, self.ti = {}, {}, {}, {}, {}
-        for p in self.P:
-            for l in self.L:
-                zs = [m.NewBoolVar(f"z_{p}_{l}_{c}") for c in self.C]
-                m.AddExactlyOne(zs)  # [C1]
-                for c in self.C:
-                    self.z[p, l, c] = zs[c]
-                self.ci[p, l] = self._expr_var(sum(c * zs[c] for c in self.C), len(tb.types) - 1, f"ci_{p}_{l}")
-                self.mi[p, l] = self._expr_var(sum(tb.types[c].machine * zs[c] for c in self.C),
-                                               self.nk - 1, f"mi_{p}_{l}")
-                self.ti[p, l] = self._expr_var(sum(tp_index[tb.types[c].tp] * zs[c] for c in self.C),
-                                               len(tp_index) - 1, f"ti_{p}_{l}")
-                if l:
-                    self.beta[p, l] = m.NewBoolVar(f"b_{p}_{l}")
-                    m.Add(self.ci[p, l] == self.ci[p, l - 1]).OnlyEnforceIf(self.beta[p, l].Not())  # [C2]
-            m.Add(sum(self.beta[p, l] for l in range(1, big_l)) <= self.sub.max_stages - 1)  # [C5]
-        use = {(p, k): [] for p in self.P for k in range(self.nk)}
-        self.start = {}
-        for (p, l, c), zv in self.z.items():  # [C3] a stage of type c starts at ℓ
-            if l == 0:
-                start = zv
-            else:
-                start = m.NewBoolVar(f"s_{p}_{l}_{c}")
-                m.AddBoolOr([zv.Not(), self.beta[p, l].Not(), start])
-            self.start[p, l, c] = start
-            use[p, tb.types[c].machine].append(tb.types[c].tp * start)
-        self.device_use = {}  # a[p, M]: devices of machine M in pipeline p's stages
-        for (p, k), terms in use.items():
-            self.device_use[p, k] = self._expr_var(sum(terms), tb.cluster.machines[k].count, f"a_{p}_{k}")
-        for k in range(self.nk):  # [C4]
-            m.Add(sum(self.device_use[p, k] for p in self.P) <= tb.cluster.machines[k].count)
-
-    def _expr_var(self, expr, top: int, name: str):
-        v = self.m.NewIntVar(0, top, name)
-        self.m.Add(v == expr)
-        return v
-
-    # -- [C6] micro-batches, ordered pipelines [R2] ----------------------------------------
-    def _batches(self) -> None:
-        total = self.tb.total_micro
-        top = total - self.d + 1
-        self.mb = {p: self.m.NewIntVar(1, top, f"m_{p}") for p in self.P}
-        self.m.Add(sum(self.mb.values()) == total)
-        for p in range(self.d - 1):
-            self.m.Add(self.mb[p] >= self.mb[p + 1])
-
-    # -- [C7] memory: n ≤ n_max[c, first, last, q], q = min(S − k, m_p) --------------------
-    def _memory(self) -> None:
-        m, tb, big_l = self.m, self.tb, self.tb.layers
-        q_top = tb.q_top
-        flat = [int(tb.n_max[c, f, last, q]) for c in self.C for f in (0, 1) for last in (0, 1)
-                for q in range(q_top + 1)]
-        for p in self.P:
-            cnt_prev = f_prev = None
-            for l in self.L:
-                cnt, f = m.NewIntVar(1, big_l, f"cnt_{p}_{l}"), m.NewBoolVar(f"f_{p}_{l}")
-                if l == 0:
-                    m.Add(cnt == 1)
-                    m.Add(f == 1)
-                else:
-                    new = self.beta[p, l]
-                    m.Add(cnt == cnt_prev + 1).OnlyEnforceIf(new.Not())
-                    m.Add(cnt == 1).OnlyEnforceIf(new)
-                    m.Add(f == f_prev).OnlyEnforceIf(new.Not())
-                    m.Add(f == 0).OnlyEnforceIf(new)
-                r = self._expr_var(1 + sum(self.beta[p, k] for k in range(l + 1, big_l)),
-                                   self.sub.max_stages, f"r_{p}_{l}")
-                last = m.NewBoolVar(f"last_{p}_{l}")
-                m.Add(r == 1).OnlyEnforceIf(last)
-                m.Add(r >= 2).OnlyEnforceIf(last.Not())
-                q = m.NewIntVar(1, q_top, f"q_{p}_{l}")
-                m.AddMinEquality(q, [r, self.mb[p]])
-                idx = self._expr_var(((self.ci[p, l] * 2 + f) * 2 + last) * (q_top + 1) + q,
-                                     len(flat) - 1, f"mi_{p}_{l}")
-                cap = m.NewIntVar(0, big_l, f"nmax_{p}_{l}")
-                m.AddElement(idx, flat, cap)
-                m.Add(cnt <= cap)
-                cnt_prev, f_prev = cnt, f
-
-    # -- [C8]–[C10] stage times, pipeline traffic, 1F1B --------------------------------------
-    def _pipe_times(self) -> None:
-        m, big_l = self.m, self.tb.layers
-        self.pipe, self.bubble, self.R = {}, {}, {}
-        for p in self.P:
-            work = [sum(self.t1[c] * self.z[p, l, c] for c in self.C) for l in self.L]
-            parts, pps = [], []
-            acc_prev = None
-            for l in self.L:  # [C8] τ accumulates inside a stage
-                acc = m.NewIntVar(0, self.r_top, f"acc_{p}_{l}")
-                if l == 0:
-                    m.Add(acc == work[0])
-                else:
-                    m.Add(acc == acc_prev + work[l]).OnlyEnforceIf(self.beta[p, l].Not())
-                    m.Add(acc == work[l]).OnlyEnforceIf(self.beta[p, l])
-                parts.append(acc)
-                acc_prev = acc
-            head = sum(self.th[c] * self.z[p, big_l - 1, c] for c in self.C)
-            with_head = self._expr_var(acc_prev + head, self.r_top, f"acch_{p}")
-            parts[-1] = with_head
-            for l in range(1, big_l):  # [C9] T_pp = link(M, M') + broadcast(c') at a boundary
-                pair = self._expr_var(self.mi[p, l - 1] * self.nk + self.mi[p, l], self.nk ** 2 - 1, f"pr_{p}_{l}")
-                link = m.NewIntVar(0, max(self.link), f"lk_{p}_{l}")
-                m.AddElement(pair, self.link, link)
-                bc = m.NewIntVar(0, max(self.bcast), f"bc_{p}_{l}")
-                m.AddElement(self.ci[p, l], self.bcast, bc)
-                pp = m.NewIntVar(0, self.r_top, f"pp_{p}_{l}")
-                m.Add(pp == link + bc).OnlyEnforceIf(self.beta[p, l])
-                m.Add(pp == 0).OnlyEnforceIf(self.beta[p, l].Not())
-                parts.append(pp)
-                pps.append(pp)
-            R = self.R[p] = m.NewIntVar(0, self.r_top, f"R_{p}")
-            m.AddMaxEquality(R, parts)
-            for k in range(self.nk):  # [C8'] machine balance: Σ_σ on M t_σ·τ_σ ≤ count_M·R_p
-                on_k = [c for c in self.C if self.tb.types[c].machine == k]
-                m.Add(self.tb.cluster.machines[k].count * R >= sum(
-                    self.tb.types[c].tp * (self.t1[c] * sum(self.z[p, l, c] for l in self.L)
-                                           + self.th[c] * self.z[p, big_l - 1, c]) for c in on_k))
-            m1 = m.NewIntVar(0, self.tb.total_micro - self.d, f"m1_{p}")
-            m.Add(m1 == self.mb[p] - 1)
-            steady = m.NewIntVar(0, self.steady_top, f"steady_{p}")
-            m.AddMultiplicationEquality(steady, [m1, R])  # [C10] (m_p − 1)·max_k max(τ_k, T_pp,k)
-            self.bubble[p] = sum(work) + head + sum(pps)
-            self.pipe[p] = self._expr_var(self.bubble[p] + steady, self.bubble_top + self.steady_top, f"pipe_{p}")
-
-    # -- [C11] data-parallel sync over pairs of pipelines ---------------------------------------
-    def _dp_tables(self, kind: str) -> list[int]:
-        """[(M1·K + M2)·|T| + index of t_min] → bandwidth part of τ_dp, in units."""
-        tb = self.tb
-        p = tb.pseudo_params[kind]
-        return [self.units(tb.dp_bw_part(self.d, p, t, a, b)) if self.d > 1 else 0
-                for a in range(self.nk) for b in range(self.nk) for t in tb.tp_values]
-
-    def _lat_table(self) -> list[int]:
-        return [self.units(self.tb.dp_lat_part(self.d, a, b)) if self.d > 1 else 0
-                for a in range(self.nk) for b in range(self.nk)]
-
-    def _dp_sync(self) -> None:
-        m, tb, big_l = self.m, self.tb, self.tb.layers
-        self.t_dp = m.NewIntVar(0, self.dp_top, "T_dp")
-        if self.d == 1:
-            m.Add(self.t_dp == 0)
-            return
-        nt = len(tb.tp_values)
-        tables = {kind: self._dp_tables(kind) for kind in ("layer", "emb", "head")}
-        lat_table = self._lat_table()
-        tau = {}
-        for l in self.L:
-            t_min = m.NewIntVar(0, nt - 1, f"tmin_{l}")
-            m.AddMinEquality(t_min, [self.ti[p, l] for p in self.P])
-            kinds = ["layer"] + (["emb"] if l == 0 else []) + (["head"] if l == big_l - 1 else [])
-            bw_parts, lat_parts = {k: [] for k in kinds}, []
-            for p in self.P:
-                for p2 in range(p + 1, self.d):  # every pair of holders in different pipelines
-                    pair = self._expr_var(self.mi[p, l] * self.nk + self.mi[p2, l], self.nk ** 2 - 1,
-                                          f"dp_{l}_{p}_{p2}")
-                    lat = m.NewIntVar(0, max(lat_table), f"dl_{l}_{p}_{p2}")
-                    m.AddElement(pair, lat_table, lat)
-                    lat_parts.append(lat)
-                    idx = self._expr_var(pair * nt + t_min, self.nk ** 2 * nt - 1, f"dx_{l}_{p}_{p2}")
-                    for kind in kinds:
-                        v = m.NewIntVar(0, max(tables[kind]), f"dw_{kind}_{l}_{p}_{p2}")
-                        m.AddElement(idx, tables[kind], v)
-                        bw_parts[kind].append(v)
-            g = m.NewIntVar(0, max(lat_table), f"G_{l}")
-            m.AddMaxEquality(g, lat_parts)
-            for kind in kinds:
-                f = m.NewIntVar(0, max(tables[kind]), f"F_{kind}_{l}")
-                m.AddMaxEquality(f, bw_parts[kind])
-                tau[kind, l] = f + g
-        ends = []
-        for p in self.P:  # Σ τ_dp over each stage's layers, running
-            acc_prev = None
-            for l in self.L:
-                acc = m.NewIntVar(0, self.dp_top, f"dacc_{p}_{l}")
-                if l == 0:
-                    m.Add(acc == tau["layer", 0] + tau["emb", 0])
-                else:
-                    m.Add(acc == acc_prev + tau["layer", l]).OnlyEnforceIf(self.beta[p, l].Not())
-                    m.Add(acc == tau["layer", l]).OnlyEnforceIf(self.beta[p, l])
-                ends.append(acc)
-                acc_prev = acc
-            ends[-1] = self._expr_var(acc_prev + tau["head", big_l - 1], self.dp_top, f"dacch_{p}")
-        m.AddMaxEquality(self.t_dp, ends)
-
-    # -- hint and solution --------------------------------------------------------------------
-    def add_hint(self, specs: list[PipelineSpec]) -> None:
-        tb = self.tb
-        for p, spec in enumerate(sorted(specs, key=lambda s: -s.micro_batches)):
-            self.m.AddHint(self.mb[p], spec.micro_batches)
-            l = 0
-            for k, (c, n) in enumerate(spec.stages):
-                for j in range(n):
-                    for ci in self.C:
-                        self.m.AddHint(self.z[p, l, ci], int(tb.types[ci] == c))
-                    if l:
-                        self.m.AddHint(self.beta[p, l], int(j == 0))
-                    l += 1
-
-    def specs(self, solver: cp_model.CpSolver) -> list[PipelineSpec]:
-        out = []
-        for p in self.P:
-            stages = []
-            for l in self.L:
-                c = next(c for c in self.C if solver.Value(self.z[p, l, c]))
-                if l == 0 or solver.Value(self.beta[p, l]):
-                    stages.append([self.tb.types[c], 1])
-                else:
-                    stages[-1][1] += 1
-            out.append(PipelineSpec(stages=tuple((c, n) for c, n in stages),
-                                    micro_batches=solver.Value(self.mb[p])))
+            alloc = sum(floors.strides[k] * layout.device_use[p, k] for k in range(self.nk))
+            idx = self.int_var(micro[p] * floors.num_allocations + alloc, len(flat) - 1, f"fx_{p}")
+            value = out[p] = self.model.new_int_var(0, max(flat), f"floor_{p}")
+            self.model.add_element(idx, flat, value)
+            self.model.add(total >= value)
         return out
+
+    # -- [C15] a fixed structure [B4]/[B5] ---------------------------------------------------
+    def structure(self, layout: LayoutVars, micro: dict) -> dict:
+        """Pipeline p uses exactly its candidate's stage types (start = z ∧ β exactly,
+        Σ_ℓ start[p,ℓ,c] = multiplicity of c) and m_p; with an order, layer ℓ is in stage
+        r = Σ_{ℓ' ≤ ℓ} β, of type order[r]."""
+        stage_of: dict = {}
+        for p, cand in enumerate(self.sub.structure or ()):
+            self.model.add(micro[p] == cand.micro_batches)
+            for c in self.C:
+                self._type_multiplicity(p, c, cand.shape.stages.count(c), layout)
+            if cand.order is not None:
+                self._stage_order(p, list(cand.order), layout, stage_of)
+        return stage_of
+
+    def _type_multiplicity(self, p: int, c: int, times: int, layout: LayoutVars) -> None:
+        z, beta, start = layout.z, layout.beta, layout.start
+        if not times:
+            for l in self.L:
+                self.model.add(z[p, l, c] == 0)
+            return
+        for l in range(1, self.tb.layers):
+            self.model.add_implication(start[p, l, c], z[p, l, c])
+            self.model.add_implication(start[p, l, c], beta[p, l])
+        self.model.add(sum(start[p, l, c] for l in self.L) == times)
+
+    def _stage_order(self, p: int, order: list[int], layout: LayoutVars, stage_of: dict) -> None:
+        beta = layout.beta
+        self.model.add(sum(beta[p, l] for l in range(1, self.tb.layers)) == len(order) - 1)
+        for l in self.L:
+            r = stage_of[p, l] = self.int_var(sum(beta[p, k] for k in range(1, l + 1)), len(order) - 1,
+                                              f"stage_{p}_{l}")
+            self.model.add_element(r, order, layout.type_index[p, l])
+
+
+# -- hint and solution --------------------------------------------------------------------
+def add_hint(model: cp_model.CpModel, v: CpSatVars, specs: list[PipelineSpec], types: list) -> None:
+    """A warm start's pipelines (largest m_p first [R2]) as CP-SAT's solution hint."""
+    for p, spec in enumerate(sorted(specs, key=lambda s: -s.micro_batches)):
+        model.add_hint(v.micro[p], spec.micro_batches)
+        layer = 0
+        for stage_type, n in spec.stages:
+            for j in range(n):
+                for ci, c in enumerate(types):
+                    model.add_hint(v.layout.z[p, layer, ci], int(c == stage_type))
+                if layer:
+                    model.add_hint(v.layout.beta[p, layer], int(j == 0))
+                layer += 1
+
+
+def specs(solver: cp_model.CpSolver, v: CpSatVars, types: list, layers: int) -> list[PipelineSpec]:
+    return read_specs(solver.value, types=types, layers=layers, z=v.layout.z, beta=v.layout.beta, micro=v.micro)
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -360,39 +518,42 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         self.unit, self.d, self.log = unit, d, log
 
     def on_solution_callback(self) -> None:
-        self.log(f"D={self.d}: solution T ≤ {self.ObjectiveValue() * self.unit:.6g} s "
-                 f"(bound {self.BestObjectiveBound() * self.unit:.6g} s)")
+        self.log(f"D={self.d}: solution T ≤ {self.objective_value * self.unit:.6g} s "
+                 f"(bound {self.best_objective_bound * self.unit:.6g} s)")
 
 
 STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
           cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "unknown"}
 
 
-def solve_fixed_d(sub: SubProblem) -> SubResult:
-    start = time.perf_counter()
-    model = CpSatModel(sub)
-    model.build()
-    if sub.hint:
-        model.add_hint(sub.hint)
-    proto = model.m.Proto()
-    size = dict(variables=len(proto.variables), constraints=len(proto.constraints))
-    size["build_s"] = time.perf_counter() - start
+def _solver(sub: SubProblem, build_start: float) -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = solver_time(sub, start)
+    solver.parameters.max_time_in_seconds = solver_time(sub, build_start)
     solver.parameters.num_workers = sub.options.threads
     solver.parameters.random_seed = sub.options.seed
     solver.parameters.log_search_progress = sub.options.verbose
-    code = solver.Solve(model.m, _Progress(model.unit, sub.pipelines, sub.log))
+    return solver
+
+
+def solve_fixed_d(sub: SubProblem) -> SubResult:
+    start = time.perf_counter()
+    scale = time_scale(sub)
+    model, v = build_model(sub, scale)
+    if sub.hint:
+        add_hint(model, v, sub.hint, sub.tables.types)
+    size = dict(variables=len(model.proto.variables), constraints=len(model.proto.constraints),
+                build_s=time.perf_counter() - start)
+    solver = _solver(sub, start)
+    code = solver.solve(model, _Progress(scale.unit, sub.pipelines, sub.log))
     if code == cp_model.MODEL_INVALID:
-        raise RuntimeError(f"CP-SAT model invalid: {model.m.Validate()}")
-    status = STATUS[code]
-    error = model.error_units * model.unit
-    bound = solver.BestObjectiveBound() * model.unit if status in ("optimal", "feasible", "unknown") else None
+        raise RuntimeError(f"CP-SAT model invalid: {model.validate()}")
+    status, error = STATUS[code], scale.error_units * scale.unit
+    bound = solver.best_objective_bound * scale.unit if status in ("optimal", "feasible", "unknown") else None
     if status not in ("optimal", "feasible"):
         return SubResult(status=status, bound=bound if status == "unknown" else None,
                          error_bound=error, **size)
-    return SubResult(status=status, specs=model.specs(solver), objective=solver.ObjectiveValue() * model.unit,
-                     bound=bound, error_bound=error, **size)
+    return SubResult(status=status, specs=specs(solver, v, sub.tables.types, sub.tables.layers),
+                     objective=solver.objective_value * scale.unit, bound=bound, error_bound=error, **size)
 
 
 def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult:
