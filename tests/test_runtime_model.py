@@ -50,3 +50,26 @@ def test_two_hand_split_stages_equal_the_whole():
     split_loss = back(hidden.detach(), labels, 1.0 / labels.numel())
     ref_loss = ReferenceLlama(spec, 8, seed=0)(tokens, labels)
     assert torch.allclose(split_loss, ref_loss, rtol=1e-6)
+
+
+def test_communicator_in_a_one_process_world():
+    """Every collective of the communicator on a world of one (gloo): identities; groups
+    carry their ranks' vendors."""
+    from planner.hardware import Vendor
+    from runtime.comm import Communicator, Group, RankPlace
+    from runtime.launch import free_port
+
+    comm = Communicator.start("gloo", "127.0.0.1", free_port(), 0, 1, (RankPlace(3, 0, Vendor.amd),), 10,
+                              torch.device("cpu"))
+    try:
+        group = comm.new_group((0,))
+        assert group.ranks == (0,) and group.vendors == (Vendor.amd,) and not group.mixes_vendors
+        x = torch.arange(4.0)
+        assert torch.equal(comm.all_reduce(x.clone(), comm.world, "max"), x)
+        assert torch.equal(comm.broadcast(x.clone(), 0, group), x)
+        assert [t.tolist() for t in comm.all_gather(x, group)] == [x.tolist()]
+        assert comm.vendor_of(0) is Vendor.amd and comm.machine_of(0) == 0
+    finally:
+        comm.close()
+    assert Group((0, 1), (Vendor.nvidia, Vendor.amd), None).mixes_vendors
+    assert not Group((0, 1), (Vendor.nvidia, Vendor.other), None).mixes_vendors
