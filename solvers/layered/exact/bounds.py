@@ -21,6 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
+from planner import cost
 from solvers.layered.exact.tables import Tables
 
 
@@ -287,12 +288,14 @@ def structures(floors: PipelineFloors, d: int, cutoff: float, limit: int) -> lis
 
 def ordered_floor(floors: PipelineFloors, order: tuple[int, ...], m: int) -> float:
     """[B5] The least T_pipe + the last stage's sync over every layer split of a pipeline with
-    its stage types in this order: exact memory caps (first, last, q = min(S − k, m)) and the
+    its stage types in this order: exact memory caps (first, last, q of the schedule: 1F1B
+    min(S − k, m), GPipe m) and the
     exact T_pp of each boundary; for D = 1 it is the pipeline's optimum itself."""
     tb, big_l = floors.tb, floors.tb.layers
     floors.table  # the sync floors
     idx, s = np.array(order), len(order)
-    caps = np.array([tb.n_max[c, int(k == 0), int(k == s - 1), min(s - k, m, tb.q_top)] for k, c in enumerate(order)])
+    q = np.minimum(cost.in_flight_micro_batches(tb.training, s, np.arange(s), m), tb.q_top)
+    caps = np.array([tb.n_max[c, int(k == 0), int(k == s - 1), int(q[k])] for k, c in enumerate(order)])
     if caps.min() < 1 or caps.sum() < big_l:
         return float("inf")
     pp = [tb.pp_link[tb.types[a].machine, tb.types[b].machine] + tb.pp_bcast[b] for a, b in zip(order, order[1:])]

@@ -109,8 +109,10 @@ class Tables:
     # -- memory [3.5]: the most layers a stage can hold, for each (c, first, last, q) --------
     @cached_property
     def n_max(self) -> np.ndarray:
-        """[c, first, last, q] (q = 1..Q at index q): largest n ≤ L that fits, 0 if none."""
-        q_top = max(1, min(self.max_stages, self.total_micro))
+        """[c, first, last, q] (q = 1..Q at index q): largest n ≤ L that fits, 0 if none. Q is
+        the schedule's most micro-batches in flight (§3.5): min(S_max, B/b) under 1F1B, B/b
+        under GPipe (the first stage of the longest pipeline with all micro-batches)."""
+        q_top = max(1, int(cost.in_flight_micro_batches(self.training, self.max_stages, 0, self.total_micro)))
         out = np.zeros((len(self.types), 2, 2, q_top + 1), dtype=int)
         cap = self.cluster.machine_memory_bytes
         q = np.arange(1, q_top + 1)
