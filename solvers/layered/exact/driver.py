@@ -19,14 +19,18 @@ from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
 from planner.layered.validate import validate
 from solvers.common import ModelSize, SolveResult, SolverOptions
+from solvers.layered.baselines.symmetric import solve_symmetric
 from solvers.layered.exact.bounds import Candidate, DBounds, PipelineFloors, ordered_structures, structures
 from solvers.layered.exact.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
                                   specs_of_plan)
+from solvers.layered.heuristic import solve as solve_heuristic
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "unknown"]
 # relative tolerance between a model's objective and the evaluator's T (float rounding only)
 MODEL_TOLERANCE = 1e-6
 HEURISTIC_FROM_DEVICES = 6  # larger problems start from the heuristic's plan
+# the warm starts, tried in order (the heuristic only beyond HEURISTIC_FROM_DEVICES devices)
+WARM_STARTS = (("heuristic", solve_heuristic), ("symmetric", solve_symmetric))
 
 
 @dataclass
@@ -75,28 +79,50 @@ def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Ba
     if why:
         return SolveResult(solver=name, status=SolveStatus.infeasible, wall_s=time.perf_counter() - start,
                            message=why)
+    d_values, max_stages, restrictions = _limits(tables, options)
+    best_t, best_plan, hint = _hint(problem, options, log)
+    setup = _Setup(problem=problem, name=name, backend=backend, tables=tables, options=options, log=log,
+                   hint=hint, max_stages=max_stages)
+    search = _Search(setup=setup, best_t=best_t, best_plan=best_plan)
+    deadline = start + options.time_limit_s
+    floors, open_d = _combinatorial_bounds(tables, d_values, best_t, deadline, log)
+    proof = _prove(search, floors, open_d, deadline)
+    return _result(search, proof, d_values=d_values, start=start, restrictions=restrictions)
+
+
+def _limits(tables: Tables, options: SolverOptions) -> tuple[list[int], int, list[str]]:
+    """The D values to solve, the most stages per pipeline, and the user's limits that may
+    cut the optimum (reported as restrictions)."""
     d_values, restrictions = _pipeline_counts(tables, options)
     max_stages = min(tables.max_stages, options.max_stages or tables.max_stages)
     if options.max_stages and options.max_stages < tables.max_stages:
         restrictions.append(f"at most {options.max_stages} stages per pipeline "
                             f"(a pipeline can have up to {tables.max_stages})")
-    best_t, best_plan, hint = _hint(problem, options, log)
-    search = _Search(problem, name, backend, tables, options, log, hint, max_stages, best_t, best_plan,
-                     ModelSize(variables=0, constraints=0), 0.0, 0.0)
-    deadline = start + options.time_limit_s
-    floors, open_d = _combinatorial_bounds(tables, d_values, best_t, deadline, log)
+    return d_values, max_stages, restrictions
+
+
+@dataclass(frozen=True)
+class _Proof:
+    """What the outer loop established: the D proved, each D's bound, the D proved without a
+    model (by the combinatorial bound alone)."""
+
+    proven: set[int]
+    bounds: dict[int, float]
+    by_bound: list[int]
+
+
+def _prove(search: _Search, floors: _Floors, open_d: list[int], deadline: float) -> _Proof:
+    """Solve the open D in search order, each with its share of the time left; a D whose
+    floor reaches a later incumbent is proved without its model."""
+    tables, log = search.setup.tables, search.setup.log
     by_bound = [d for d in floors if d not in open_d]  # D proved without a model
     proven = set(by_bound)
-    bounds: dict[int, float] = {}
-    for d in floors:  # a D left unfinished keeps its combinatorial bound
-        bounds[d] = max(floors[d], tables.trivial_bound)
-        bounds[d] = bounds[d] if best_t is None else min(bounds[d], best_t)
-    for i, d in enumerate(_search_order(open_d, hint)):
+    bounds = {d: _initial_bound(floors[d], tables, search.best_t) for d in floors}
+    for i, d in enumerate(_search_order(open_d, search.setup.hint)):
         left = deadline - time.perf_counter()
         if left <= 0.05:
             break
-        best = search.best_t
-        if best is not None and floors[d] >= best:  # a later model found a better incumbent
+        if search.best_t is not None and floors[d] >= search.best_t:  # a later model found a better incumbent
             proven.add(d)
             continue
         if search.build_rate * d > left:  # this model could not even be built in time: leave D open
@@ -110,16 +136,22 @@ def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Ba
         d_bound = d_bound if d_bound < float("inf") or best is None else best
         bounds[d] = max(d_bound, min(floors[d], best or floors[d]))
         log(f"D={d}: " + ("proved" if done else "open") + (f", bound {bounds[d]:.6g} s" if bounds[d] != float("inf") else ""))
-    return _result(problem, name, start, d_values, proven, bounds, search.best_t, search.best_plan, search.size,
-                   search.error, restrictions, tables, sorted(by_bound))
+    return _Proof(proven=proven, bounds=bounds, by_bound=sorted(by_bound))
+
+
+def _initial_bound(floor: float, tables: Tables, best_t: float | None) -> float:
+    """A D left unfinished keeps its combinatorial bound (at least the trivial one, at most
+    the incumbent)."""
+    bound = max(floor, tables.trivial_bound)
+    return bound if best_t is None else min(bound, best_t)
 
 
 STRUCTURE_LIMIT = 24  # beyond this many structures [B4], one model covers the whole D
 
 
-@dataclass
-class _Search:
-    """The state one D's models share with the outer loop: the incumbent and the sizes."""
+@dataclass(frozen=True, kw_only=True)
+class _Setup:
+    """What every model of one solve shares, read-only."""
 
     problem: Problem
     name: str
@@ -127,18 +159,25 @@ class _Search:
     tables: Tables
     options: SolverOptions
     log: Callable[[str], None]
-    hint: list | None
+    hint: list[PipelineSpec] | None
     max_stages: int
-    best_t: float | None
-    best_plan: Plan | None
-    size: ModelSize
-    error: float
-    build_rate: float
+
+
+@dataclass(kw_only=True)
+class _Search:
+    """The state one D's models share with the outer loop: the incumbent and the sizes."""
+
+    setup: _Setup
+    best_t: float | None = None
+    best_plan: Plan | None = None
+    size: ModelSize = field(default_factory=lambda: ModelSize(variables=0, constraints=0))
+    error: float = 0.0  # the largest model-vs-true-T rounding bound of the models run
+    build_rate: float = 0.0  # seconds of model building per pipeline, last measured
 
     def run(self, d: int, floor: float, floors: PipelineFloors | None, share: float) -> tuple[bool, float, int]:
         """Solve D: one model per structure [B4]/[B5] (or one for all). Returns (proved, the
         least bound over the structures, models built)."""
-        jobs = _structures(floors, d, self.best_t, self.log)
+        jobs = _structures(floors, d, self.best_t, self.setup.log)
         d_start = time.perf_counter()
         d_bound, done, models = float("inf"), True, 0
         for j, combo in enumerate(jobs):
@@ -150,29 +189,34 @@ class _Search:
             if budget <= 0.05:
                 done, d_bound = False, min(d_bound, combo_floor)
                 continue
-            sub = self._solve(d, budget, combo_floor, floors, combo)
+            sub = self._solve(d, budget=budget, lower=combo_floor, floors=floors, combo=combo)
             models += 1
             done = done and sub.status in ("optimal", "infeasible")
-            d_bound = min(d_bound, max(_sub_bound(sub, self.best_t, self.tables), combo_floor))
-            self.log(f"D={d}" + (f", structure {j + 1}/{len(jobs)}" if combo else "") + f": {sub.status}")
+            d_bound = min(d_bound, max(_sub_bound(sub, self.best_t, self.setup.tables), combo_floor))
+            self.setup.log(f"D={d}" + (f", structure {j + 1}/{len(jobs)}" if combo else "") + f": {sub.status}")
         return done, d_bound, models
 
-    def _solve(self, d: int, budget: float, lower: float, floors, combo) -> SubResult:
-        hint = self.hint if self.hint and len(self.hint) == d else None
-        sub = self.backend(SubProblem(
-            tables=self.tables, pipelines=d, options=self.options, time_limit=budget, cutoff=self.best_t,
-            hint=hint, max_stages=min(self.max_stages, self.tables.num_devices - d + 1), log=self.log,
+    def _solve(self, d: int, *, budget: float, lower: float, floors, combo) -> SubResult:
+        setup = self.setup
+        hint = setup.hint if setup.hint and len(setup.hint) == d else None
+        sub = setup.backend(SubProblem(
+            tables=setup.tables, pipelines=d, options=setup.options, time_limit=budget, cutoff=self.best_t,
+            hint=hint, max_stages=min(setup.max_stages, setup.tables.num_devices - d + 1), log=setup.log,
             lower_bound=lower, floors=floors, structure=combo))
+        self._record(d, sub)
+        return sub
+
+    def _record(self, d: int, sub: SubResult) -> None:
+        """Keep the model's size, rounding bound and build rate; price its plan, keep the best."""
         self.build_rate = sub.build_s / d
         self.size = ModelSize(variables=max(self.size.variables, sub.variables),
                               constraints=max(self.size.constraints, sub.constraints))
         self.error = max(self.error, sub.error_bound)
         if sub.specs is not None:
-            plan, t = _priced(self.problem, sub, self.name)
+            plan, t = _priced(self.setup.problem, sub, self.setup.name)
             if self.best_t is None or t < self.best_t:
                 self.best_t, self.best_plan = t, plan
-                self.log(f"D={d}: new best T = {t:.6g} s")
-        return sub
+                self.setup.log(f"D={d}: new best T = {t:.6g} s")
 
 
 def _structures(floors: PipelineFloors | None, d: int, best_t: float | None, log) -> list:
@@ -260,16 +304,12 @@ def _hint(problem: Problem, options: SolverOptions, log) -> tuple[float | None, 
 
 
 def _warm_start(problem: Problem, options: SolverOptions) -> tuple[Plan | None, str]:
-    from solvers.registry import SOLVERS, get
-
     budget = SolverOptions(time_limit_s=max(0.5, min(5.0, 0.05 * options.time_limit_s)),
                            threads=options.threads, seed=options.seed)
-    names = ("heuristic", "symmetric") if problem.cluster.num_devices > HEURISTIC_FROM_DEVICES else ("symmetric",)
-    for name in names:
-        if name not in SOLVERS:
-            continue
+    big = problem.cluster.num_devices > HEURISTIC_FROM_DEVICES
+    for name, solver in WARM_STARTS[0 if big else 1:]:
         try:
-            result = get(name)(problem, budget)
+            result = solver(problem, budget)
         except Exception:  # a warm start is optional: a failing one must not stop the proof
             continue
         if result.plan is not None:
@@ -300,30 +340,36 @@ def _sub_bound(sub: SubResult, best_t: float | None, tables: Tables) -> float:
     return max(bound, tables.trivial_bound)
 
 
-def _result(problem, name, start, d_values, proven, bounds, best_t, best_plan, size, error,
-            restrictions, tables, by_bound) -> SolveResult:
+def _result(search: _Search, proof: _Proof, *, d_values: list[int], start: float,
+            restrictions: list[str]) -> SolveResult:
+    name, tables = search.setup.name, search.setup.tables
     wall = time.perf_counter() - start
-    bound = min(bounds.get(d, tables.trivial_bound) for d in d_values)
-    all_proven = len(proven) == len(d_values)
-    if best_plan is None:
+    bound = min(proof.bounds.get(d, tables.trivial_bound) for d in d_values)
+    all_proven = len(proof.proven) == len(d_values)
+    if search.best_plan is None:
         status = SolveStatus.infeasible if all_proven else SolveStatus.unknown
         message = (f"no plan fits in memory (proved by the model): {memory_summary(tables)}" if all_proven
                    else "no plan found within the time limit")
-        return SolveResult(solver=name, status=status, wall_s=wall, model_size=size,
+        return SolveResult(solver=name, status=status, wall_s=wall, model_size=search.size,
                            bound_s=None if all_proven else bound,
                            restrictions=tuple(restrictions), message=message)
-    bound = min(bound, best_t)
+    best_t, bound = search.best_t, min(bound, search.best_t)
     status = SolveStatus.optimal if all_proven else SolveStatus.feasible
-    message = f"time in integer units: model T within {error:.3g} s of the true T" if error else ""
-    if by_bound:
-        message = (message + "; " if message else "") + f"D in {by_bound} proved by the combinatorial bound"
-    if not all_proven:
-        open_d = [d for d in d_values if d not in proven]
-        message = (message + "; " if message else "") + f"not proven for D in {open_d}"
-    plan = best_plan.model_copy(update={"solver": SolverInfo(
+    message = _message(search.error, proof.by_bound, [d for d in d_values if d not in proof.proven])
+    plan = search.best_plan.model_copy(update={"solver": SolverInfo(
         name=name, status=status, objective_s=best_t, bound_s=bound, wall_s=wall)})
     return SolveResult(solver=name, status=status, plan=plan, objective_s=best_t, bound_s=bound,
-                       wall_s=wall, model_size=size, restrictions=tuple(restrictions), message=message)
+                       wall_s=wall, model_size=search.size, restrictions=tuple(restrictions), message=message)
+
+
+def _message(error: float, by_bound: list[int], open_d: list[int]) -> str:
+    """The rounding bound, the D proved by the combinatorial bound, the D left open."""
+    parts = [f"time in integer units: model T within {error:.3g} s of the true T"] if error else []
+    if by_bound:
+        parts.append(f"D in {by_bound} proved by the combinatorial bound")
+    if open_d:
+        parts.append(f"not proven for D in {open_d}")
+    return "; ".join(parts)
 
 
 def _logger(options: SolverOptions) -> Callable[[str], None]:
