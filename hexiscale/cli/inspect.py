@@ -87,8 +87,12 @@ def evaluate(problem: str = typer.Argument(..., help="problem file or bundled na
     if as_json:
         typer.echo(est.model_dump_json(indent=2))
         return
-    for view in views_for(the_plan).estimate_views(prob, est, full):
+    views = views_for(the_plan)
+    for view in views.estimate_views(prob, est, full):
         console.print(view)
+    idle = views.idle_view(prob, the_plan, est)
+    if idle is not None:
+        console.print(idle)
     over = [v for v in validate_plan(prob, the_plan) if v.rule == "memory"]
     for v in over:
         console.print(f"[red]✗ out of memory[/] {escape(str(v))}", highlight=False)

@@ -10,6 +10,7 @@ from rich.table import Table
 from planner.layered.estimate import Estimate
 from planner.layered.plan import Plan
 from planner.problem import Problem
+from solvers.layered.idle import explain_idle
 
 
 def format_devices(devices) -> str:
@@ -94,6 +95,20 @@ def plan_shape(plan: Plan) -> str:
     return " | ".join("→".join(f"tp{s.tp}×{s.layers}" for s in p.stages) for p in plan.pipelines)
 
 
+def idle_view(problem: Problem, plan: Plan, est: Estimate) -> Table | None:
+    """Why devices stay idle: per idle machine, the best plan found that also uses them."""
+    reasons = explain_idle(problem, plan)
+    if not reasons:
+        return None
+    used = len(plan.devices)
+    table = Table(title=f"{used}/{problem.cluster.num_devices} devices used; why the others are idle",
+                  show_header=False, box=box.SIMPLE, title_justify="left")
+    table.add_column()
+    for r in reasons:
+        table.add_row(r.describe(est.iteration_s))
+    return table
+
+
 SUMMARY_ABOVE_STAGES = 64  # larger plans get one row per pipeline unless --full is asked
 
 
@@ -119,3 +134,9 @@ def estimate_views(problem: Problem, est: Estimate, full: bool | None = None) ->
     if full is None:
         full = len(est.stages) <= SUMMARY_ABOVE_STAGES
     return [stage_table_view(est) if full else pipeline_table_view(est), summary_view(problem, est)]
+
+
+def solved_views(problem: Problem, plan: Plan, est: Estimate) -> list[Table]:
+    """What `hexiscale solve` prints before the solver's status: the plan, and why devices idle."""
+    idle = idle_view(problem, plan, est)
+    return [plan_table(problem, plan, est)] + ([idle] if idle is not None else [])

@@ -63,7 +63,8 @@ def solve(
     if as_json:
         console.print_json(json.dumps(result_dict(result, estimate)))
         return
-    console.print(views_for(plan).plan_table(prob, plan, estimate))
+    for view in views_for(plan).solved_views(prob, plan, estimate):
+        console.print(view)
     console.print(status_table(result, estimate))
     if output is not None:
         console.print(f"plan written to [bold]{output}[/]")

@@ -1,0 +1,102 @@
+"""Why a plan leaves GPUs idle: for each machine with idle devices, the best plan found that
+also puts them to work, and what then limits it.
+
+An idle GPU surprises an expert, so the answer is a number: the plan is re-priced with the
+idle devices of one machine added as one more stage (TP group) at every position of every
+pipeline, taking 1, 2, … layers from the stages around it, and the best such plan is
+reported with its T and its bottleneck. This is an explanation, not a search: a solver that
+found a better plan this way would have been beaten by a local move it does not try.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.layered.evaluate import evaluate
+from planner.layered.plan import Pipeline, Plan, Stage
+from planner.layered.pricing import iteration_time
+from planner.layered.validate import validate
+from planner.problem import Problem
+
+MAX_MACHINES = 8  # explain at most this many idle machines (each costs O(S·L) evaluations)
+
+
+@dataclass(frozen=True)
+class IdleMachine:
+    machine: str
+    devices: tuple[int, ...]  # its idle devices
+    best_time_s: float | None  # T of the best plan found that uses them (None: none fits)
+    why: str  # the bottleneck of that plan, or why nothing fits
+    best_plan: Plan | None  # that plan
+
+    def describe(self, current_s: float) -> str:
+        head = f"{self.machine} ({len(self.devices)} idle)"
+        if self.best_time_s is None:
+            return f"{head}: {self.why}"
+        slower = (self.best_time_s / current_s - 1) * 100
+        return (f"{head}: with them as one more stage, best {self.best_time_s:.4g} s vs "
+                f"{current_s:.4g} s ({slower:+.1f} %): {self.why}")
+
+
+def idle_devices(problem: Problem, plan: Plan) -> dict[int, tuple[int, ...]]:
+    """Machine index → its devices that no stage uses."""
+    used, cluster = set(plan.devices), problem.cluster
+    out = {}
+    for m in range(len(cluster.machines)):
+        idle = tuple(d for d in cluster.devices_of(m) if d not in used)
+        if idle:
+            out[m] = idle
+    return out
+
+
+def explain_idle(problem: Problem, plan: Plan) -> list[IdleMachine]:
+    """One explanation per machine with idle devices (at most MAX_MACHINES)."""
+    out = []
+    for m, idle in list(idle_devices(problem, plan).items())[:MAX_MACHINES]:
+        group = idle[: _largest_tp(problem, len(idle))]
+        best = min(_with_stage(problem, plan, group), key=iteration_time_of(problem), default=None)
+        name = problem.cluster.machines[m].name
+        if best is None:
+            out.append(IdleMachine(name, idle, None, "no placement of them as a stage fits in memory", None))
+        else:
+            out.append(IdleMachine(name, idle, iteration_time(problem, best, check=False),
+                                   evaluate(problem, best).bottleneck.description, best))
+    return out
+
+
+def iteration_time_of(problem: Problem):
+    return lambda plan: iteration_time(problem, plan, check=False)
+
+
+def _largest_tp(problem: Problem, available: int) -> int:
+    return max(problem.model.tp_sizes(available))
+
+
+def _with_stage(problem: Problem, plan: Plan, devices: tuple[int, ...]):
+    """Every valid plan with `devices` inserted as a stage taking n layers off its neighbours."""
+    for p, pipe in enumerate(plan.pipelines):
+        for k in range(len(pipe.stages) + 1):
+            for n in range(1, problem.model.layers):
+                layers = _take_layers([s.layers for s in pipe.stages], k, n)
+                if layers is None:
+                    break
+                stages = [s.model_copy(update={"layers": c}) for s, c in zip(pipe.stages, layers)]
+                stages.insert(k, Stage(devices=devices, layers=n))
+                pipes = list(plan.pipelines)
+                pipes[p] = Pipeline(batch=pipe.batch, stages=tuple(stages))
+                candidate = Plan(problem=plan.problem, pipelines=tuple(pipes))
+                if not validate(problem, candidate):
+                    yield candidate
+
+
+def _take_layers(layers: list[int], k: int, n: int) -> list[int] | None:
+    """Take n layers for a stage inserted at position k, one at a time from whichever of its
+    neighbours (nearest first) has the most layers left; None when they cannot spare n."""
+    out = list(layers)
+    near = sorted(range(len(out)), key=lambda i: (abs(i + 0.5 - k), i))
+    for _ in range(n):
+        donor = max((i for i in near if out[i] > 1), key=lambda i: out[i], default=None)
+        if donor is None:
+            return None
+        out[donor] -= 1
+    return out

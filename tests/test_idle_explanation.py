@@ -1,0 +1,37 @@
+"""Idle devices are explained with a number: the best plan found that also uses them. On a
+proven-optimal plan that plan can only be slower, and it must be a valid plan that really
+uses the idle devices (checked with the validator and re-priced by the evaluator)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from hexiscale.cli import app
+from planner import evaluate, validate
+from planner.io import load_problem
+from solvers.common import SolverOptions
+from solvers.layered.idle import explain_idle, idle_devices
+from solvers.registry import solve
+
+
+@pytest.mark.parametrize("name", ["tiny-4-llama2-7b", "tiny-6-llama3-8b"])
+def test_using_the_idle_devices_of_an_optimal_plan_is_never_faster(name):
+    problem = load_problem(name)
+    result = solve(problem, "cpsat", SolverOptions(time_limit_s=60))
+    assert result.status.value == "optimal"
+    idle = idle_devices(problem, result.plan)
+    assert idle, "the optimum of this problem leaves a device idle"
+    reasons = explain_idle(problem, result.plan)
+    assert [r.machine for r in reasons] == [problem.cluster.machines[m].name for m in idle]
+    for r in reasons:
+        assert r.best_plan is not None and validate(problem, r.best_plan) == []
+        assert set(r.best_plan.devices) & set(r.devices)  # the idle devices now work
+        assert r.best_time_s == pytest.approx(evaluate(problem, r.best_plan).iteration_s, rel=1e-12)
+        assert r.best_time_s >= result.objective_s * (1 - 1e-9)
+
+
+def test_solve_prints_why_devices_are_idle():
+    out = CliRunner().invoke(app, ["solve", "hetero2-llama2-13b", "-t", "20"]).stdout
+    assert "40/48 devices used; why the others are idle" in out
+    assert "r3080ti-0 (8 idle): with them as one more stage, best" in out
