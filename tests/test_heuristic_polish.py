@@ -19,8 +19,7 @@ from planner.layered.table import stage_table
 from planner.layered.validate import validate
 from planner.workload import TrainingSpec
 from solvers.layered.heuristic import build_plan, partition, polish
-from solvers.layered.heuristic.assemble import repair_memory, split_batches, with_split
-from solvers.layered.heuristic.search import plan_from_table
+from solvers.layered.heuristic.assemble import plan_from_table, repair_memory, split_batches, with_split
 
 
 def single_moves(plan: Plan):
@@ -75,7 +74,7 @@ def scrambled(problem: Problem, plan: Plan, seed: int) -> Plan:
                                              ("medium-32-llama2-13b", 3, 2), ("small-16-llama2-13b", 2, 3)])
 def test_polish_stops_at_a_local_optimum(name, pools, seed):
     problem = load_problem(name)
-    plan = build_plan(problem, partition(problem, pools, "metis", "pipeline", seed=0))
+    plan = build_plan(problem, partition(problem, pools, partitioner="metis", protect="pipeline", seed=0))
     start = scrambled(problem, plan, seed)
     table = stage_table(problem, start)
     fits = repair_memory(problem, table)  # the solver repairs memory before it polishes
@@ -95,7 +94,7 @@ def test_screened_polish_for_large_plans_improves_and_stays_valid():
     """With exhaustive checking off (as on hundreds of pipelines), the polish tries only
     moves that touch the bottleneck; it must still lower T and keep every rule."""
     problem = load_problem("medium-32-llama2-13b")
-    plan = build_plan(problem, partition(problem, 4, "metis", "pipeline", seed=0))
+    plan = build_plan(problem, partition(problem, 4, partitioner="metis", protect="pipeline", seed=0))
     start = scrambled(problem, plan, 5)
     table = stage_table(problem, start)
     fits = repair_memory(problem, table)
@@ -111,7 +110,7 @@ def test_screened_polish_for_large_plans_improves_and_stays_valid():
 def test_batch_split_minimises_the_slowest_pipeline():
     """Against every split of the micro-batches over the pipelines (brute force)."""
     problem = load_problem("small-8-llama2-7b")
-    plan = build_plan(problem, partition(problem, 3, "metis", "pipeline", seed=0))
+    plan = build_plan(problem, partition(problem, 3, partitioner="metis", protect="pipeline", seed=0))
     table = stage_table(problem, plan)
     micro = split_batches(problem, table, equal=False)
     total, d, b = problem.training.micro_batches, table.num_pipelines, problem.training.micro_batch

@@ -10,11 +10,14 @@ from instances.generate import generate_cluster, generated_problem
 from planner.layered.pricing import iteration_time
 from planner.io import load_problem
 from planner.solver_info import SolveStatus
+from planner.layered.plan import Plan, devices_in_order
+from planner.layered.table import stage_table
 from planner.layered.validate import validate
 from solvers import registry
 from solvers.common import SolverOptions
 from solvers.layered.exact import brute
 from solvers.layered.heuristic import HeuristicOptions, build_plan, partition, solve, solve_with
+from solvers.layered.heuristic.assemble import plan_from_table
 
 MIXES = ["A100-80G:1,RTX4090:1", "H800:1,H20:1", "RTX3090:2,RTX4090:1,L40S:1", "A800-80G:1",
          "V100:1,T4:1,A10:1"]
@@ -76,13 +79,33 @@ def test_same_seed_same_plan():
 
 def test_phase_two_uses_only_pool_devices():
     problem = load_problem("case-study-llama2-13b")
-    pools = partition(problem, 3, "metis", "pipeline", seed=0)
+    pools = partition(problem, 3, partitioner="metis", protect="pipeline", seed=0)
     assert sorted(np.concatenate(pools).tolist()) == list(range(problem.cluster.num_devices))
     plan = build_plan(problem, pools)
     assert validate(problem, plan) == []
     owner = {int(d): i for i, pool in enumerate(pools) for d in pool}
     for pipe in plan.pipelines:  # a pipeline never mixes pools
         assert len({owner[d] for s in pipe.stages for d in s.devices}) == 1
+
+
+def test_one_plan_assembly_round_trips_through_the_stage_table():
+    """`Plan.from_stages` (the one constructor every solver uses) and `plan_from_table`
+    rebuild the heuristic's plan exactly from its stage table; `devices_in_order` hands each
+    machine's devices out in id order."""
+    problem = load_problem("case-study-llama2-13b")
+    plan = build_plan(problem, partition(problem, 2, partitioner="metis", protect="pipeline", seed=0))
+    table = stage_table(problem, plan)
+    assert plan_from_table(problem, plan, table) == plan
+    again = Plan.from_stages(problem=plan.problem, batches=[p.batch for p in plan.pipelines],
+                             stages=[[(s.devices, s.layers) for s in p.stages] for p in plan.pipelines])
+    assert again == plan
+    assert [f.tolist() for f in table.per_pipeline(table.first_layer)] == [
+        [a for a, _ in p.layer_ranges()] for p in plan.pipelines]
+    first = problem.cluster.first_device
+    assert devices_in_order(first, [[(1, 2), (0, 1)], [(1, 1)]]) == [
+        [(first[1], first[1] + 1), (first[0],)], [(first[1] + 2,)]]
+    with pytest.raises(ValueError):
+        Plan.from_stages(problem="", batches=[1, 1], stages=[[((0,), 1)]])
 
 
 def test_registered_and_reached_by_name():

@@ -7,6 +7,7 @@ device named once inside a stage) are checked here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -15,6 +16,8 @@ from planner.base import Frozen
 from planner.solver_info import SolverInfo
 
 PLAN_FORMAT = "hexiscale.plan/1"
+
+StageSpec = tuple[Sequence[int], int]  # (devices, layers) of one stage, before it is a `Stage`
 
 
 class Stage(Frozen):
@@ -63,6 +66,21 @@ class Plan(Frozen):
     pipelines: tuple[Pipeline, ...] = Field(min_length=1, description="data-parallel replicas")
     solver: SolverInfo | None = Field(default=None, description="how the plan was found")
 
+    @classmethod
+    def from_stages(cls, *, problem: str, batches: Sequence[int],
+                    stages: Sequence[Sequence[StageSpec]]) -> Plan:
+        """The plan whose pipeline p has batch `batches[p]` (sequences, B_p) and, in pipeline
+        order, one stage per `(devices, layers)` of `stages[p]`; `problem` is the problem's name.
+
+        The one place a solver turns its own stage lists into a `Plan`. Counts and ids may be
+        numpy integers; they are stored as Python ints."""
+        if len(batches) != len(stages):
+            raise ValueError(f"{len(batches)} batches for {len(stages)} pipelines")
+        return cls(problem=problem, pipelines=tuple(
+            Pipeline(batch=int(batch), stages=tuple(
+                Stage(devices=tuple(int(d) for d in devices), layers=int(layers)) for devices, layers in pipe))
+            for batch, pipe in zip(batches, stages)))
+
     @property
     def devices(self) -> list[int]:
         return [d for p in self.pipelines for s in p.stages for d in s.devices]
@@ -73,3 +91,19 @@ class Plan(Frozen):
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2, exclude_none=True)
+
+
+def devices_in_order(first_device: Sequence[int], shapes: Sequence[Sequence[tuple[int, int]]],
+                     ) -> list[list[tuple[int, ...]]]:
+    """Concrete devices for stages given as (machine, t), pipeline by pipeline: each machine
+    hands out its devices in id order, from `first_device[machine]` on (devices of one machine
+    are interchangeable, so any order gives the same T)."""
+    free = [int(x) for x in first_device]
+    out = []
+    for pipe in shapes:
+        devices = []
+        for machine, t in pipe:
+            devices.append(tuple(range(free[machine], free[machine] + t)))
+            free[machine] += t
+        out.append(devices)
+    return out

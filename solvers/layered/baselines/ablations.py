@@ -31,7 +31,8 @@ def _heuristic(problem: Problem, options: SolverOptions, **knobs) -> SolveResult
     return solve_with(problem, options, HeuristicOptions(**knobs))
 
 
-def _renamed(result: SolveResult, name: str, wall: float, restriction: str, message: str = "") -> SolveResult:
+def _renamed(result: SolveResult, *, name: str, wall: float, restriction: str,
+             message: str = "") -> SolveResult:
     """The heuristic's result, labelled as this baseline's."""
     plan = result.plan
     if plan is not None:
@@ -44,20 +45,23 @@ def _renamed(result: SolveResult, name: str, wall: float, restriction: str, mess
     })
 
 
+def _ablation(problem: Problem, options: SolverOptions, *, name: str, restriction: str, **knobs) -> SolveResult:
+    """The heuristic with one knob set, timed and labelled as the baseline `name`."""
+    start = time.perf_counter()
+    result = _heuristic(problem, options, **knobs)
+    return _renamed(result, name=name, wall=time.perf_counter() - start, restriction=restriction)
+
+
 def solve_random(problem: Problem, options: SolverOptions) -> SolveResult:
     """Random balanced pools, then the heuristic's phase 2."""
-    start = time.perf_counter()
-    result = _heuristic(problem, options, partitioner="random")
-    return _renamed(result, "random", time.perf_counter() - start,
-                    "phase 1 replaced by a random balanced partition")
+    return _ablation(problem, options, name="random",
+                     restriction="phase 1 replaced by a random balanced partition", partitioner="random")
 
 
 def solve_equal_batch(problem: Problem, options: SolverOptions) -> SolveResult:
     """The heuristic with B split equally over the pipelines."""
-    start = time.perf_counter()
-    result = _heuristic(problem, options, equal_batch=True)
-    return _renamed(result, "ablation-equal-batch", time.perf_counter() - start,
-                    "equal batch per pipeline")
+    return _ablation(problem, options, name="ablation-equal-batch", restriction="equal batch per pipeline",
+                     equal_batch=True)
 
 
 def solve_one_tp(problem: Problem, options: SolverOptions) -> SolveResult:
@@ -78,5 +82,6 @@ def solve_one_tp(problem: Problem, options: SolverOptions) -> SolveResult:
         return SolveResult(solver="ablation-one-tp", status=SolveStatus.infeasible, wall_s=wall,
                            restrictions=("one TP size for every stage",),
                            message="no TP size gives a plan that fits: " + "; ".join(tried))
-    return _renamed(best[2], "ablation-one-tp", wall, f"one TP size for every stage (t={best[1]})",
-                    "best single TP size of " + "; ".join(tried))
+    return _renamed(best[2], name="ablation-one-tp", wall=wall,
+                    restriction=f"one TP size for every stage (t={best[1]})",
+                    message="best single TP size of " + "; ".join(tried))

@@ -28,7 +28,7 @@ from pydantic import Field
 
 from planner.layered.pricing import iteration_time
 from planner.base import Frozen
-from planner.layered.plan import Pipeline, Plan, Stage
+from planner.layered.plan import Plan
 from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
 from planner.layered.validate import validate
@@ -72,11 +72,8 @@ def layout_plan(problem: Problem, layout: SymmetricLayout) -> Plan | None:
     def block_of(pipe: int, stage: int) -> tuple[int, ...]:
         return blocks[stage * dp + pipe] if layout.order == "tp-dp-pp" else blocks[pipe * pp + stage]
 
-    pipelines = tuple(
-        Pipeline(batch=batch, stages=tuple(Stage(devices=block_of(p, k), layers=layers) for k in range(pp)))
-        for p in range(dp)
-    )
-    return Plan(problem=problem.name, pipelines=pipelines)
+    return Plan.from_stages(problem=problem.name, batches=[batch] * dp,
+                            stages=[[(block_of(p, k), layers) for k in range(pp)] for p in range(dp)])
 
 
 def candidate_layouts(problem: Problem, use_all: bool, options: SolverOptions) -> Iterator[SymmetricLayout]:

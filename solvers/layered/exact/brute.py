@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from planner.layered.pricing import iteration_time, stage_memory
-from planner.layered.plan import Pipeline, Plan, Stage
+from planner.layered.plan import Plan, devices_in_order
 from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
 from planner.layered.table import stage_table
@@ -56,15 +56,11 @@ def compositions(total: int, parts: int):
 
 
 def make_plan(problem: Problem, pipes: list[PipeKey]) -> Plan:
-    free = [int(x) for x in problem.cluster.first_device]
-    pipelines = []
-    for seq, layers, m in pipes:
-        stages = []
-        for (machine, t), n in zip(seq, layers):
-            stages.append(Stage(devices=tuple(range(free[machine], free[machine] + t)), layers=n))
-            free[machine] += t
-        pipelines.append(Pipeline(batch=m * problem.training.micro_batch, stages=tuple(stages)))
-    return Plan(problem=problem.name, pipelines=tuple(pipelines))
+    """The plan of these pipelines, each machine handing out its devices in order [R1]."""
+    devices = devices_in_order(problem.cluster.first_device, [seq for seq, _, _ in pipes])
+    return Plan.from_stages(problem=problem.name,
+                            batches=[m * problem.training.micro_batch for _, _, m in pipes],
+                            stages=[list(zip(d, layers)) for d, (_, layers, _) in zip(devices, pipes)])
 
 
 def fits_memory(problem: Problem, pipe: PipeKey) -> bool:

@@ -14,7 +14,7 @@ import numpy as np
 
 from planner import cost
 from planner.base import GIB
-from planner.layered.plan import Pipeline, Plan, Stage
+from planner.layered.plan import Plan, devices_in_order
 from planner.problem import Problem
 
 
@@ -158,18 +158,12 @@ class Tables:
 def build_plan(problem: Problem, specs: list[PipelineSpec]) -> Plan:
     """Turn stage types into concrete devices: each machine hands out its devices in order
     (any choice is equivalent [R1])."""
-    cluster = problem.cluster
-    next_free = {m: int(cluster.first_device[m]) for m in range(len(cluster.machines))}
-    pipelines = []
-    for spec in specs:
-        stages = []
-        for c, n in spec.stages:
-            start = next_free[c.machine]
-            next_free[c.machine] += c.tp
-            stages.append(Stage(devices=tuple(range(start, start + c.tp)), layers=n))
-        pipelines.append(Pipeline(batch=spec.micro_batches * problem.training.micro_batch,
-                                  stages=tuple(stages)))
-    return Plan(problem=problem.name, pipelines=tuple(pipelines))
+    devices = devices_in_order(problem.cluster.first_device,
+                               [[(c.machine, c.tp) for c, _ in spec.stages] for spec in specs])
+    return Plan.from_stages(problem=problem.name,
+                            batches=[spec.micro_batches * problem.training.micro_batch for spec in specs],
+                            stages=[[(d, n) for d, (_, n) in zip(devs, spec.stages)]
+                                    for devs, spec in zip(devices, specs)])
 
 
 def specs_of_plan(problem: Problem, plan: Plan) -> list[PipelineSpec]:

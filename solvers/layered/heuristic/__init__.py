@@ -3,9 +3,9 @@
 Public API (used by the baselines too):
 - `HeuristicOptions`: knobs, including the random-partition baseline and the ablations;
 - `solve(problem, options)` and `solve_with(problem, options, heuristic)`;
-- `build_plan(problem, pools, heuristic)`: phase 2 (pools of device ids → Plan);
-- `partition(problem, D, partitioner, protect, seed)`: phase 1 alone;
-- `polish(problem, table)`: the layer / micro-batch local search alone.
+- `build_plan(problem, pools, heuristic, *, tp_cap, max_stages, cache)`: phase 2 (pools of device ids → Plan);
+- `partition(problem, D, *, partitioner, protect, seed)`: phase 1 alone;
+- `polish(problem, table, *, rounds, exhaustive_moves, deadline)`: the layer / micro-batch local search alone.
 """
 
 from solvers.layered.heuristic.assemble import build_plan

@@ -14,27 +14,31 @@ import numpy as np
 
 from planner import cost
 from planner.layered.pricing import breakdown, stage_times
-from planner.layered.plan import Pipeline, Plan, Stage
+from planner.layered.plan import Plan
 from planner.problem import Problem
-from planner.layered.table import stage_table, StageTable
+from planner.layered.table import StageTable, first_layers, stage_table
 from solvers.layered.heuristic.options import HeuristicOptions
-from solvers.layered.heuristic.pipeline import StageSlot, build_pipeline
+from solvers.layered.heuristic.pipeline import PipelineLimits, StageSlot, build_pipeline
 
 
 def make_plan(problem: Problem, pipelines: list[list[StageSlot]], layers: list[np.ndarray],
               micro: Sequence[int]) -> Plan:
+    """The plan of these stage slots with these layer counts and micro-batches per pipeline."""
     b = problem.training.micro_batch
-    return Plan(problem=problem.name, pipelines=tuple(
-        Pipeline(batch=int(m) * b, stages=tuple(
-            Stage(devices=s.devices, layers=int(n)) for s, n in zip(slots, ns)))
-        for slots, ns, m in zip(pipelines, layers, micro)))
+    return Plan.from_stages(problem=problem.name, batches=[int(m) * b for m in micro], stages=[
+        [(s.devices, n) for s, n in zip(slots, ns)] for slots, ns in zip(pipelines, layers)])
+
+
+def plan_from_table(problem: Problem, plan: Plan, table: StageTable) -> Plan:
+    """The plan's structure with the table's layer and batch split."""
+    return Plan.from_stages(problem=plan.problem, batches=table.batch, stages=[
+        [(s.devices, n) for s, n in zip(pipe.stages, layers)]
+        for pipe, layers in zip(plan.pipelines, table.per_pipeline(table.layers))])
 
 
 def with_split(table: StageTable, layers: np.ndarray, micro: np.ndarray, micro_batch: int) -> StageTable:
     """The same structure with other layer counts and micro-batch counts."""
-    cum = np.cumsum(layers) - layers
-    first_layer = cum - cum[table.pipe_start[:-1]][table.pipe]
-    return replace(table, layers=layers, first_layer=first_layer,
+    return replace(table, layers=layers, first_layer=first_layers(layers, table.pipe, table.pipe_start),
                    micro_batches=micro[table.pipe], batch=micro * micro_batch)
 
 
@@ -70,7 +74,7 @@ def repair_memory(problem: Problem, table: StageTable) -> np.ndarray | None:
     each layer to the stage whose τ it raises least. Returns the new layer counts, or None
     when some stage cannot fit even one layer or the pipeline has no headroom left."""
     model, training = problem.model, problem.training
-    q = cost.in_flight_micro_batches(problem.training, table.num_stages, table.index, table.micro_batches)
+    q = cost.in_flight_micro_batches(training, table.num_stages, table.index, table.micro_batches)
     cap = problem.cluster.machine_memory_bytes[table.machine]
     fits = cost.max_layers_fitting(model, training, table.tp, table.first, table.last, q, cap)
     tau_layer = stage_times(problem, replace(table, layers=np.ones_like(table.layers)))[2]
@@ -88,7 +92,7 @@ def repair_memory(problem: Problem, table: StageTable) -> np.ndarray | None:
     return layers
 
 
-def build_plan(problem: Problem, pools: Sequence[Sequence[int]], heuristic: HeuristicOptions | None = None,
+def build_plan(problem: Problem, pools: Sequence[Sequence[int]], heuristic: HeuristicOptions | None = None, *,
                tp_cap: int | None = None, max_stages: int | None = None,
                cache: dict | None = None) -> Plan | None:
     """Phase 2 for every pool, then batches by pipeline speed and the memory repair.
@@ -98,19 +102,17 @@ def build_plan(problem: Problem, pools: Sequence[Sequence[int]], heuristic: Heur
     heuristic = heuristic or HeuristicOptions()
     pools = [np.asarray(p) for p in pools if len(p)]
     micro_est = max(1, problem.training.micro_batches // max(1, len(pools)))
-    built = [build_pipeline(problem, pool, micro_est, tp_cap, heuristic.fixed_tp,
-                            heuristic.beam_width, max_stages, cache) for pool in pools]
+    limits = PipelineLimits(micro=micro_est, tp_cap=tp_cap, fixed_tp=heuristic.fixed_tp,
+                            beam_width=heuristic.beam_width, max_stages=max_stages)
+    built = [build_pipeline(problem, pool, limits=limits, cache=cache) for pool in pools]
     built = [b for b in built if b is not None]
     if not built or len(built) > problem.training.micro_batches:
         return None
-    slots = [s for s, _ in built]
-    layers = [n for _, n in built]
-    draft = make_plan(problem, slots, layers, [1] * len(built))
+    draft = make_plan(problem, [s for s, _ in built], [n for _, n in built], [1] * len(built))
     table = stage_table(problem, draft)
     micro = split_batches(problem, table, heuristic.equal_batch)
     table = with_split(table, table.layers, micro, problem.training.micro_batch)
     fixed = repair_memory(problem, table)
     if fixed is None:
         return None
-    bounds = table.pipe_start
-    return make_plan(problem, slots, [fixed[bounds[p]: bounds[p + 1]] for p in range(len(slots))], micro)
+    return plan_from_table(problem, draft, with_split(table, fixed, micro, problem.training.micro_batch))

@@ -140,7 +140,7 @@ def striped_pools(problem: Problem, pools: int) -> list[np.ndarray]:
     return [np.array(sorted(m)) for m in members if m]
 
 
-def partition(problem: Problem, pools: int, partitioner: str, protect: Protect, seed: int) -> list[np.ndarray]:
+def partition(problem: Problem, pools: int, *, partitioner: str, protect: Protect, seed: int) -> list[np.ndarray]:
     """D pools of device ids: random (baseline), METIS min-cut ("pipeline") or striped ("data")."""
     if partitioner == "random":
         return random_pools(problem, pools, seed)

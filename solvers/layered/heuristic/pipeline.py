@@ -22,7 +22,7 @@ import numpy as np
 from planner import cost
 from planner.layered.pricing import stage_times
 from planner.problem import Problem
-from planner.layered.table import StageTable
+from planner.layered.table import StageTable, table_of_stages
 
 PREFIX_TRIALS = 6  # how many "drop the j slowest stages" sizes j to try (geometric)
 EXHAUSTIVE_LAYOUTS = 16  # pools with at most this many TP layouts over at most
@@ -41,6 +41,18 @@ class StageSlot:
     @property
     def tp(self) -> int:
         return len(self.devices)
+
+
+@dataclass(frozen=True)
+class PipelineLimits:
+    """How phase 2 builds one pool's pipeline: the micro-batches it is built for (an estimate
+    before the batch split) and the search's knobs."""
+
+    micro: int  # m the layer split and the pruning price the pipeline with
+    tp_cap: int | None = None  # largest TP size a stage may take (None: any the model allows)
+    fixed_tp: int | None = None  # ablation: this one TP size for every stage
+    beam_width: int = 4  # top-τ width of the stage-order search
+    max_stages: int | None = None  # at most this many stages (None: up to L)
 
 
 # -- secondary partition: TP groups per machine part ---------------------------------------
@@ -95,23 +107,45 @@ def estimated_pipe_time(problem: Problem, machines: list[int], sizes: list[list[
     return (micro - 1 + len(t)) * stage + intra_hops + (micro - 1) * max(0.0, float(hop.max()) - stage)
 
 
-def tp_layouts(problem: Problem, parts: dict[int, list[int]], micro: int,
-               tp_cap: int | None, fixed_tp: int | None) -> list[dict[int, list[int]]]:
+def part_kinds(problem: Problem, parts: dict[int, list[int]]) -> dict[tuple, list[int]]:
+    """Machine parts alike (GPU type, intra bandwidth, device count), in first-seen order."""
+    kinds: dict[tuple, list[int]] = {}
+    for m in parts:
+        mm = problem.cluster.machines[m]
+        kinds.setdefault((mm.gpu, mm.intra_bw_gbps, len(parts[m])), []).append(m)
+    return kinds
+
+
+def coordinate_descent(options: dict[tuple, list[int]], score) -> dict[tuple, int]:
+    """One size per kind: from the largest of each, change one kind's size at a time while
+    `score` drops by more than rounding noise."""
+    choice = {k: options[k][-1] for k in options}
+    best = score(choice)
+    improved = True
+    while improved:
+        improved = False
+        for k in sorted(options):
+            for t in options[k]:
+                trial = {**choice, k: t}
+                s = score(trial)
+                if s < best * (1 - 1e-9):
+                    best, choice, improved = s, trial, True
+    return choice
+
+
+def tp_layouts(problem: Problem, parts: dict[int, list[int]], limits: PipelineLimits,
+               ) -> list[dict[int, list[int]]]:
     """Candidate group sizes per machine part. Parts alike (same machine kind and device
     count) take the same size. If the kinds allow few combinations, all of them (each is then
     built and priced); else the one `estimated_pipe_time` prefers by coordinate descent."""
-    model, cluster = problem.model, problem.cluster
+    model, fixed_tp = problem.model, limits.fixed_tp
     machines = list(parts)
     if fixed_tp is not None:  # a size the model cannot shard by leaves no layout at all
         if fixed_tp not in model.tp_sizes(fixed_tp):
             return []
         return [{m: group_sizes(len(parts[m]), fixed_tp, [], fixed=True) for m in machines}]
-    kinds: dict[tuple, list[int]] = {}
-    for m in machines:
-        mm = cluster.machines[m]
-        kinds.setdefault((mm.gpu, mm.intra_bw_gbps, len(parts[m])), []).append(m)
-    options = {k: model.tp_sizes(min(k[2], tp_cap or k[2])) for k in kinds}
-    choice = {k: options[k][-1] for k in kinds}  # start from the largest groups
+    kinds = part_kinds(problem, parts)
+    options = {k: model.tp_sizes(min(k[2], limits.tp_cap or k[2])) for k in kinds}
 
     def layout(ch):
         return {m: group_sizes(len(parts[m]), ch[k], options[k], fixed=False)
@@ -119,23 +153,13 @@ def tp_layouts(problem: Problem, parts: dict[int, list[int]], micro: int,
 
     def score(ch):
         lay = layout(ch)
-        return estimated_pipe_time(problem, machines, [lay[m] for m in machines], micro)
+        return estimated_pipe_time(problem, machines, [lay[m] for m in machines], limits.micro)
 
     names = sorted(kinds)
-    small = cluster.num_devices <= EXHAUSTIVE_CLUSTER and len(parts) <= EXHAUSTIVE_PARTS
+    small = problem.cluster.num_devices <= EXHAUSTIVE_CLUSTER and len(parts) <= EXHAUSTIVE_PARTS
     if small and np.prod([len(options[k]) for k in names]) <= EXHAUSTIVE_LAYOUTS:
         return [layout(dict(zip(names, combo))) for combo in itertools.product(*(options[k] for k in names))]
-    best = score(choice)
-    improved = True
-    while improved:
-        improved = False
-        for k in sorted(kinds):
-            for t in options[k]:
-                trial = {**choice, k: t}
-                s = score(trial)
-                if s < best * (1 - 1e-9):
-                    best, choice, improved = s, trial, True
-    return [layout(choice)]
+    return [layout(coordinate_descent(options, score))]
 
 
 # -- ordering: top-τ greedy over machine parts --------------------------------------------
@@ -174,7 +198,7 @@ def order_parts(problem: Problem, machines: list[int], width: int) -> list[int]:
 
 def stage_coefficients(problem: Problem, slots: list[StageSlot], micro: int):
     """Per stage: τ per layer, τ of the LM head, and the most layers memory allows
-    (with q = min(S − k, micro) micro-batches in flight)."""
+    (with the q of the training's schedule for `micro` micro-batches)."""
     model, training, cluster = problem.model, problem.training, problem.cluster
     mach = np.array([s.machine for s in slots])
     t = np.array([s.tp for s in slots])
@@ -182,8 +206,8 @@ def stage_coefficients(problem: Problem, slots: list[StageSlot], micro: int):
     first = (np.arange(size) == 0).astype(int)
     last = (np.arange(size) == size - 1).astype(int)
     per_layer = per_layer_time(problem, mach, t)
-    head = cost.stage_compute_time(model, training, cluster.machine_flops[mach], t, 0, last)
-    q = cost.in_flight_micro_batches(problem.training, size, np.arange(size), micro)
+    head = cost.stage_compute_time(model, training, cluster.machine_flops[mach], t, 0, last)  # τ = C: no TP
+    q = cost.in_flight_micro_batches(training, size, np.arange(size), micro)
     max_layers = cost.max_layers_fitting(model, training, t, first, last, q, cluster.machine_memory_bytes[mach])
     return per_layer, head, max_layers
 
@@ -208,24 +232,24 @@ def split_layers(problem: Problem, slots: list[StageSlot], micro: int) -> np.nda
 # -- one pool → one pipeline -----------------------------------------------------------------
 
 
+def slot_speeds(problem: Problem, slots: list[StageSlot]) -> np.ndarray:
+    """Layers per second of each stage slot (1 / τ of one layer)."""
+    return 1.0 / per_layer_time(problem, np.array([s.machine for s in slots]), np.array([s.tp for s in slots]))
+
+
 def fastest_slots(problem: Problem, slots: list[StageSlot], limit: int) -> list[StageSlot]:
     """Keep the `limit` fastest stages (the rest of their devices stay idle)."""
-    speed = 1.0 / per_layer_time(problem, np.array([s.machine for s in slots]), np.array([s.tp for s in slots]))
+    speed = slot_speeds(problem, slots)
     keep = sorted(np.argsort(-speed, kind="stable")[:limit])
     return [slots[i] for i in keep]
 
 
 def single_table(problem: Problem, slots: list[StageSlot], layers: np.ndarray, micro: int) -> StageTable:
     """The stage table of a plan with this one pipeline (what `stage_table` would build)."""
-    size = len(slots)
-    index = np.arange(size)
-    return StageTable(
-        pipe=np.zeros(size, dtype=int), index=index, num_stages=np.full(size, size),
-        machine=np.array([s.machine for s in slots]), tp=np.array([s.tp for s in slots]),
-        layers=np.asarray(layers), first_layer=np.cumsum(layers) - layers,
-        first=(index == 0).astype(int), last=(index == size - 1).astype(int),
-        micro_batches=np.full(size, micro), pipe_start=np.array([0, size]),
-        batch=np.array([micro * problem.training.micro_batch]))
+    return table_of_stages(
+        sizes=np.array([len(slots)]), machine=np.array([s.machine for s in slots]),
+        tp=np.array([s.tp for s in slots]), layers=np.asarray(layers),
+        batch=np.array([micro * problem.training.micro_batch]), micro_batch=problem.training.micro_batch)
 
 
 def single_pipe_time(problem: Problem, slots: list[StageSlot], layers: np.ndarray, micro: int) -> float:
@@ -246,8 +270,7 @@ def prune(problem: Problem, slots: list[StageSlot], layers: np.ndarray, micro: i
     pipeline's own T_pipe drops: first the j slowest stages for the best j, then, on short
     pipelines, single stages anywhere (a fast device behind a slow link)."""
     best = (single_pipe_time(problem, slots, layers, micro), slots, layers)
-    speed = 1.0 / per_layer_time(problem, np.array([s.machine for s in slots]), np.array([s.tp for s in slots]))
-    slowest = np.argsort(speed, kind="stable")
+    slowest = np.argsort(slot_speeds(problem, slots), kind="stable")
     prefixes = np.geomspace(1, len(slots) - 1, PREFIX_TRIALS) if len(slots) > 1 else []
     for j in sorted({int(x) for x in prefixes}):
         drop = set(slowest[:j].tolist())
@@ -263,24 +286,22 @@ def prune(problem: Problem, slots: list[StageSlot], layers: np.ndarray, micro: i
     return best[1], best[2]
 
 
-def build_pipeline(problem: Problem, pool: np.ndarray, micro: int, tp_cap: int | None,
-                   fixed_tp: int | None, beam_width: int, max_stages: int | None,
-                   cache: dict | None = None):
+def build_pipeline(problem: Problem, pool: np.ndarray, *, limits: PipelineLimits, cache: dict | None = None):
     """(stages, layers) for one pool, or None if it cannot hold the model. `cache` keeps
     results by (pool, TP layout): TP caps that lead to the same layout are built once."""
     parts = machine_parts(problem, pool)
     best, best_t = None, np.inf
-    for layout in tp_layouts(problem, parts, micro, tp_cap, fixed_tp):
-        key = (tuple(int(d) for d in pool), tuple((m, tuple(v)) for m, v in layout.items()), micro,
-               beam_width, max_stages)
+    for layout in tp_layouts(problem, parts, limits):
+        key = (tuple(int(d) for d in pool), tuple((m, tuple(v)) for m, v in layout.items()), limits.micro,
+               limits.beam_width, limits.max_stages)
         if cache is not None and key in cache:
             built = cache[key]
         else:
-            built = _build(problem, parts, layout, micro, beam_width, max_stages)
+            built = _build(problem, parts, layout, limits)
             if cache is not None:
                 cache[key] = built
         if built is not None:
-            t = single_pipe_time(problem, *built, micro)
+            t = single_pipe_time(problem, *built, limits.micro)
             if t < best_t:
                 best, best_t = built, t
     return best
@@ -293,7 +314,7 @@ def _orientations(problem: Problem, slots: list[StageSlot], micro: int) -> list[
     return [slots, reverse] if split_layers(problem, reverse, micro) is not None else [slots]
 
 
-def ordered_slots(problem: Problem, parts: dict[int, list[int]], layout: dict[int, list[int]],
+def ordered_slots(problem: Problem, parts: dict[int, list[int]], layout: dict[int, list[int]], *,
                   beam_width: int, limit: int) -> list[StageSlot]:
     """The TP groups in pipeline order (machine parts kept together), at most `limit`."""
     slots = []
@@ -305,11 +326,11 @@ def ordered_slots(problem: Problem, parts: dict[int, list[int]], layout: dict[in
     return fastest_slots(problem, slots, limit) if len(slots) > limit else slots
 
 
-def _build(problem: Problem, parts: dict[int, list[int]], layout: dict[int, list[int]], micro: int,
-           beam_width: int, max_stages: int | None):
+def _build(problem: Problem, parts: dict[int, list[int]], layout: dict[int, list[int]], limits: PipelineLimits):
     """Order, layer split, orientation and pruning for one TP layout of one pool."""
-    limit = min(problem.model.layers, max_stages or problem.model.layers)
-    slots = ordered_slots(problem, parts, layout, beam_width, limit)
+    micro = limits.micro
+    limit = min(problem.model.layers, limits.max_stages or problem.model.layers)
+    slots = ordered_slots(problem, parts, layout, beam_width=limits.beam_width, limit=limit)
     while slots:
         if split_layers(problem, slots, micro) is not None:
             ways = [(order, split_layers(problem, order, micro)) for order in _orientations(problem, slots, micro)]

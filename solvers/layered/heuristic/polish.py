@@ -138,7 +138,7 @@ class Polisher:
         return layers, micro, b
 
 
-def polish(problem: Problem, table: StageTable, rounds: int = 400, exhaustive_moves: int = 600,
+def polish(problem: Problem, table: StageTable, *, rounds: int = 400, exhaustive_moves: int = 600,
            deadline: float = float("inf")):
     """(layers, micro-batches, breakdown) after local search from the table's split."""
     micro = table.batch // problem.training.micro_batch

@@ -16,13 +16,13 @@ from rich.progress import Progress
 
 from planner.layered.pricing import iteration_time
 from planner import cost
-from planner.layered.plan import Pipeline, Plan, Stage
+from planner.layered.plan import Plan
 from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
 from planner.layered.table import stage_table
 from planner.layered.validate import validate
 from solvers.common import SolveResult, SolverOptions
-from solvers.layered.heuristic.assemble import build_plan, with_split
+from solvers.layered.heuristic.assemble import build_plan, plan_from_table, with_split
 from solvers.layered.heuristic.options import HeuristicOptions
 from solvers.layered.heuristic.partition import partition
 from solvers.layered.heuristic.polish import polish
@@ -82,8 +82,8 @@ class Search:
     def pools(self, d: int, mode: str):
         key = (d, mode)
         if key not in self.seen_pools:
-            self.seen_pools[key] = partition(self.problem, d, self.heuristic.partitioner, mode,
-                                             self.options.seed)
+            self.seen_pools[key] = partition(self.problem, d, partitioner=self.heuristic.partitioner,
+                                             protect=mode, seed=self.options.seed)
         return self.seen_pools[key]
 
     def try_d(self, d: int, caps: list[int | None]) -> None:
@@ -98,8 +98,8 @@ class Search:
             for cap in caps:
                 if self.out_of_time() or (d, mode, cap) in self.found:
                     continue
-                plan = build_plan(self.problem, pools, self.heuristic, cap, self.options.max_stages,
-                                  self.pipelines)
+                plan = build_plan(self.problem, pools, self.heuristic, tp_cap=cap,
+                                  max_stages=self.options.max_stages, cache=self.pipelines)
                 self.found[(d, mode, cap)] = (
                     (iteration_time(self.problem, plan, check=False), plan) if plan else (np.inf, None))
 
@@ -142,20 +142,10 @@ class Search:
     def polish_one(self, plan: Plan) -> Plan:
         problem = self.problem
         table = stage_table(problem, plan)
-        layers, micro, _ = polish(problem, table, self.heuristic.polish_rounds,
-                                  self.heuristic.exhaustive_moves, self.deadline)
+        layers, micro, _ = polish(problem, table, rounds=self.heuristic.polish_rounds,
+                                  exhaustive_moves=self.heuristic.exhaustive_moves, deadline=self.deadline)
         final = with_split(table, layers, micro, problem.training.micro_batch)
         return plan_from_table(problem, plan, final)
-
-
-def plan_from_table(problem: Problem, plan: Plan, table) -> Plan:
-    """The plan's structure with the table's layer and batch split."""
-    bounds = table.pipe_start
-    return Plan(problem=plan.problem, pipelines=tuple(
-        Pipeline(batch=int(table.batch[p]), stages=tuple(
-            Stage(devices=s.devices, layers=int(n))
-            for s, n in zip(pipe.stages, table.layers[bounds[p]: bounds[p + 1]])))
-        for p, pipe in enumerate(plan.pipelines)))
 
 
 def solve_with(problem: Problem, options: SolverOptions, heuristic: HeuristicOptions,
