@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from planner import cost
 from planner.layered.pricing import iteration_time, stage_memory
 from planner.layered.plan import Plan, devices_in_order
 from planner.solver_info import SolverInfo, SolveStatus
@@ -73,14 +74,19 @@ def fits_memory(problem: Problem, pipe: PipeKey) -> bool:
 
 def most_micro_batches(problem: Problem, seq, layers) -> int:
     """Largest m_p with which the pipeline fits in memory (0: none). Memory grows with m_p
-    only through q = min(S − k, m_p), so it is flat from m_p = S on."""
-    total = problem.training.micro_batches
+    only through the schedule's in-flight count q (1F1B: min(S − k, m_p), flat from m_p = S
+    on; GPipe: m_p, never flat), so once q stops growing every larger m_p fits too."""
+    training, total = problem.training, problem.training.micro_batches
+    index = np.arange(len(seq))
+    saturated = cost.in_flight_micro_batches(training, len(seq), index, total)
     best = 0
-    for m in range(1, min(len(seq), total) + 1):
+    for m in range(1, total + 1):
         if not fits_memory(problem, (seq, layers, m)):
             return best
         best = m
-    return total
+        if np.array_equal(cost.in_flight_micro_batches(training, len(seq), index, m), saturated):
+            return total
+    return best
 
 
 def pipeline_structures(problem: Problem) -> list[tuple[tuple[StageKey, ...], tuple[int, ...], int]]:
