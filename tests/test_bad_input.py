@@ -49,6 +49,9 @@ CASES = {
     "cluster-tiny-bandwidth.yaml": ["links.0.bw_gbps", "greater than 0.000001", "1e-09"],
     "cluster-conflicting-links.yaml": ["links[0] and links[1]", "m0", "m1", "25 vs 12.5 GB/s"],
     "problem-binary.yaml": ["not a text file", "UTF-8"],
+    "plan-bool-device.json": ["pipelines.0.stages.0.devices", "device ids must be written as integers", "True"],
+    "plan-string-device.json": ["pipelines.0.stages.0.devices", "device ids must be written as integers", "'0'"],
+    "plan-huge-device.json": ["pipelines.0.stages.0.devices", "beyond any cluster", "9223372036854775808"],
     # every error of the file on the one line, not "(and 3 more)"
     "cluster-many-errors.yaml": ["machines.0.count", "machines.1.intra_bw_gbps", "machines.2.intra_bw_gbps",
                                  "required", "inter_bw_gbps"],

@@ -8,7 +8,7 @@ device named once inside a stage) are checked here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -18,17 +18,36 @@ from planner.solver_info import SolverInfo
 PLAN_FORMAT = "hexiscale.plan/1"
 
 StageSpec = tuple[Sequence[int], int]  # (devices, layers) of one stage, before it is a `Stage`
+MAX_DEVICE_ID = 2**31 - 1  # far beyond any cluster; larger ids overflow the evaluator's int64 arrays
+
+
+def whole_numbers(value: Any, what: str) -> Any:
+    """Counts and ids are written as integers: `true` (which would read as 1), "0" or 2.0 in a
+    plan file is probably a mistake, so it is refused rather than converted (anything else
+    that is not an integer is left to pydantic's own error)."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    bad = [x for x in items if isinstance(x, (bool, float)) or (isinstance(x, str) and x.strip().lstrip("+-").isdigit())]
+    if bad:
+        raise ValueError(f"{what} must be written as integers, got {bad[0]!r}")
+    return value
 
 
 class Stage(Frozen):
     devices: tuple[int, ...] = Field(min_length=1, description="global device ids; TP group of size t")
     layers: int = Field(ge=1, description="n, transformer layers held by this stage")
 
+    @field_validator("devices", "layers", mode="before")
+    @classmethod
+    def _integers(cls, value: Any, info) -> Any:
+        return whole_numbers(value, "device ids" if info.field_name == "devices" else info.field_name)
+
     @field_validator("devices")
     @classmethod
     def _distinct_devices(cls, devices: tuple[int, ...]) -> tuple[int, ...]:
         if any(d < 0 for d in devices):
             raise ValueError(f"device ids must be ≥ 0, got {list(devices)}")
+        if any(d > MAX_DEVICE_ID for d in devices):
+            raise ValueError(f"device id {max(devices)} is beyond any cluster (ids are at most 2^31 − 1)")
         if len(set(devices)) != len(devices):
             raise ValueError(f"a stage names a device twice: {list(devices)}")
         return devices
@@ -46,6 +65,11 @@ class Stage(Frozen):
 class Pipeline(Frozen):
     batch: int = Field(ge=1, description="B_p, sequences per iteration for this replica")
     stages: tuple[Stage, ...] = Field(min_length=1, description="stages in pipeline order")
+
+    @field_validator("batch", mode="before")
+    @classmethod
+    def _integer_batch(cls, value: Any) -> Any:
+        return whole_numbers(value, "batch")
 
     @property
     def layers(self) -> int:
