@@ -85,7 +85,6 @@ class PipelineFloors:
     def table(self) -> np.ndarray:
         """[m, allocation index] (m = 0..B/b; row 0 unused), +inf where nothing fits. [B1]"""
         tb = self.tb
-        micro = np.arange(tb.total_micro + 1)
         exact = np.full((tb.total_micro + 1, self.num_allocations), np.inf)
         recv = self._receive_floor()
         self.dp_layer, self.dp_head = self._last_stage_sync()
