@@ -79,10 +79,13 @@ class Communicator:
     device: torch.device
 
     @classmethod
-    def start(cls, backend: str, address: str, port: int | str, rank: int, world_size: int,
+    def start(cls, backend: str, address: str | None, port: int | str | None, rank: int, world_size: int,
               places: tuple[RankPlace, ...], timeout_s: float, device: torch.device) -> Communicator:
-        """Join the world (every rank calls this once, before any other operation)."""
-        dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank,
+        """Join the world (every rank calls this once, before any other operation): through
+        a store at tcp://address:port (rank 0 hosts it), or, with `port` None, through the
+        `env://` rendezvous (MASTER_ADDR/MASTER_PORT; under torchrun, the agent's store)."""
+        init_method = "env://" if port is None else f"tcp://{address}:{port}"
+        dist.init_process_group(backend, init_method=init_method, rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout_s))
         return cls(rank, world_size, tuple(places), timeout_s, device)
 

@@ -9,13 +9,17 @@ any still alive after that is killed, so a run always ends in bounded time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import multiprocessing.context
+import os
 import shlex
 import socket
+import sys
 import tempfile
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,22 +76,47 @@ def _context() -> multiprocessing.context.BaseContext:
     return ctx
 
 
+@contextlib.contextmanager
+def _main_hidden():
+    """Hide the caller's `__main__` from multiprocessing while workers start.
+
+    A forkserver (like spawn) re-imports the main script in the server and in each child,
+    so a script that calls `run_plan` without an `if __name__ == "__main__":` guard would
+    run again there and fail. The workers need nothing from `__main__` (their target lives
+    in `runtime.worker`), so for the start a bare module stands in for it. This swaps a
+    process-wide entry for a moment: do not start other multiprocessing children from
+    another thread at the same time."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
 def _spawn(job_path: Path, world: int, out: Path, threads: int, echo_rank0: bool,
            failure: FailureInjection | None) -> list:
+    env = {"MASTER_ADDR": "127.0.0.1", "HEXISCALE_PORT": str(free_port()), "WORLD_SIZE": str(world),
+           "HEXISCALE_LAUNCHER_PID": str(os.getpid())}  # workers end when this process does
+    ctx, procs = _context(), []
+    with _main_hidden():
+        for rank in range(world):
+            procs.append(_start_rank(ctx, rank, env, job_path, out, threads, echo_rank0, failure))
+    return procs
+
+
+def _start_rank(ctx, rank: int, env: dict[str, str], job_path: Path, out: Path, threads: int,
+                echo_rank0: bool, failure: FailureInjection | None):
     from runtime.worker import spawned_entry  # imports torch: only when a run starts
 
-    env = {"MASTER_ADDR": "127.0.0.1", "HEXISCALE_PORT": str(free_port()), "WORLD_SIZE": str(world)}
-    ctx, procs = _context(), []
-    for rank in range(world):
-        rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
-        if failure is not None and failure.rank == rank:
-            rank_env.update(failure.env())
-        proc = ctx.Process(target=spawned_entry, daemon=True,
-                           args=(str(job_path), rank_env,
-                                 str(out / f"rank{rank}.log"), rank == 0 and echo_rank0, threads))
-        proc.start()
-        procs.append(proc)
-    return procs
+    rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
+    if failure is not None and failure.rank == rank:
+        rank_env.update(failure.env())
+    proc = ctx.Process(target=spawned_entry, daemon=True,
+                       args=(str(job_path), rank_env, str(out / f"rank{rank}.log"), rank == 0 and echo_rank0, threads))
+    proc.start()
+    return proc
 
 
 def _wait(procs: list, bound_s: float, start: float) -> tuple[list[float], list[int]]:
@@ -103,7 +132,7 @@ def _wait(procs: list, bound_s: float, start: float) -> tuple[list[float], list[
             deadline = time.monotonic() + bound_s
         if deadline is not None and time.monotonic() > deadline:
             for rank, p in enumerate(procs):
-                if p.is_alive():
+                if p.is_alive() and rank not in killed:  # a killed child may take a moment to go
                     p.kill()
                     killed.append(rank)
         time.sleep(0.1)
@@ -140,7 +169,9 @@ def launch_local(job: Job, threads: int = 1, echo: bool = True, world_size: int 
 
 
 def torchrun_commands(job_path: str, plan: Any, problem: Problem, master_addr: str, port: int) -> list[str]:
-    """One torchrun command per machine that the plan uses (run each on its machine)."""
+    """One torchrun command per machine that the plan uses (run each on its machine, from a
+    folder where `runtime` imports). Workers join through torchrun's own store at
+    master_addr:port (env:// rendezvous): no second port."""
     devices = runtime_of(plan).devices(plan)
     cluster, used = problem.cluster, set(devices)
     commands = []
@@ -148,7 +179,7 @@ def torchrun_commands(job_path: str, plan: Any, problem: Problem, master_addr: s
     for node, machine in enumerate(machines):
         local = len(used & set(cluster.devices_of(machine)))
         commands.append(
-            f"HEXISCALE_PORT={port + 1} HEXISCALE_WORLD_SIZE={len(devices)} torchrun --nnodes={len(machines)} "
+            f"torchrun --nnodes={len(machines)} "
             f"--node-rank={node} --nproc-per-node={local} --master-addr={master_addr} "
             f"--master-port={port} -m runtime.worker {shlex.quote(job_path)} --machine {machine}")
     return commands
@@ -163,7 +194,11 @@ def make_job(problem: Problem, plan: Any, model: str = "tiny", **settings) -> Jo
 
 def run_plan(problem: Problem, plan: Any, model: str = "tiny", steps: int = 3, echo: bool = True,
              **settings) -> RunResult:
-    """Train `plan` for `steps` steps on local processes; raise RunError if any rank fails."""
+    """Train `plan` for `steps` steps on local processes; raise RunError if any rank fails.
+
+    Works from a plain script: no `if __name__ == "__main__":` guard is needed (the workers
+    start from a forkserver that never re-imports the calling script). Each worker also
+    ends if this process dies, even by SIGKILL."""
     result = launch_local(make_job(problem, plan, model, steps=steps, **settings), echo=echo)
     if not result.ok:
         raise RunError("the run failed:\n" + result.failure_summary())

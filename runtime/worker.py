@@ -10,9 +10,13 @@ hangs.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -24,6 +28,48 @@ from runtime.errors import ConfigError
 from runtime.kinds import runtime_kind
 
 EXIT_FAILED, EXIT_CONFIG = 1, 2
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+LAUNCHER_PID_VAR = "HEXISCALE_LAUNCHER_PID"
+WATCH_INTERVAL_S = 0.5
+
+
+def die_with_parent() -> None:
+    """Linux: the kernel kills this process (SIGKILL) when its parent dies — the local
+    launcher's forkserver, or torchrun's agent. Elsewhere a no-op."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def process_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie, killed but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def watch_launcher(pid: int) -> None:
+    """A daemon thread that ends this process once the launcher `pid` is gone: the local
+    launcher is not this process's parent (its forkserver is), so the parent-death signal
+    alone would miss a launcher killed with SIGKILL while its forkserver lingers."""
+    def watch() -> None:
+        while process_alive(pid):
+            time.sleep(WATCH_INTERVAL_S)
+        print(f"error: the launcher (pid {pid}) is gone; stopping", file=sys.stderr, flush=True)
+        os._exit(EXIT_FAILED)
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
 
 
 def spawned_entry(job_path: str, env: dict[str, str], log_path: str, echo: bool, threads: int) -> None:
@@ -57,9 +103,11 @@ def rank_device(backend: str) -> torch.device:
 
 
 def run_rank(job: Job, kind_worker: ModuleType, rank: int, world_size: int) -> None:
-    """Join the world, train this rank, leave the world."""
+    """Join the world, train this rank, leave the world. The local launcher names a port
+    (HEXISCALE_PORT) whose store rank 0 hosts; under torchrun there is none and the rank
+    joins through the store torchrun's agent already runs (env:// rendezvous)."""
     config = job.config
-    comm = Communicator.start(config.backend, os.environ["MASTER_ADDR"], os.environ["HEXISCALE_PORT"],
+    comm = Communicator.start(config.backend, os.environ.get("MASTER_ADDR"), os.environ.get("HEXISCALE_PORT"),
                               rank, world_size, kind_worker.rank_places(job), config.timeout_s,
                               rank_device(config.backend))
     kind_worker.train(job, comm)
@@ -67,6 +115,9 @@ def run_rank(job: Job, kind_worker: ModuleType, rank: int, world_size: int) -> N
 
 
 def main(argv: list[str]) -> int:
+    die_with_parent()
+    if os.environ.get(LAUNCHER_PID_VAR):
+        watch_launcher(int(os.environ[LAUNCHER_PID_VAR]))
     job = Job.model_validate_json(Path(argv[0]).read_text())
     machine = int(argv[argv.index("--machine") + 1]) if "--machine" in argv else None
     kind_worker = runtime_kind(job.kind).worker_module()

@@ -135,3 +135,39 @@ def test_cli_schedule_defaults_to_the_problems_and_an_override_gets_a_note(tmp_p
     assert other.exit_code == 0, other.output
     assert "note: memory was priced for the problem's schedule 1f1b; running gpipe" in " ".join(other.output.split())
     assert Job.model_validate_json((tmp_path / "job.json").read_text()).config.schedule == "gpipe"
+
+
+@pytest.mark.parametrize("option, expected", [
+    (["--schedule", "foo"], "--schedule: Input should be '1f1b' or 'gpipe' (got 'foo')"),
+    (["--timeout", "-1"], "--timeout: Input should be greater than 0"),
+    (["--data", "foo"], "--data: Input should be 'synthetic' or 'corpus'"),
+    (["--lr", "-1"], "--lr: Input should be greater than 0"),
+    (["--backend", "foo"], "--backend: Input should be 'gloo' or 'nccl'"),
+])
+def test_cli_bad_run_settings_name_the_option_in_one_line(option, expected):
+    result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", *option])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert expected in text and "validation error" not in text and "Traceback" not in text
+
+
+def test_cli_nccl_without_cuda_says_use_gloo(monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--backend", "nccl"])
+    assert result.exit_code == 2
+    assert "nccl needs CUDA; this machine has none: use --backend gloo" in " ".join(result.output.split())
+
+
+def test_cli_unwritable_out_fails_before_training(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--out", str(tmp_path / "a-file" / "run")])
+    assert result.exit_code == 2 and "--out" in result.output and "running" not in result.output
+
+
+def test_cli_a_plan_for_another_problem_needs_force(tmp_path):
+    result = CliRunner().invoke(app, ["run", "tiny-4-tiny-mha", "demo-tiny", "--torchrun", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "--force" in result.output
+    forced = CliRunner().invoke(app, ["run", "tiny-4-tiny-mha", "demo-tiny", "--torchrun", "--force",
+                                      "--out", str(tmp_path)])
+    assert "--force" not in forced.output

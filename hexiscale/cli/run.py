@@ -5,14 +5,47 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from hexiscale.cli.app import app, console, fail, friendly_errors
+from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
 from planner.io import load_plan, load_problem
 from runtime.launch import RunError, RunResult, free_port, launch_local, make_job, torchrun_commands
 
 EXIT_RUN_FAILED = 1
+# the run setting each option sets (RunConfig's field names), to name the option in errors
+OPTION_OF_SETTING = {"steps": "--steps", "schedule": "--schedule", "recompute": "--recompute",
+                     "data": "--data", "seq_len": "--seq-len", "lr": "--lr", "seed": "--seed",
+                     "timeout_s": "--timeout", "backend": "--backend", "out_dir": "--out",
+                     "micro_batch": "the problem's training.micro_batch"}
+
+
+def settings_error(exc: ValidationError) -> str:
+    """One line per bad setting, naming the option: `--timeout: Input should be greater than 0 (got -1.0)`."""
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        lines.append(f"{OPTION_OF_SETTING.get(field, field)}: {error['msg']} (got {error.get('input')!r})")
+    return "; ".join(lines)
+
+
+def make_out_folder(out: Path | None) -> None:
+    """--out is checked, and made, before any work: a place that cannot be written fails now."""
+    if writable_folder(out, "--out") is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            fail(f"--out: cannot create {out}: {exc.strerror or exc}")
+
+
+def check_backend(backend: str, torchrun: bool) -> None:
+    """A local NCCL run needs CUDA here (torchrun commands run elsewhere: not checked)."""
+    if backend == "nccl" and not torchrun:
+        import torch  # only for this check: the CLI starts without torch
+
+        if not torch.cuda.is_available():
+            fail("nccl needs CUDA; this machine has none: use --backend gloo")
 
 
 def summary_table(result: RunResult, plan) -> Table:
@@ -57,42 +90,54 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         backend: str = typer.Option("gloo", help="gloo (CPU) | nccl (CUDA)"),
         torchrun: bool = typer.Option(False, help="print torchrun commands for several machines instead"),
         master_addr: str = typer.Option("127.0.0.1", help="torchrun: address of machine 0"),
-        out: Path = typer.Option(None, help="folder for the job file, logs and metrics")) -> None:
+        out: Path = typer.Option(None, help="folder for the job file, logs and metrics"),
+        force: bool = typer.Option(False, help="use a plan made for another problem")) -> None:
     """Train PLAN for a few steps: one process per used device (gloo on this machine)."""
+    make_out_folder(out)
     prob, the_plan = load_problem(problem), load_plan(plan)
+    check_plan_is_for(prob, the_plan, plan, force)
     if model not in ("tiny", "problem"):
         fail(f"--model must be tiny or problem, got {model!r}")
+    check_backend(backend, torchrun)
     settings = {"steps": steps, "data": data, "lr": lr, "seed": seed,
                 "timeout_s": timeout, "backend": backend, "out_dir": str(out) if out else ""}
     settings.update({k: v for k, v in (("recompute", recompute), ("seq_len", seq_len), ("schedule", schedule))
                      if v is not None})
     try:
         job = make_job(prob, the_plan, model, **settings)
+    except ValidationError as exc:
+        fail(settings_error(exc))
     except (RunError, ValueError) as exc:
-        fail(str(exc).splitlines()[0] if "validation error" in str(exc) else str(exc))
+        fail(str(exc))
     if job.config.schedule != prob.training.schedule:
         console.print(f"note: memory was priced for the problem's schedule {prob.training.schedule}; "
                       f"running {job.config.schedule}", highlight=False)
-    spec = job.config.model
-    count = len(the_plan.devices)
-    console.print(f"running {count} process{'es' if count > 1 else ''}: model {spec.name} (L={spec.layers}, "
-                  f"h={spec.hidden}, heads={spec.heads}/{spec.num_kv_heads}), {job.config.schedule}, "
-                  f"recompute={job.config.recompute}, seq {job.config.seq_len}, "
-                  f"B={sum(p.batch for p in the_plan.pipelines)}", highlight=False)
     if torchrun:
         print_torchrun(job, prob, the_plan, master_addr, out)
         return
+    count = len(the_plan.devices)
+    console.print(f"running {count} process{'es' if count > 1 else ''}: {describe_job(job)}", highlight=False)
     result = launch_local(job)
     if not result.ok:
         fail(f"the run failed (logs in {result.out_dir}):\n" + escape(result.failure_summary()), EXIT_RUN_FAILED)
     print_summary(result, the_plan)
 
 
+def describe_job(job) -> str:
+    spec, config = job.config.model, job.config
+    return (f"model {spec.name} (L={spec.layers}, h={spec.hidden}, heads={spec.heads}/{spec.num_kv_heads}), "
+            f"{config.schedule}, recompute={config.recompute}, seq {config.seq_len}, "
+            f"B={sum(p.batch for p in job.plan.pipelines)}")
+
+
 def print_torchrun(job, prob, the_plan, master_addr: str, out: Path | None) -> None:
+    """Write the job file and print it and one torchrun command per machine; nothing runs here."""
     folder = out or Path(".hexiscale-run")
     folder.mkdir(parents=True, exist_ok=True)
     job_path = folder / "job.json"
     job_path.write_text(job.model_dump_json())
-    console.print(f"job written to {job_path}; copy it to every machine and run, one line per machine:")
+    console.print(f"wrote the job file {job_path}: {describe_job(job)}", highlight=False, soft_wrap=True)
+    console.print("copy it to the same path on every machine and run there, from a folder where "
+                  "`runtime` imports, one line per machine:", highlight=False, soft_wrap=True)
     for command in torchrun_commands(str(job_path), the_plan, prob, master_addr, free_port()):
         console.print(command, highlight=False, soft_wrap=True)

@@ -1,0 +1,135 @@
+"""Launching: the torchrun commands `hexiscale run --torchrun` prints work as printed, a
+killed launcher takes its workers with it, and `run_plan` works from an unguarded script."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from hexiscale.cli import app
+from planner.io import load_plan, load_problem
+from runtime.launch import launch_local, make_job
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCHRUN_WAIT_S = 120
+
+
+def printed_torchrun_commands(out: Path) -> tuple[str, list[str]]:
+    result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--model", "tiny", "--steps", "2",
+                                      "--torchrun", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return result.output, [ln for ln in result.output.splitlines() if ln.startswith("torchrun ")]
+
+
+def test_torchrun_prints_the_job_file_and_one_command_per_machine(tmp_path):
+    output, commands = printed_torchrun_commands(tmp_path)
+    assert str(tmp_path / "job.json") in output and (tmp_path / "job.json").is_file()
+    assert "running" not in output  # nothing runs here
+    assert len(commands) == 2  # demo-4: two machines
+    assert all("HEXISCALE_PORT" not in c for c in commands)
+
+
+def test_the_printed_torchrun_commands_train_like_the_local_launcher(tmp_path):
+    _, commands = printed_torchrun_commands(tmp_path / "torchrun")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *shlex.split(c)[1:]],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for c in commands]
+    try:
+        outputs = [p.communicate(timeout=TORCHRUN_WAIT_S)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    torchrun_steps = json.loads((tmp_path / "torchrun" / "metrics.json").read_text())["steps"]
+
+    job = make_job(load_problem("demo-tiny"), load_plan("demo-tiny"), "tiny", steps=2,
+                   out_dir=str(tmp_path / "local"))
+    local = launch_local(job, echo=False)
+    assert local.ok, local.failure_summary()
+    assert len(torchrun_steps) == len(local.steps) == 2
+    for ours, theirs in zip(torchrun_steps, local.steps):
+        assert abs(ours["loss"] - theirs["loss"]) <= 1e-6, (torchrun_steps, local.steps)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (from /proc: no psutil)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(stat[1]), []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+LONG_RUN = """
+from planner.io import load_plan, load_problem
+from runtime.launch import launch_local, make_job
+job = make_job(load_problem("demo-tiny"), load_plan("demo-tiny"), "tiny", steps=100000, out_dir={out!r})
+launch_local(job)
+"""
+
+
+def test_workers_die_with_a_launcher_killed_by_sigkill(tmp_path):
+    launcher = subprocess.Popen([sys.executable, "-c", LONG_RUN.format(out=str(tmp_path))], cwd=ROOT,
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not launcher.stdout.readline().startswith("step 1/"):  # the first step is done
+            assert launcher.poll() is None and time.monotonic() < deadline, "the run did not start"
+        workers = descendants(launcher.pid)
+        assert len(workers) >= 4  # the four ranks (and the forkserver)
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        deadline = time.monotonic() + 10
+        while any(running(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in workers if running(p)], "workers outlived their launcher"
+    finally:
+        launcher.kill()
+        for pid in descendants(launcher.pid) | locals().get("workers", set()):
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+UNGUARDED_SCRIPT = """
+import hexiscale as hx
+from planner.io import load_plan, load_problem
+
+result = hx.run_plan(load_problem("demo-tiny"), load_plan("demo-tiny"), steps=1, echo=False)
+print("steps", len(result.steps))
+"""
+
+
+def test_run_plan_works_from_a_script_without_a_main_guard(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(UNGUARDED_SCRIPT))
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("steps 1") == 1  # the script ran once, not again in the workers
