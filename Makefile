@@ -18,10 +18,11 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/hexiscale validate instances/problems/demo-tiny.yaml instances/plans/demo-tiny.json
-	$(BIN)/hexiscale evaluate instances/problems/demo-tiny.yaml instances/plans/demo-tiny.json
-	$(BIN)/hexiscale solve instances/problems/demo-tiny.yaml --solver heuristic -o .demo-plan.json
-	# the bundled asymmetric plan: two pipelines, TP2 -> TP1 and TP1, batches 6 and 2
-	$(BIN)/hexiscale run instances/problems/demo-tiny.yaml instances/plans/demo-tiny.json --model tiny --steps 3
+	# demo-asym: the heuristic's best plan is asymmetric (three uneven stages: TP1, TP1, TP2);
+	# solve it, draw it, and train the solved plan (tiny model, same structure) on 4 local processes
+	$(BIN)/hexiscale solve instances/problems/demo-asym.yaml --solver heuristic -o .demo-plan.json
+	$(BIN)/hexiscale show instances/problems/demo-asym.yaml .demo-plan.json -o .demo-pictures
+	$(BIN)/hexiscale run instances/problems/demo-asym.yaml .demo-plan.json --model tiny --steps 2
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --timeout=600
