@@ -130,3 +130,16 @@ def test_evaluate_summarises_large_plans_and_full_shows_every_stage(tmp_path):
     assert "pipelines (T_pipe" in default.stdout and "stages (p.k" not in default.stdout
     full = CliRunner().invoke(app, [*args, "--full"])
     assert "stages (p.k" in full.stdout and full.stdout.count("\n") > 80
+
+
+def test_a_hint_the_solver_cannot_use_is_reported():
+    result = CliRunner().invoke(app, ["solve", "demo-tiny", "--hint", "demo-tiny", "-t", "5"])
+    assert result.exit_code == 0, result.output
+    assert "--hint is ignored: heuristic takes no warm start" in result.stderr
+    result = CliRunner().invoke(app, ["solve", "demo-tiny", "--hint", "demo-tiny", "-s", "cpsat", "-t", "20"])
+    assert result.exit_code == 0 and "--hint is ignored" not in result.stderr
+
+
+def test_one_stage_is_not_written_as_stages():
+    result = CliRunner().invoke(app, ["solve", "tiny-2-tiny", "-t", "5"])
+    assert result.exit_code == 0 and "1 stage," in result.stdout and "1 stages" not in result.stdout

@@ -24,6 +24,7 @@ from planner.kinds import validate
 from solvers.common import SolveResult, SolverOptions
 from solvers.registry import DEFAULT_KIND, SOLVERS, SOLVERS_BY_KIND, get, solvers_of
 
+WARM_STARTED = ("cpsat", "milp")  # the solvers that read SolverOptions.hint
 STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "infeasible": "magenta"}
 
 
@@ -49,6 +50,9 @@ def solve(
     if solver not in solvers_of(kind):
         fail(f"unknown solver {solver!r} for {kind} plans; available: {', '.join(solvers_of(kind))}")
     writable_file(output, "--output")
+    if hint and solver not in WARM_STARTED:
+        err_console.print(f"note: --hint is ignored: {solver} takes no warm start "
+                          f"(the exact solvers do: {', '.join(WARM_STARTED)})", highlight=False)
     prob = load_problem(problem)
     options = SolverOptions(time_limit_s=time_limit, threads=threads, seed=seed,
                             hint=load_plan(hint) if hint else None, max_pipelines=max_pipelines,

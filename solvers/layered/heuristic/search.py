@@ -167,7 +167,7 @@ def solve_with(problem: Problem, options: SolverOptions, heuristic: HeuristicOpt
     info = SolverInfo(name=name, status=SolveStatus.feasible, objective_s=t, wall_s=wall)
     return SolveResult(solver=name, status=SolveStatus.feasible, plan=plan.model_copy(update={"solver": info}),
                        objective_s=t, wall_s=wall,
-                       message=f"D={len(plan.pipelines)}, {plan.num_stages} stages, "
+                       message=f"D={len(plan.pipelines)}, {plan.num_stages} stage{'s' if plan.num_stages != 1 else ''}, "
                                f"{len(plan.devices)}/{problem.cluster.num_devices} devices used")
 
 
