@@ -86,10 +86,16 @@ def stage_tp_time(model, training, t, n, bw_gbps, lat_s):
     return n * tp_rounds(training) * allreduce_time(t, a, bw_gbps, lat_s)
 
 
+def stage_time_parts(model, training, flops_per_device, t, n, last, bw_gbps, lat_s):
+    """(C_σ, T_tp,σ, τ_σ = C_σ + T_tp,σ): one micro-batch's forward and backward on the stage."""
+    compute = stage_compute_time(model, training, flops_per_device, t, n, last)
+    tp = stage_tp_time(model, training, t, n, bw_gbps, lat_s)
+    return compute, tp, compute + tp
+
+
 def stage_time(model, training, flops_per_device, t, n, last, bw_gbps, lat_s):
-    """τ_σ = C_σ + T_tp,σ: one micro-batch's forward and backward on the stage, TP traffic included."""
-    return (stage_compute_time(model, training, flops_per_device, t, n, last)
-            + stage_tp_time(model, training, t, n, bw_gbps, lat_s))
+    """τ_σ alone (see `stage_time_parts`)."""
+    return stage_time_parts(model, training, flops_per_device, t, n, last, bw_gbps, lat_s)[2]
 
 
 # -- pipeline-parallel traffic [3.2] ------------------------------------------------------

@@ -62,7 +62,7 @@ def one_f_one_b_in_flight(num_stages, index, micro_batches):
 
 def gpipe_in_flight(num_stages, index, micro_batches):
     """q = m_p under GPipe (element-wise on arrays)."""
-    return np.broadcast_to(micro_batches, np.broadcast(num_stages, index, micro_batches).shape) + 0
+    return np.broadcast_arrays(num_stages, index, micro_batches)[2]  # m_p, shaped like k
 
 
 @dataclass(frozen=True)

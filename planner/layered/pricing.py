@@ -37,9 +37,8 @@ def stage_times(problem: Problem, table: StageTable):
     bw, lat = cluster.bw_matrix, cluster.lat_matrix
     mach = table.machine
     flops, own_bw, own_lat = cluster.machine_flops[mach], bw[mach, mach], lat[mach, mach]
-    compute = cost.stage_compute_time(model, training, flops, table.tp, table.layers, table.last)
-    tp = cost.stage_tp_time(model, training, table.tp, table.layers, own_bw, own_lat)
-    tau = cost.stage_time(model, training, flops, table.tp, table.layers, table.last, own_bw, own_lat)
+    compute, tp, tau = cost.stage_time_parts(model, training, flops, table.tp, table.layers, table.last,
+                                             own_bw, own_lat)
     nxt = np.minimum(np.arange(len(mach)) + 1, len(mach) - 1)  # next stage (ignored for last)
     pp = cost.stage_pp_time(
         model, training, link_bw_gbps=bw[mach, mach[nxt]], link_lat_s=lat[mach, mach[nxt]],
