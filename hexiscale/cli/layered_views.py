@@ -10,7 +10,7 @@ from rich.table import Table
 from planner.layered.estimate import Estimate
 from planner.layered.plan import Plan
 from planner.problem import Problem
-from solvers.layered.idle import explain_idle
+from solvers.layered.idle import explain_idle, idle_devices
 
 
 def format_devices(devices) -> str:
@@ -106,6 +106,9 @@ def idle_view(problem: Problem, plan: Plan, est: Estimate) -> Table | None:
     table.add_column()
     for r in reasons:
         table.add_row(r.describe(est.iteration_s))
+    more = len(idle_devices(problem, plan)) - len(reasons)
+    if more > 0:
+        table.add_row(f"… and {more} more machines with idle devices (the first {len(reasons)} are explained)")
     return table
 
 
