@@ -22,6 +22,7 @@ from planner.problem import Problem
 from planner.layered.table import stage_table
 from planner.layered.validate import validate
 from solvers.common import SolveResult, SolverOptions
+from solvers.layered.exact.tables import Tables, explain_infeasible
 from solvers.layered.heuristic.assemble import build_plan, plan_from_table, with_split
 from solvers.layered.heuristic.options import HeuristicOptions
 from solvers.layered.heuristic.partition import partition
@@ -158,8 +159,7 @@ def solve_with(problem: Problem, options: SolverOptions, heuristic: HeuristicOpt
         best = search.polished()
     wall = time.perf_counter() - search.start
     if best is None:
-        return SolveResult(solver=name, status=SolveStatus.infeasible, wall_s=wall,
-                           message="no pool split holds the model in memory for any D tried")
+        return _no_plan(problem, heuristic, name, wall)
     t, plan = best
     problems = validate(problem, plan)
     if problems:  # never expected: phase 2 and the polish keep every rule
@@ -169,6 +169,25 @@ def solve_with(problem: Problem, options: SolverOptions, heuristic: HeuristicOpt
                        objective_s=t, wall_s=wall,
                        message=f"D={len(plan.pipelines)}, {plan.num_stages} stage{'s' if plan.num_stages != 1 else ''}, "
                                f"{len(plan.devices)}/{problem.cluster.num_devices} devices used")
+
+
+def _no_plan(problem: Problem, heuristic: HeuristicOptions, name: str, wall: float) -> SolveResult:
+    """No plan found. A heuristic proves nothing by failing: `infeasible` only with a proof —
+    the exact solvers' own memory argument (the same message whichever solver finds it), or a
+    fixed TP size no machine can form — else `unknown`."""
+    proof = explain_infeasible(Tables(problem))
+    t = heuristic.fixed_tp
+    if not proof and t is not None:
+        if t not in problem.model.tp_sizes(t):
+            proof = (f"TP size {t} does not divide heads {problem.model.heads} and kv heads "
+                     f"{problem.model.num_kv_heads}")
+        elif max(m.count for m in problem.cluster.machines) < t:
+            proof = f"no machine has {t} devices for a TP size of {t}"
+    if proof:
+        return SolveResult(solver=name, status=SolveStatus.infeasible, wall_s=wall, message=proof)
+    return SolveResult(solver=name, status=SolveStatus.unknown, wall_s=wall,
+                       message="the heuristic found no plan that fits in memory; that is no proof that "
+                               "none exists (cpsat or milp can decide it)")
 
 
 def solve(problem: Problem, options: SolverOptions) -> SolveResult:
