@@ -20,7 +20,7 @@ from solvers.registry import solve as real_solve
 
 def test_csv_json_and_saved_plans_agree_with_the_evaluator(tmp_path):
     args = ["compare", "small-8-llama2-7b", "--solvers", "symmetric,symmetric-all",
-            "--csv", str(tmp_path / "rows.csv"), "--json", str(tmp_path / "rows.json"), "--plans", str(tmp_path)]
+            "--csv", str(tmp_path / "rows.csv"), "--json-file", str(tmp_path / "rows.json"), "--plans", str(tmp_path)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "small-8-llama2-7b" in result.output and "symmetric-all" in result.output

@@ -37,7 +37,7 @@ def no_solving(monkeypatch):
     (["generate", "cluster", "--gpus", "8", "-o", f"{MISSING}/c.yaml"], "--output"),
     (["generate", "problem", "--gpus", "8", "-o", f"{MISSING}/p.yaml"], "--output"),
     (["compare", "demo-tiny", "-s", "symmetric", "--csv", f"{MISSING}/rows.csv"], "--csv"),
-    (["compare", "demo-tiny", "-s", "symmetric", "--json", f"{MISSING}/rows.json"], "--json"),
+    (["compare", "demo-tiny", "-s", "symmetric", "--json-file", f"{MISSING}/rows.json"], "--json-file"),
 ])
 def test_unwritable_output_is_refused_before_the_work(no_solving, args, option):
     result = CliRunner().invoke(app, args)
@@ -143,3 +143,12 @@ def test_a_hint_the_solver_cannot_use_is_reported():
 def test_one_stage_is_not_written_as_stages():
     result = CliRunner().invoke(app, ["solve", "tiny-2-tiny", "-t", "5"])
     assert result.exit_code == 0 and "1 stage," in result.stdout and "1 stages" not in result.stdout
+
+
+def test_compare_json_prints_rows_like_solve_json():
+    import json
+
+    result = CliRunner().invoke(app, ["compare", "demo-tiny", "-s", "symmetric,heuristic", "-t", "5", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)  # stdout is JSON only: no tables around it
+    assert [r["solver"] for r in rows] == ["symmetric", "heuristic"] and all(r["iteration_s"] > 0 for r in rows)

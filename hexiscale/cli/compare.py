@@ -179,12 +179,13 @@ def compare(
     exact_max_devices: int = typer.Option(32, help="skip cpsat/milp on clusters larger than this"),
     seed: int = typer.Option(0, help="random seed for the randomized solvers"),
     csv_path: Path = typer.Option(None, "--csv", help="write all rows as CSV"),
-    json_path: Path = typer.Option(None, "--json", help="write all rows as JSON"),
+    json_path: Path = typer.Option(None, "--json-file", help="write all rows as JSON"),
+    as_json: bool = typer.Option(False, "--json", help="print all rows as JSON instead of tables (as solve --json)"),
     plans_dir: Path = typer.Option(None, "--plans", help="save each plan as PROBLEM.SOLVER.json here"),
 ) -> None:
     """Run several solvers on the same problems and compare their plans side by side."""
     names = parse_solvers(solvers)
-    for path, option in ((csv_path, "--csv"), (json_path, "--json")):
+    for path, option in ((csv_path, "--csv"), (json_path, "--json-file")):
         writable_file(path, option)  # before any solving, as bad problem files are
     writable_folder(plans_dir, "--plans")
     loaded = [load_problem(p) for p in problems]  # bad files fail before any solving
@@ -192,14 +193,18 @@ def compare(
     exact = SolverOptions(time_limit_s=exact_time_limit, seed=seed) if exact_time_limit else None
     everything: list[ComparisonRow] = []
     for problem in loaded:
-        with console.status("") as status:
+        with err_console.status("") as status:  # stderr: stdout may carry JSON
             rows = compare_problem(problem, names, options, exact_max_devices, plans_dir,
                                    on_start=lambda p, s: _progress(status, f"solving {p} with {s} …"),
                                    exact_options=exact)
-        console.print(comparison_table(problem, rows))
+        if not as_json:
+            console.print(comparison_table(problem, rows))
         everything += rows
-    console.print("[dim]T, tokens/s and MFU by planner.evaluate; gap = (T − best proven bound) / T; "
-                  "× sym = T_symmetric / T.[/]")
+    if as_json:
+        typer.echo(json.dumps([r.model_dump() for r in everything], indent=2))
+    else:
+        console.print("[dim]T, tokens/s and MFU by planner.evaluate; gap = (T − best proven bound) / T; "
+                      "× sym = T_symmetric / T.[/]")
     if csv_path:
         write_csv(everything, csv_path)
     if json_path:
