@@ -10,6 +10,13 @@ TFLOPS = 1e12
 US = 1e-6  # latencies are written in microseconds
 
 
+def format_seconds(x: float, digits: int = 4) -> str:
+    """A time in the unit that shows its digits: 22.57 s, 1.724 ms, 11.43 µs (messages and
+    tables alike, so one output never mixes 1.1e-05 s with ms)."""
+    unit, div = ("s", 1.0) if abs(x) >= 1 or x == 0 else ("ms", 1e-3) if abs(x) >= 1e-3 else ("µs", 1e-6)
+    return f"{x / div:.{digits}g} {unit}"
+
+
 class Frozen(BaseModel):
     """Base of every input type: immutable, unknown fields rejected."""
 

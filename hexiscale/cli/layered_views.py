@@ -7,6 +7,7 @@ from __future__ import annotations
 from rich import box
 from rich.table import Table
 
+from planner.base import format_seconds
 from planner.layered.estimate import Estimate
 from planner.layered.plan import Plan
 from planner.problem import Problem
@@ -23,12 +24,6 @@ def format_devices(devices) -> str:
             runs.append(f"{start}" if start == d else f"{start}-{d}")
             start = None
     return ",".join(runs)
-
-
-def seconds(x: float) -> str:
-    """Human-scaled time: 1.234 s, 45.6 ms, 7.9 µs."""
-    unit, div = time_unit([x])
-    return f"{x / div:.4g} {unit}"
 
 
 def time_unit(values) -> tuple[str, float]:
@@ -62,12 +57,12 @@ def summary_view(problem: Problem, est: Estimate) -> Table:
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
     slowest = max(est.pipelines, key=lambda p: p.time_s)
-    table.add_row("T (iteration)", seconds(est.iteration_s))
-    table.add_row("max T_pipe", f"{seconds(est.pipe_s)}  (pipeline {slowest.index})")
-    table.add_row("T_dp", seconds(est.dp_s))
+    table.add_row("T (iteration)", format_seconds(est.iteration_s))
+    table.add_row("max T_pipe", f"{format_seconds(est.pipe_s)}  (pipeline {slowest.index})")
+    table.add_row("T_dp", format_seconds(est.dp_s))
     for p in est.pipelines:
         table.add_row(f"  pipeline {p.index}", f"B_p={p.batch}, m={p.micro_batches}: "
-                      f"{seconds(p.time_s)} (bubble {seconds(p.bubble_s)})")
+                      f"{format_seconds(p.time_s)} (bubble {format_seconds(p.bubble_s)})")
     table.add_row("tokens/s", f"{est.tokens_per_s:,.0f}")
     table.add_row("MFU", f"{est.mfu:.1%}")
     table.add_row("min headroom", f"{est.min_headroom_gib:.2f} GiB")

@@ -18,6 +18,7 @@ from planner.layered.estimate import Estimate
 from planner.kinds import evaluate
 from planner.io import load_plan, load_problem, save_plan
 from planner.layered.plan import Plan
+from planner.base import format_seconds
 from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
 from planner.kinds import validate
@@ -124,14 +125,14 @@ def status_table(result: SolveResult, estimate: Estimate) -> Table:
     table.add_column(style="bold")
     table.add_column()
     style = STATUS_STYLE.get(result.status.value, "")
-    table.add_row("iteration time", f"{estimate.iteration_s:.6g} s  (pipelines {estimate.pipe_s:.4g} s + "
-                                    f"DP sync {estimate.dp_s:.4g} s)")
+    table.add_row("iteration time", f"{format_seconds(estimate.iteration_s, 6)}  (pipelines "
+                                    f"{format_seconds(estimate.pipe_s)} + DP sync {format_seconds(estimate.dp_s)})")
     table.add_row("throughput", f"{estimate.tokens_per_s:,.0f} tokens/s   MFU {estimate.mfu:.1%}")
     table.add_row("bottleneck", estimate.bottleneck.description)
     table.add_row("solver", f"{result.solver}: [{style}]{result.status.value}[/] in {result.wall_s:.1f} s")
     if result.bound_s is not None:
         gap = result.gap
-        table.add_row("lower bound", f"{result.bound_s:.6g} s" + (f"  (gap {gap:.2%})" if gap is not None else ""))
+        table.add_row("lower bound", format_seconds(result.bound_s, 6) + (f"  (gap {gap:.2%})" if gap is not None else ""))
     if result.model_size is not None:
         table.add_row("model size", f"{result.model_size.variables:,} variables, "
                                     f"{result.model_size.constraints:,} constraints")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from planner.base import format_seconds
 from planner.kinds import evaluate
 from planner.layered.plan import Plan
 from planner.problem import Problem
@@ -32,7 +33,7 @@ def draw_plan(problem: Problem, plan: Plan, out_dir: str | Path, prefix: str = "
     out.mkdir(parents=True, exist_ok=True)
     estimate = evaluate(problem, plan)
     solver = f" — {plan.solver.name}" if plan.solver else ""
-    title = f"{problem.name}{solver}: T = {estimate.iteration_s:.4g} s, MFU {estimate.mfu:.1%}"
+    title = f"{problem.name}{solver}: T = {format_seconds(estimate.iteration_s)}, MFU {estimate.mfu:.1%}"
     stem = f"{prefix}-" if prefix and prefix[-1] not in "-_." else prefix  # "cs" → cs-cluster.png
     paths = [out / f"{stem}{name}.png" for name in ("cluster", "schedule", "memory")]
     draw_cluster(problem, plan, paths[0], title)

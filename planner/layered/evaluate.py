@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner import cost
-from planner.base import GIB
+from planner.base import GIB, format_seconds
 from planner.layered.estimate import Bottleneck, Estimate
 from planner.layered.plan import Plan
 from planner.layered.pricing import Breakdown, breakdown, iteration_time, require_valid_structure
@@ -74,7 +74,7 @@ def find_bottleneck(problem: Problem, table: StageTable, b: Breakdown) -> Bottle
             kind="data_parallel", pipeline=int(table.pipe[i]), stage=int(table.index[i]),
             seconds=b.dp_time,
             description=f"gradient sync of pipeline {table.pipe[i]} stage {table.index[i]} "
-                        f"takes {b.dp_time:.4g} s, more than the slowest pipeline ({b.pipe_time[p]:.4g} s)",
+                        f"takes {format_seconds(b.dp_time)}, more than the slowest pipeline ({format_seconds(b.pipe_time[p])})",
         )
     lo, hi = table.pipe_start[p], table.pipe_start[p + 1]
     i = lo + int(np.argmax(np.maximum(b.tau[lo:hi], b.pp[lo:hi])))
@@ -84,7 +84,7 @@ def find_bottleneck(problem: Problem, table: StageTable, b: Breakdown) -> Bottle
     machine = problem.cluster.machines[table.machine[i]].name
     return Bottleneck(
         kind=kind, pipeline=p, stage=int(table.index[i]), seconds=float(b.pipe_time[p]),
-        description=f"pipeline {p} (T_pipe {b.pipe_time[p]:.4g} s) is limited by stage "
+        description=f"pipeline {p} (T_pipe {format_seconds(b.pipe_time[p])}) is limited by stage "
                     f"{table.index[i]} on {machine} (t={table.tp[i]}, {table.layers[i]} layers): "
-                    f"{kind.replace('_', ' ')} {parts[kind]:.4g} s per micro-batch",
+                    f"{kind.replace('_', ' ')} {format_seconds(parts[kind])} per micro-batch",
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import islice
 
+from planner.base import format_seconds
 from planner.layered.evaluate import evaluate
 from planner.layered.plan import Pipeline, Plan, Stage
 from planner.layered.pricing import breakdown, iteration_time
@@ -40,8 +41,8 @@ class IdleMachine:
         if self.best_time_s is None:
             return f"{head}: {self.why}"
         slower = (self.best_time_s / current_s - 1) * 100
-        return (f"{head}: with them as one more stage, best {self.best_time_s:.4g} s vs "
-                f"{current_s:.4g} s ({slower:+.1f} %): {self.why}")
+        return (f"{head}: with them as one more stage, best {format_seconds(self.best_time_s)} vs "
+                f"{format_seconds(current_s)} ({slower:+.1f} %): {self.why}")
 
 
 def idle_devices(problem: Problem, plan: Plan) -> dict[int, tuple[int, ...]]:
