@@ -152,3 +152,27 @@ def test_compare_json_prints_rows_like_solve_json():
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)  # stdout is JSON only: no tables around it
     assert [r["solver"] for r in rows] == ["symmetric", "heuristic"] and all(r["iteration_s"] > 0 for r in rows)
+
+
+def test_tiny_times_are_shown_in_a_unit_not_as_exponents():
+    out = CliRunner().invoke(app, ["solve", "demo-tiny", "-t", "5"]).stdout
+    assert "µs" in out and "e-0" not in out
+
+
+def test_validate_and_show_of_a_large_plan_report_each_stage_on_stderr(tmp_path):
+    from instances.generate import generate_cluster, generated_problem, write_problem
+    from planner import Pipeline, Plan, Stage, save_plan
+
+    problem = generated_problem(generate_cluster(1024, "A100-80G:1", 0), "llama2-7b", 1024, 8, 1, True)
+    write_problem(problem, tmp_path / "p.yaml")
+    plan = Plan(problem=problem.name, pipelines=(  # 4 one-device stages of 8 layers: fits in 80 GiB
+        Pipeline(batch=8, stages=tuple(Stage(devices=(d,), layers=8) for d in range(4))),))
+    save_plan(plan, tmp_path / "plan.json")
+    args = [str(tmp_path / "p.yaml"), str(tmp_path / "plan.json")]
+    result = CliRunner().invoke(app, ["validate", *args])
+    assert result.exit_code == 0, result.output
+    assert "checking every rule on 4 devices …" in result.stderr and "\ndone (previous step" in result.stderr
+    result = CliRunner().invoke(app, ["show", *args, "-o", str(tmp_path / "pics")])
+    assert result.exit_code == 0, result.output
+    for step in ("pricing the plan", "drawing cluster.png", "drawing schedule.png", "drawing memory.png"):
+        assert step in result.stderr

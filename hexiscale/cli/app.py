@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Callable
@@ -72,6 +73,35 @@ def friendly_errors(func: Callable) -> Callable:
                  f"traceback and report it", code=EXIT_INTERNAL)
 
     return wrapper
+
+
+LARGE_DEVICES = 1024  # from this cluster size on, long work reports each stage on stderr
+
+
+class WorkLog:
+    """One line per stage of long work on stderr, with the time the previous stage took, so
+    that a log (no terminal, no spinner) shows where the work is. Silent for small inputs."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.started = enabled, None
+
+    @classmethod
+    def for_cluster(cls, cluster) -> WorkLog:
+        return cls(cluster.num_devices >= LARGE_DEVICES)
+
+    def step(self, what: str) -> None:
+        self._line(f"{what} …")
+
+    def finish(self) -> None:
+        self._line("done")
+
+    def _line(self, text: str) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        took = f" (previous step {now - self.started:.1f} s)" if self.started is not None else ""
+        err_console.print(text + took, highlight=False)
+        self.started = now
 
 
 def check_plan_is_for(problem, plan, plan_path, force: bool) -> None:

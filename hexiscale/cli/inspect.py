@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors
+from hexiscale.cli.app import WorkLog, app, check_plan_is_for, console, fail, friendly_errors
 from hexiscale.cli.views import views_for
 from planner.violations import InvalidPlanError
 from planner.kinds import evaluate as evaluate_plan
@@ -54,9 +54,13 @@ def validate(problem: str = typer.Argument(..., help="problem file or bundled na
         console.print(f"[green]ok[/] problem {prob.name}: {prob.cluster.num_devices} devices, "
                       f"{len(prob.cluster.machines)} machines, model {prob.model.name}")
         return
+    work = WorkLog.for_cluster(prob.cluster)
+    work.step(f"reading plan {plan}")
     the_plan = load_plan(plan)
     check_plan_is_for(prob, the_plan, plan, force)
+    work.step(f"checking every rule on {len(the_plan.devices):,} devices")
     violations = validate_plan(prob, the_plan)
+    work.finish()
     if violations:
         for v in violations:  # escape: "[device]" would otherwise read as rich markup
             console.print(f"[red]✗[/] {escape(str(v))}", highlight=False)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
+from hexiscale.cli.app import WorkLog, app, check_plan_is_for, console, fail, friendly_errors, writable_folder
 from planner.io import load_plan, load_problem
 from planner.kinds import validate
 
@@ -28,8 +28,11 @@ def show(problem: str = typer.Argument(..., help="problem file or bundled name")
     writable_folder(out, "--out")
     prob, the_plan = load_problem(problem), load_plan(plan)
     check_plan_is_for(prob, the_plan, plan, force)
+    work = WorkLog.for_cluster(prob.cluster)
+    work.step("checking the plan")
     structural = [v for v in validate(prob, the_plan) if v.rule != "memory"]
     if structural:
         fail(f"{plan}: cannot draw an invalid plan: " + "; ".join(str(v) for v in structural))
-    for path in draw_plan(prob, the_plan, out, prefix):
+    for path in draw_plan(prob, the_plan, out, prefix, on_step=work.step):
         console.print(f"[green]wrote[/] {path}")
+    work.finish()

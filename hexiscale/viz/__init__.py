@@ -21,7 +21,8 @@ def stage_labels(problem: Problem, plan: Plan) -> list[list[str]]:
     ]
 
 
-def draw_plan(problem: Problem, plan: Plan, out_dir: str | Path, prefix: str = "") -> list[Path]:
+def draw_plan(problem: Problem, plan: Plan, out_dir: str | Path, prefix: str = "",
+              on_step=lambda what: None) -> list[Path]:
     """Write cluster.png, schedule.png and memory.png into out_dir, named PREFIX-cluster.png
     and so on when a prefix is given."""
     from hexiscale.viz.cluster import draw_cluster
@@ -31,13 +32,17 @@ def draw_plan(problem: Problem, plan: Plan, out_dir: str | Path, prefix: str = "
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    on_step("pricing the plan")
     estimate = evaluate(problem, plan)
     solver = f" — {plan.solver.name}" if plan.solver else ""
     title = f"{problem.name}{solver}: T = {format_seconds(estimate.iteration_s)}, MFU {estimate.mfu:.1%}"
     stem = f"{prefix}-" if prefix and prefix[-1] not in "-_." else prefix  # "cs" → cs-cluster.png
     paths = [out / f"{stem}{name}.png" for name in ("cluster", "schedule", "memory")]
+    on_step(f"drawing {paths[0].name}")
     draw_cluster(problem, plan, paths[0], title)
+    on_step(f"drawing {paths[1].name}")
     schedules = [pipeline_schedule(problem, estimate, p) for p in range(len(plan.pipelines))]
     draw_gantt(schedules, stage_labels(problem, plan), paths[1], title)
+    on_step(f"drawing {paths[2].name}")
     draw_memory(problem, estimate, paths[2], title)
     return paths
