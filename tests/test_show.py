@@ -113,3 +113,24 @@ def test_memory_bars_add_up_to_the_evaluators_figure(tiny):
             assert parts[d] == pytest.approx(stage.memory_gib, rel=1e-12)
             assert mem["capacity"][d] == pytest.approx(stage.capacity_gib)
     assert (mem["pipeline"] >= 0).all()  # the tiny plan uses every device
+
+
+def test_link_labels_sit_above_the_machine_boxes():
+    """A label between two neighbouring machines is wider than the gap: drawn under the boxes
+    it was half hidden."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    from hexiscale.viz.cluster import _draw_links, _draw_machines, machine_centres
+
+    problem = load_problem("hetero1-llama2-7b")
+    fig, ax = plt.subplots()
+    centres = machine_centres(len(problem.cluster.machines))
+    _draw_links(ax, problem, centres)
+    _draw_machines(ax, problem, centres)
+    labels = [t for t in ax.texts if t.get_text().endswith("GB/s") and "×" not in t.get_text()]
+    boxes = [p for p in ax.patches if isinstance(p, FancyBboxPatch)]
+    assert labels and boxes
+    assert min(t.get_zorder() for t in labels) > max(b.get_zorder() for b in boxes)
+    assert all(t.get_bbox_patch() is not None for t in labels)  # on a white patch over the lines
+    plt.close(fig)

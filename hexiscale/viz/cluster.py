@@ -56,8 +56,11 @@ def _draw_links(ax, problem: Problem, centres: np.ndarray) -> None:
                                          color="#BBBBBB", zorder=0, linewidth=0.5 + 3.0 * bw[i, j] / top))
             if n <= 6:
                 mid = (a + b) / 2 + rad * np.array([b[1] - a[1], a[0] - b[0]]) / 2  # on the arc
-                ax.text(mid[0], mid[1], f"{bw[i, j]:g} GB/s", fontsize=6, color="#777777",
-                        ha="center", zorder=1)
+                # above the machine boxes (zorder 1), on a white patch: a label between two
+                # neighbouring boxes is wider than the gap and was half hidden under them
+                ax.text(mid[0], mid[1], f"{bw[i, j]:g} GB/s", fontsize=6, color="#555555", ha="center",
+                        va="center", zorder=2.5, bbox=dict(boxstyle="round,pad=0.15", facecolor="white",
+                                                           edgecolor="#BBBBBB", linewidth=0.4))
 
 
 def _passes_through(a: np.ndarray, b: np.ndarray, centres: np.ndarray, skip: tuple[int, int]) -> bool:
