@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner import layered
+from planner import layered, sequence
 from planner.plan_kind import PlanKind
 from planner.problem import Problem
 from planner.violations import Violation
 
-PLAN_KINDS: dict[str, PlanKind] = {k.name: k for k in (layered.KIND,)}
+PLAN_KINDS: dict[str, PlanKind] = {k.name: k for k in (layered.KIND, sequence.KIND)}
 
 
 def kind_of(plan: Any) -> PlanKind:

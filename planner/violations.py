@@ -9,7 +9,7 @@ from pydantic import Field
 
 from planner.base import Frozen
 
-Rule = Literal["device", "machine", "tp_size", "layers", "batch", "memory"]
+Rule = Literal["device", "machine", "tp_size", "layers", "batch", "memory", "heads", "tokens", "shards", "vendor"]
 
 
 class Violation(Frozen):

@@ -83,6 +83,7 @@ class TrainingSpec(Frozen):
     reserved_gib: float = Field(default=2, ge=0, description="R, per-device runtime reserve, GiB")
     schedule: ScheduleName = Field(
         default="1f1b", description="pipeline schedule: what runs and what memory is priced (§3.5 q)")
+    token_block: int = Field(default=64, ge=1, description="q, sequence plans: every token count is a multiple of q (§7)")
 
     @model_validator(mode="after")
     def _check_batch(self) -> TrainingSpec:

@@ -111,7 +111,7 @@ def test_no_function_over_60_lines():
     assert not _long_functions()
 
 
-@pytest.mark.parametrize("kind", ["layered"])
+@pytest.mark.parametrize("kind", ["layered", "sequence"])
 def test_each_plan_kind_has_its_folders(kind):
     """A plan kind's types and cost live in planner/<kind>/, its solvers in solvers/<kind>/."""
     from planner.kinds import PLAN_KINDS

@@ -1,0 +1,24 @@
+"""Sequence plans (DESIGN.md §7, after HexiSeq): data-parallel replicas, each a ring of
+context-parallel groups, each group head-parallel members with uneven heads and tokens.
+Modules from the bottom up: `plan` (types) → `table` (plan as member/group/replica arrays) →
+`rules` (rules 1–4) → `cost` (every §7.2–§7.3 formula) and `links` (bandwidths between
+devices) → `pricing` (every term, numpy over members) → `validate` (rules 1–5) → `evaluate`
+(typed `SeqEstimate`, bottleneck).
+
+For solvers: build plans with `SeqPlan.from_rings`, or price arrays without a plan through
+`MemberTable.from_arrays` and `iteration_time(problem, table, check=False)`."""
+
+from planner.plan_kind import PlanKind
+from planner.sequence.estimate import Bottleneck, GroupEstimate, MemberEstimate, ReplicaEstimate, SeqEstimate
+from planner.sequence.evaluate import evaluate
+from planner.sequence.plan import SEQPLAN_FORMAT, Group, Member, Replica, SeqPlan
+from planner.sequence.pricing import iteration_time
+from planner.sequence.table import MemberTable
+from planner.sequence.validate import validate
+
+KIND = PlanKind(name="sequence", format=SEQPLAN_FORMAT, plan_type=SeqPlan, validate=validate,
+                evaluate=evaluate, iteration_time=iteration_time)
+
+__all__ = ["KIND", "SEQPLAN_FORMAT", "Bottleneck", "Group", "GroupEstimate", "Member", "MemberEstimate",
+           "MemberTable", "Replica", "ReplicaEstimate", "SeqEstimate", "SeqPlan", "evaluate",
+           "iteration_time", "validate"]

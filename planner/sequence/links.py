@@ -1,0 +1,80 @@
+"""Bandwidth and latency between the devices of a sequence plan (DESIGN.md §1, §7.2): the
+smallest bandwidth and largest latency inside each group, between neighbouring groups of a
+ring, inside each replica and across replicas.
+
+`link` is the one place that reads the cluster's figures: everything else asks it for the
+machine pairs it needs, so a cluster representation other than dense matrices changes only
+`link`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.hardware import Cluster
+
+
+def link(cluster: Cluster, a, b) -> tuple[np.ndarray, np.ndarray]:
+    """bw (GB/s) and latency (s) between machines a and b (arrays of machine indices,
+    element-wise; a == b gives the machine's intra values)."""
+    return cluster.bw_matrix[a, b], cluster.lat_matrix[a, b]
+
+
+def _pairs(lo: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (i, j) with j in [lo_i, lo_i + length_i), sorted by i."""
+    src = np.repeat(np.arange(len(lo)), length)
+    before = np.cumsum(length) - length
+    dst = np.arange(len(src)) - np.repeat(before - lo, length)
+    return src, dst
+
+
+def _units(num_machines: int, set_of: np.ndarray, machine: np.ndarray, num_sets: int):
+    """The (set, machine) pairs present, sorted by set: their machine, device count, and
+    where each set's units start."""
+    keys, counts = np.unique(set_of * num_machines + machine, return_counts=True)
+    start = np.searchsorted(keys // num_machines, np.arange(num_sets + 1))
+    return keys % num_machines, counts, start
+
+
+def within_sets(cluster: Cluster, set_of: np.ndarray, machine: np.ndarray, num_sets: int):
+    """Per set (every set non-empty): the smallest bw and largest latency between two distinct
+    devices of the set; (inf, 0) for a set of one device."""
+    u_machine, counts, start = _units(len(cluster.machines), set_of, machine, num_sets)
+    size = np.diff(start)
+    u_set = np.repeat(np.arange(num_sets), size)
+    src, dst = _pairs(start[u_set], size[u_set])
+    bw, lat = link(cluster, u_machine[src], u_machine[dst])
+    alone = (src == dst) & (counts[src] < 2)  # a machine pairs with itself only through two devices
+    cut = np.concatenate([[0], np.cumsum(size * size)[:-1]])
+    return (np.minimum.reduceat(np.where(alone, np.inf, bw), cut),
+            np.maximum.reduceat(np.where(alone, 0.0, lat), cut))
+
+
+def between_sets(cluster: Cluster, set_of: np.ndarray, machine: np.ndarray, num_sets: int,
+                 other: np.ndarray):
+    """Per set s: the smallest bw and largest latency between a device of s and one of set
+    `other[s]` (the previous group of a ring)."""
+    u_machine, _, start = _units(len(cluster.machines), set_of, machine, num_sets)
+    size = np.diff(start)
+    u_set = np.repeat(np.arange(num_sets), size)
+    src, dst = _pairs(start[other[u_set]], size[other[u_set]])
+    bw, lat = link(cluster, u_machine[src], u_machine[dst])
+    cut = np.concatenate([[0], np.cumsum(size * size[other])[:-1]])
+    return np.minimum.reduceat(bw, cut), np.maximum.reduceat(lat, cut)
+
+
+def across_sets(cluster: Cluster, set_of: np.ndarray, machine: np.ndarray, num_sets: int):
+    """The smallest bw and largest latency between two devices of different sets (one replica
+    against another); (inf, 0) when there is one set. Two sets sharing a machine meet at its
+    intra values."""
+    if num_sets < 2:
+        return np.inf, 0.0
+    used, where = np.unique(machine, return_inverse=True)
+    member = np.zeros((len(used), num_sets))
+    np.add.at(member, (where, set_of), 1.0)
+    member = member > 0
+    shared = member.astype(float) @ member.T.astype(float)  # sets holding both machines
+    count = member.sum(axis=1).astype(float)
+    # some set holds m1 and another set holds m2 unless both sit in one and the same single set
+    meet = np.outer(count, count) - shared > 0
+    bw, lat = link(cluster, used[:, None], used[None, :])
+    return float(bw[meet].min()), float(lat[meet].max())
