@@ -37,6 +37,9 @@ class RunConfig(Frozen):
     check_replicas: bool = Field(default=True, description="check replica equality after the last step")
     out_dir: str = Field(default="", description="folder for metrics and parameter shards")
     dump_params: bool = Field(default=False, description="write every rank's shards to out_dir")
+    checkpoint_dir: str = Field(default="", description="folder of plan-independent checkpoints (runtime.checkpoint)")
+    save_every: int = Field(default=0, ge=0, description="save a checkpoint every N steps (0: never)")
+    resume_from: str = Field(default="", description="a verified checkpoint folder to start from")
 
 
 class Job(Frozen):
@@ -47,6 +50,7 @@ class Job(Frozen):
     kind: str = Field(default="layered", description="plan kind: picks the runtime (runtime.kinds)")
     config: RunConfig
     cluster: Cluster | None = Field(default=None, description="the problem's cluster; None: unknown")
+    problem_hash: str = Field(default="", description="sha256 of the problem (checkpoint manifests)")
 
 
 def check_model_fits(spec: ModelSpec, tp_sizes: list[int]) -> None:

@@ -143,28 +143,32 @@ def _wait(procs: list, bound_s: float, start: float) -> tuple[list[float], list[
 
 
 def launch_local(job: Job, threads: int = 1, echo: bool = True, world_size: int | None = None,
-                 grace_s: float = GRACE_S, failure: FailureInjection | None = None) -> RunResult:
+                 grace_s: float = GRACE_S, failure: FailureInjection | None = None,
+                 end_others: bool = False) -> RunResult:
     """Run `job` with one process per rank on this machine; collect codes, logs, metrics.
     `world_size` overrides the number of processes (the plan's by default) — what a
     misconfigured torchrun would do; the workers then refuse to start. After a failure,
-    ranks get the collective timeout plus `grace_s` to end on their own. `failure` (tests
-    only) makes one rank die or hang mid-step."""
+    ranks get the collective timeout plus `grace_s` to end on their own (`end_others`: none,
+    the launcher ends them at once). `failure` (tests only) makes one rank die or hang."""
     world = world_size or runtime_kind(job.kind).world_size(job.plan)
     out = Path(job.config.out_dir) if job.config.out_dir else Path(tempfile.mkdtemp(prefix="hexiscale-run-"))
     out.mkdir(parents=True, exist_ok=True)
+    (out / "steps.jsonl").unlink(missing_ok=True)
     job = job.model_copy(update={"config": job.config.model_copy(update={"out_dir": str(out)})})
     job_path = out / "job.json"
     job_path.write_text(job.model_dump_json())
     start = time.monotonic()
     procs = _spawn(job_path, world, out, threads, echo, failure)
-    exits, killed = _wait(procs, job.config.timeout_s + grace_s, start)
+    exits, killed = _wait(procs, 0.0 if end_others else job.config.timeout_s + grace_s, start)
     result = RunResult(returncodes=[p.exitcode for p in procs], exit_s=exits, killed=killed,
                        logs=[(out / f"rank{r}.log").read_text() for r in range(world)],
                        wall_s=time.monotonic() - start, out_dir=str(out))
-    metrics = out / "metrics.json"
+    metrics, steps = out / "metrics.json", out / "steps.jsonl"
     if result.ok and metrics.is_file():
         data = json.loads(metrics.read_text())
         result.steps, result.replicas_identical = data["steps"], data["replicas_identical"]
+    elif steps.is_file():  # the steps done before the failure, as rank 0 wrote them
+        result.steps = [json.loads(line) for line in steps.read_text().splitlines() if line.strip()]
     return result
 
 

@@ -12,6 +12,7 @@ from planner.layered.plan import Plan
 from planner.layered.rules import structural_violations
 from planner.problem import Problem
 from planner.workload import ModelSpec
+from runtime.checkpoint import problem_hash
 from runtime.config import BYTE_VOCAB, Job, RunConfig, check_model_fits
 from runtime.errors import RunError
 from runtime.layered.layout import rank_layout
@@ -42,21 +43,23 @@ def tiny_model(model: ModelSpec, plan: Plan) -> ModelSpec:
                      kv_heads=kv_heads, ffn_hidden=ffn, vocab=vocab, gated=model.gated)
 
 
-def make_layered_job(problem: Problem, plan: Plan, model: str = "tiny", **settings) -> Job:
-    """The job for `plan`: structure checked, model chosen (`tiny` or the problem's own);
-    seq_len, micro-batch, recompute and schedule default to the problem's training."""
+def make_layered_job(problem: Problem, plan: Plan, model: str | ModelSpec = "tiny", **settings) -> Job:
+    """The job for `plan`: structure checked, model chosen (`tiny`, the problem's own, or a
+    given spec — a checkpoint's, whose seq_len the caller passes); seq_len, micro-batch, recompute and schedule default to
+    the problem's training."""
     violations = structural_violations(problem, plan)
     if violations:
         raise RunError("the plan is invalid for this problem: "
                                + "; ".join(str(v) for v in violations))
-    spec = tiny_model(problem.model, plan) if model == "tiny" else problem.model
+    spec = model if isinstance(model, ModelSpec) else tiny_model(problem.model, plan) if model == "tiny" else problem.model
     check_model_fits(spec, [s.tp for p in plan.pipelines for s in p.stages])
     training = problem.training
     settings.setdefault("seq_len", min(training.seq_len, TINY_MAX_SEQ_LEN) if model == "tiny" else training.seq_len)
     settings.setdefault("micro_batch", training.micro_batch)
     settings.setdefault("recompute", training.recompute)
     settings.setdefault("schedule", training.schedule)
-    return Job(plan=plan, kind="layered", config=RunConfig(model=spec, **settings), cluster=problem.cluster)
+    return Job(plan=plan, kind="layered", config=RunConfig(model=spec, **settings), cluster=problem.cluster,
+               problem_hash=problem_hash(problem))
 
 
 def rank_devices(plan: Plan) -> list[int]:

@@ -18,11 +18,16 @@ from runtime.config import Job, RunConfig, check_model_fits
 from runtime.data import BatchLoader, make_source
 from runtime.errors import ConfigError
 from runtime.failure import FailureInjection
+from runtime.checkpoint import clear_partials, commit, partial_dir
+from runtime.checkpoint_io import write_shard
+from runtime.layered.checkpoint import build_manifest, load_rank, rank_tensors
 from runtime.layered.grad_sync import replicas_identical, sync_gradients
 from runtime.layered.groups import RankGroups, create_groups
 from runtime.layered.layout import RankLayout, rank_layout
 from runtime.layered.schedule import StageLink, StepRunner
 from runtime.layered.stage import StageModel
+
+STEPS_FILE = "steps.jsonl"
 
 
 def check_job(job: Job, world_size: int) -> None:
@@ -102,7 +107,8 @@ def train(job: Job, comm: Communicator) -> None:
     global_batch = sum(p.batch for p in job.plan.pipelines)
     shape = (config.micro_batch, config.seq_len, config.model.hidden)
     schedule, failure, history = get_schedule(config.schedule), FailureInjection.from_env(), []
-    for step in range(config.steps):
+    first = start_checkpoints(job, comm, model, optimizer, groups)
+    for step in range(first, config.steps):
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         runner = StepRunner(model, StageLink.of(comm, groups, shape),
@@ -116,6 +122,8 @@ def train(job: Job, comm: Communicator) -> None:
         metrics = step_metrics(comm, runner, groups)
         history.append(report_step(step, config, layout, metrics, time.perf_counter() - start,
                                    global_batch, rank))
+        if config.save_every and (step + 1) % config.save_every == 0:
+            save_checkpoint(job, comm, model, optimizer, groups, step + 1, failure)
     finish(job, comm, model, groups, history)
 
 
@@ -126,12 +134,43 @@ def report_step(step: int, config: RunConfig, layout: RankLayout, metrics: torch
     record = {"step": step + 1, "loss": float(metrics[0]), "tokens_per_s": tokens_s, "wall_s": wall_s,
               "stages": [{"pipeline": s.pipeline, "stage": s.stage, "forward_s": f, "backward_s": b}
                          for s, (f, b) in zip(layout.stages, times)]}
+    if rank == 0 and config.out_dir:  # as it goes: a run cut short still shows its steps
+        with (Path(config.out_dir) / STEPS_FILE).open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
     if rank == 0:
         per_stage = "  ".join(f"p{s.pipeline}s{s.stage} F {f * 1e3:.0f}ms B {b * 1e3:.0f}ms"
                               for s, (f, b) in zip(layout.stages, times))
         print(f"step {step + 1}/{config.steps}  loss {record['loss']:.5f}  tokens/s {tokens_s:,.0f}  "
               f"| {per_stage}", flush=True)
     return record
+
+
+def start_checkpoints(job: Job, comm: Communicator, model: StageModel, optimizer, groups: RankGroups) -> int:
+    """Rank 0 clears checkpoints cut mid-write; every rank loads the resumed checkpoint's
+    slices. Returns the first step to run (0 without --resume)."""
+    config = job.config
+    if config.checkpoint_dir and comm.rank == 0:
+        clear_partials(config.checkpoint_dir)
+    first = load_rank(config.resume_from, model, optimizer, groups) if config.resume_from else 0
+    if comm.rank == 0 and config.resume_from:
+        print(f"resumed from {config.resume_from} at step {first}", flush=True)
+    comm.barrier()
+    return first
+
+
+def save_checkpoint(job: Job, comm: Communicator, model: StageModel, optimizer, groups: RankGroups,
+                    step: int, failure: FailureInjection | None) -> None:
+    """Pipeline 0's ranks write their chunks; once all have, rank 0 commits (runtime.checkpoint)."""
+    root = job.config.checkpoint_dir
+    if failure and failure.strikes_saving(comm.rank, step - 1):
+        failure.cut_write(partial_dir(root, step) / f"rank{comm.rank}.pt")
+    tensors = rank_tensors(model, optimizer, groups)
+    if tensors:
+        write_shard(root, step, comm.rank, tensors)
+    comm.barrier()
+    if comm.rank == 0:
+        final = commit(root, build_manifest(job, groups.layout, step))
+        print(f"saved checkpoint {final}", flush=True)
 
 
 def check_replicas(comm: Communicator, model: StageModel, groups: RankGroups) -> bool:

@@ -1,0 +1,192 @@
+"""Plan-independent checkpoints (DESIGN.md §10): the format, its manifest, and its checks.
+
+A checkpoint is one folder `step-NNNNNNNN` under the checkpoint directory:
+
+    manifest.json      format tag, step, data position, RNG state, the plan, the problem's
+                       hash, the model and the settings that fix the numbers, every tensor
+                       (name, full shape, dtype, chunks with global offsets) and every file
+                       (size in bytes, sha256)
+    rank<R>.pt         the chunks rank R wrote: {key: tensor}, one tensor per chunk
+
+Tensors are named by what they are, never by where they lived: `param/<name>`,
+`adam_m/<name>`, `adam_v/<name>` for the weights and AdamW's two moments (the optimizer's
+step count is the manifest's `step`). Each chunk names its file, its key there, and its
+global `offsets` and `sizes` in the full tensor, so a plan with any TP sizes, layer split or
+batch split reads exactly the region it holds (`runtime.checkpoint_io.ShardReader`).
+
+Writes are atomic: ranks write into `.partial-step-NNNNNNNN`; once every rank is done, rank 0
+hashes the files, writes the manifest (temporary name, then rename) and renames the folder
+to `step-NNNNNNNN`. A checkpoint cut mid-write is therefore a `.partial-*` folder, which
+readers ignore: the newest complete one is used. A complete checkpoint whose file is later
+missing or damaged (size or sha256 not the manifest's) is a `CheckpointError` naming the
+file. No torch here (`runtime.checkpoint_io` does the tensor I/O).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError
+
+from planner.base import Frozen
+from planner.workload import ModelSpec
+from runtime.errors import RunError
+
+FORMAT = "hexiscale.checkpoint/1"
+MANIFEST = "manifest.json"
+STEP_DIR = re.compile(r"^step-(\d{8})$")
+PARTIAL_PREFIX = ".partial-step-"
+# the settings a resumed run must share with the checkpoint to continue the same numbers
+PINNED_SETTINGS = ("seq_len", "seed", "data", "global_batch")
+
+
+class CheckpointError(RunError):
+    """A checkpoint that cannot be used; the message names the file and what is wrong."""
+
+
+class Chunk(Frozen):
+    file: str = Field(description="file in the checkpoint folder")
+    key: str = Field(description="key of the chunk's tensor in that file")
+    offsets: tuple[int, ...] = Field(description="global offset of the chunk in each dimension")
+    sizes: tuple[int, ...] = Field(description="the chunk's size in each dimension")
+
+
+class TensorEntry(Frozen):
+    shape: tuple[int, ...] = Field(description="full (unsharded) shape")
+    dtype: str = Field(default="float32", description="torch dtype name")
+    chunks: tuple[Chunk, ...] = Field(min_length=1, description="chunks that tile the tensor")
+
+
+class FileEntry(Frozen):
+    bytes: int = Field(ge=0, description="file size")
+    sha256: str = Field(description="hex digest of the file's bytes")
+
+
+class Manifest(Frozen):
+    format: str = Field(default=FORMAT, description="file format tag")
+    step: int = Field(ge=0, description="optimizer steps done (also AdamW's step count)")
+    data_position: int = Field(ge=0, description="the next step's index: step t reads batch t of the stream")
+    sequences_seen: int = Field(ge=0, description="sequences trained on so far (step · B)")
+    rng: dict[str, str] = Field(default_factory=dict, description="torch RNG state (base64) of rank 0")
+    plan_kind: str = Field(description="kind of the plan that wrote it")
+    plan: dict[str, Any] = Field(description="the plan that wrote it")
+    problem_hash: str = Field(default="", description="sha256 of the problem the plan was run for")
+    model: ModelSpec = Field(description="the model trained")
+    settings: dict[str, Any] = Field(description="seq_len, seed, data, global_batch, lr, weight_decay")
+    tensors: dict[str, TensorEntry] = Field(description="every tensor by name")
+    files: dict[str, FileEntry] = Field(default_factory=dict, description="every shard file")
+
+
+def problem_hash(problem) -> str:
+    """sha256 of the problem's canonical JSON (cluster, model, training)."""
+    return hashlib.sha256(problem.model_dump_json().encode()).hexdigest()
+
+
+def step_dir(root: str | Path, step: int) -> Path:
+    return Path(root) / f"step-{step:08d}"
+
+
+def partial_dir(root: str | Path, step: int) -> Path:
+    return Path(root) / f"{PARTIAL_PREFIX}{step:08d}"
+
+
+def complete_steps(root: str | Path) -> list[int]:
+    """Steps of the complete checkpoints under `root` (folder renamed, manifest present)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in root.iterdir() if (m := STEP_DIR.match(p.name))
+                  and (p / MANIFEST).is_file())
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_manifest(folder: Path) -> Manifest:
+    path = folder / MANIFEST
+    try:
+        manifest = Manifest.model_validate(json.loads(path.read_text()))
+    except (OSError, ValueError, ValidationError) as exc:
+        reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
+        raise CheckpointError(f"{path}: not a readable checkpoint manifest ({reason})") from None
+    if manifest.format != FORMAT:
+        raise CheckpointError(f"{path}: format {manifest.format!r}, expected {FORMAT!r}")
+    return manifest
+
+
+def verify(folder: Path, manifest: Manifest) -> None:
+    """Every file the manifest lists is there, with its size and its sha256."""
+    for name, entry in manifest.files.items():
+        path = folder / name
+        if not path.is_file():
+            raise CheckpointError(f"{path}: shard file missing")
+        size = path.stat().st_size
+        if size != entry.bytes:
+            raise CheckpointError(f"{path}: shard has {size} bytes, the manifest says {entry.bytes}")
+        if sha256_of(path) != entry.sha256:
+            raise CheckpointError(f"{path}: shard checksum differs from the manifest (sha256)")
+    missing = {c.file for t in manifest.tensors.values() for c in t.chunks} - set(manifest.files)
+    if missing:
+        raise CheckpointError(f"{folder / MANIFEST}: chunks name files it does not list: {sorted(missing)}")
+
+
+def latest_checkpoint(root: str | Path) -> tuple[Path, Manifest]:
+    """The newest complete checkpoint under `root`, verified (partial ones are skipped)."""
+    root = Path(root)
+    if (root / MANIFEST).is_file():  # the path of one checkpoint folder
+        folder = root
+    else:
+        steps = complete_steps(root)
+        if not steps:
+            raise CheckpointError(f"{root}: no complete checkpoint there")
+        folder = step_dir(root, steps[-1])
+    manifest = read_manifest(folder)
+    verify(folder, manifest)
+    return folder, manifest
+
+
+def check_resumable(manifest: Manifest, folder: Path, model: ModelSpec, settings: dict[str, Any]) -> None:
+    """The resumed run trains the checkpoint's model with the settings that fix its numbers."""
+    if manifest.model.model_dump(exclude={"name"}) != model.model_dump(exclude={"name"}):
+        raise CheckpointError(f"{folder / MANIFEST}: the checkpoint's model {manifest.model.name!r} "
+                              f"differs from this run's {model.name!r}")
+    for name in PINNED_SETTINGS:
+        if name in manifest.settings and manifest.settings[name] != settings.get(name):
+            raise CheckpointError(f"{folder / MANIFEST}: the checkpoint was trained with {name} "
+                                  f"{manifest.settings[name]!r}, this run has {settings.get(name)!r}")
+
+
+def commit(root: str | Path, manifest: Manifest) -> Path:
+    """Rank 0, once every rank has written its file: hash the files, write the manifest
+    (temporary name, then rename), then rename the folder into place."""
+    partial, final = partial_dir(root, manifest.step), step_dir(root, manifest.step)
+    files = {p.name: FileEntry(bytes=p.stat().st_size, sha256=sha256_of(p))
+             for p in sorted(partial.glob("rank*.pt"))}
+    text = manifest.model_copy(update={"files": files}).model_dump_json(indent=1)
+    temporary = partial / (MANIFEST + ".tmp")
+    with temporary.open("w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, partial / MANIFEST)
+    os.rename(partial, final)
+    return final
+
+
+def clear_partials(root: str | Path) -> None:
+    """Remove the folders of checkpoints cut mid-write (rank 0, before any rank writes)."""
+    import shutil
+
+    root = Path(root)
+    for path in root.glob(PARTIAL_PREFIX + "*") if root.is_dir() else ():
+        shutil.rmtree(path, ignore_errors=True)

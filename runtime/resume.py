@@ -1,0 +1,45 @@
+"""Starting a job from a checkpoint (no torch): find the newest complete checkpoint, verify
+every shard, and point the job at it with the checkpoint's model; refuse a fresh run that
+would write over existing checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runtime.checkpoint import CheckpointError, Manifest, check_resumable, complete_steps, latest_checkpoint
+from runtime.config import Job, check_model_fits
+
+
+def job_settings(job: Job) -> dict:
+    config = job.config
+    return {"seq_len": config.seq_len, "seed": config.seed, "data": config.data,
+            "global_batch": sum(p.batch for p in job.plan.pipelines)}
+
+
+def resume_job(job: Job, checkpoint: str | Path) -> tuple[Job, Manifest]:
+    """`job` started from the newest complete checkpoint under `checkpoint` (or that one
+    checkpoint folder): its shards verified, its model (whatever the plan that wrote it)
+    split by this plan's TP sizes. Raises CheckpointError naming the bad file."""
+    folder, manifest = latest_checkpoint(checkpoint)
+    try:
+        check_model_fits(manifest.model, [s.tp for p in job.plan.pipelines for s in p.stages])
+    except ValueError as exc:
+        raise CheckpointError(f"{folder}: this plan cannot split the checkpoint's model: {exc}") from None
+    check_resumable(manifest, folder, manifest.model, job_settings(job))
+    if manifest.step >= job.config.steps:
+        raise CheckpointError(f"{folder}: the checkpoint is at step {manifest.step}; "
+                              f"--steps {job.config.steps} leaves nothing to run")
+    config = job.config.model_copy(update={"model": manifest.model, "resume_from": str(folder)})
+    return job.model_copy(update={"config": config}), manifest
+
+
+def check_fresh_dir(job: Job, resumed_step: int | None = None) -> None:
+    """A run must not write where checkpoints newer than its start already are."""
+    root = job.config.checkpoint_dir
+    steps = complete_steps(root) if root else []
+    if steps and resumed_step is None:
+        raise CheckpointError(f"{root}: already holds checkpoints (up to step {steps[-1]}); "
+                              f"resume from it (--resume {root}) or choose another folder")
+    if steps and steps[-1] > (resumed_step or 0):
+        raise CheckpointError(f"{root}: holds a checkpoint (step {steps[-1]}) newer than the one "
+                              f"resumed (step {resumed_step}); it would be overwritten")
