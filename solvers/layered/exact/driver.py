@@ -23,14 +23,16 @@ from solvers.layered.baselines.symmetric import solve_symmetric
 from solvers.layered.exact.bounds import Candidate, DBounds, PipelineFloors, ordered_structures, structures
 from solvers.layered.exact.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
                                   specs_of_plan)
-from solvers.layered.heuristic import solve as solve_heuristic
+from solvers.layered.heuristic import HeuristicOptions, solve_with
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "unknown"]
 # relative tolerance between a model's objective and the evaluator's T (float rounding only)
 MODEL_TOLERANCE = 1e-6
 HEURISTIC_FROM_DEVICES = 6  # larger problems start from the heuristic's plan
 # the warm starts, tried in order (the heuristic only beyond HEURISTIC_FROM_DEVICES devices)
-WARM_STARTS = (("heuristic", solve_heuristic), ("symmetric", solve_symmetric))
+# (the heuristic without its own exact sub-solve: that would be this solver again)
+WARM_STARTS = (("heuristic", lambda problem, options: solve_with(problem, options, HeuristicOptions(exact_devices=0))),
+               ("symmetric", solve_symmetric))
 
 
 @dataclass
@@ -109,34 +111,58 @@ class _Proof:
     proven: set[int]
     bounds: dict[int, float]
     by_bound: list[int]
+    stopped: list[str]  # why the search stopped before every D was proved
 
 
 def _prove(search: _Search, floors: _Floors, open_d: list[int], deadline: float) -> _Proof:
     """Solve the open D in search order, each with its share of the time left; a D whose
-    floor reaches a later incumbent is proved without its model."""
-    tables, log = search.setup.tables, search.setup.log
+    floor reaches a later incumbent is proved without its model. D left unproven (their
+    models stopped at their share) are solved again, from the best plan, in further passes
+    while time is left: the budget is used unless every D is proved."""
+    tables = search.setup.tables
     by_bound = [d for d in floors if d not in open_d]  # D proved without a model
-    proven = set(by_bound)
-    bounds = {d: _initial_bound(floors[d], tables, search.best_t) for d in floors}
-    for i, d in enumerate(_search_order(open_d, search.setup.hint)):
+    proof = _Proof(proven=set(by_bound), bounds={d: _initial_bound(floors[d], tables, search.best_t) for d in floors},
+                   by_bound=by_bound, stopped=[])
+    todo = _search_order(open_d, search.setup.hint)
+    while todo and deadline - time.perf_counter() > 0.05:
+        ran = _pass(search, floors, todo, deadline, proof)
+        todo = [d for d in todo if d not in proof.proven]
+        if not ran:  # nothing could run (every open D too big to build in the time left)
+            break
+    if todo:
+        proof.stopped[:] = [proof.stopped[-1] if proof.stopped else "the time limit was reached"]
+    proof.by_bound.sort()
+    return proof
+
+
+def _pass(search: _Search, floors: _Floors, todo: list[int], deadline: float, proof: _Proof) -> int:
+    """One pass over the D still open; returns how many models ran."""
+    log, ran = search.setup.log, 0
+    for i, d in enumerate(todo):
         left = deadline - time.perf_counter()
         if left <= 0.05:
+            proof.stopped.append("the time limit was reached")
             break
         if search.best_t is not None and floors[d] >= search.best_t:  # a later model found a better incumbent
-            proven.add(d)
+            proof.proven.add(d)
             continue
         if search.build_rate * d > left:  # this model could not even be built in time: leave D open
+            proof.stopped.append(f"building the model for D={d} would take about {search.build_rate * d:.0f} s")
             log(f"D={d}: skipped, building it would take about {search.build_rate * d:.0f} s")
             continue
-        done, d_bound, models = search.run(d, floors[d], floors.per_d[d], left / (len(open_d) - i))
+        done, d_bound, models = search.run(d, floors[d], floors.per_d[d], left / (len(todo) - i))
+        ran += 1
         best = search.best_t
         if done:
-            proven.add(d)
-            by_bound += [] if models else [d]
+            proof.proven.add(d)
+            proof.by_bound.extend([] if models else [d])
         d_bound = d_bound if d_bound < float("inf") or best is None else best
-        bounds[d] = max(d_bound, min(floors[d], best or floors[d]))
-        log(f"D={d}: " + ("proved" if done else "open") + (f", bound {bounds[d]:.6g} s" if bounds[d] != float("inf") else ""))
-    return _Proof(proven=proven, bounds=bounds, by_bound=sorted(by_bound))
+        bound = max(d_bound, min(floors[d], best or floors[d]))
+        # every pass's bound is a true lower bound for D: keep the largest (at most the incumbent)
+        proof.bounds[d] = bound if done else min(max(bound, proof.bounds.get(d, 0.0)), best or float("inf"))
+        log(f"D={d}: " + ("proved" if done else "open") + (f", bound {proof.bounds[d]:.6g} s"
+                                                           if proof.bounds[d] != float("inf") else ""))
+    return ran
 
 
 def _initial_bound(floor: float, tables: Tables, best_t: float | None) -> float:
@@ -199,6 +225,8 @@ class _Search:
     def _solve(self, d: int, *, budget: float, lower: float, floors, combo) -> SubResult:
         setup = self.setup
         hint = setup.hint if setup.hint and len(setup.hint) == d else None
+        if self.best_plan is not None and len(self.best_plan.pipelines) == d:  # the best plan so far
+            hint = specs_of_plan(setup.problem, self.best_plan)
         sub = setup.backend(SubProblem(
             tables=setup.tables, pipelines=d, options=setup.options, time_limit=budget, cutoff=self.best_t,
             hint=hint, max_stages=min(setup.max_stages, setup.tables.num_devices - d + 1), log=setup.log,
@@ -349,26 +377,26 @@ def _result(search: _Search, proof: _Proof, *, d_values: list[int], start: float
     if search.best_plan is None:
         status = SolveStatus.infeasible if all_proven else SolveStatus.unknown
         message = (f"no plan fits in memory (proved by the model): {memory_summary(tables)}" if all_proven
-                   else "no plan found within the time limit")
+                   else "no plan found within the time limit" + (f" ({proof.stopped[-1]})" if proof.stopped else ""))
         return SolveResult(solver=name, status=status, wall_s=wall, model_size=search.size,
                            bound_s=None if all_proven else bound,
                            restrictions=tuple(restrictions), message=message)
     best_t, bound = search.best_t, min(bound, search.best_t)
     status = SolveStatus.optimal if all_proven else SolveStatus.feasible
-    message = _message(search.error, proof.by_bound, [d for d in d_values if d not in proof.proven])
+    message = _message(search.error, proof.by_bound, [d for d in d_values if d not in proof.proven], proof.stopped)
     plan = search.best_plan.model_copy(update={"solver": SolverInfo(
         name=name, status=status, objective_s=best_t, bound_s=bound, wall_s=wall)})
     return SolveResult(solver=name, status=status, plan=plan, objective_s=best_t, bound_s=bound,
                        wall_s=wall, model_size=search.size, restrictions=tuple(restrictions), message=message)
 
 
-def _message(error: float, by_bound: list[int], open_d: list[int]) -> str:
-    """The rounding bound, the D proved by the combinatorial bound, the D left open."""
+def _message(error: float, by_bound: list[int], open_d: list[int], stopped: list[str] = ()) -> str:
+    """The rounding bound, the D proved by the combinatorial bound, the D left open and why."""
     parts = [f"time in integer units: model T within {error:.3g} s of the true T"] if error else []
     if by_bound:
         parts.append(f"D in {by_bound} proved by the combinatorial bound")
     if open_d:
-        parts.append(f"not proven for D in {open_d}")
+        parts.append(f"not proven for D in {open_d}" + (f" ({stopped[-1]})" if stopped else ""))
     return "; ".join(parts)
 
 
