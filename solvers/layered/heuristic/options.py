@@ -43,6 +43,21 @@ class HeuristicOptions(Frozen):
         default=600, ge=0,
         description="if a plan has at most this many single moves, the polish checks them all "
                     "with the full evaluator (else only moves that touch the bottleneck)")
+    move_devices: int = Field(
+        default=64, ge=0,
+        description="clusters of at most this many devices get the structure moves (moves.py: "
+                    "drop/add/move stages, split/merge pipelines, change TP) after the polish; 0: off")
+    move_rounds: int = Field(default=50, ge=0, description="limit on accepted structure moves")
+    exact_devices: int = Field(
+        default=16, ge=0,
+        description="clusters of at most this many devices spend the time left on the exact CP-SAT "
+                    "model warm-started from the heuristic's plan (exact_refine.py); 0: off")
+
+    @property
+    def is_plain(self) -> bool:
+        """The heuristic itself, not a baseline or ablation setting (those keep the paper's
+        phases only: no structure moves, no exact sub-solve)."""
+        return self.partitioner == "metis" and self.fixed_tp is None and not self.equal_batch
 
     @field_validator("fixed_tp")
     @classmethod

@@ -24,6 +24,8 @@ from planner.layered.validate import validate
 from solvers.common import SolveResult, SolverOptions
 from solvers.layered.exact.tables import Tables, explain_infeasible
 from solvers.layered.heuristic.assemble import build_plan, plan_from_table, with_split
+from solvers.layered.heuristic.exact_refine import exact_sub_solve
+from solvers.layered.heuristic.moves import improve
 from solvers.layered.heuristic.options import HeuristicOptions
 from solvers.layered.heuristic.partition import partition
 from solvers.layered.heuristic.polish import polish
@@ -76,6 +78,7 @@ class Search:
         self.found: dict[tuple, tuple[float, Plan]] = {}  # (D, mode, cap) -> (T, plan)
         self.seen_pools: dict[tuple, list] = {}
         self.pipelines: dict = {}  # phase-2 results by (pool, TP layout), shared by all candidates
+        self.exact: SolveResult | None = None  # the exact sub-solve's result, when it ran
 
     def out_of_time(self) -> bool:
         return bool(self.ranked()) and time.perf_counter() > self.deadline
@@ -132,13 +135,52 @@ class Search:
                 progress.advance(task)
 
     def polished(self) -> tuple[float, Plan] | None:
-        best = None
+        """The search's own best plan, then on small clusters the exact sub-solve from it
+        (kept in `self.exact`); the best plan found, or None."""
+        best = self.own_best()
+        if not self.exact_on():
+            return best
+        self.exact = exact_sub_solve(self.problem, self.options, best[1] if best else None, self.deadline)
+        plan = self.exact.plan if self.exact is not None else None
+        if plan is not None:
+            t = iteration_time(self.problem, plan)
+            if best is None or t < best[0] * (1 - 1e-9):
+                best = (t, plan.model_copy(update={"solver": None}))
+        return best
+
+    def own_best(self) -> tuple[float, Plan] | None:
+        """The best few structures polished, then (on clusters up to `move_devices`) each
+        improved by structure moves; the best plan found."""
+        starts = []
         for _, _, plan in self.ranked()[: self.heuristic.polish_candidates]:
             plan = self.polish_one(plan)
-            t = iteration_time(self.problem, plan, check=False)
-            if best is None or t < best[0]:
-                best = (t, plan)
-        return best
+            starts.append((iteration_time(self.problem, plan, check=False), len(starts), plan))
+        if not starts:
+            return None
+        if self.moves_on():
+            priced: dict = {}  # shapes priced once across the starts
+            deadline = self.move_deadline()
+            starts = [(iteration_time(self.problem, p, check=False), i, p) for i, p in enumerate(
+                improve(self.problem, plan, polish=self.polish_one, deadline=deadline,
+                        max_rounds=self.heuristic.move_rounds, max_stages=self.options.max_stages,
+                        max_pipelines=self.options.max_pipelines, priced=priced)
+                for _, _, plan in sorted(starts))]
+        t, _, plan = min(starts)
+        return t, plan
+
+    def moves_on(self) -> bool:
+        h = self.heuristic
+        return h.is_plain and self.problem.cluster.num_devices <= h.move_devices and h.move_rounds > 0
+
+    def exact_on(self) -> bool:
+        h = self.heuristic
+        return h.is_plain and self.problem.cluster.num_devices <= h.exact_devices
+
+    def move_deadline(self) -> float:
+        """The structure moves get the budget, less half of what is left when an exact
+        sub-solve follows."""
+        now = time.perf_counter()
+        return now + (self.deadline - now) / 2 if self.exact_on() else self.deadline
 
     def polish_one(self, plan: Plan) -> Plan:
         problem = self.problem
@@ -157,18 +199,34 @@ def solve_with(problem: Problem, options: SolverOptions, heuristic: HeuristicOpt
     with bar as progress:
         search.explore(progress if options.progress else None)
         best = search.polished()
-    wall = time.perf_counter() - search.start
+    exact, wall = search.exact, time.perf_counter() - search.start
+    if exact is not None and exact.status == SolveStatus.infeasible and best is None:
+        return SolveResult(solver=name, status=SolveStatus.infeasible, wall_s=wall, message=exact.message)
     if best is None:
         return _no_plan(problem, heuristic, name, wall)
+    return _found(problem, name, best, exact, wall)
+
+
+def _found(problem: Problem, name: str, best: tuple[float, Plan], exact: SolveResult | None,
+           wall: float) -> SolveResult:
+    """The result for the best plan: `optimal` (with the bound) only when the exact sub-solve
+    proved it, `feasible` otherwise (with the sub-solve's bound when it ran)."""
     t, plan = best
     problems = validate(problem, plan)
-    if problems:  # never expected: phase 2 and the polish keep every rule
+    if problems:  # never expected: phase 2, the polish, the moves and CP-SAT keep every rule
         raise RuntimeError(f"heuristic built an invalid plan: {problems[0]}")
-    info = SolverInfo(name=name, status=SolveStatus.feasible, objective_s=t, wall_s=wall)
-    return SolveResult(solver=name, status=SolveStatus.feasible, plan=plan.model_copy(update={"solver": info}),
-                       objective_s=t, wall_s=wall,
-                       message=f"D={len(plan.pipelines)}, {plan.num_stages} stage{'s' if plan.num_stages != 1 else ''}, "
-                               f"{len(plan.devices)}/{problem.cluster.num_devices} devices used")
+    bound = min(exact.bound_s, t) if exact is not None and exact.bound_s is not None else None
+    proven = exact is not None and exact.status == SolveStatus.optimal
+    status = SolveStatus.optimal if proven else SolveStatus.feasible
+    info = SolverInfo(name=name, status=status, objective_s=t, bound_s=bound, wall_s=wall)
+    message = (f"D={len(plan.pipelines)}, {plan.num_stages} stage{'s' if plan.num_stages != 1 else ''}, "
+               f"{len(plan.devices)}/{problem.cluster.num_devices} devices used")
+    if exact is not None:
+        message += ("; optimal (proved by the exact sub-solve, cpsat)" if proven else
+                    f"; exact sub-solve (cpsat) stopped at the time limit: {exact.status.value}"
+                    + (f", bound {exact.bound_s:.6g} s" if exact.bound_s is not None else ""))
+    return SolveResult(solver=name, status=status, plan=plan.model_copy(update={"solver": info}),
+                       objective_s=t, bound_s=bound, wall_s=wall, message=message)
 
 
 def _no_plan(problem: Problem, heuristic: HeuristicOptions, name: str, wall: float) -> SolveResult:

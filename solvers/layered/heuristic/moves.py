@@ -1,0 +1,237 @@
+"""Structure moves: a local search over the plan's *shape* (which stages, in which pipelines,
+in which order, at which TP size), where the polish only moves layers and micro-batches.
+
+A structure is a tuple of pipelines, each a tuple of `StageSlot`s (a TP group on one
+machine); the devices of no slot are idle. Its neighbours (`neighbours`):
+- drop a stage or a whole pipeline (its devices go idle);
+- detach a stage as a pipeline of its own; move a stage into another pipeline at any place;
+- split a pipeline in two at any cut; merge two pipelines (either order);
+- swap two neighbouring stages; reverse a pipeline;
+- add idle devices as a stage (at any place of any pipeline) or as a new pipeline;
+- replace a stage by idle devices; move a whole pipeline onto one machine's idle devices;
+- explode a pipeline into single-stage pipelines;
+- change TP: split a stage into two halves, halve it, double it with idle devices of its
+  machine, merge two neighbouring equal stages of one machine.
+
+Each neighbour is assembled like phase 2 (memory-bounded water-filling, batches by speed,
+memory repair) and priced by the evaluator; the best few are polished (layers and
+micro-batches) and the best of those replaces the current plan while T drops. Devices of a
+machine are interchangeable (docs/formulation.md [R1]), so neighbours that differ only by
+device ids are priced once. Deterministic: neighbours are listed in a fixed order and ties
+keep the first.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterator
+
+import numpy as np
+
+from planner.layered.plan import Plan
+from planner.layered.pricing import iteration_time
+from planner.layered.table import stage_table
+from planner.layered.validate import validate
+from planner.problem import Problem
+from solvers.layered.heuristic.assemble import make_plan, plan_from_table, repair_memory, split_batches, with_split
+from solvers.layered.heuristic.pipeline import StageSlot, split_layers
+
+Structure = tuple[tuple[StageSlot, ...], ...]
+RELATIVE_GAIN = 1e-9  # a structure must lower T by more than rounding noise
+POLISHED_PER_ROUND = 3  # neighbours polished per round (the best by their unpolished T)
+
+
+def structure_of(problem: Problem, plan: Plan) -> Structure:
+    machine_of = problem.cluster.machine_of_device
+    return tuple(tuple(StageSlot(machine=int(machine_of[s.devices[0]]), devices=tuple(s.devices))
+                       for s in pipe.stages) for pipe in plan.pipelines)
+
+
+def shape_key(structure: Structure) -> tuple:
+    """What T depends on [R1]: per pipeline, its stages' (machine, TP size), pipelines as a set."""
+    return tuple(sorted(tuple((s.machine, s.tp) for s in pipe) for pipe in structure))
+
+
+def assemble(problem: Problem, structure: Structure, equal_batch: bool = False) -> Plan | None:
+    """Phase 2's split for a given structure: layers by memory-bounded water-filling, batches
+    by speed, the memory repair. None when a pipeline cannot hold the model."""
+    d, total = len(structure), problem.training.micro_batches
+    if d == 0 or d > total or any(not pipe for pipe in structure):
+        return None
+    micro = max(1, total // d)
+    layers = [split_layers(problem, list(pipe), micro) for pipe in structure]
+    if any(x is None for x in layers):
+        return None
+    draft = make_plan(problem, [list(p) for p in structure], layers, [1] * d)
+    table = stage_table(problem, draft)
+    batches = split_batches(problem, table, equal_batch)
+    table = with_split(table, table.layers, batches, problem.training.micro_batch)
+    fixed = repair_memory(problem, table)
+    if fixed is None:
+        return None
+    return plan_from_table(problem, draft, with_split(table, fixed, batches, problem.training.micro_batch))
+
+
+# -- neighbours -----------------------------------------------------------------------------
+
+
+def idle_devices(problem: Problem, structure: Structure) -> dict[int, list[int]]:
+    """Idle device ids per machine (sorted)."""
+    used = {d for pipe in structure for s in pipe for d in s.devices}
+    cluster = problem.cluster
+    return {m: [d for d in cluster.devices_of(m) if d not in used] for m in range(len(cluster.machines))}
+
+
+def _replace(structure: Structure, p: int, pipe: tuple[StageSlot, ...] | None) -> Structure:
+    """Pipeline p replaced by `pipe` (dropped when None or empty)."""
+    out = list(structure)
+    if pipe:
+        out[p] = pipe
+    else:
+        del out[p]
+    return tuple(out)
+
+
+def _removals(structure: Structure) -> Iterator[Structure]:
+    """Drop a stage or a pipeline; detach a stage as its own pipeline; split a pipeline."""
+    for p, pipe in enumerate(structure):
+        if len(structure) > 1:
+            yield _replace(structure, p, None)
+        for k in range(len(pipe)):
+            if len(pipe) > 1:
+                rest = pipe[:k] + pipe[k + 1:]
+                yield _replace(structure, p, rest)
+                yield _replace(structure, p, rest) + ((pipe[k],),)
+        for cut in range(1, len(pipe)):
+            yield _replace(structure, p, pipe[:cut]) + (pipe[cut:],)
+        if len(pipe) > 2:  # every stage a pipeline of its own
+            yield _replace(structure, p, None) + tuple((s,) for s in pipe)
+
+
+def _transfers(structure: Structure) -> Iterator[Structure]:
+    """Move a stage into another pipeline (any place); merge two pipelines; reorder."""
+    for p, pipe in enumerate(structure):
+        for q, other in enumerate(structure):
+            if q == p:
+                continue
+            for k in range(len(pipe)):
+                for at in range(len(other) + 1):
+                    out = list(structure)
+                    out[q] = other[:at] + (pipe[k],) + other[at:]
+                    out[p] = pipe[:k] + pipe[k + 1:]
+                    yield tuple(x for x in out if x)
+            if q > p:
+                yield tuple(x for i, x in enumerate(structure) if i not in (p, q)) + (pipe + other,)
+                yield tuple(x for i, x in enumerate(structure) if i not in (p, q)) + (other + pipe,)
+        for k in range(len(pipe) - 1):
+            yield _replace(structure, p, pipe[:k] + (pipe[k + 1], pipe[k]) + pipe[k + 2:])
+        if len(pipe) > 2:
+            yield _replace(structure, p, pipe[::-1])
+
+
+def _additions(problem: Problem, structure: Structure, idle: dict[int, list[int]]) -> Iterator[Structure]:
+    """A stage of idle devices: a new pipeline, or inserted anywhere in a pipeline."""
+    for m, free in idle.items():
+        for t in problem.model.tp_sizes(len(free)) if free else ():
+            slot = StageSlot(machine=m, devices=tuple(free[:t]))
+            yield structure + ((slot,),)
+            for p, pipe in enumerate(structure):
+                for at in range(len(pipe) + 1):
+                    yield _replace(structure, p, pipe[:at] + (slot,) + pipe[at:])
+
+
+def _relocations(problem: Problem, structure: Structure, idle: dict[int, list[int]]) -> Iterator[Structure]:
+    """A stage replaced by a stage of idle devices (any machine, any TP size); a whole
+    pipeline moved onto one machine's idle devices, stage by stage at the same TP sizes."""
+    slots = [StageSlot(machine=m, devices=tuple(free[:t])) for m, free in idle.items() if free
+             for t in problem.model.tp_sizes(len(free))]
+    for p, pipe in enumerate(structure):
+        for k in range(len(pipe)):
+            for slot in slots:
+                yield _replace(structure, p, pipe[:k] + (slot,) + pipe[k + 1:])
+        need = sum(s.tp for s in pipe)
+        for m, free in idle.items():
+            if len(free) >= need and all(s.tp in problem.model.tp_sizes(len(free)) for s in pipe):
+                at, moved = 0, []
+                for s in pipe:
+                    moved.append(StageSlot(machine=m, devices=tuple(free[at:at + s.tp])))
+                    at += s.tp
+                yield _replace(structure, p, tuple(moved))
+
+
+def _tp_changes(problem: Problem, structure: Structure, idle: dict[int, list[int]]) -> Iterator[Structure]:
+    """Split a stage in two halves, halve it, double it from idle devices, merge two
+    neighbouring equal stages of one machine."""
+    allowed = problem.model.tp_sizes
+    for p, pipe in enumerate(structure):
+        for k, s in enumerate(pipe):
+            half = s.tp // 2
+            if s.tp >= 2 and half in allowed(half):
+                a = StageSlot(machine=s.machine, devices=s.devices[:half])
+                b = StageSlot(machine=s.machine, devices=s.devices[half:])
+                yield _replace(structure, p, pipe[:k] + (a, b) + pipe[k + 1:])
+                yield _replace(structure, p, pipe[:k] + (a,) + pipe[k + 1:])
+            free = idle[s.machine]
+            if len(free) >= s.tp and 2 * s.tp in allowed(2 * s.tp):
+                grown = StageSlot(machine=s.machine, devices=tuple(sorted(s.devices + tuple(free[:s.tp]))))
+                yield _replace(structure, p, pipe[:k] + (grown,) + pipe[k + 1:])
+            if k + 1 < len(pipe):
+                n = pipe[k + 1]
+                if n.machine == s.machine and n.tp == s.tp and 2 * s.tp in allowed(2 * s.tp):
+                    merged = StageSlot(machine=s.machine, devices=tuple(sorted(s.devices + n.devices)))
+                    yield _replace(structure, p, pipe[:k] + (merged,) + pipe[k + 2:])
+
+
+def neighbours(problem: Problem, structure: Structure) -> list[Structure]:
+    """Every neighbour of the structure (module docstring), one per shape, in a fixed order."""
+    idle = idle_devices(problem, structure)
+    seen, out = {shape_key(structure)}, []
+    for cand in (*_removals(structure), *_transfers(structure), *_additions(problem, structure, idle),
+                 *_relocations(problem, structure, idle), *_tp_changes(problem, structure, idle)):
+        key = shape_key(cand)
+        if cand and key not in seen:
+            seen.add(key)
+            out.append(cand)
+    return out
+
+
+# -- the search -----------------------------------------------------------------------------
+
+
+def improve(problem: Problem, plan: Plan, *, polish: Callable[[Plan], Plan], deadline: float,
+            max_rounds: int = 50, max_stages: int | None = None, max_pipelines: int | None = None,
+            priced: dict | None = None) -> Plan:
+    """Hill-climb over structures from `plan` (polished already) while T drops."""
+    current, best_t = plan, iteration_time(problem, plan, check=False)
+    priced = {} if priced is None else priced  # shape -> unpolished (T, plan), shared by the starts
+    for _ in range(max_rounds):
+        ranked = []
+        for cand in neighbours(problem, structure_of(problem, current)):
+            if time.perf_counter() > deadline:
+                break
+            if (max_pipelines and len(cand) > max_pipelines) or (max_stages and max(map(len, cand)) > max_stages):
+                continue
+            key = shape_key(cand)
+            if key not in priced:
+                built = assemble(problem, cand)
+                priced[key] = (iteration_time(problem, built, check=False), built) if built else (np.inf, None)
+            if priced[key][1] is not None:
+                ranked.append((priced[key][0], len(ranked), priced[key][1]))
+        step = _best_polished(problem, sorted(ranked)[:POLISHED_PER_ROUND], polish, best_t, deadline)
+        if step is None:
+            break
+        best_t, current = step
+    return current
+
+
+def _best_polished(problem: Problem, ranked, polish, best_t: float, deadline: float):
+    """(T, plan) of the best valid polished candidate below best_t, if any."""
+    best = None
+    for _, _, cand in ranked:
+        if time.perf_counter() > deadline:
+            break
+        cand = polish(cand)
+        t = iteration_time(problem, cand, check=False)
+        if t < (best[0] if best else best_t) * (1 - RELATIVE_GAIN) and not validate(problem, cand):
+            best = (t, cand)
+    return best
