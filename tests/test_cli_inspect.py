@@ -62,7 +62,7 @@ def test_instances_lists_every_bundled_instance():
 
 def test_schema_matches_the_types():
     every = json.loads(invoke("schema").stdout)
-    assert set(every) == {"problem", "cluster", "model", "training", "plan"}
+    assert set(every) == {"problem", "cluster", "model", "training", "plan", "seqplan"}
     plan = json.loads(invoke("schema", "--type", "plan").stdout)
     assert plan == every["plan"] == Plan.model_json_schema()
     assert set(plan["properties"]) == {"format", "problem", "pipelines", "solver"}

@@ -16,6 +16,7 @@ from planner.kinds import evaluate as evaluate_plan
 from planner.hardware import Cluster, builtin_catalog
 from planner.io import KINDS, bundled_names, load_cluster, load_model, load_plan, load_problem, read_mapping
 from planner.layered.plan import Plan
+from planner.sequence.plan import SeqPlan
 from planner.problem import Problem
 from planner.kinds import validate as validate_plan
 from planner.workload import ModelSpec, TrainingSpec
@@ -139,7 +140,8 @@ def _instance_rows(kind: str):
                          + ("" if t.recompute else ", no recompute"))
         else:
             pl = load_plan(name)
-            yield name, (f"for {pl.problem or '?'}: {len(pl.pipelines)} pipelines, {len(pl.devices)} devices: "
+            parts = f"{len(pl.pipelines)} pipelines" if isinstance(pl, Plan) else f"{len(pl.replicas)} replicas"
+            yield name, (f"for {pl.problem or '?'}: {parts}, {len(pl.devices)} devices: "
                          f"{views_for(pl).plan_shape(pl)}")
 
 
@@ -162,12 +164,12 @@ def instances(kind: str = typer.Option(None, "--kind", help="clusters | models |
 # -- schema ------------------------------------------------------------------------------
 
 SCHEMA_TYPES = {"problem": Problem, "cluster": Cluster, "model": ModelSpec,
-                "training": TrainingSpec, "plan": Plan}
+                "training": TrainingSpec, "plan": Plan, "seqplan": SeqPlan}
 
 
 @app.command()
 @friendly_errors
-def schema(type_: str = typer.Option(None, "--type", help="problem | cluster | model | training | plan "
+def schema(type_: str = typer.Option(None, "--type", help="problem | cluster | model | training | plan | seqplan "
                                                           "(default: all, keyed by type)")) -> None:
     """Print the JSON Schema of the input file formats."""
     if type_ is not None and type_ not in SCHEMA_TYPES:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from hexiscale.cli import layered_views
+from hexiscale.cli import layered_views, sequence_views
 from planner.kinds import kind_of
 
-VIEWS: dict[str, ModuleType] = {"layered": layered_views}
+VIEWS: dict[str, ModuleType] = {"layered": layered_views, "sequence": sequence_views}
 
 
 def views_for(plan) -> ModuleType:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.base import GIB
+from planner.base import GIB, format_seconds
 from planner.problem import Problem
 from planner.sequence import cost
 from planner.sequence.estimate import Bottleneck, SeqEstimate
@@ -31,7 +31,7 @@ def evaluate(problem: Problem, plan: SeqPlan | MemberTable) -> SeqEstimate:
     groups = _group_rows(problem, table, t, _member_rows(problem, table, t, mem))
     replicas = [
         {"index": r, "batch": int(table.batch[r]), "micro_batches": int(t.micro_batches[r]),
-         "devices": int(table.member_start[r + 1] - table.member_start[r]),
+         "devices": int(table.replica_size[r]),
          "linear_s": t.linear_max[r], "a2a_s": cost.a2a_rounds(problem.training) * t.a2a_max[r],
          "attention_s": t.attention_max[r], "ring_s": cost.ring_rounds(problem.training) * t.ring_max[r],
          "layer_s": t.layer[r], "zero_bw_gbps": _finite(t.replica_bw[r]), "zero_layer_s": t.zero_layer[r],
@@ -81,6 +81,11 @@ def _group_rows(problem: Problem, table: MemberTable, t: TimeParts, members: lis
         for g in range(table.num_groups)]
 
 
+_LABELS = {"linear_compute": "linear compute", "attention_compute": "attention compute",
+           "head_parallel": "the HP all-to-all", "context_parallel": "the CP ring",
+           "zero": "ZeRO-3 gathers and reduce-scatters", "lm_head": "the LM head"}
+
+
 def _replica_terms(problem: Problem, t: TimeParts, r: int) -> dict[str, float]:
     """Each term's share of replica r's time T_rep = m_r·T_mb."""
     training, layers, m = problem.training, problem.model.layers, int(t.micro_batches[r])
@@ -104,8 +109,8 @@ def find_bottleneck(problem: Problem, table: MemberTable, t: TimeParts) -> Bottl
     r = int(np.argmax(t.replica_time))
     if t.dp > t.replica_time[r]:
         return Bottleneck(kind="data_parallel", seconds=t.dp, description=(
-            f"gradient sync across {table.num_replicas} replicas takes {t.dp:.4g} s, more than the "
-            f"slowest replica ({t.replica_time[r]:.4g} s)"))
+            f"gradient sync across {table.num_replicas} replicas takes {format_seconds(t.dp)}, more than "
+            f"the slowest replica ({format_seconds(t.replica_time[r])})"))
     terms = _replica_terms(problem, t, r)
     kind = max(terms, key=terms.__getitem__)
     by_member = {"linear_compute": t.linear, "attention_compute": t.attention, "context_parallel": t.ring,
@@ -121,6 +126,6 @@ def find_bottleneck(problem: Problem, table: MemberTable, t: TimeParts) -> Bottl
         lo, hi = table.ring_start[r], table.ring_start[r + 1]
         out["group"] = int(np.argmax((t.a2a_qkv + t.a2a_out)[lo:hi]))
         where = f" (group {out['group']})"
-    out["description"] = (f"replica {r} (T_rep {t.replica_time[r]:.4g} s) is limited by "
-                          f"{kind.replace('_', ' ')}{where}: {terms[kind]:.4g} s of the iteration")
+    out["description"] = (f"replica {r} (T_rep {format_seconds(t.replica_time[r])}) is limited by "
+                          f"{_LABELS[kind]}{where}: {format_seconds(terms[kind])} of the iteration")
     return Bottleneck(**out)

@@ -8,6 +8,8 @@ machine pairs it needs, so a cluster representation other than dense matrices ch
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from planner.hardware import Cluster
@@ -27,37 +29,46 @@ def _pairs(lo: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return src, dst
 
 
-def _units(num_machines: int, set_of: np.ndarray, machine: np.ndarray, num_sets: int):
-    """The (set, machine) pairs present, sorted by set: their machine, device count, and
-    where each set's units start."""
-    keys, counts = np.unique(set_of * num_machines + machine, return_counts=True)
-    start = np.searchsorted(keys // num_machines, np.arange(num_sets + 1))
-    return keys % num_machines, counts, start
+@dataclass(frozen=True, eq=False)
+class Units:
+    """The (set, machine) pairs present in a partition of devices into sets, sorted by set:
+    each unit's machine and device count, and where each set's units start. Computed once
+    and shared by `within_sets` and `between_sets`."""
+
+    machine: np.ndarray
+    count: np.ndarray
+    start: np.ndarray  # (num_sets + 1,)
+
+    @classmethod
+    def of(cls, num_machines: int, set_of: np.ndarray, machine: np.ndarray, num_sets: int) -> Units:
+        keys, counts = np.unique(set_of * num_machines + machine, return_counts=True)
+        return cls(keys % num_machines, counts, np.searchsorted(keys // num_machines, np.arange(num_sets + 1)))
+
+    @property
+    def size(self) -> np.ndarray:
+        return np.diff(self.start)
 
 
-def within_sets(cluster: Cluster, set_of: np.ndarray, machine: np.ndarray, num_sets: int):
+def within_sets(cluster: Cluster, units: Units):
     """Per set (every set non-empty): the smallest bw and largest latency between two distinct
     devices of the set; (inf, 0) for a set of one device."""
-    u_machine, counts, start = _units(len(cluster.machines), set_of, machine, num_sets)
-    size = np.diff(start)
-    u_set = np.repeat(np.arange(num_sets), size)
-    src, dst = _pairs(start[u_set], size[u_set])
-    bw, lat = link(cluster, u_machine[src], u_machine[dst])
-    alone = (src == dst) & (counts[src] < 2)  # a machine pairs with itself only through two devices
+    size = units.size
+    u_set = np.repeat(np.arange(len(size)), size)
+    src, dst = _pairs(units.start[u_set], size[u_set])
+    bw, lat = link(cluster, units.machine[src], units.machine[dst])
+    alone = (src == dst) & (units.count[src] < 2)  # a machine pairs with itself only through two devices
     cut = np.concatenate([[0], np.cumsum(size * size)[:-1]])
     return (np.minimum.reduceat(np.where(alone, np.inf, bw), cut),
             np.maximum.reduceat(np.where(alone, 0.0, lat), cut))
 
 
-def between_sets(cluster: Cluster, set_of: np.ndarray, machine: np.ndarray, num_sets: int,
-                 other: np.ndarray):
+def between_sets(cluster: Cluster, units: Units, other: np.ndarray):
     """Per set s: the smallest bw and largest latency between a device of s and one of set
     `other[s]` (the previous group of a ring)."""
-    u_machine, _, start = _units(len(cluster.machines), set_of, machine, num_sets)
-    size = np.diff(start)
-    u_set = np.repeat(np.arange(num_sets), size)
-    src, dst = _pairs(start[other[u_set]], size[other[u_set]])
-    bw, lat = link(cluster, u_machine[src], u_machine[dst])
+    size = units.size
+    u_set = np.repeat(np.arange(len(size)), size)
+    src, dst = _pairs(units.start[other[u_set]], size[other[u_set]])
+    bw, lat = link(cluster, units.machine[src], units.machine[dst])
     cut = np.concatenate([[0], np.cumsum(size * size[other])[:-1]])
     return np.minimum.reduceat(bw, cut), np.maximum.reduceat(lat, cut)
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from planner.problem import Problem
 from planner.sequence import cost
-from planner.sequence.links import across_sets, between_sets, within_sets
+from planner.sequence.links import Units, across_sets, between_sets, within_sets
 from planner.sequence.plan import SeqPlan
 from planner.sequence.rules import structural_violations
 from planner.sequence.table import MemberTable
@@ -72,10 +72,10 @@ def _member_compute(problem: Problem, table: MemberTable, machine: np.ndarray):
     return linear, attention, cost.head_compute_time(model, training, table.tokens, flops), pairs
 
 
-def _hp_exchanges(problem: Problem, table: MemberTable, machine: np.ndarray):
+def _hp_exchanges(problem: Problem, table: MemberTable, units: Units):
     """bw_g, α_g and the two all-to-all exchanges of every group."""
     model, training = problem.model, problem.training
-    bw, lat = within_sets(problem.cluster, table.group, machine, table.num_groups)
+    bw, lat = within_sets(problem.cluster, units)
     group_tokens = table.group_tokens[table.group]
     times = []
     for exchange in (cost.qkv_exchange_bytes, cost.output_exchange_bytes):
@@ -84,10 +84,10 @@ def _hp_exchanges(problem: Problem, table: MemberTable, machine: np.ndarray):
     return bw, lat, times[0], times[1]
 
 
-def _ring(problem: Problem, table: MemberTable, machine: np.ndarray):
+def _ring(problem: Problem, table: MemberTable, units: Units):
     """bw_{g−1,g}, lat_{g−1,g} of every group and ring_i of every member."""
     model, training = problem.model, problem.training
-    bw, lat = between_sets(problem.cluster, table.group, machine, table.num_groups, table.prev_group)
+    bw, lat = between_sets(problem.cluster, units, table.prev_group)
     g = table.group
     ring_size = table.ring_size[table.group_replica][g]
     kv = cost.kv_heads_of(model, table.heads)
@@ -97,8 +97,9 @@ def _ring(problem: Problem, table: MemberTable, machine: np.ndarray):
 def _zero(problem: Problem, table: MemberTable, machine: np.ndarray):
     """bw_r, α_r, Z_layer and Z_ends of every replica."""
     model, training = problem.model, problem.training
-    bw, lat = within_sets(problem.cluster, table.replica, machine, table.num_replicas)
-    devices = np.diff(table.member_start)
+    units = Units.of(len(problem.cluster.machines), table.replica, machine, table.num_replicas)
+    bw, lat = within_sets(problem.cluster, units)
+    devices = table.replica_size
     return (bw, lat, cost.zero_time(training, model.params_per_layer, devices, bw, lat),
             cost.zero_time(training, cost.end_params(model), devices, bw, lat))
 
@@ -108,8 +109,9 @@ def time_parts(problem: Problem, table: MemberTable) -> TimeParts:
     model, training = problem.model, problem.training
     machine = problem.cluster.machine_of_device[table.device]
     linear, attention, head, pairs = _member_compute(problem, table, machine)
-    hp_bw, hp_lat, qkv, out = _hp_exchanges(problem, table, machine)
-    ring_bw, ring_lat, ring = _ring(problem, table, machine)
+    units = Units.of(len(problem.cluster.machines), table.group, machine, table.num_groups)
+    hp_bw, hp_lat, qkv, out = _hp_exchanges(problem, table, units)
+    ring_bw, ring_lat, ring = _ring(problem, table, units)
     members, groups = table.member_start, table.ring_start
     linear_max, attention_max = _per_replica(linear, members), _per_replica(attention, members)
     ring_max, head_max = _per_replica(ring, members), _per_replica(head, members)
@@ -120,8 +122,7 @@ def time_parts(problem: Problem, table: MemberTable) -> TimeParts:
     m = table.batch // training.micro_batch
     replica_time = m * micro
     dp_bw, dp_lat = across_sets(problem.cluster, table.replica, machine, table.num_replicas)
-    devices = np.diff(members)
-    dp = float(cost.dp_time(model, training, table.num_replicas, devices.min(), dp_bw, dp_lat))
+    dp = float(cost.dp_time(model, training, table.num_replicas, table.replica_size.min(), dp_bw, dp_lat))
     return TimeParts(
         machine, linear, attention, head, ring, pairs, hp_bw, hp_lat, qkv, out, ring_bw, ring_lat,
         _per_group(ring, table), layer, linear_max, a2a_max, attention_max, ring_max, head_max,
@@ -147,7 +148,7 @@ def memory_parts(problem: Problem, table: MemberTable) -> MemoryParts:
     """Every §7.3 term per member (devices must exist)."""
     model, training = problem.model, problem.training
     g, r = table.group, table.replica
-    states = cost.state_bytes(model, training, np.diff(table.member_start)[r])
+    states = cost.state_bytes(model, training, table.replica_size[r])
     working = cost.working_set_bytes(model, training, table.tokens, table.group_tokens[g], table.heads)
     activations = cost.activation_bytes(model, training, table.tokens, working)
     t_max = _per_replica(table.group_tokens, table.ring_start)[r]

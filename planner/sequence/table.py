@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -51,76 +52,81 @@ class MemberTable:
             [r.batch for r in plan.replicas])
 
     # -- sizes ---------------------------------------------------------------------------
-    @property
+    @cached_property
     def num_members(self) -> int:
         return len(self.device)
 
-    @property
+    @cached_property
     def num_groups(self) -> int:
         return len(self.group_start) - 1
 
-    @property
+    @cached_property
     def num_replicas(self) -> int:
         return len(self.batch)
 
-    @property
+    @cached_property
     def group_size(self) -> np.ndarray:
         """n_g."""
         return np.diff(self.group_start)
 
-    @property
+    @cached_property
     def ring_size(self) -> np.ndarray:
         """G_r of each replica."""
         return np.diff(self.ring_start)
 
     # -- who belongs where ---------------------------------------------------------------
-    @property
+    @cached_property
     def group(self) -> np.ndarray:
         """(M,) global group index of each member."""
         return np.repeat(np.arange(self.num_groups), self.group_size)
 
-    @property
+    @cached_property
     def group_replica(self) -> np.ndarray:
         """(G,) replica of each group."""
         return np.repeat(np.arange(self.num_replicas), self.ring_size)
 
-    @property
+    @cached_property
     def position(self) -> np.ndarray:
         """(G,) ring position g of each group inside its replica."""
         return np.arange(self.num_groups) - self.ring_start[self.group_replica]
 
-    @property
+    @cached_property
     def prev_group(self) -> np.ndarray:
         """(G,) global index of the previous group in the ring (cyclic; itself when G_r = 1)."""
         r = self.group_replica
         return self.ring_start[r] + (self.position - 1) % self.ring_size[r]
 
-    @property
+    @cached_property
     def member_start(self) -> np.ndarray:
         """(D+1,) first member of each replica."""
         return self.group_start[self.ring_start]
 
-    @property
+    @cached_property
+    def replica_size(self) -> np.ndarray:
+        """(D,) N_r: devices of each replica."""
+        return np.diff(self.member_start)
+
+    @cached_property
     def replica(self) -> np.ndarray:
         """(M,) replica of each member."""
-        return np.repeat(np.arange(self.num_replicas), np.diff(self.member_start))
+        return np.repeat(np.arange(self.num_replicas), self.replica_size)
 
-    @property
+    @cached_property
     def group_tokens(self) -> np.ndarray:
         """(G,) T_g."""
         return np.add.reduceat(self.tokens, self.group_start[:-1])
 
-    @property
+    @cached_property
     def group_heads(self) -> np.ndarray:
         """(G,) Σ heads of each group."""
         return np.add.reduceat(self.heads, self.group_start[:-1])
 
-    @property
+    @cached_property
     def replica_tokens(self) -> np.ndarray:
         """(D,) Σ_g T_g of each replica."""
         return np.add.reduceat(self.group_tokens, self.ring_start[:-1])
 
-    @property
+    @cached_property
     def first_token(self) -> np.ndarray:
         """(G,) x_g = Σ_{j<g} ℓ_j: where the group's first half-shard starts (§7.1 layout)."""
         half = self.group_tokens / 2

@@ -1,0 +1,137 @@
+"""Terminal views of sequence plans (DESIGN.md §7) and their estimates: per member, per group
+and per replica tables, the iteration summary, the solved plan. `hexiscale.cli.views` picks
+this module for a `SeqPlan`, as it picks `layered_views` for a layered plan."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.table import Table
+
+from hexiscale.cli.layered_views import format_devices, time_unit
+from planner.base import format_seconds as seconds
+from planner.problem import Problem
+from planner.sequence.estimate import SeqEstimate
+from planner.sequence.plan import SeqPlan
+
+SUMMARY_ABOVE_MEMBERS = 64  # larger plans get one row per replica unless --full is asked
+
+
+def _free(headroom: float) -> str:
+    return f"[red]{headroom:.1f}[/]" if headroom < 0 else f"{headroom:.1f}"
+
+
+def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...] = ()) -> Table:
+    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1),
+                  collapse_padding=True, pad_edge=False)
+    for col in columns:
+        table.add_column(col, justify="left" if col in left else "right")
+    return table
+
+
+def member_table_view(est: SeqEstimate) -> Table:
+    unit, div = time_unit([x for m in est.members for x in (m.linear_s, m.attention_s, m.ring_s, m.head_s)])
+    table = _table(f"members (r.g.i = replica.group.member; Clin, Catt, ring per layer and micro-batch, "
+                   f"Chead per micro-batch, in {unit}; memory GiB per device)",
+                   ("r.g.i", "machine", "device", "heads", "tokens", "Clin", "Catt", "ring", "Chead",
+                    "mem/cap", "free"), left=("machine",))
+    for m in est.members:
+        table.add_row(f"{m.replica}.{m.group}.{m.index}", m.machine, str(m.device), str(m.heads), str(m.tokens),
+                      *(f"{x / div:.3g}" for x in (m.linear_s, m.attention_s, m.ring_s, m.head_s)),
+                      f"{m.memory_gib:.1f}/{m.capacity_gib:.0f}", _free(m.headroom_gib))
+    return table
+
+
+def group_table_view(est: SeqEstimate) -> Table:
+    unit, div = time_unit([x for g in est.groups for x in (g.a2a_s, g.ring_s)])
+    table = _table(f"groups (all-to-all and ring per layer and micro-batch, in {unit}; bandwidths GB/s)",
+                   ("r.g", "members", "T_g", "x_g", "a2a qkv", "a2a out", "HP bw", "ring", "ring bw"))
+    for g in est.groups:
+        table.add_row(f"{g.replica}.{g.index}", str(len(g.members)), str(g.tokens), str(g.first_token),
+                      f"{g.a2a_qkv_s / div:.3g}", f"{g.a2a_out_s / div:.3g}",
+                      "-" if g.hp_bw_gbps is None else f"{g.hp_bw_gbps:g}", f"{g.ring_s / div:.3g}",
+                      f"{g.ring_bw_gbps:g}" if len(est.replicas[g.replica].groups) > 1 else "-")
+    return table
+
+
+def replica_table_view(est: SeqEstimate) -> Table:
+    """One row per replica: what a plan of thousands of members can be read as."""
+    unit, div = time_unit([r.time_s for r in est.replicas])
+    table = _table(f"replicas (T_layer, Z_layer, T_mb, T_rep in {unit})",
+                   ("r", "batch", "m", "groups", "devices", "T_layer", "Z_layer", "T_mb", "T_rep", "min free GiB"))
+    for r in est.replicas:
+        free = min(m.headroom_gib for g in r.groups for m in g.members)
+        table.add_row(str(r.index), str(r.batch), str(r.micro_batches), str(len(r.groups)), str(r.devices),
+                      *(f"{x / div:.4g}" for x in (r.layer_s, r.zero_layer_s, r.micro_batch_s, r.time_s)),
+                      _free(free))
+    return table
+
+
+def summary_view(problem: Problem, est: SeqEstimate) -> Table:
+    table = Table(title="iteration", show_header=False, box=box.SIMPLE)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    slowest = max(est.replicas, key=lambda r: r.time_s)
+    table.add_row("T (iteration)", seconds(est.iteration_s))
+    table.add_row("max T_rep", f"{seconds(est.replica_s)}  (replica {slowest.index})")
+    table.add_row("T_dp", seconds(est.dp_s))
+    for r in est.replicas[:SUMMARY_ABOVE_MEMBERS]:
+        table.add_row(f"  replica {r.index}", (
+            f"B_r={r.batch}, m={r.micro_batches}, {len(r.groups)} groups on {r.devices} devices: "
+            f"{seconds(r.time_s)} (T_layer {seconds(r.layer_s)}: linear {seconds(r.linear_s)}, "
+            f"all-to-all {seconds(r.a2a_s)}, attention {seconds(r.attention_s)}, ring {seconds(r.ring_s)})"))
+    table.add_row("tokens/s", f"{est.tokens_per_s:,.0f}")
+    table.add_row("MFU", f"{est.mfu:.1%}")
+    table.add_row("min headroom", f"{est.min_headroom_gib:.2f} GiB")
+    table.add_row("bottleneck", f"{est.bottleneck.kind}: {est.bottleneck.description}")
+    return table
+
+
+def estimate_views(problem: Problem, est: SeqEstimate, full: bool | None = None) -> list[Table]:
+    """What `hexiscale evaluate` prints for a sequence plan: every member and group, or (by
+    default above SUMMARY_ABOVE_MEMBERS members) one row per replica."""
+    if full is None:
+        full = len(est.members) <= SUMMARY_ABOVE_MEMBERS
+    tables = [member_table_view(est), group_table_view(est)] if full else [replica_table_view(est)]
+    return tables + [summary_view(problem, est)]
+
+
+def plan_table(problem: Problem, plan: SeqPlan, estimate: SeqEstimate) -> Table:
+    table = Table(title=f"sequence plan for {problem.name}", box=box.SIMPLE_HEAVY)
+    for col in ("replica", "batch", "group", "devices", "heads", "tokens", "T_g", "min free GiB"):
+        table.add_column(col, justify="left" if col in ("devices", "heads", "tokens") else "right")
+    for r, (rep, re) in enumerate(zip(plan.replicas, estimate.replicas)):
+        for g, (grp, ge) in enumerate(zip(rep.ring, re.groups)):
+            table.add_row(str(r) if g == 0 else "", str(rep.batch) if g == 0 else "", str(g),
+                          format_devices(grp.devices), ",".join(str(m.heads) for m in grp.members),
+                          ",".join(str(m.tokens) for m in grp.members), str(grp.tokens),
+                          _free(min(m.headroom_gib for m in ge.members)))
+    return table
+
+
+def plan_shape(plan: SeqPlan) -> str:
+    """One line: each replica's batch and ring, a group as hp{members}×{T_g}."""
+    return " | ".join(f"B{r.batch}: " + "→".join(f"hp{len(g.members)}×{g.tokens}" for g in r.ring)
+                      for r in plan.replicas)
+
+
+def idle_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table | None:
+    """Which devices the plan leaves idle, per machine (no explanation search yet: that needs
+    a sequence solver)."""
+    used = set(plan.devices)
+    cluster = problem.cluster
+    idle = [(m.name, [d for d in cluster.devices_of(i) if d not in used]) for i, m in enumerate(cluster.machines)]
+    idle = [(name, devices) for name, devices in idle if devices]
+    if not idle:
+        return None
+    table = Table(title=f"{len(used)}/{cluster.num_devices} devices used; idle devices",
+                  show_header=False, box=box.SIMPLE, title_justify="left")
+    table.add_column()
+    for name, devices in idle:
+        table.add_row(f"{name}: {len(devices)} idle ({format_devices(devices)})")
+    return table
+
+
+def solved_views(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> list[Table]:
+    """What `hexiscale solve` prints before the solver's status: the plan, and idle devices."""
+    idle = idle_view(problem, plan, est)
+    return [plan_table(problem, plan, est)] + ([idle] if idle is not None else [])
