@@ -55,14 +55,33 @@ CASES = {
     # every error of the file on the one line, not "(and 3 more)"
     "cluster-many-errors.yaml": ["machines.0.count", "machines.1.intra_bw_gbps", "machines.2.intra_bw_gbps",
                                  "required", "inter_bw_gbps"],
+    # sequence plans (DESIGN.md §7), checked against longctx-tiny (s 1024, a 4, k 2, q 64, B 2)
+    "seqplan-heads-sum.json": ["[heads]", "replica 0 group 0", "heads sum to 6", "a = 4"],
+    "seqplan-heads-not-whole-kv.json": ["[heads]", "member 0 (device 0)", "heads 1 is not a multiple of a/k = 4/2 = 2"],
+    "seqplan-tokens-not-block.json": ["[tokens]", "member 0 (device 0)", "tokens 500", "token block q = 64"],
+    "seqplan-shards-sum.json": ["[shards]", "replica 0", "sum to 896 tokens", "s = 1024"],
+    "seqplan-shard-odd-blocks.json": ["[shards]", "replica 0 group 0", "T_g = 576", "2q = 128"],
+    "seqplan-device-twice.json": ["[device]", "device 0 is a member 2 times"],
+    "seqplan-device-twice-in-group.json": ["replicas.0.ring.0.members", "names device 1 twice"],
+    "seqplan-mixed-vendors.json": ["[vendor]", "replica 0 group 0", "nvidia devices [2]", "amd devices [3]"],
+    "seqplan-unknown-device.json": ["[device]", "devices [9] do not exist"],
+    "seqplan-batch-sum.json": ["[batch]", "replica batches sum to 3", "global batch is 2"],
+    "seqplan-zero-heads.json": ["replicas.0.ring.0.members.0.heads", "greater than or equal to 1"],
+    "seqplan-empty-ring.json": ["replicas.0.ring", "at least 1"],
+    "seqplan-unknown-field.json": ["replicas.0.ring.0.members.0.kv", "unknown field"],
+    "seqplan-string-tokens.json": ["replicas.0.ring.0.members.0.tokens", "must be written as integers", "'1024'"],
+    "seqplan-problem-zero-token-block.yaml": ["training.token_block", "greater than or equal to 1"],
 }
 
 
 def commands_for(name: str) -> list[list[str]]:
-    """Plans are checked by validate and evaluate against demo-tiny; other files by validate."""
+    """Plans are checked by validate and evaluate against demo-tiny (sequence plans against
+    longctx-tiny); other files by validate."""
     path = str(BAD / name)
     if name.startswith("plan-"):
         return [["validate", "demo-tiny", path], ["evaluate", "demo-tiny", path]]
+    if name.startswith("seqplan-") and name.endswith(".json"):
+        return [["validate", "longctx-tiny", path], ["evaluate", "longctx-tiny", path]]
     return [["validate", path]]
 
 
