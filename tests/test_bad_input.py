@@ -57,7 +57,7 @@ CASES = {
                                  "required", "inter_bw_gbps"],
     # sequence plans (DESIGN.md §7), checked against longctx-tiny (s 1024, a 4, k 2, q 64, B 2)
     "seqplan-heads-sum.json": ["[heads]", "replica 0 group 0", "heads sum to 6", "a = 4"],
-    "seqplan-heads-not-whole-kv.json": ["[heads]", "member 0 (device 0)", "heads 1 is not a multiple of a/k = 4/2 = 2"],
+    "seqplan-heads-not-whole-kv.json": ["[heads]", "member 0 (device 0)", "heads 1 is not a positive multiple of a/k = 4/2 = 2"],
     "seqplan-tokens-not-block.json": ["[tokens]", "member 0 (device 0)", "tokens 500", "token block q = 64"],
     "seqplan-shards-sum.json": ["[shards]", "replica 0", "sum to 896 tokens", "s = 1024"],
     "seqplan-shard-odd-blocks.json": ["[shards]", "replica 0 group 0", "T_g = 576", "2q = 128"],

@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner import Cluster, Link, Machine, ModelSpec, Problem, TrainingSpec
-from planner.kinds import evaluate, iteration_time, validate
-from planner.sequence import SeqPlan
+from planner.kinds import evaluate, iteration_time
+from planner.sequence import validate
+from planner.sequence import MemberTable, SeqPlan
 
 NVIDIA = ["A100-80G", "H100", "RTX4090", "L40S", "H20"]
 AMD = ["MI250X", "MI300X"]
@@ -165,6 +166,18 @@ def test_each_broken_rule_is_reported(case, rule, data):
     problem, spec, expected = _break(data.draw, problem, spec, rule)
     rules = {v.rule for v in validate(problem, plan_of(spec))}
     assert expected in rules, (rule, rules)
+
+
+def test_arrays_from_a_solver_are_checked_too():
+    """A `MemberTable` built from a solver's arrays: zero heads and a negative device id are
+    reported, never priced or indexed from the end."""
+    cluster = Cluster(inter_bw_gbps=10, machines=(Machine(name="n", gpu="H100", count=2, intra_bw_gbps=100),))
+    model = ModelSpec(layers=1, hidden=32, heads=2, kv_heads=2, ffn_hidden=32, vocab=64)
+    problem = Problem(cluster=cluster, model=model, training=TrainingSpec(seq_len=256, global_batch=1))
+    table = MemberTable.from_arrays([-1, 1], [0, 2], [128, 128], [2], [1], [1])
+    messages = [str(v) for v in validate(problem, table)]
+    assert any("[device]" in m and "devices [-1] do not exist" in m for m in messages)
+    assert any("[heads]" in m and "heads 0 is not a positive multiple" in m for m in messages)
 
 
 def test_a_group_mixing_vendors_is_reported():

@@ -25,10 +25,10 @@ def _device_violations(problem: Problem, table: MemberTable) -> list[Violation]:
     """Rule 1 (each device a member at most once) and device ids that do not exist."""
     n = problem.cluster.num_devices
     out = []
-    missing = table.device >= n
+    missing = (table.device >= n) | (table.device < 0)  # a solver's arrays may hold anything
     for g in np.unique(table.group[missing]).tolist():
         lo, hi = table.group_start[g], table.group_start[g + 1]
-        gone = [int(d) for d in table.device[lo:hi] if d >= n]
+        gone = [int(d) for d in table.device[lo:hi] if not 0 <= d < n]
         out.append(Violation(rule="device", message=f"{location(table, g)}: devices {gone} do not exist "
                                                     f"(cluster has {n}: 0..{n - 1})"))
     ids, counts = np.unique(table.device, return_counts=True)
@@ -45,9 +45,9 @@ def _head_violations(problem: Problem, table: MemberTable) -> list[Violation]:
     for g in np.flatnonzero(table.group_heads != a).tolist():
         out.append(Violation(rule="heads", message=f"{location(table, g)}: heads sum to "
                                                    f"{int(table.group_heads[g])}, the model has a = {a}"))
-    for i in np.flatnonzero(table.heads % per_kv).tolist():
+    for i in np.flatnonzero((table.heads < 1) | (table.heads % per_kv != 0)).tolist():
         out.append(Violation(rule="heads", message=(
-            f"{location(table, int(table.group[i]), i)}: heads {int(table.heads[i])} is not a multiple of "
+            f"{location(table, int(table.group[i]), i)}: heads {int(table.heads[i])} is not a positive multiple of "
             f"a/k = {a}/{k} = {per_kv} (a member holds whole kv heads)")))
     return out
 
@@ -102,7 +102,7 @@ def _batch_violations(problem: Problem, table: MemberTable) -> list[Violation]:
 
 
 def devices_exist(problem: Problem, table: MemberTable) -> bool:
-    return bool((table.device < problem.cluster.num_devices).all())
+    return bool(((table.device >= 0) & (table.device < problem.cluster.num_devices)).all())
 
 
 def structural_violations(problem: Problem, table: MemberTable) -> list[Violation]:
