@@ -183,3 +183,40 @@ def test_two_replicas():
     # memory: replica 1's device holds every state (N = 1): 16·115008 ; act = 2·2·512·64 + 64·(26·512 + 8·512)
     mem_r1 = 16 * 115008 + 2 * 2 * 41088 + (2 * 2 * 512 * 64 + 64 * (26 * 512 + 8 * 512)) + 4 * 512 * 256 + 2 * GIB
     assert close(r1.groups[0].members[0].memory_gib * GIB, mem_r1)
+
+
+def test_without_recompute():
+    # the ring of two groups on m0 and m1, MHA, recompute off: c = 3, r_a2a = 2, ρ = 3,
+    # activations L·a_full; g0 = devices 0, 1 (2 heads, 128 tokens each), g1 = device 2 (256 tokens)
+    problem = Problem(name="hand", cluster=CLUSTER, model=MHA, training=TrainingSpec(
+        seq_len=512, global_batch=1, micro_batch=1, token_block=64, recompute=False))
+    plan = plan_of((1, [[(0, 2, 128), (1, 2, 128)], [(2, 4, 256)]]))
+    assert validate(problem, plan) == []
+    est = evaluate(problem, plan)
+    rep = est.replicas[0]
+    g0, g1 = rep.groups
+    # g0: qkv each member sends 128·384·1/2 = 24576 and receives 128·384·1/2 = 24576;
+    #     output sends 128·2·32 = 8192 and receives 128·2·32 = 8192
+    a2a = (24576 / 100e9 + 5e-6) + (8192 / 100e9 + 5e-6)
+    assert close(g0.a2a_s, a2a) and g1.a2a_s == 0
+    # ring: b·(s − T_g)·2·kv_i·d·β, both directions across m0–m1 (10 GB/s, (G−1)·30 µs);
+    #   g0's members hold 2 heads → kv = 2·4/4 = 2: 256·2·2·16·2 = 256·128 bytes
+    #   g1's member holds 4 kv heads: 256·2·4·16·2 = 256·256 bytes
+    ring0, ring1 = 256 * 128 / 10e9 + 30e-6, 256 * 256 / 10e9 + 30e-6
+    assert close(g0.ring_s, ring0) and close(g1.ring_s, ring1)
+    clin = max(3 * 128 * 2 * 40960 / 50e12, 3 * 256 * 2 * 40960 / 20e12)
+    catt = max(3 * 4 * 64 * 128 * 513 * 2 / 4 / 50e12, 3 * 4 * 64 * 128 * 513 / 20e12)
+    layer = clin + 2 * a2a + max(catt, 3 * max(ring0, ring1))
+    # ZeRO over N = 3 (bw 10, 30 µs): (c−1) = 2 gathers and one reduce-scatter
+    z_layer = 2 * (2 / 3 * 82176 / 10e9 + 2 * 30e-6) + (2 / 3 * 82176 / 10e9 + 2 * 30e-6)
+    z_ends = 2 * (2 / 3 * 65664 / 10e9 + 2 * 30e-6) + (2 / 3 * 65664 / 10e9 + 2 * 30e-6)
+    head = max(3 * 128 * 2 * 256 * 64 / 50e12, 3 * 256 * 2 * 256 * 64 / 20e12)
+    t = 2 * (layer + z_layer) + head + z_ends
+    assert close(rep.layer_s, layer) and close(est.iteration_s, t)
+    # memory of device 2: states 16·115008/3 ; gathered 2·2·41088 ;
+    #   a_full = 64·(26·256 + 8·256·4/4), activations L·a_full ;
+    #   ring buffers 2·b·T_max·2·kv·d·β = 2·256·2·4·16·2 ; logits 4·256·256
+    mem = 16 * 115008 / 3 + 2 * 2 * 41088 + 2 * 64 * (26 * 256 + 8 * 256) + 2 * 256 * 2 * 4 * 16 * 2 \
+        + 4 * 256 * 256 + 2 * GIB
+    assert close(g1.members[0].memory_gib * GIB, mem)
+    assert close(g1.members[0].activations_gib * GIB, 2 * 64 * (26 * 256 + 8 * 256))
