@@ -14,10 +14,11 @@ from planner import (
 from solvers.common import SolveResult, SolverOptions
 from solvers.registry import solve
 from runtime.launch import run_plan
+from solvers.replan import ReplanResult, replan
 
 __all__ = [
     "Cluster", "Estimate", "GpuType", "InputError", "InvalidPlanError", "Link", "Machine",
-    "ModelSpec", "Pipeline", "Plan", "Problem", "SolveResult", "SolverOptions", "Stage",
-    "TrainingSpec", "Violation", "evaluate", "load_plan", "load_problem", "run_plan", "save_plan", "solve",
+    "ModelSpec", "Pipeline", "Plan", "Problem", "ReplanResult", "SolveResult", "SolverOptions", "Stage",
+    "TrainingSpec", "Violation", "evaluate", "load_plan", "load_problem", "replan", "run_plan", "save_plan", "solve",
     "validate",
 ]

@@ -15,3 +15,4 @@ from hexiscale.cli import compare as _compare  # noqa: E402,F401
 from hexiscale.cli import show as _show  # noqa: E402,F401
 from hexiscale.cli import run as _run  # noqa: E402,F401
 from hexiscale.cli import solve as _solve  # noqa: E402,F401
+from hexiscale.cli import replan as _replan  # noqa: E402,F401

@@ -1,0 +1,84 @@
+"""`hexiscale replan`: remove lost devices (or machines) from a problem, re-plan on the
+survivors with the old plan as the warm start, and say what changed and the new T."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_file
+from planner.base import format_seconds
+from planner.io import load_plan, load_problem, problem_to_dict, save_plan, save_yaml
+from solvers.common import SolverOptions
+from solvers.replan import ReplanError, ReplanResult, replan as replan_plan
+
+
+def id_list(text: str, option: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()] if text else []
+    if text and not items:
+        fail(f"{option}: expected a comma-separated list, got {text!r}")
+    return items
+
+
+def device_ids(text: str) -> list[int]:
+    ids = id_list(text, "--lost")
+    bad = [t for t in ids if not t.isdigit()]
+    if bad:
+        fail(f"--lost: device ids are integers, got {', '.join(bad)}")
+    return [int(t) for t in ids]
+
+
+def moved_ids(result: ReplanResult) -> str:
+    """The id shift, compactly: only the survivors whose id changed."""
+    moved = [(old, new) for old, new in result.old_to_new.items() if old != new]
+    if not moved:
+        return "device ids unchanged"
+    shown = ", ".join(f"{o}→{n}" for o, n in moved[:12]) + (f", … ({len(moved)} in all)" if len(moved) > 12 else "")
+    return f"device ids shift (old→new): {shown}"
+
+
+def print_result(result: ReplanResult) -> None:
+    lost = ", ".join(map(str, result.lost[:20])) + (" …" if len(result.lost) > 20 else "")
+    console.print(f"lost {len(result.lost)} device{'s' if len(result.lost) > 1 else ''} ({lost}); "
+                  f"{result.problem.cluster.num_devices} survive; {moved_ids(result)}", highlight=False, soft_wrap=True)
+    repaired = format_seconds(result.repaired_s) if result.repaired_s is not None else "invalid"
+    fresh = format_seconds(result.fresh_s) if result.fresh_s is not None else "no plan"
+    console.print(f"candidates: repaired old plan {repaired}, fresh solve {fresh}; chose {result.chosen} "
+                  f"({result.wall_s:.2f} s)", highlight=False, soft_wrap=True)
+    for line in result.changes:
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
+    console.print(f"new T = {format_seconds(result.new_s)}", highlight=False)
+
+
+@app.command()
+@friendly_errors
+def replan(problem: str = typer.Argument(..., help="problem file or bundled name"),
+           plan: str = typer.Argument(..., help="the plan that lost devices"),
+           lost: str = typer.Option("", help="lost device ids, comma-separated (the problem's ids)"),
+           lost_machines: str = typer.Option("", help="lost machines (names or indices), comma-separated"),
+           solver: str = typer.Option("heuristic", help="solver of the fresh solve (cpsat/milp take the warm start)"),
+           time_limit: float = typer.Option(60.0, help="the fresh solve's budget, s"),
+           output: Path = typer.Option(None, "--output", "-o", help="write the new plan (new device ids) here"),
+           problem_out: Path = typer.Option(None, help="write the survivors' problem (its ids) here"),
+           force: bool = typer.Option(False, help="use a plan made for another problem")) -> None:
+    """Re-plan after losing devices: the new plan is written in the survivors' device ids."""
+    writable_file(output, "--output")
+    writable_file(problem_out, "--problem-out")
+    prob, old = load_problem(problem), load_plan(plan)
+    check_plan_is_for(prob, old, plan, force)
+    devices, machines = device_ids(lost), id_list(lost_machines, "--lost-machines")
+    if not devices and not machines:
+        fail("name what was lost: --lost 3,7 and/or --lost-machines NAME,...")
+    try:
+        result = replan_plan(prob, old, devices, lost_machines=machines, solver=solver,
+                             options=SolverOptions(time_limit_s=time_limit))
+    except (ReplanError, KeyError) as exc:
+        fail(str(exc).strip("'\""))
+    print_result(result)
+    if output:
+        save_plan(result.plan, output)
+        console.print(f"wrote {output}", highlight=False)
+    if problem_out:
+        save_yaml(problem_to_dict(result.problem), problem_out)
+        console.print(f"wrote {problem_out}", highlight=False)

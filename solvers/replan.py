@@ -1,0 +1,185 @@
+"""Re-planning after lost devices (DESIGN.md §10): the survivors' problem, the old plan
+repaired onto it (the warm start), a fresh solve, and the better of the two.
+
+Device ids are positions in the cluster (machine 0's devices first), so removing devices
+shifts every later id: `survivors` returns the smaller problem (named `<name>-minus<k>`, so
+a plan in its ids is not taken for one of the old problem) and the map old id → new id, and
+every plan returned here is written in the new problem's ids.
+
+The repair keeps the old plan's structure where it survived: a stage that lost devices
+takes idle survivors of the same machine in their place, else shrinks its TP group to the
+largest power of two of what is left; a pipeline with a stage left empty is dropped and its
+sequences go to the other pipelines, in micro-batches. The fresh solve is any registered
+solver (`solvers.registry.solve`), given the repaired plan as its hint (CP-SAT and MILP
+warm-start from it; the heuristic ignores hints, which is why the repaired plan is also a
+candidate of its own). The faster valid plan wins.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import Field
+
+from planner.base import Frozen, format_seconds
+from planner.hardware import Cluster
+from planner.kinds import evaluate, validate
+from planner.layered.plan import Plan
+from planner.problem import Problem
+from solvers.common import SolverOptions
+from solvers.registry import solve
+
+
+class ReplanError(ValueError):
+    """The lost devices cannot be removed (unknown ids, nothing left); one line."""
+
+
+class ReplanResult(Frozen):
+    problem: Problem = Field(description="the survivors' problem (new device ids)")
+    plan: Plan = Field(description="the new plan, in the new problem's ids")
+    lost: tuple[int, ...] = Field(description="the lost devices, old ids")
+    old_to_new: dict[int, int] = Field(description="old device id → new id, for every survivor")
+    old_s: float | None = Field(description="the old plan's T on the old problem")
+    new_s: float = Field(description="the new plan's T")
+    chosen: str = Field(description="repaired (the old plan's structure) or the fresh solver's name")
+    repaired_s: float | None = Field(default=None, description="T of the repaired old plan (None: invalid)")
+    fresh_s: float | None = Field(default=None, description="T of the fresh solve (None: no plan)")
+    changes: tuple[str, ...] = Field(default=(), description="what changed, one line each")
+    wall_s: float = Field(ge=0, description="re-planning wall time")
+
+
+def lost_devices(problem: Problem, devices=(), machines=()) -> set[int]:
+    """Device ids and whole machines (by name or index) → the set of lost device ids."""
+    cluster, lost = problem.cluster, set()
+    for d in devices:
+        if not 0 <= int(d) < cluster.num_devices:
+            raise ReplanError(f"device {d} is not in the cluster (ids 0..{cluster.num_devices - 1})")
+        lost.add(int(d))
+    index = cluster.machine_index
+    for m in machines:
+        key = int(m) if str(m).isdigit() else index.get(str(m))
+        if key is None or not 0 <= key < len(cluster.machines):
+            raise ReplanError(f"machine {m!r} is not in the cluster (machines: {', '.join(index)})")
+        lost.update(cluster.devices_of(key))
+    if len(lost) >= cluster.num_devices:
+        raise ReplanError("every device of the cluster is lost: nothing to re-plan on")
+    return lost
+
+
+def survivors(problem: Problem, lost: set[int]) -> tuple[Problem, dict[int, int]]:
+    """The problem on the surviving devices and the map old id → new id."""
+    cluster, machines, mapping = problem.cluster, [], {}
+    for m, machine in enumerate(cluster.machines):
+        keep = [d for d in cluster.devices_of(m) if d not in lost]
+        for d in keep:
+            mapping[d] = len(mapping)
+        if keep:
+            machines.append(machine.model_dump() | {"count": len(keep)})
+    names = {m["name"] for m in machines}
+    data = cluster.model_dump()
+    data["machines"] = machines
+    data["links"] = [link for link in data["links"] if link["a"] in names and link["b"] in names]
+    data["racks"] = [rack | {"machines": [n for n in rack["machines"] if n in names]} for rack in data["racks"]
+                     if sum(n in names for n in rack["machines"]) >= 2]
+    new = problem.model_copy(update={"cluster": Cluster.model_validate(data),
+                                     "name": f"{problem.name}-minus{len(lost)}"})
+    return Problem.model_validate(new.model_dump()), mapping
+
+
+def _idle_by_machine(problem: Problem, plan: Plan, mapping: dict[int, int]) -> dict[str, list[int]]:
+    """Surviving devices the old plan left idle, by machine name (new ids)."""
+    used = {mapping[d] for d in plan.devices if d in mapping}
+    cluster, idle = problem.cluster, {}
+    for d in range(cluster.num_devices):
+        if d not in used:
+            idle.setdefault(cluster.machines[int(cluster.machine_of_device[d])].name, []).append(d)
+    return idle
+
+
+def _repair_stage(devices, mapping, pool: list[int], where: str, changes: list[str]) -> list[int]:
+    """A stage's survivors (new ids), topped up from `pool` (idle devices of its machine)."""
+    alive = [mapping[d] for d in devices if d in mapping]
+    if len(alive) == len(devices):
+        return alive
+    while len(alive) < len(devices) and pool:
+        alive.append(pool.pop(0))
+    if len(alive) == len(devices):
+        changes.append(f"{where}: lost devices replaced by idle ones of the same machine")
+        return alive
+    kept = alive[:1 << (len(alive).bit_length() - 1)] if alive else []
+    if kept:
+        changes.append(f"{where}: TP {len(devices)} → {len(kept)} (devices {', '.join(map(str, kept))}, new ids)")
+    return kept
+
+
+def _spread(batches: list[int], extra: int, b: int) -> list[int]:
+    """Give `extra` sequences, one micro-batch at a time, to the pipeline with the fewest."""
+    batches = list(batches)
+    for _ in range(extra // b):
+        i = min(range(len(batches)), key=lambda p: batches[p])
+        batches[i] += b
+    return batches
+
+
+def repair(old: Problem, plan: Plan, new: Problem, mapping: dict[int, int]) -> tuple[Plan | None, list[str]]:
+    """The old plan on the survivors (see the module text), and what the repair changed."""
+    idle, cluster = _idle_by_machine(new, plan, mapping), old.cluster
+    home = lambda stage: cluster.machines[int(cluster.machine_of_device[stage.devices[0]])].name  # noqa: E731
+    kept, batches, dropped, changes = [], [], 0, []
+    for p, pipe in enumerate(plan.pipelines):
+        stages = [(_repair_stage(s.devices, mapping, idle.setdefault(home(s), []), f"pipeline {p} stage {k}",
+                                 changes), s.layers) for k, s in enumerate(pipe.stages)]
+        if all(devices for devices, _ in stages):
+            kept.append(stages)
+            batches.append(pipe.batch)
+        else:
+            dropped += pipe.batch
+            changes.append(f"pipeline {p} dropped (a stage lost every device); its {pipe.batch} sequences moved")
+    if not kept:
+        return None, changes
+    batches = _spread(batches, dropped, old.training.micro_batch)
+    return Plan.from_stages(problem=new.name, batches=batches, stages=kept), changes
+
+
+def _priced(problem: Problem, plan: Plan | None) -> float | None:
+    if plan is None or validate(problem, plan):
+        return None
+    return evaluate(problem, plan).iteration_s
+
+
+def replan(problem: Problem, plan: Plan, lost=(), *, lost_machines=(), solver: str = "heuristic",
+           options: SolverOptions | None = None) -> ReplanResult:
+    """Remove the lost devices (ids of `problem`) or machines, re-solve with the repaired old
+    plan as the warm start, and keep the better of it and the fresh solve."""
+    start = time.perf_counter()
+    gone = lost_devices(problem, lost, lost_machines)
+    new, mapping = survivors(problem, gone)
+    repaired, changes = repair(problem, plan, new, mapping)
+    repaired_s = _priced(new, repaired)
+    options = (options or SolverOptions()).model_copy(update={"hint": repaired if repaired_s else None})
+    fresh = solve(new, solver, options)
+    fresh_s = _priced(new, fresh.plan)
+    if repaired_s is None and fresh_s is None:
+        raise ReplanError(f"no valid plan on the {new.cluster.num_devices} surviving devices "
+                          f"({fresh.message or fresh.status.value})")
+    use_repaired = fresh_s is None or (repaired_s is not None and repaired_s <= fresh_s)
+    chosen_plan, new_s = (repaired, repaired_s) if use_repaired else (fresh.plan, fresh_s)
+    old_s = _priced(problem, plan)
+    return ReplanResult(problem=new, plan=chosen_plan, lost=tuple(sorted(gone)), old_to_new=mapping,
+                        old_s=old_s, new_s=new_s, chosen="repaired" if use_repaired else solver,
+                        repaired_s=repaired_s, fresh_s=fresh_s, wall_s=time.perf_counter() - start,
+                        changes=tuple(summary(plan, chosen_plan, changes if use_repaired else [], old_s, new_s)))
+
+
+def summary(old: Plan, new: Plan, repairs: list[str], old_s: float | None, new_s: float) -> list[str]:
+    """What changed, one line each: the shape of the plan, the repairs, and T."""
+    def shape(plan: Plan) -> str:
+        return (f"D={len(plan.pipelines)}, {plan.num_stages} stages, {len(plan.devices)} devices, "
+                f"TP {'/'.join(str(s.tp) for p in plan.pipelines for s in p.stages)}")
+
+    lines = [f"plan: {shape(old)} → {shape(new)}", *repairs]
+    if old_s is not None:
+        lines.append(f"T: {format_seconds(old_s)} → {format_seconds(new_s)} ({(new_s / old_s - 1) * 100:+.1f}%)")
+    else:
+        lines.append(f"T: {format_seconds(new_s)} (the old plan was not valid for its problem)")
+    return lines

@@ -1,0 +1,81 @@
+"""Re-planning after lost devices (DESIGN.md §10): the survivors' problem and its id map,
+the repaired old plan (idle survivors replace lost devices; else TP shrinks; an emptied
+pipeline is dropped and its batch spread), the better of repair and fresh solve, written in
+the new ids; `hexiscale replan` and `hx.replan`."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import hexiscale as hx
+from hexiscale.cli import app
+from planner.io import load_plan, load_problem
+from planner.layered.plan import Pipeline, Plan, Stage
+from solvers.replan import ReplanError, lost_devices, repair, replan, survivors
+
+
+def plan_of(*pipelines) -> Plan:
+    return Plan(problem="demo-tiny", pipelines=[
+        Pipeline(batch=b, stages=[Stage(devices=d, layers=n) for d, n in stages]) for b, stages in pipelines])
+
+
+def test_survivors_shift_later_ids_and_drop_an_emptied_machine():
+    problem = load_problem("demo-tiny")  # machines r4090-0 (devices 0, 1), r3090-0 (2, 3)
+    new, mapping = survivors(problem, {0, 1, 3})
+    assert mapping == {2: 0} and new.cluster.num_devices == 1
+    assert [m.name for m in new.cluster.machines] == ["r3090-0"] and new.name == "demo-tiny-minus3"
+    assert lost_devices(problem, machines=["r3090-0"]) == {2, 3} == lost_devices(problem, machines=["1"])
+    with pytest.raises(ReplanError, match="device 4 is not in the cluster"):
+        lost_devices(problem, [4])
+    with pytest.raises(ReplanError, match="every device"):
+        lost_devices(problem, [0, 1, 2, 3])
+
+
+def test_repair_uses_idle_survivors_then_shrinks_tp_then_drops_pipelines():
+    problem = load_problem("demo-tiny")
+    old = plan_of((6, [([0, 1], 3), ([2], 1)]))  # device 3 idle
+    new, mapping = survivors(problem, {2})
+    fixed, changes = repair(problem, old, new, mapping)
+    assert fixed.pipelines[0].stages[1].devices == (2,)  # old 3, idle on the same machine
+    assert "replaced by idle" in changes[0]
+    two = plan_of((6, [([0, 1], 3), ([2], 1)]), (2, [([3], 4)]))
+    new, mapping = survivors(problem, {1, 3})
+    fixed, changes = repair(problem, two, new, mapping)
+    assert [[s.devices for s in p.stages] for p in fixed.pipelines] == [[(0,), (1,)]]
+    assert fixed.pipelines[0].batch == 8  # the dropped pipeline's 2 sequences moved
+    assert any("TP 2 → 1" in c for c in changes) and any("pipeline 1 dropped" in c for c in changes)
+
+
+def test_replan_keeps_the_better_candidate_valid_in_the_new_ids():
+    problem, quick = load_problem("small-8-llama2-7b"), hx.SolverOptions(time_limit_s=5)
+    old = hx.solve(problem, "heuristic", quick).plan  # 2 pipelines of 2 TP-2 stages
+    lost = [old.pipelines[0].stages[0].devices[0], 7]
+    result = hx.replan(problem, old, lost, options=quick)
+    assert result.problem.cluster.num_devices == 6
+    assert hx.validate(result.problem, result.plan) == []
+    assert max(result.plan.devices) < 6 and result.plan.problem == result.problem.name
+    assert result.new_s == pytest.approx(hx.evaluate(result.problem, result.plan).iteration_s)
+    assert all(result.new_s <= t for t in (result.repaired_s, result.fresh_s) if t is not None)
+    assert result.old_s <= result.new_s * (1 + 1e-9)  # fewer devices cannot be faster here
+    assert any(line.startswith("T: ") for line in result.changes)
+
+
+def test_cli_replan_prints_the_change_and_writes_plan_and_problem(tmp_path):
+    out, prob = tmp_path / "new.json", tmp_path / "new.yaml"
+    result = CliRunner().invoke(app, ["replan", "demo-tiny", "demo-tiny", "--lost", "1", "-o", str(out),
+                                      "--problem-out", str(prob)])
+    assert result.exit_code == 0, result.output
+    assert "lost 1 device (1); 3 survive" in result.output and "2→1, 3→2" in result.output
+    assert "new T = " in result.output and "repaired old plan" in result.output
+    assert hx.validate(load_problem(prob), load_plan(out)) == []
+
+
+@pytest.mark.parametrize("args, message", [(["--lost", "7"], "device 7 is not in the cluster"),
+                                           (["--lost", "x"], "--lost: device ids are integers"),
+                                           (["--lost-machines", "nope"], "machine 'nope' is not in the cluster"),
+                                           ([], "name what was lost")])
+def test_cli_replan_bad_input_is_one_line_exit_2(args, message):
+    result = CliRunner().invoke(app, ["replan", "demo-tiny", "demo-tiny", *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
