@@ -188,3 +188,21 @@ def test_a_group_mixing_vendors_is_reported():
     plan = SeqPlan.from_rings(problem="p", batches=[1], rings=[[[(0, 1, 128), (1, 1, 128)]]])
     (v,) = validate(problem, plan)
     assert v.rule == "vendor" and "nvidia devices [0]" in v.message and "amd devices [1]" in v.message
+
+
+@SETTINGS
+@given(clusters(), st.data())
+def test_within_sets_block_and_pairs_agree(cluster, data):
+    """The two ways of taking each set's smallest bandwidth and largest latency agree."""
+    import numpy as np
+
+    from planner.sequence.links import Units, within_sets_by_block, within_sets_by_pairs
+
+    n = cluster.num_devices
+    num_sets = data.draw(st.integers(1, n))
+    set_of = np.array(sorted(data.draw(st.lists(st.integers(0, num_sets - 1), min_size=n, max_size=n))
+                             + list(range(num_sets)))[:n])
+    set_of = np.searchsorted(np.unique(set_of), set_of)  # sets 0..k-1, none empty
+    units = Units.of(len(cluster.machines), set_of, cluster.machine_of_device, int(set_of.max()) + 1)
+    block, pairs = within_sets_by_block(cluster, units), within_sets_by_pairs(cluster, units)
+    assert np.array_equal(block[0], pairs[0]) and np.array_equal(block[1], pairs[1])

@@ -49,9 +49,32 @@ class Units:
         return np.diff(self.start)
 
 
+FEW_SETS = 16  # up to this many sets, each set's block is read whole (fewer, larger numpy calls)
+
+
 def within_sets(cluster: Cluster, units: Units):
     """Per set (every set non-empty): the smallest bw and largest latency between two distinct
     devices of the set; (inf, 0) for a set of one device."""
+    if len(units.start) - 1 <= FEW_SETS:
+        return within_sets_by_block(cluster, units)
+    return within_sets_by_pairs(cluster, units)
+
+
+def within_sets_by_block(cluster: Cluster, units: Units):
+    """`within_sets`, one machine × machine block per set."""
+    bw_out, lat_out = np.empty(len(units.start) - 1), np.empty(len(units.start) - 1)
+    for s, (lo, hi) in enumerate(zip(units.start[:-1].tolist(), units.start[1:].tolist())):
+        machines = units.machine[lo:hi]
+        bw, lat = link(cluster, machines[:, None], machines[None, :])
+        lonely = np.flatnonzero(units.count[lo:hi] < 2)  # a machine meets itself only through two devices
+        bw, lat = np.array(bw, dtype=float), np.array(lat, dtype=float)
+        bw[lonely, lonely], lat[lonely, lonely] = np.inf, 0.0
+        bw_out[s], lat_out[s] = bw.min(), lat.max()
+    return bw_out, lat_out
+
+
+def within_sets_by_pairs(cluster: Cluster, units: Units):
+    """`within_sets`, every pair of units of every set in one flat array (many small sets)."""
     size = units.size
     u_set = np.repeat(np.arange(len(size)), size)
     src, dst = _pairs(units.start[u_set], size[u_set])
