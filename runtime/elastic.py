@@ -1,0 +1,109 @@
+"""Elastic runs (DESIGN.md §10): when a rank dies, end the others, re-plan on the survivors,
+restart from the last checkpoint under the new plan, and go on to the requested steps.
+
+The re-planning itself is the caller's (`hexiscale run --elastic` passes `solvers.replan`):
+the runtime never imports a solver. A rank counts as a lost device when its process died by
+a signal the launcher did not send (SIGKILL, a crash); a rank that exits with an error of
+its own (a bad setting, a bug) is not a lost device, and the run fails as before. Each
+attempt has its own folder (`attempt-N`) for the job file and logs; each event is logged,
+with the old and the new plan's T, and kept in `RunResult`-like `ElasticResult.events`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.base import format_seconds
+from planner.problem import Problem
+from runtime.checkpoint import complete_steps
+from runtime.config import Job
+from runtime.errors import RunError
+from runtime.failure import FailureInjection
+from runtime.kinds import runtime_kind
+from runtime.launch import RunResult, launch_local, make_job
+from runtime.resume import resume_job
+
+# (problem, plan, lost device ids of that problem) → (new problem, new plan, old T, new T)
+Replanner = Callable[[Problem, Any, list[int]], tuple[Problem, Any, float | None, float]]
+MAX_RESTARTS = 4
+
+
+@dataclass
+class ElasticEvent:
+    attempt: int
+    lost: list[int]  # device ids in the problem of the attempt that lost them
+    resumed_step: int
+    old_s: float | None
+    new_s: float
+    devices_before: int
+    devices_after: int
+
+    def line(self) -> str:
+        old = format_seconds(self.old_s) if self.old_s is not None else "?"
+        return (f"elastic: lost device{'s' if len(self.lost) > 1 else ''} {', '.join(map(str, self.lost))}; "
+                f"re-planned {self.devices_before} → {self.devices_after} devices, T {old} → "
+                f"{format_seconds(self.new_s)}; resuming at step {self.resumed_step}")
+
+
+@dataclass
+class ElasticResult:
+    result: RunResult  # the last attempt's
+    steps: list[dict]  # every step once: those before each restart's checkpoint, then the redone ones
+    events: list[ElasticEvent] = field(default_factory=list)
+    problem: Problem | None = None  # the problem and plan the run ended on
+    plan: Any = None
+
+
+def lost_ranks(result: RunResult) -> list[int]:
+    """Ranks whose process died by a signal the launcher did not send."""
+    return [r for r, code in enumerate(result.returncodes)
+            if code is not None and code < 0 and r not in result.killed]
+
+
+def restart_job(job: Job, problem: Problem, plan: Any) -> tuple[Job, int]:
+    """The job of `plan` with the same model and settings, from the newest checkpoint (step 0
+    when there is none yet)."""
+    settings = job.config.model_dump(exclude={"model", "out_dir", "resume_from", "dump_params"})
+    settings["dump_params"] = job.config.dump_params
+    new = make_job(problem, plan, job.config.model, **settings)
+    if not complete_steps(job.config.checkpoint_dir):
+        return new, 0
+    new, manifest = resume_job(new, job.config.checkpoint_dir)
+    return new, manifest.step
+
+
+def run_elastic(problem: Problem, job: Job, replanner: Replanner, *, echo: bool = True,
+                failure: FailureInjection | None = None, log: Callable[[str], None] = print,
+                max_restarts: int = MAX_RESTARTS) -> ElasticResult:
+    """Run `job` (made for `problem`) to its steps, re-planning after each lost device.
+    `failure` (tests only) strikes in the first attempt."""
+    if not job.config.checkpoint_dir or not job.config.save_every:
+        raise RunError("an elastic run needs checkpoints: set a checkpoint folder and save_every")
+    base = Path(job.config.out_dir or Path(job.config.checkpoint_dir) / "runs")
+    steps: dict[int, dict] = {}
+    events: list[ElasticEvent] = []
+    for attempt in range(max_restarts + 1):
+        config = job.config.model_copy(update={"out_dir": str(base / f"attempt-{attempt}")})
+        result = launch_local(job.model_copy(update={"config": config}), echo=echo,
+                              failure=failure if attempt == 0 else None, end_others=True)
+        steps.update({s["step"]: s for s in result.steps})
+        if result.ok:
+            return ElasticResult(result, [steps[k] for k in sorted(steps)], events, problem, job.plan)
+        lost = lost_ranks(result)
+        if not lost or attempt == max_restarts:
+            raise RunError("the run failed:\n" + result.failure_summary())
+        devices = runtime_kind(job.kind).devices(job.plan)
+        new_problem, new_plan, old_s, new_s = replanner(problem, job.plan, [devices[r] for r in lost])
+        job, resumed = restart_job(job, new_problem, new_plan)
+        steps = {k: v for k, v in steps.items() if k <= resumed}
+        events.append(ElasticEvent(attempt, [devices[r] for r in lost], resumed, old_s, new_s,
+                                   len(devices), len(runtime_kind(job.kind).devices(new_plan))))
+        log(events[-1].line())
+        with (base / "elastic.jsonl").open("a") as handle:
+            handle.write(json.dumps(events[-1].__dict__) + "\n")
+        problem = new_problem
+    raise AssertionError("unreachable")
