@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.hardware import builtin_catalog, Cluster, Link, Machine
+from planner.hardware import builtin_catalog, Cluster, Link, Machine, Rack
 from planner.io import load_model, problem_to_dict, save_yaml
 from planner.problem import Problem
 from planner.workload import ModelSpec, TrainingSpec
@@ -97,21 +97,24 @@ def _machines(gpus: int, weights: dict[str, float], rng: np.random.Generator) ->
     return machines
 
 
-def _links(machines: list[Machine], rng: np.random.Generator) -> list[Link]:
-    """Fast links inside each rack, plus a few degraded pairs anywhere."""
-    links = {}
+def _racks_and_links(machines: list[Machine], rng: np.random.Generator) -> tuple[list[Rack], list[Link]]:
+    """Racks of consecutive machines, each with one fast bandwidth between any two of its
+    machines, plus a few degraded pairs anywhere (links, which override a rack's pair). A
+    rack is one entry however many pairs it joins, so a 10^5-GPU cluster file stays small."""
+    racks = []
     for start in range(0, len(machines), MACHINES_PER_RACK):
         rack = machines[start: start + MACHINES_PER_RACK]
-        bw = float(rng.choice(RACK_BW_CHOICES_GBPS))
-        for i, a in enumerate(rack):
-            for b in rack[i + 1:]:
-                links[(a.name, b.name)] = Link(a=a.name, b=b.name, bw_gbps=bw, latency_us=15.0)
+        bw = float(rng.choice(RACK_BW_CHOICES_GBPS))  # drawn for a lone machine too: same stream
+        if len(rack) > 1:
+            racks.append(Rack(name=f"rack-{start // MACHINES_PER_RACK}", machines=tuple(m.name for m in rack),
+                              bw_gbps=bw, latency_us=15.0))
+    links = {}
     degraded = max(1, len(machines) // 8) if len(machines) > 2 else 0
     for _ in range(degraded):
         i, j = sorted(rng.choice(len(machines), size=2, replace=False).tolist())
         a, b = machines[i].name, machines[j].name
         links[(a, b)] = Link(a=a, b=b, bw_gbps=DEGRADED_BW_GBPS, latency_us=60.0)
-    return list(links.values())
+    return racks, list(links.values())
 
 
 def generate_cluster(gpus: int, mix: str | dict[str, float], seed: int = 0) -> Cluster:
@@ -121,9 +124,10 @@ def generate_cluster(gpus: int, mix: str | dict[str, float], seed: int = 0) -> C
     weights = parse_mix(mix)
     rng = np.random.default_rng(seed)
     machines = _machines(gpus, weights, rng)
+    racks, links = _racks_and_links(machines, rng)
     return Cluster(
         name=f"gen-{gpus}-s{seed}", machines=tuple(machines),
-        inter_bw_gbps=CROSS_RACK_BW_GBPS, inter_latency_us=40.0, links=tuple(_links(machines, rng)),
+        inter_bw_gbps=CROSS_RACK_BW_GBPS, inter_latency_us=40.0, racks=tuple(racks), links=tuple(links),
     )
 
 

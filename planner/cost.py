@@ -173,6 +173,27 @@ def holders_bw_lat_rows(machines, bw_matrix, lat_matrix, block_elements: int = 1
     return bw_min, lat_max
 
 
+def cluster_holders_bw_lat(cluster, machines, pair_budget: int = 1 << 16):
+    """bw_min and α_max [3.4] of each row of holders (layers, D) on `cluster`, whatever its size.
+
+    Small clusters read the dense matrices (`holders_bw_lat_rows`). Large ones read the sparse
+    link tables: every pair looked up while there are few (≤ `pair_budget`), else each row's
+    extremes from the tables' structure (`PairTable.row_extremes`), never forming D² pairs."""
+    machines = np.asarray(machines)
+    if cluster.dense_lookup:
+        return holders_bw_lat_rows(machines, cluster.bw_matrix, cluster.lat_matrix)
+    rows, d = machines.shape
+    if rows * d * d <= pair_budget:
+        a, b = machines[:, :, None], machines[:, None, :]
+        diagonal = np.arange(d)
+        bw, lat = cluster.bw_table(a, b), cluster.lat_table(a, b)
+        bw[:, diagonal, diagonal], lat[:, diagonal, diagonal] = np.inf, -np.inf  # i = j is not a pair
+        return bw.min(axis=(1, 2)), lat.max(axis=(1, 2))
+    bw_min = np.array([cluster.bw_table.row_extremes(row, use_max=False) for row in machines])
+    lat_max = np.array([cluster.lat_table.row_extremes(row, use_max=True) for row in machines])
+    return bw_min, lat_max
+
+
 # -- memory per device [3.5] --------------------------------------------------------------
 
 

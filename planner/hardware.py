@@ -1,12 +1,18 @@
 """GPU types, the built-in catalog, machines and clusters (DESIGN.md §1).
 
-Devices get global integer ids in file order; `Cluster` precomputes the per-device and
-per-machine-pair arrays that the cost model indexes, so that evaluating a plan never walks
-Python objects per device.
+Devices get global integer ids in file order; `Cluster` precomputes the per-device arrays
+that the cost model indexes, so that evaluating a plan never walks Python objects per device.
+
+Links between machines are stored sparsely (`PairTable`): a default, per-machine rack ids with
+one figure per rack, and a sorted table of per-pair overrides, read for arrays of machine
+pairs at once. A dense machine × machine matrix is built only for small clusters (the exact
+solvers read it); at 10^5 GPUs it would take gigabytes.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property, lru_cache
 from importlib import resources
@@ -74,6 +80,31 @@ class Link(Frozen):
         return self
 
 
+class Rack(Frozen):
+    """Machines joined pairwise at one bandwidth (a switch): every pair of its machines gets
+    `bw_gbps` unless a link overrides that pair. A machine is in at most one rack."""
+
+    name: str = Field(default="", description="rack name (informational)")
+    machines: tuple[str, ...] = Field(min_length=2, description="machine names")
+    bw_gbps: float = Field(gt=MIN_BW_GBPS, allow_inf_nan=False, description="bandwidth between any two of its machines, GB/s")
+    latency_us: float | None = Field(default=None, ge=0, allow_inf_nan=False, description="overrides inter_latency_us")
+
+
+def _check_racks(racks: tuple[Rack, ...], known: set[str]) -> None:
+    """Rack members exist, and no machine is in two racks (which figure counts would be a guess)."""
+    home: dict[str, int] = {}
+    for r, rack in enumerate(racks):
+        for name in rack.machines:
+            if name not in known:
+                raise ValueError(f"racks[{r}] names unknown machine {name!r}")
+            j = home.setdefault(name, r)
+            if j != r:
+                raise ValueError(f"machine {name!r} is in racks[{j}] and racks[{r}]")
+        repeated = sorted(n for n, c in Counter(rack.machines).items() if c > 1)
+        if repeated:
+            raise ValueError(f"racks[{r}] lists machines {repeated} twice")
+
+
 def _check_link_pairs(links: tuple[Link, ...]) -> None:
     """Two links for one machine pair must agree: otherwise which one counts is a guess."""
     seen: dict[frozenset[str], int] = {}
@@ -87,12 +118,104 @@ def _check_link_pairs(links: tuple[Link, ...]) -> None:
                 f"({other.bw_gbps:g} vs {link.bw_gbps:g} GB/s, latency {other.latency_us} vs {link.latency_us} µs)")
 
 
+# Up to this many machines the dense machine × machine matrices exist (8 bytes a pair: 32 MiB
+# each at the limit); the exact solvers, which only run on small clusters, read them.
+DENSE_MACHINES = 2048
+# Up to this many machines pair lookups read the dense matrices (one fancy index, the fastest
+# reading in the heuristic's inner loop); above, the sparse table. Both give the same figures.
+DENSE_LOOKUP_MACHINES = 1024
+
+
+@dataclass(frozen=True, eq=False)
+class PairTable:
+    """One figure (bandwidth or latency) between machines, stored sparsely (DESIGN.md §1):
+    the machine's own value on the diagonal, else the pair's override, else the rack's value
+    when both machines are in one rack, else the default. Memory O(machines + racks + links)."""
+
+    own: np.ndarray  # (n,) a machine's intra value
+    default: float  # between machines with nothing more specific
+    rack: np.ndarray  # (n,) rack id of each machine, -1 for none
+    rack_value: np.ndarray  # (racks,)
+    keys: np.ndarray  # sorted i·n + j (i < j) of the overridden pairs
+    values: np.ndarray  # override of each key
+
+    @property
+    def size(self) -> int:
+        return len(self.own)
+
+    def __call__(self, mi, mj) -> np.ndarray:
+        """The figure for machine pairs (mi, mj), element-wise over broadcast integer arrays."""
+        mi, mj = np.asarray(mi, dtype=np.int64), np.asarray(mj, dtype=np.int64)
+        out = np.full(np.broadcast_shapes(mi.shape, mj.shape), self.default)
+        if len(self.rack_value):
+            ri = self.rack[mi]
+            same = (ri == self.rack[mj]) & (ri >= 0)
+            out = np.where(same, self.rack_value[np.maximum(ri, 0)], out)
+        if len(self.keys):
+            key = np.minimum(mi, mj) * self.size + np.maximum(mi, mj)
+            pos = np.minimum(np.searchsorted(self.keys, key), len(self.keys) - 1)
+            out = np.where(self.keys[pos] == key, self.values[pos], out)
+        return np.where(mi == mj, self.own[mi], out)
+
+    def dense(self) -> np.ndarray:
+        """The n × n matrix (small clusters only)."""
+        n = self.size
+        out = np.full((n, n), self.default, dtype=float)
+        for r in range(len(self.rack_value)):
+            members = np.flatnonzero(self.rack == r)
+            out[np.ix_(members, members)] = self.rack_value[r]
+        i, j = np.divmod(self.keys, n)
+        out[i, j] = out[j, i] = self.values
+        np.fill_diagonal(out, self.own)
+        return out
+
+    def row_extremes(self, machines: np.ndarray, use_max: bool) -> float:
+        """min (or max) of the figure over all pairs of distinct positions of `machines` (one
+        holder per pipeline, DESIGN.md §3.4): two positions on one machine read its own value.
+
+        Exact without forming the pairs: the pairs of distinct machines fall into overridden
+        ones (each seen), same-rack ones (the rack's value, present unless every such pair of
+        the rack is overridden) and the rest (the default, likewise). O(D log D + links)."""
+        u, counts = np.unique(machines, return_counts=True)
+        found = [self.own[u[counts > 1]]]
+        if len(u) > 1:
+            pairs = len(u) * (len(u) - 1) // 2
+            hits = np.zeros(0, dtype=np.int64)
+            if len(self.keys):
+                member = np.zeros(self.size, dtype=bool)
+                member[u] = True
+                a, b = np.divmod(self.keys, self.size)
+                hits = np.flatnonzero(member[a] & member[b])
+                found.append(self.values[hits])
+                a, b = a[hits], b[hits]
+            same_rack_pairs = 0
+            if len(self.rack_value):
+                racks, per = np.unique(self.rack[u][self.rack[u] >= 0], return_counts=True)
+                inside = per * (per - 1) // 2
+                same_rack_pairs = int(inside.sum())
+                hit_rack = self.rack[a] if len(hits) else np.zeros(0, dtype=np.int64)
+                hit_rack = hit_rack[(hit_rack >= 0) & (hit_rack == self.rack[b])] if len(hits) else hit_rack
+                overridden = np.bincount(hit_rack, minlength=len(self.rack_value))[racks]
+                found.append(self.rack_value[racks[inside > overridden]])
+                cross_hits = len(hits) - len(hit_rack)
+            else:
+                cross_hits = len(hits)
+            if pairs - same_rack_pairs > cross_hits:
+                found.append(np.array([self.default]))
+        values = np.concatenate(found)
+        if not len(values):
+            return -np.inf if use_max else np.inf
+        return float(values.max() if use_max else values.min())
+
+
 class Cluster(Frozen):
     name: str = Field(default="cluster", description="cluster name")
     machines: tuple[Machine, ...] = Field(min_length=1, description="machines in device-id order")
     inter_bw_gbps: float = Field(gt=MIN_BW_GBPS, allow_inf_nan=False, description="default bandwidth between machines, GB/s")
     intra_latency_us: float = Field(default=5.0, ge=0, allow_inf_nan=False, description="default latency inside a machine")
     inter_latency_us: float = Field(default=30.0, ge=0, allow_inf_nan=False, description="default latency between machines")
+    racks: tuple[Rack, ...] = Field(
+        default=(), description="groups of machines joined pairwise at one bandwidth (links override pairs)")
     links: tuple[Link, ...] = Field(default=(), description="per machine-pair overrides")
     gpu_types: tuple[GpuType, ...] = Field(
         default=(), description="types added to, or overriding, the built-in catalog"
@@ -101,7 +224,7 @@ class Cluster(Frozen):
     @model_validator(mode="after")
     def _check_references(self) -> Cluster:
         names = [m.name for m in self.machines]
-        dupes = sorted({n for n in names if names.count(n) > 1})
+        dupes = sorted(n for n, c in Counter(names).items() if c > 1)
         if dupes:
             raise ValueError(f"machine names must be unique; repeated: {dupes}")
         known = set(names)
@@ -110,6 +233,7 @@ class Cluster(Frozen):
                 if end not in known:
                     raise ValueError(f"links[{i}] names unknown machine {end!r}")
         _check_link_pairs(self.links)
+        _check_racks(self.racks, known)
         catalog = self.catalog
         for i, m in enumerate(self.machines):
             if m.gpu not in catalog:
@@ -146,6 +270,10 @@ class Cluster(Frozen):
         return list(range(start, start + self.machines[machine].count))
 
     @cached_property
+    def machine_index(self) -> dict[str, int]:
+        return {m.name: i for i, m in enumerate(self.machines)}
+
+    @cached_property
     def machine_flops(self) -> np.ndarray:
         """π per machine (FLOP/s per device): peak · η of its GPU type."""
         return np.array([self.gpu_of(i).effective_flops for i in range(len(self.machines))])
@@ -163,34 +291,89 @@ class Cluster(Frozen):
     def machine_memory_bytes(self) -> np.ndarray:
         return np.array([self.gpu_of(i).memory_gib * GIB for i in range(len(self.machines))])
 
+    # -- links (DESIGN.md §1), stored sparsely ---------------------------------------------
+    @cached_property
+    def machine_intra_bw(self) -> np.ndarray:
+        """Each machine's intra bandwidth, GB/s (the diagonal of bw)."""
+        return np.array([m.intra_bw_gbps for m in self.machines], dtype=float)
+
+    @cached_property
+    def machine_intra_lat(self) -> np.ndarray:
+        """Each machine's intra latency, seconds (the diagonal of lat)."""
+        return np.array([(m.intra_latency_us if m.intra_latency_us is not None else self.intra_latency_us) * US
+                         for m in self.machines], dtype=float)
+
+    @cached_property
+    def machine_rack(self) -> np.ndarray:
+        """Rack id of each machine (index into `racks`), -1 for none."""
+        rack = np.full(len(self.machines), -1, dtype=np.int64)
+        for r, group in enumerate(self.racks):
+            rack[[self.machine_index[name] for name in group.machines]] = r
+        return rack
+
+    def _overrides(self, figure) -> tuple[np.ndarray, np.ndarray]:
+        """Sorted pair keys i·n + j (i < j) and values of the links that set `figure`."""
+        n, index = len(self.machines), self.machine_index
+        found = {}
+        for link in self.links:
+            value = figure(link)
+            if value is not None:
+                i, j = sorted((index[link.a], index[link.b]))
+                found[i * n + j] = value
+        keys = np.array(sorted(found), dtype=np.int64)
+        return keys, np.array([found[k] for k in keys.tolist()], dtype=float)
+
+    @cached_property
+    def bw_table(self) -> PairTable:
+        """bw between machines in GB/s, sparse."""
+        keys, values = self._overrides(lambda link: link.bw_gbps)
+        return PairTable(own=self.machine_intra_bw, default=float(self.inter_bw_gbps), rack=self.machine_rack,
+                         rack_value=np.array([r.bw_gbps for r in self.racks], dtype=float),
+                         keys=keys, values=values)
+
+    @cached_property
+    def lat_table(self) -> PairTable:
+        """latency between machines in seconds, sparse; a link or rack without a latency
+        leaves the pair at the next figure down (rack, then inter_latency_us)."""
+        keys, values = self._overrides(lambda link: None if link.latency_us is None else link.latency_us * US)
+        inter = self.inter_latency_us * US
+        return PairTable(own=self.machine_intra_lat, default=inter, rack=self.machine_rack,
+                         rack_value=np.array([inter if r.latency_us is None else r.latency_us * US
+                                              for r in self.racks], dtype=float),
+                         keys=keys, values=values)
+
+    def _dense(self, table: PairTable, what: str) -> np.ndarray:
+        n = len(self.machines)
+        if n > DENSE_MACHINES:
+            raise ValueError(
+                f"{what}: a dense machine × machine matrix of {n} machines ({8 * n * n / 2**30:.1f} GiB) is only "
+                f"built up to {DENSE_MACHINES} machines; read pairs with Cluster.pair_bw / pair_lat")
+        return table.dense()
+
     @cached_property
     def bw_matrix(self) -> np.ndarray:
-        """bw between machines in GB/s; the diagonal holds each machine's intra bandwidth."""
-        n = len(self.machines)
-        bw = np.full((n, n), self.inter_bw_gbps, dtype=float)
-        index = {m.name: i for i, m in enumerate(self.machines)}
-        for link in self.links:
-            i, j = index[link.a], index[link.b]
-            bw[i, j] = bw[j, i] = link.bw_gbps
-        np.fill_diagonal(bw, [m.intra_bw_gbps for m in self.machines])
-        return bw
+        """bw between machines in GB/s; the diagonal holds each machine's intra bandwidth.
+        Small clusters only (up to DENSE_MACHINES machines): use `pair_bw` elsewhere."""
+        return self._dense(self.bw_table, "bw_matrix")
 
     @cached_property
     def lat_matrix(self) -> np.ndarray:
-        """latency between machines in seconds; the diagonal holds intra latencies."""
-        n = len(self.machines)
-        lat = np.full((n, n), self.inter_latency_us * US, dtype=float)
-        index = {m.name: i for i, m in enumerate(self.machines)}
-        for link in self.links:
-            if link.latency_us is not None:
-                i, j = index[link.a], index[link.b]
-                lat[i, j] = lat[j, i] = link.latency_us * US
-        intra = [
-            (m.intra_latency_us if m.intra_latency_us is not None else self.intra_latency_us) * US
-            for m in self.machines
-        ]
-        np.fill_diagonal(lat, intra)
-        return lat
+        """latency between machines in seconds; the diagonal holds intra latencies.
+        Small clusters only (up to DENSE_MACHINES machines): use `pair_lat` elsewhere."""
+        return self._dense(self.lat_table, "lat_matrix")
+
+    @property
+    def dense_lookup(self) -> bool:
+        """Whether pair lookups read the dense matrices (small clusters) or the sparse tables."""
+        return len(self.machines) <= DENSE_LOOKUP_MACHINES
+
+    def pair_bw(self, mi, mj) -> np.ndarray:
+        """bw between machines mi and mj (broadcast integer arrays), GB/s."""
+        return self.bw_matrix[mi, mj] if self.dense_lookup else self.bw_table(mi, mj)
+
+    def pair_lat(self, mi, mj) -> np.ndarray:
+        """latency between machines mi and mj (broadcast integer arrays), seconds."""
+        return self.lat_matrix[mi, mj] if self.dense_lookup else self.lat_table(mi, mj)
 
     @cached_property
     def total_peak_flops(self) -> float:
@@ -200,8 +383,8 @@ class Cluster(Frozen):
 
     def bw(self, i: int, j: int) -> float:
         """bw(i, j) of DESIGN.md §1 between global devices i and j, GB/s."""
-        return float(self.bw_matrix[self.machine_of_device[i], self.machine_of_device[j]])
+        return float(self.pair_bw(self.machine_of_device[i], self.machine_of_device[j]))
 
     def lat(self, i: int, j: int) -> float:
         """lat(i, j) between global devices i and j, seconds."""
-        return float(self.lat_matrix[self.machine_of_device[i], self.machine_of_device[j]])
+        return float(self.pair_lat(self.machine_of_device[i], self.machine_of_device[j]))

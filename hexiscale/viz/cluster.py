@@ -43,10 +43,12 @@ def _draw_links(ax, problem: Problem, centres: np.ndarray) -> None:
     """Machine-to-machine links, line width by bandwidth (drawn only where they differ or few)."""
     cluster = problem.cluster
     n = len(cluster.machines)
-    bw = cluster.bw_matrix
-    if n > 16 and not cluster.links:
+    if n > 16 and not cluster.links and not cluster.racks:
         return  # all-to-all at one speed: a full mesh would only hide the plan
-    top = max(bw[i, j] for i in range(n) for j in range(n) if i != j) if n > 1 else 1.0
+    i, j = np.triu_indices(n, k=1)
+    bw = np.zeros((n, n))  # drawn clusters have a few dozen machines: the pairs are few
+    bw[i, j] = bw[j, i] = cluster.pair_bw(i, j)
+    top = float(bw[i, j].max()) if n > 1 else 1.0
     for i in range(n):
         for j in range(i + 1, n):
             a, b = centres[i], centres[j]

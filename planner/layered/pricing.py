@@ -34,14 +34,13 @@ class Breakdown:
 def stage_times(problem: Problem, table: StageTable):
     """C, T_tp, τ and T_pp of every stage [3.1, 3.2]."""
     model, training, cluster = problem.model, problem.training, problem.cluster
-    bw, lat = cluster.bw_matrix, cluster.lat_matrix
     mach = table.machine
-    flops, own_bw, own_lat = cluster.machine_flops[mach], bw[mach, mach], lat[mach, mach]
+    flops, own_bw, own_lat = cluster.machine_flops[mach], cluster.machine_intra_bw[mach], cluster.machine_intra_lat[mach]
     compute, tp, tau = cost.stage_time_parts(model, training, flops, table.tp, table.layers, table.last,
                                              own_bw, own_lat)
     nxt = np.minimum(np.arange(len(mach)) + 1, len(mach) - 1)  # next stage (ignored for last)
     pp = cost.stage_pp_time(
-        model, training, link_bw_gbps=bw[mach, mach[nxt]], link_lat_s=lat[mach, mach[nxt]],
+        model, training, link_bw_gbps=cluster.pair_bw(mach, mach[nxt]), link_lat_s=cluster.pair_lat(mach, mach[nxt]),
         t_next=table.tp[nxt], bw_next_gbps=own_bw[nxt], lat_next_s=own_lat[nxt],
     )
     pp = np.where(table.last == 1, 0.0, pp)
@@ -61,7 +60,7 @@ def dp_layer_times(problem: Problem, table: StageTable) -> np.ndarray:
     # one row per distinct run of layers, then "emb" and "head": the D holding stages
     columns = np.vstack([holders[:, starts].T, table.pipe_start[:-1], table.pipe_start[1:] - 1])
     params = np.array([model.params_per_layer] * len(starts) + [model.params_embedding, model.params_head])
-    bw_min, lat_max = cost.holders_bw_lat_rows(table.machine[columns], cluster.bw_matrix, cluster.lat_matrix)
+    bw_min, lat_max = cost.cluster_holders_bw_lat(cluster, table.machine[columns])
     tau = cost.dp_layer_time(d, params, training, table.tp[columns].min(axis=1), bw_min, lat_max)
     lengths = np.diff(np.concatenate([starts, [big_l]]))
     return np.concatenate([np.repeat(tau[: len(starts)], lengths), tau[len(starts):]])

@@ -36,22 +36,41 @@ def _edge_weights(bw: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return np.rint(1 + 99 * (np.log(bw) - np.log(lo)) / span).astype(np.int64)
 
 
-def _machine_pairs(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
-    """Machine pairs whose link differs from the default inter-machine bandwidth."""
-    cluster = problem.cluster
-    bw = cluster.bw_matrix
-    i, j = np.triu_indices(len(cluster.machines), k=1)
-    keep = bw[i, j] != cluster.inter_bw_gbps
+def _machine_pairs(cluster) -> tuple[np.ndarray, np.ndarray]:
+    """Machine pairs (i < j, in row order) whose link differs from the default inter-machine
+    bandwidth: only rack pairs and overridden pairs can, so only those are looked at."""
+    n = len(cluster.machines)
+    candidates = [cluster.bw_table.keys]
+    for r in range(len(cluster.racks)):
+        members = np.flatnonzero(cluster.machine_rack == r)
+        a, b = np.triu_indices(len(members), k=1)
+        candidates.append(members[a] * n + members[b])
+    i, j = np.divmod(np.unique(np.concatenate(candidates)), n)
+    keep = cluster.pair_bw(i, j) != cluster.inter_bw_gbps
     return i[keep], j[keep]
 
 
+_GRAPHS: dict[int, tuple] = {}  # id(cluster) -> (cluster, graph): the last cluster's graph
+
+
 def device_graph(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """CSR adjacency (xadj, adjncy, eweights) of the device graph."""
+    """CSR adjacency (xadj, adjncy, eweights) of the device graph, built once per cluster
+    (the search partitions one cluster for every D it tries)."""
     cluster = problem.cluster
+    kept = _GRAPHS.get(id(cluster))
+    if kept is not None and kept[0] is cluster:
+        return kept[1]
+    graph = _device_graph(cluster)
+    _GRAPHS.clear()
+    _GRAPHS[id(cluster)] = (cluster, graph)
+    return graph
+
+
+def _device_graph(cluster) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     first, counts = cluster.first_device, np.array([m.count for m in cluster.machines])
-    bw = cluster.bw_matrix
-    mi, mj = _machine_pairs(problem)
-    inter = np.append(bw[mi, mj], cluster.inter_bw_gbps)
+    mi, mj = _machine_pairs(cluster)
+    pair_bw = cluster.pair_bw(mi, mj)
+    inter = np.append(pair_bw, cluster.inter_bw_gbps)
     lo, hi = float(inter.min()), float(inter.max())
     src, dst, wgt = [], [], []
     for m, c in enumerate(counts):  # intra-machine cliques
@@ -59,7 +78,7 @@ def device_graph(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         src.append(first[m] + a)
         dst.append(first[m] + b)
         wgt.append(np.full(len(a), 100 * INTRA_WEIGHT_FACTOR, dtype=np.int64))
-    weights = _edge_weights(bw[mi, mj], lo, hi) if len(mi) else np.zeros(0, np.int64)
+    weights = _edge_weights(pair_bw, lo, hi) if len(mi) else np.zeros(0, np.int64)
     for a, b, w in zip(mi, mj, weights):  # every device pair of two linked machines
         da = np.repeat(np.arange(counts[a]), counts[b])
         db = np.tile(np.arange(counts[b]), counts[a])

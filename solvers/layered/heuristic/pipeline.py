@@ -29,6 +29,7 @@ EXHAUSTIVE_LAYOUTS = 16  # pools with at most this many TP layouts over at most
 EXHAUSTIVE_PARTS = 6  # this many machines, in clusters of at most
 EXHAUSTIVE_CLUSTER = 128  # this many devices, build and price every layout
 SINGLE_DROP_STAGES = 6  # pipelines up to this long also try dropping any single stage
+HOP_MATRIX_MACHINES = 1024  # pools up to this many machines price all PP hops at once
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def group_sizes(count: int, t: int, allowed: list[int], fixed: bool) -> list[int
 def per_layer_time(problem: Problem, machine: np.ndarray, t: np.ndarray) -> np.ndarray:
     """τ of one layer on a stage of t devices of `machine` (compute + TP traffic)."""
     cluster, model, training = problem.cluster, problem.model, problem.training
-    bw, lat = cluster.bw_matrix[machine, machine], cluster.lat_matrix[machine, machine]
+    bw, lat = cluster.machine_intra_bw[machine], cluster.machine_intra_lat[machine]
     return cost.stage_time(model, training, cluster.machine_flops[machine], t, 1, 0, bw, lat)
 
 
@@ -100,7 +101,7 @@ def estimated_pipe_time(problem: Problem, machines: list[int], sizes: list[list[
         return np.inf
     rate = float(np.sum(1.0 / per_layer_time(problem, mach, t)))
     stage = model.layers / rate
-    bw, lat = cluster.bw_matrix[mach, mach], cluster.lat_matrix[mach, mach]
+    bw, lat = cluster.machine_intra_bw[mach], cluster.machine_intra_lat[mach]
     hop = cost.stage_pp_time(model, training, link_bw_gbps=bw, link_lat_s=lat, t_next=t,
                               bw_next_gbps=bw, lat_next_s=lat)
     intra_hops = float(np.sum(hop) - np.sum(hop[np.cumsum([len(s) for s in sizes]) - 1]))
@@ -175,7 +176,7 @@ def order_parts(problem: Problem, machines: list[int], width: int) -> list[int]:
     cluster = problem.cluster
     a = cost.activation_message_bytes(problem.model, problem.training)
     mach = np.asarray(machines)
-    hop = cost.p2p_time(a, cluster.bw_matrix[np.ix_(mach, mach)], cluster.lat_matrix[np.ix_(mach, mach)])
+    hop = _hop_rows(cluster, mach, a)
     memory = cluster.machine_memory_bytes[mach]
     starts = sorted(range(len(mach)), key=lambda i: (-memory[i], -cluster.machine_flops[mach[i]], i))
     beam = [(0.0, [i]) for i in starts[:width]]
@@ -185,12 +186,22 @@ def order_parts(problem: Problem, machines: list[int], width: int) -> list[int]:
             free = np.ones(len(mach), bool)
             free[seq] = False
             nxt = np.flatnonzero(free)
-            costs = total + hop[seq[-1], nxt]
+            costs = total + hop(seq[-1], nxt)
             for c, j in sorted(zip(costs.tolist(), nxt.tolist()))[:width]:
                 grown.append((c, seq + [j]))
         grown.sort(key=lambda x: (x[0], x[1]))
         beam = grown[:width]
     return [machines[i] for i in beam[0][1]]
+
+
+def _hop_rows(cluster, mach: np.ndarray, a: float):
+    """p2p time of the activation between the pool's machines i and cols: one matrix for a
+    pool of few machines, else row by row (a pool of 10^4 machines would need gigabytes)."""
+    if len(mach) <= HOP_MATRIX_MACHINES:
+        table = cost.p2p_time(a, cluster.pair_bw(mach[:, None], mach[None, :]),
+                              cluster.pair_lat(mach[:, None], mach[None, :]))
+        return lambda i, cols: table[i, cols]
+    return lambda i, cols: cost.p2p_time(a, cluster.pair_bw(mach[i], mach[cols]), cluster.pair_lat(mach[i], mach[cols]))
 
 
 # -- layer split with memory bounds ---------------------------------------------------------
