@@ -6,7 +6,6 @@ exactly the heuristic's phase 2.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import replace
 from typing import Sequence
 
@@ -59,14 +58,47 @@ def split_batches(problem: Problem, table: StageTable, equal: bool) -> np.ndarra
     if equal:
         return np.array([total // d + (p < total % d) for p in range(d)])
     base, step = pipe_time_coefficients(problem, table)
-    micro = np.ones(d, dtype=int)
-    heap = [(base[p] + step[p], p) for p in range(d)]
-    heapq.heapify(heap)
-    for _ in range(total - d):
-        _, p = heapq.heappop(heap)
-        micro[p] += 1
-        heapq.heappush(heap, (base[p] + micro[p] * step[p], p))
-    return micro
+    return 1 + greedy_increments(base, step, total - d)
+
+
+def _taken(base: np.ndarray, step: np.ndarray, v: float, cap: int) -> np.ndarray:
+    """Per pipeline: how many k ≥ 1 have base + k·step ≤ v (as the heap computes it), at most
+    `cap`. base + k·step rounds monotonically in k, so a float estimate needs at most a few
+    corrections."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        guess = np.where(step > 0, np.floor((v - base) / np.where(step > 0, step, 1.0)), cap)
+    k = np.clip(np.nan_to_num(guess, nan=0.0, posinf=cap, neginf=0.0), 0, cap).astype(np.int64)
+    k = np.where((step == 0) & (base + step > v), 0, k)
+    while np.any(over := (k > 0) & (base + k * step > v)):
+        k = k - over
+    while np.any(under := (k < cap) & (base + (k + 1) * step <= v)):
+        k = k + under
+    return k
+
+
+def greedy_increments(base: np.ndarray, step: np.ndarray, extra: int) -> np.ndarray:
+    """Hand out `extra` micro-batches one at a time, each to the pipeline p whose next value
+    base[p] + k·step[p] (k: its count so far plus one) is least, ties to the lower p — the
+    heap's answer, found by bisection on the value of the last one handed out (over the bits
+    of a non-negative float64, which order like the floats) in O(D·64), not O(extra·log D)."""
+    base, step = np.asarray(base, dtype=float), np.asarray(step, dtype=float)
+    if extra <= 0:
+        return np.zeros(len(base), dtype=np.int64)
+    if np.any(base + step < 0) or np.any(step < 0):
+        raise ValueError("pipeline times must not fall with more micro-batches")
+    lo, hi = 0, int(np.float64(np.min(base + extra * step)).view(np.int64))
+    while lo < hi:  # the smallest value v with at least `extra` next-values ≤ v
+        mid = (lo + hi) // 2
+        if _taken(base, step, float(np.int64(mid).view(np.float64)), extra).sum() >= extra:
+            hi = mid
+        else:
+            lo = mid + 1
+    v = float(np.int64(lo).view(np.float64))
+    below = _taken(base, step, float(np.nextafter(v, -np.inf)), extra) if lo > 0 else np.zeros(len(base), np.int64)
+    ties = _taken(base, step, v, extra) - below  # values equal to v: the lower p first
+    room = extra - int(below.sum())
+    take = np.minimum(ties, np.maximum(room - (np.cumsum(ties) - ties), 0))
+    return below + take
 
 
 def repair_memory(problem: Problem, table: StageTable) -> np.ndarray | None:
