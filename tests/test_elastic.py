@@ -39,3 +39,23 @@ def test_killed_rank_replans_resumes_and_matches_the_reference(tmp_path):
     losses = [s["loss"] for s in run.steps]
     assert all(abs(a - b) <= RTOL * abs(b) for a, b in zip(losses, ref_losses)), (losses, ref_losses)
     assert len(run.plan.devices) == event.devices_after and max(run.plan.devices) < 3
+
+
+def test_cli_elastic_run_logs_the_event_and_finishes_on_fewer_devices(tmp_path, monkeypatch):
+    """`hexiscale run --elastic`: the same loop behind the CLI, with solvers.replan as the
+    re-planner (the failure is injected by wrapping the loop: injection is not a CLI option)."""
+    import functools
+
+    from typer.testing import CliRunner
+
+    import hexiscale.cli.run as cli_run
+    from hexiscale.cli import app
+
+    monkeypatch.setattr(cli_run, "run_elastic", functools.partial(run_elastic, failure=FailureInjection(rank=2, step=1)))
+    result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--steps", "3", "--seq-len", "8",
+                                      "--elastic", "--checkpoint-dir", str(tmp_path / "ck"), "--save-every", "1",
+                                      "--timeout", "30", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "elastic: lost device 2; re-planned 4 → " in result.output and "resuming at step 1" in result.output
+    assert "over 3 steps" in result.output
+    assert (tmp_path / "out" / "elastic.jsonl").is_file()

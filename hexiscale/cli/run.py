@@ -11,14 +11,19 @@ from rich.table import Table
 
 from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
 from planner.io import load_plan, load_problem
+from runtime.checkpoint import CheckpointError
+from runtime.elastic import run_elastic
 from runtime.launch import RunError, RunResult, free_port, launch_local, make_job, torchrun_commands
+from runtime.resume import check_fresh_dir, resume_job
+from solvers.replan import ReplanError, replan
 
 EXIT_RUN_FAILED = 1
 # the run setting each option sets (RunConfig's field names), to name the option in errors
 OPTION_OF_SETTING = {"steps": "--steps", "schedule": "--schedule", "recompute": "--recompute",
                      "data": "--data", "seq_len": "--seq-len", "lr": "--lr", "seed": "--seed",
                      "timeout_s": "--timeout", "backend": "--backend", "out_dir": "--out",
-                     "micro_batch": "the problem's training.micro_batch"}
+                     "micro_batch": "the problem's training.micro_batch", "save_every": "--save-every",
+                     "checkpoint_dir": "--checkpoint-dir"}
 
 
 def settings_error(exc: ValidationError) -> str:
@@ -49,12 +54,14 @@ def check_backend(backend: str, torchrun: bool) -> None:
 
 
 def summary_table(result: RunResult, plan) -> Table:
-    """Per-stage mean forward/backward time over the steps after the first (warm-up)."""
-    steps = result.steps[1:] or result.steps
+    """Per-stage mean forward/backward time over the steps after the first (warm-up) of the
+    plan the run ended on (an elastic run's earlier plans had other stages)."""
+    final = [s for s in result.steps if len(s["stages"]) == len(result.steps[-1]["stages"])]
+    steps = final[1:] or final
     table = Table(title="run summary (per-stage times: mean over steps after the first)")
     for column in ("pipeline", "stage", "devices", "layers", "TP", "forward ms", "backward ms"):
         table.add_column(column, justify="right")
-    for index, record in enumerate(result.steps[0]["stages"]):
+    for index, record in enumerate(result.steps[-1]["stages"]):
         stage = plan.pipelines[record["pipeline"]].stages[record["stage"]]
         fwd = sum(s["stages"][index]["forward_s"] for s in steps) / len(steps)
         bwd = sum(s["stages"][index]["backward_s"] for s in steps) / len(steps)
@@ -91,16 +98,24 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         torchrun: bool = typer.Option(False, help="print torchrun commands for several machines instead"),
         master_addr: str = typer.Option("127.0.0.1", help="torchrun: address of machine 0"),
         out: Path = typer.Option(None, help="folder for the job file, logs and metrics"),
+        checkpoint_dir: Path = typer.Option(None, help="folder for plan-independent checkpoints"),
+        save_every: int = typer.Option(0, min=0, help="save a checkpoint every N steps (needs --checkpoint-dir)"),
+        resume: Path = typer.Option(None, help="resume from the newest complete checkpoint in this folder "
+                                    "(any plan wrote it); --steps counts from the start of training"),
+        elastic: bool = typer.Option(False, help="when a rank dies: re-plan on the survivors, resume from the "
+                                     "last checkpoint, go on (needs --checkpoint-dir and --save-every)"),
         force: bool = typer.Option(False, help="use a plan made for another problem")) -> None:
     """Train PLAN for a few steps: one process per used device (gloo on this machine)."""
     make_out_folder(out)
+    checkpoint_dir = checkpoint_options(checkpoint_dir, save_every, resume, elastic, torchrun)
     prob, the_plan = load_problem(problem), load_plan(plan)
     check_plan_is_for(prob, the_plan, plan, force)
     if model not in ("tiny", "problem"):
         fail(f"--model must be tiny or problem, got {model!r}")
     check_backend(backend, torchrun)
     settings = {"steps": steps, "data": data, "lr": lr, "seed": seed,
-                "timeout_s": timeout, "backend": backend, "out_dir": str(out) if out else ""}
+                "timeout_s": timeout, "backend": backend, "out_dir": str(out) if out else "",
+                "checkpoint_dir": str(checkpoint_dir or ""), "save_every": save_every}
     settings.update({k: v for k, v in (("recompute", recompute), ("seq_len", seq_len), ("schedule", schedule))
                      if v is not None})
     try:
@@ -109,6 +124,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         fail(settings_error(exc))
     except (RunError, ValueError) as exc:
         fail(str(exc))
+    job = start_from_checkpoint(job, resume)
     if job.config.schedule != prob.training.schedule:
         console.print(f"note: memory was priced for the problem's schedule {prob.training.schedule}; "
                       f"running {job.config.schedule}", highlight=False)
@@ -117,10 +133,68 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         return
     count = len(the_plan.devices)
     console.print(f"running {count} process{'es' if count > 1 else ''}: {describe_job(job)}", highlight=False)
-    result = launch_local(job)
+    if elastic:
+        result, the_plan = run_elastically(prob, job)
+    else:
+        result = launch_local(job)
     if not result.ok:
         fail(f"the run failed (logs in {result.out_dir}):\n" + escape(result.failure_summary()), EXIT_RUN_FAILED)
     print_summary(result, the_plan)
+
+
+def checkpoint_options(checkpoint_dir: Path | None, save_every: int, resume: Path | None, elastic: bool,
+                       torchrun: bool) -> Path | None:
+    """Check the checkpoint options together; --resume alone keeps saving into its folder."""
+    if resume is not None and not resume.is_dir():
+        fail(f"--resume: {resume} is not a folder")
+    if checkpoint_dir is None and resume is not None and save_every:
+        checkpoint_dir = resume.parent if (resume / "manifest.json").is_file() else resume
+    if save_every and checkpoint_dir is None:
+        fail("--save-every needs --checkpoint-dir")
+    if elastic and (checkpoint_dir is None or not save_every):
+        fail("--elastic needs --checkpoint-dir and --save-every (it restarts from the last checkpoint)")
+    if elastic and torchrun:
+        fail("--elastic runs local processes; it does not combine with --torchrun")
+    if writable_folder(checkpoint_dir, "--checkpoint-dir") is not None:
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    return checkpoint_dir
+
+
+def start_from_checkpoint(job, resume: Path | None):
+    """The job resumed from `resume` (shards verified first), or fresh; either way it must not
+    write over newer checkpoints. A bad checkpoint is one line naming the file (exit 2)."""
+    try:
+        step = None
+        if resume is not None:
+            job, manifest = resume_job(job, resume)
+            step = manifest.step
+            console.print(f"resuming at step {step} from {job.config.resume_from} (saved by a plan of "
+                          f"{len(manifest.plan['pipelines'])} pipeline(s); model {manifest.model.name})",
+                          highlight=False, soft_wrap=True)
+        check_fresh_dir(job, step)
+    except CheckpointError as exc:
+        fail(str(exc))
+    return job
+
+
+def run_elastically(prob, job):
+    """run_elastic with solvers.replan as the re-planner; returns the last attempt's result
+    (with every step) and the plan the run ended on."""
+    def replanner(problem, plan, lost):
+        result = replan(problem, plan, lost)
+        return result.problem, result.plan, result.old_s, result.new_s
+
+    def log(line: str) -> None:
+        console.print(line, highlight=False, soft_wrap=True)
+
+    try:
+        run = run_elastic(prob, job, replanner, log=log)
+    except CheckpointError as exc:
+        fail(str(exc))
+    except (RunError, ReplanError) as exc:
+        fail(str(exc), EXIT_RUN_FAILED)
+    run.result.steps = run.steps
+    return run.result, run.plan
 
 
 def describe_job(job) -> str:

@@ -1,0 +1,117 @@
+"""Checkpoint files without starting a run: regions read back from uneven chunks; a cut
+checkpoint (partial folder) is skipped for the previous one; a missing or damaged shard or
+manifest is one line naming the file, exit 2, and nothing in the folder changes; a fresh
+run refuses a folder that already holds checkpoints."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from hexiscale.cli import app
+from planner.io import load_plan, load_problem
+from runtime.checkpoint import (Chunk, CheckpointError, Manifest, TensorEntry, commit, latest_checkpoint,
+                                partial_dir, step_dir)
+from runtime.checkpoint_io import ShardReader, write_shard
+from runtime.launch import make_job
+from runtime.layered.checkpoint import build_manifest, rank_regions
+from runtime.layered.layout import rank_layout
+
+
+def fake_checkpoint(root, step: int) -> None:
+    """A complete checkpoint of demo-tiny's plan, as its ranks would write it (values: zeros)."""
+    job = make_job(load_problem("demo-tiny"), load_plan("demo-tiny"), "tiny", seq_len=16)
+    layout = rank_layout(job.plan)
+    for rank in range(layout.world_size):
+        tensors = {f"{kind}/{name}": torch.zeros(sizes) for name, _, sizes in rank_regions(layout, job.config.model, rank)
+                   for kind in ("param", "adam_m", "adam_v")}
+        if tensors:
+            write_shard(root, step, rank, tensors)
+    commit(root, build_manifest(job, layout, step))
+
+
+def snapshot(root) -> dict:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+def resume(root, *extra):
+    return CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--steps", "3", "--seq-len", "16",
+                                    "--resume", str(root), "--save-every", "1", *extra])
+
+
+def test_region_is_assembled_from_uneven_chunks(tmp_path):
+    full = torch.arange(24.0).view(6, 4)
+    write_shard(tmp_path, 1, 0, {"a": full[:4]})
+    write_shard(tmp_path, 1, 1, {"b": full[4:]})
+    chunks = (Chunk(file="rank0.pt", key="a", offsets=(0, 0), sizes=(4, 4)),
+              Chunk(file="rank1.pt", key="b", offsets=(4, 0), sizes=(2, 4)))
+    manifest = Manifest(step=1, data_position=1, sequences_seen=1, plan_kind="layered", plan={},
+                        model=load_problem("demo-tiny").model, settings={},
+                        tensors={"t": TensorEntry(shape=(6, 4), chunks=chunks)})
+    reader = ShardReader(partial_dir(tmp_path, 1), manifest)
+    assert torch.equal(reader.region("t", (3, 0), (3, 4)), full[3:])  # spans both chunks
+    assert torch.equal(reader.region("t", (0, 2), (6, 2)), full[:, 2:])
+    with pytest.raises(CheckpointError, match="no tensor 'u'"):
+        reader.region("u", (0,), (1,))
+
+
+def test_a_cut_checkpoint_is_skipped_for_the_previous_one(tmp_path):
+    fake_checkpoint(tmp_path, 2)
+    (partial_dir(tmp_path, 4)).mkdir()
+    (partial_dir(tmp_path, 4) / "rank0.pt").write_bytes(bytes(100))  # cut mid-write
+    step_dir(tmp_path, 6).mkdir()  # a folder without manifest is not a checkpoint either
+    folder, manifest = latest_checkpoint(tmp_path)
+    assert manifest.step == 2 and folder == step_dir(tmp_path, 2)
+
+
+def damage_size(folder):
+    with open(folder / "rank1.pt", "ab") as handle:
+        handle.write(b"x")
+
+
+def damage_bytes(folder):
+    path = folder / "rank1.pt"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (damage_size, "rank1.pt: shard has"), (damage_bytes, "rank1.pt: shard checksum differs"),
+    (lambda f: os.remove(f / "rank2.pt"), "rank2.pt: shard file missing"),
+    (lambda f: (f / "manifest.json").write_text("{not json"), "manifest.json: not a readable checkpoint manifest")])
+def test_a_damaged_checkpoint_is_one_line_exit_2_and_nothing_changes(tmp_path, damage, message):
+    fake_checkpoint(tmp_path, 2)
+    damage(step_dir(tmp_path, 2))
+    before = snapshot(tmp_path)
+    result = resume(tmp_path)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert snapshot(tmp_path) == before
+
+
+def test_a_fresh_run_refuses_a_folder_with_checkpoints(tmp_path):
+    fake_checkpoint(tmp_path, 2)
+    result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--checkpoint-dir", str(tmp_path),
+                                      "--save-every", "1"])
+    assert result.exit_code == 2 and "already holds checkpoints (up to step 2)" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--save-every", "2"], "--save-every needs --checkpoint-dir"),
+    (["--elastic"], "--elastic needs --checkpoint-dir and --save-every"),
+    (["--resume", "/nonexistent/x"], "--resume: /nonexistent/x is not a folder")])
+def test_checkpoint_options_are_checked_first(args, message):
+    result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_resume_past_the_requested_steps_says_so(tmp_path):
+    fake_checkpoint(tmp_path, 3)
+    result = resume(tmp_path)
+    assert result.exit_code == 2 and "leaves nothing to run" in result.output
+    shutil.rmtree(tmp_path)
