@@ -1,13 +1,18 @@
 """Heuristic speed and plan quality against cluster size (issue 4).
 
-Generated clusters (`instances.generate.generate_cluster`) of 128 … 4096 GPUs, Llama-2 70B,
-one sequence of 4096 tokens per GPU per iteration. Per size: wall time and peak memory of
-`solve`, and the plan's D, stages, devices used, tokens/s and MFU by the evaluator.
-Targets: 1024 GPUs ≤ 10 s, 4096 GPUs ≤ 60 s, peak memory ≤ 2 GiB; throughput grows with size.
+Generated clusters (`instances.generate.generate_cluster`) of 128 … 100,000 GPUs, Llama-2
+70B, one sequence of 4096 tokens per GPU per iteration. Per size the problem is written to a
+YAML file first; then, as `hexiscale solve` does, it is loaded from that file and solved:
+load and solve wall time, peak memory, the plan's D, stages, devices used, tokens/s and MFU
+by the evaluator, and the wall time of `validate` and `evaluate` on the plan.
+Targets: 1024 GPUs ≤ 10 s, 4096 GPUs ≤ 60 s, 100,000 GPUs ≤ 60 s load + solve, peak memory
+≤ 2 GiB; MFU at 100,000 ≥ 90 % of the MFU at 4096; validate and evaluate ≤ 2 s each.
 
     .venv/bin/python benchmarks/bench_scaling.py [--sizes 128,256] [--mix ...] [--seed 0]
+    .venv/bin/python benchmarks/bench_scaling.py --sizes 4096,16384,32768,100000
 
 Each size runs in a fresh subprocess so that peak memory (ru_maxrss) is that size's own.
+`--pipelines 64,128` restricts the D the heuristic tries (to time the rest of the search).
 """
 
 from __future__ import annotations
@@ -27,52 +32,78 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SIZES = "128,256,512,1024,2048,4096"
+LARGE = "16384,32768,100000"  # --sizes large
 MIX = "A100-80G:0.3,H800:0.2,H20:0.2,RTX4090:0.15,L40S:0.15"
 
 
-def measure(gpus: int, mix: str, seed: int, time_limit: float) -> dict:
-    """One size, in this process: solve and price."""
-    from instances.generate import generate_cluster, generated_problem
+def measure(gpus: int, mix: str, seed: int, time_limit: float, pipelines: str = "") -> dict:
+    """One size, in this process: write the problem file, then load, solve, validate, price."""
+    import tempfile
+
+    from instances.generate import generate_cluster, generated_problem, write_problem
+    from planner.io import load_problem
     from planner.layered.evaluate import evaluate
+    from planner.layered.validate import validate
     from solvers.common import SolverOptions
     from solvers.layered.heuristic import solve
+    from solvers.layered.heuristic.options import HeuristicOptions
+    from solvers.layered.heuristic.search import solve_with
 
-    problem = generated_problem(generate_cluster(gpus, mix, seed=seed), "llama2-70b", seq_len=4096)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"gen-{gpus}.yaml"
+        write_problem(generated_problem(generate_cluster(gpus, mix, seed=seed), "llama2-70b", seq_len=4096), path)
+        size_mib = path.stat().st_size / 2**20
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        start = time.perf_counter()
+        problem = load_problem(path)
+        load = time.perf_counter() - start
+    options = SolverOptions(seed=seed, time_limit_s=time_limit)
     start = time.perf_counter()
-    result = solve(problem, SolverOptions(seed=seed, time_limit_s=time_limit))
+    if pipelines:
+        result = solve_with(problem, options, HeuristicOptions(pipelines=tuple(int(x) for x in pipelines.split(","))))
+    else:
+        result = solve(problem, options)
     wall = time.perf_counter() - start
-    estimate = evaluate(problem, result.plan)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     plan = result.plan
-    return {"gpus": gpus, "wall_s": wall, "peak_mib": peak / 1024, "base_mib": base / 1024,
-            "pipelines": len(plan.pipelines), "stages": plan.num_stages, "used": len(plan.devices),
-            "iteration_s": estimate.iteration_s, "tokens_per_s": estimate.tokens_per_s,
-            "mfu": estimate.mfu}
+    start = time.perf_counter()
+    violations = validate(problem, plan)
+    validate_s = time.perf_counter() - start
+    start = time.perf_counter()
+    estimate = evaluate(problem, plan)
+    evaluate_s = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {"gpus": gpus, "file_mib": size_mib, "load_s": load, "wall_s": wall, "peak_mib": peak / 1024,
+            "base_mib": base / 1024, "pipelines": len(plan.pipelines), "stages": plan.num_stages,
+            "used": len(plan.devices), "iteration_s": estimate.iteration_s, "tokens_per_s": estimate.tokens_per_s,
+            "mfu": estimate.mfu, "validate_s": validate_s, "evaluate_s": evaluate_s, "valid": not violations}
 
 
-def main(sizes: str = typer.Option(SIZES, help="comma-separated GPU counts"),
+def main(sizes: str = typer.Option(SIZES, help="comma-separated GPU counts, or 'large' for " + LARGE),
          mix: str = typer.Option(MIX, help="GPU type mix, TYPE:WEIGHT,..."),
          seed: int = typer.Option(0), time_limit: float = typer.Option(120.0, help="solver budget, s"),
+         pipelines: str = typer.Option("", help="D candidates for the heuristic, e.g. 64,128 (default: its own)"),
          one: int = typer.Option(0, hidden=True)) -> None:
     if one:
-        print(json.dumps(measure(one, mix, seed, time_limit)))
+        print(json.dumps(measure(one, mix, seed, time_limit, pipelines)))
         return
-    console = Console(width=150)
+    console = Console(width=170)
     table = Table(title=f"heuristic scaling: Llama-2 70B, mix {mix}, seed {seed}")
-    for col in ("GPUs", "wall s", "peak MiB", "D", "stages", "used", "T s", "tokens/s", "MFU"):
+    for col in ("GPUs", "file MiB", "load s", "solve s", "load+solve s", "peak MiB", "D", "stages", "used", "T s",
+                "tokens/s", "MFU", "validate s", "evaluate s"):
         table.add_column(col, justify="right")
-    for gpus in (int(x) for x in sizes.split(",")):
+    for gpus in (int(x) for x in (LARGE if sizes == "large" else sizes).split(",")):
         out = subprocess.run([sys.executable, __file__, "--one", str(gpus), "--mix", mix, "--seed", str(seed),
-                              "--time-limit", str(time_limit)], capture_output=True, text=True, cwd=ROOT)
+                              "--time-limit", str(time_limit), "--pipelines", pipelines],
+                             capture_output=True, text=True, cwd=ROOT)
         if out.returncode:
             console.print(f"[red]{gpus} GPUs failed:[/] {out.stderr.strip().splitlines()[-1:]}")
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        table.add_row(str(gpus), f"{r['wall_s']:.2f}", f"{r['peak_mib']:.0f}", str(r["pipelines"]),
-                      str(r["stages"]), str(r["used"]), f"{r['iteration_s']:.2f}",
-                      f"{r['tokens_per_s']:,.0f}", f"{100 * r['mfu']:.1f} %")
-        console.print(f"{gpus} GPUs: {r['wall_s']:.2f} s", highlight=False)
+        table.add_row(str(gpus), f"{r['file_mib']:.2f}", f"{r['load_s']:.2f}", f"{r['wall_s']:.2f}",
+                      f"{r['load_s'] + r['wall_s']:.2f}", f"{r['peak_mib']:.0f}", str(r["pipelines"]),
+                      str(r["stages"]), str(r["used"]), f"{r['iteration_s']:.2f}", f"{r['tokens_per_s']:,.0f}",
+                      f"{100 * r['mfu']:.1f} %", f"{r['validate_s']:.3f}", f"{r['evaluate_s']:.3f}")
+        console.print(f"{gpus} GPUs: load {r['load_s']:.2f} s, solve {r['wall_s']:.2f} s", highlight=False)
     console.print(table)
 
 

@@ -6,6 +6,9 @@ the model is Llama-2 70B, one sequence per GPU per iteration. Prints a rich tabl
 returns the rows for the report; `run_all.py` draws them.
 
     .venv/bin/python benchmarks/scaling_report.py [--sizes 64,128,256,512,1024] [--time-limit 600]
+    .venv/bin/python benchmarks/scaling_report.py --sizes 16384,32768,100000 --solvers heuristic --time-limit 60
+
+Each row also times `validate` and `evaluate` on the plan found (target at 100,000 GPUs: ≤ 2 s each).
 
 (`bench_scaling.py` is the heuristic's own speed/memory benchmark; this one feeds the report.)
 """
@@ -24,7 +27,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from instances.generate import generate_cluster, generated_problem  # noqa: E402
-from planner import evaluate  # noqa: E402
+from planner import evaluate, validate  # noqa: E402
 from planner.base import Frozen  # noqa: E402
 from solvers.common import SolverOptions  # noqa: E402
 from solvers.registry import solve  # noqa: E402
@@ -46,6 +49,8 @@ class ScalingRow(Frozen):
     pflops: float | None = Field(default=None, description="model FLOP/s achieved, 1e15")
     mfu: float | None = None
     pipelines: int | None = None
+    validate_s: float | None = Field(default=None, description="wall time of validate on the plan")
+    evaluate_s: float | None = Field(default=None, description="wall time of evaluate on the plan")
     message: str = ""
 
 
@@ -56,16 +61,23 @@ def scale_point(gpus: int, solver: str, time_limit: float) -> ScalingRow:
     wall = time.perf_counter() - start
     if result.plan is None:
         return ScalingRow(gpus=gpus, solver=solver, status=result.status.value, solve_s=wall, message=result.message)
+    start = time.perf_counter()
+    validate(problem, result.plan)
+    validate_s = time.perf_counter() - start
+    start = time.perf_counter()
     est = evaluate(problem, result.plan)
+    evaluate_s = time.perf_counter() - start
     achieved = est.mfu * problem.cluster.total_peak_flops / 1e15
     return ScalingRow(gpus=gpus, solver=solver, status=result.status.value, solve_s=wall,
                       iteration_s=est.iteration_s, pflops=achieved, mfu=est.mfu,
-                      pipelines=len(result.plan.pipelines), message=result.message)
+                      pipelines=len(result.plan.pipelines), validate_s=validate_s, evaluate_s=evaluate_s,
+                      message=result.message)
 
 
 def scaling_table(rows: list[ScalingRow]) -> Table:
     table = Table(title=f"solve time vs cluster size ({MODEL}, mix {MIX})")
-    for col in ("GPUs", "solver", "status", "solve s", "paper s", "T (s)", "PFLOP/s", "paper PFLOP/s", "MFU", "D"):
+    for col in ("GPUs", "solver", "status", "solve s", "paper s", "T (s)", "PFLOP/s", "paper PFLOP/s", "MFU", "D",
+                "validate s", "evaluate s"):
         table.add_column(col, justify="left" if col in ("solver", "status") else "right")
     for r in rows:
         table.add_row(str(r.gpus), r.solver, r.status, f"{r.solve_s:.1f}",
@@ -73,7 +85,9 @@ def scaling_table(rows: list[ScalingRow]) -> Table:
                       "—" if r.iteration_s is None else f"{r.iteration_s:.2f}",
                       "—" if r.pflops is None else f"{r.pflops:.2f}",
                       f"{PAPER_PFLOPS[r.gpus]:.1f}" if r.gpus in PAPER_PFLOPS and r.solver == "heuristic" else "—",
-                      "—" if r.mfu is None else f"{r.mfu:.1%}", "—" if r.pipelines is None else str(r.pipelines))
+                      "—" if r.mfu is None else f"{r.mfu:.1%}", "—" if r.pipelines is None else str(r.pipelines),
+                      "—" if r.validate_s is None else f"{r.validate_s:.3f}",
+                      "—" if r.evaluate_s is None else f"{r.evaluate_s:.3f}")
     return table
 
 
