@@ -9,7 +9,8 @@ every plan returned here is written in the new problem's ids.
 The repair keeps the old plan's structure where it survived: a stage that lost devices
 takes idle survivors of the same machine in their place, else shrinks its TP group to the
 largest power of two of what is left; a pipeline with a stage left empty is dropped and its
-sequences go to the other pipelines, in micro-batches. The fresh solve is any registered
+sequences go to the other pipelines, in micro-batches; then the micro-batches are re-split
+over the pipelines by their priced times (`rebalance`). The fresh solve is any registered
 solver (`solvers.registry.solve`), given the repaired plan as its hint (CP-SAT and MILP
 warm-start from it; the heuristic ignores hints, which is why the repaired plan is also a
 candidate of its own). The faster valid plan wins.
@@ -17,6 +18,7 @@ candidate of its own). The faster valid plan wins.
 
 from __future__ import annotations
 
+import heapq
 import time
 
 from pydantic import Field
@@ -113,12 +115,14 @@ def _repair_stage(devices, mapping, pool: list[int], where: str, changes: list[s
 
 
 def _spread(batches: list[int], extra: int, b: int) -> list[int]:
-    """Give `extra` sequences, one micro-batch at a time, to the pipeline with the fewest."""
-    batches = list(batches)
+    """Give `extra` sequences, one micro-batch at a time, to the pipeline whose batch grows
+    least relative to its own: in proportion to the batches, which the old plan balanced
+    against each pipeline's speed."""
+    grown = list(batches)
     for _ in range(extra // b):
-        i = min(range(len(batches)), key=lambda p: batches[p])
-        batches[i] += b
-    return batches
+        i = min(range(len(grown)), key=lambda p: (grown[p] + b) / batches[p])
+        grown[i] += b
+    return grown
 
 
 def repair(old: Problem, plan: Plan, new: Problem, mapping: dict[int, int]) -> tuple[Plan | None, list[str]]:
@@ -141,6 +145,36 @@ def repair(old: Problem, plan: Plan, new: Problem, mapping: dict[int, int]) -> t
     return Plan.from_stages(problem=new.name, batches=batches, stages=kept), changes
 
 
+def rebalance(problem: Problem, plan: Plan) -> Plan:
+    """The same pipelines with the micro-batches re-split to even out their times: pipeline p
+    takes T_p(m) ≈ fill-and-drain + (m − 1)·its steady step (DESIGN.md §3), so micro-batches go,
+    one at a time, where they finish soonest. A repaired plan's shrunk stages slow their
+    pipelines; this hands their work to the others."""
+    estimate, b = evaluate(problem, plan), problem.training.micro_batch
+    pipes = estimate.pipelines
+    step = [p.steady_s / (p.micro_batches - 1) if p.micro_batches > 1 else p.bubble_s / len(p.stages)
+            for p in pipes]
+    counts = [1] * len(pipes)
+    heap = [(pipes[i].bubble_s + step[i], i) for i in range(len(pipes))]
+    heapq.heapify(heap)
+    for _ in range(sum(p.micro_batches for p in pipes) - len(pipes)):
+        _, i = heapq.heappop(heap)
+        counts[i] += 1
+        heapq.heappush(heap, (pipes[i].bubble_s + counts[i] * step[i], i))
+    return plan.model_copy(update={"pipelines": tuple(
+        p.model_copy(update={"batch": m * b}) for p, m in zip(plan.pipelines, counts))})
+
+
+def _best_repair(problem: Problem, plan: Plan | None) -> tuple[Plan | None, float | None]:
+    """The repaired plan, or its rebalanced version when that is valid and faster."""
+    repaired_s = _priced(problem, plan)
+    if repaired_s is None:
+        return plan, None
+    balanced = rebalance(problem, plan)
+    balanced_s = _priced(problem, balanced)
+    return (balanced, balanced_s) if balanced_s is not None and balanced_s < repaired_s else (plan, repaired_s)
+
+
 def _priced(problem: Problem, plan: Plan | None) -> float | None:
     if plan is None or validate(problem, plan):
         return None
@@ -155,7 +189,7 @@ def replan(problem: Problem, plan: Plan, lost=(), *, lost_machines=(), solver: s
     gone = lost_devices(problem, lost, lost_machines)
     new, mapping = survivors(problem, gone)
     repaired, changes = repair(problem, plan, new, mapping)
-    repaired_s = _priced(new, repaired)
+    repaired, repaired_s = _best_repair(new, repaired)
     options = (options or SolverOptions()).model_copy(update={"hint": repaired if repaired_s else None})
     fresh = solve(new, solver, options)
     fresh_s = _priced(new, fresh.plan)

@@ -79,3 +79,17 @@ def test_cli_replan_bad_input_is_one_line_exit_2(args, message):
     result = CliRunner().invoke(app, ["replan", "demo-tiny", "demo-tiny", *args])
     assert result.exit_code == 2 and message in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_rebalance_moves_micro_batches_off_a_slowed_pipeline():
+    from solvers.replan import rebalance
+
+    problem = load_problem("small-8-llama2-7b")
+    old = hx.solve(problem, "heuristic", hx.SolverOptions(time_limit_s=5)).plan
+    new, mapping = survivors(problem, {old.pipelines[0].stages[0].devices[1]})  # its TP 2 → 1
+    fixed, _ = repair(problem, old, new, mapping)
+    balanced = rebalance(new, fixed)
+    assert sum(p.batch for p in balanced.pipelines) == sum(p.batch for p in fixed.pipelines)
+    assert balanced.pipelines[0].batch < fixed.pipelines[0].batch
+    assert hx.validate(new, balanced) == []
+    assert hx.evaluate(new, balanced).iteration_s < hx.evaluate(new, fixed).iteration_s
