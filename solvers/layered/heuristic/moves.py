@@ -9,7 +9,8 @@ machine); the devices of no slot are idle. Its neighbours (`neighbours`):
 - swap two neighbouring stages; reverse a pipeline;
 - add idle devices as a stage (at any place of any pipeline) or as a new pipeline;
 - replace a stage by idle devices; move a whole pipeline onto one machine's idle devices;
-- explode a pipeline into single-stage pipelines;
+- explode a pipeline (or the whole plan) into single-stage pipelines; split a pipeline (or
+  every pipeline) into two at half the TP size;
 - change TP: split a stage into two halves, halve it, double it with idle devices of its
   machine, merge two neighbouring equal stages of one machine.
 
@@ -39,6 +40,7 @@ from solvers.layered.heuristic.pipeline import StageSlot, split_layers
 Structure = tuple[tuple[StageSlot, ...], ...]
 RELATIVE_GAIN = 1e-9  # a structure must lower T by more than rounding noise
 POLISHED_PER_ROUND = 3  # neighbours polished per round (the best by their unpolished T)
+LOOKAHEAD = 4  # when no neighbour helps, the neighbours of this many best neighbours are tried
 
 
 def structure_of(problem: Problem, plan: Plan) -> Structure:
@@ -106,6 +108,26 @@ def _removals(structure: Structure) -> Iterator[Structure]:
             yield _replace(structure, p, pipe[:cut]) + (pipe[cut:],)
         if len(pipe) > 2:  # every stage a pipeline of its own
             yield _replace(structure, p, None) + tuple((s,) for s in pipe)
+    if len(structure) > 1 and any(len(pipe) > 1 for pipe in structure):  # every stage of the plan
+        yield tuple((s,) for pipe in structure for s in pipe)
+
+
+def _halve(problem: Problem, pipe: tuple[StageSlot, ...]) -> tuple[tuple[StageSlot, ...], ...] | None:
+    """Two pipelines of the same stages at half the TP size (TP traded for DP), or None."""
+    if any(s.tp < 2 or s.tp // 2 not in problem.model.tp_sizes(s.tp // 2) for s in pipe):
+        return None
+    return (tuple(StageSlot(machine=s.machine, devices=s.devices[: s.tp // 2]) for s in pipe),
+            tuple(StageSlot(machine=s.machine, devices=s.devices[s.tp // 2:]) for s in pipe))
+
+
+def _tp_to_dp(problem: Problem, structure: Structure) -> Iterator[Structure]:
+    """One pipeline, or every pipeline, split into two at half the TP size."""
+    halves = [_halve(problem, pipe) for pipe in structure]
+    for p, h in enumerate(halves):
+        if h is not None:
+            yield _replace(structure, p, None) + h
+    if len(structure) > 1 and all(h is not None for h in halves):
+        yield tuple(x for h in halves for x in h)
 
 
 def _transfers(structure: Structure) -> Iterator[Structure]:
@@ -187,7 +209,7 @@ def neighbours(problem: Problem, structure: Structure) -> list[Structure]:
     idle = idle_devices(problem, structure)
     seen, out = {shape_key(structure)}, []
     for cand in (*_removals(structure), *_transfers(structure), *_additions(problem, structure, idle),
-                 *_relocations(problem, structure, idle), *_tp_changes(problem, structure, idle)):
+                 *_relocations(problem, structure, idle), *_tp_to_dp(problem, structure), *_tp_changes(problem, structure, idle)):
         key = shape_key(cand)
         if cand and key not in seen:
             seen.add(key)
@@ -201,27 +223,46 @@ def neighbours(problem: Problem, structure: Structure) -> list[Structure]:
 def improve(problem: Problem, plan: Plan, *, polish: Callable[[Plan], Plan], deadline: float,
             max_rounds: int = 50, max_stages: int | None = None, max_pipelines: int | None = None,
             priced: dict | None = None) -> Plan:
-    """Hill-climb over structures from `plan` (polished already) while T drops."""
+    """Hill-climb over structures from `plan` (polished already) while T drops. When no
+    neighbour helps, two moves at once: the neighbours of the LOOKAHEAD best neighbours (a
+    plan's T is a max over pipelines, so one pipeline's gain often shows only with another's)."""
     current, best_t = plan, iteration_time(problem, plan, check=False)
-    priced = {} if priced is None else priced  # shape -> unpolished (T, plan), shared by the starts
+    limits = _Limits(problem, deadline, max_stages, max_pipelines, {} if priced is None else priced)
     for _ in range(max_rounds):
-        ranked = []
-        for cand in neighbours(problem, structure_of(problem, current)):
-            if time.perf_counter() > deadline:
-                break
-            if (max_pipelines and len(cand) > max_pipelines) or (max_stages and max(map(len, cand)) > max_stages):
-                continue
-            key = shape_key(cand)
-            if key not in priced:
-                built = assemble(problem, cand)
-                priced[key] = (iteration_time(problem, built, check=False), built) if built else (np.inf, None)
-            if priced[key][1] is not None:
-                ranked.append((priced[key][0], len(ranked), priced[key][1]))
-        step = _best_polished(problem, sorted(ranked)[:POLISHED_PER_ROUND], polish, best_t, deadline)
+        ranked = limits.ranked(neighbours(problem, structure_of(problem, current)))
+        step = _best_polished(problem, ranked[:POLISHED_PER_ROUND], polish, best_t, deadline)
+        if step is None:
+            second = [c for _, _, p in ranked[:LOOKAHEAD] for c in neighbours(problem, structure_of(problem, p))]
+            step = _best_polished(problem, limits.ranked(second)[:POLISHED_PER_ROUND], polish, best_t, deadline)
         if step is None:
             break
         best_t, current = step
     return current
+
+
+class _Limits:
+    """The user's limits, the deadline and the shapes priced so far (unpolished T, plan)."""
+
+    def __init__(self, problem: Problem, deadline: float, max_stages, max_pipelines, priced: dict):
+        self.problem, self.deadline, self.priced = problem, deadline, priced
+        self.max_stages, self.max_pipelines = max_stages, max_pipelines
+
+    def ranked(self, candidates: list[Structure]) -> list[tuple[float, int, Plan]]:
+        """The candidates that assemble, by unpolished T (first listed first on ties)."""
+        out = []
+        for cand in candidates:
+            if time.perf_counter() > self.deadline:
+                break
+            if (self.max_pipelines and len(cand) > self.max_pipelines) or (
+                    self.max_stages and max(map(len, cand)) > self.max_stages):
+                continue
+            key = shape_key(cand)
+            if key not in self.priced:
+                built = assemble(self.problem, cand)
+                self.priced[key] = (iteration_time(self.problem, built, check=False), built) if built else (np.inf, None)
+            if self.priced[key][1] is not None:
+                out.append((self.priced[key][0], len(out), self.priced[key][1]))
+        return sorted(out)
 
 
 def _best_polished(problem: Problem, ranked, polish, best_t: float, deadline: float):

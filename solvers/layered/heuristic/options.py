@@ -48,6 +48,9 @@ class HeuristicOptions(Frozen):
         description="clusters of at most this many devices get the structure moves (moves.py: "
                     "drop/add/move stages, split/merge pipelines, change TP) after the polish; 0: off")
     move_rounds: int = Field(default=50, ge=0, description="limit on accepted structure moves")
+    move_time_factor: float = Field(
+        default=3.0, ge=0, description="the structure moves take at most this many times the time the "
+                                       "search took before them (at least 2 s; within the budget)")
     exact_devices: int = Field(
         default=16, ge=0,
         description="clusters of at most this many devices spend the time left on the exact CP-SAT "

@@ -30,6 +30,7 @@ from solvers.layered.heuristic.options import HeuristicOptions
 from solvers.layered.heuristic.partition import partition
 from solvers.layered.heuristic.polish import polish
 
+MOVE_MIN_S = 2.0  # the structure moves may take at least this long (within the budget)
 SMALL_CLUSTER = 512  # up to this many devices "auto" protect tries both link weightings
 
 
@@ -159,12 +160,14 @@ class Search:
             return None
         if self.moves_on():
             priced: dict = {}  # shapes priced once across the starts
-            deadline = self.move_deadline()
-            starts = [(iteration_time(self.problem, p, check=False), i, p) for i, p in enumerate(
-                improve(self.problem, plan, polish=self.polish_one, deadline=deadline,
-                        max_rounds=self.heuristic.move_rounds, max_stages=self.options.max_stages,
-                        max_pipelines=self.options.max_pipelines, priced=priced)
-                for _, _, plan in sorted(starts))]
+            deadline, improved = self.move_deadline(), []
+            for i, (_, _, plan) in enumerate(sorted(starts)):  # each start an equal share of the moves' time
+                share = time.perf_counter() + (deadline - time.perf_counter()) / (len(starts) - i)
+                plan = improve(self.problem, plan, polish=self.polish_one, deadline=share,
+                               max_rounds=self.heuristic.move_rounds, max_stages=self.options.max_stages,
+                               max_pipelines=self.options.max_pipelines, priced=priced)
+                improved.append((iteration_time(self.problem, plan, check=False), i, plan))
+            starts = improved
         t, _, plan = min(starts)
         return t, plan
 
@@ -177,10 +180,12 @@ class Search:
         return h.is_plain and self.problem.cluster.num_devices <= h.exact_devices
 
     def move_deadline(self) -> float:
-        """The structure moves get the budget, less half of what is left when an exact
-        sub-solve follows."""
+        """The structure moves get `move_time_factor` × the time spent so far (at least
+        MOVE_MIN_S), within the budget, less half of what is left when an exact sub-solve
+        follows."""
         now = time.perf_counter()
-        return now + (self.deadline - now) / 2 if self.exact_on() else self.deadline
+        end = self.deadline if not self.exact_on() else now + (self.deadline - now) / 2
+        return min(end, now + max(MOVE_MIN_S, self.heuristic.move_time_factor * (now - self.start)))
 
     def polish_one(self, plan: Plan) -> Plan:
         problem = self.problem
