@@ -10,7 +10,9 @@ rank's machine and vendor), kinds (the runtime of each plan kind, by the planner
 name), model (parameter catalogue, deterministic init, reference model), tp (Megatron-style
 tensor-parallel autograd functions over the communicator), data (synthetic stream, byte-level
 corpus), worker (per-rank entry), launch (local processes, torchrun commands), reference
-(one-process training for equivalence checks), failure (test-only failure injection).
+(one-process training for equivalence checks), failure (test-only failure injection),
+checkpoint / checkpoint_io / resume (plan-independent checkpoints), elastic (re-plan and
+restart after a lost rank).
 Layered plans: `runtime.layered` (layout, job, groups, stage, schedule, grad_sync, worker).
 Importing this package does not import torch; starting a run does.
 """
