@@ -222,12 +222,14 @@ def neighbours(problem: Problem, structure: Structure) -> list[Structure]:
 
 def improve(problem: Problem, plan: Plan, *, polish: Callable[[Plan], Plan], deadline: float,
             max_rounds: int = 50, max_stages: int | None = None, max_pipelines: int | None = None,
-            priced: dict | None = None) -> Plan:
+            priced: dict | None = None, max_evaluations: int = 400) -> Plan:
     """Hill-climb over structures from `plan` (polished already) while T drops. When no
     neighbour helps, two moves at once: the neighbours of the LOOKAHEAD best neighbours (a
-    plan's T is a max over pipelines, so one pipeline's gain often shows only with another's)."""
+    plan's T is a max over pipelines, so one pipeline's gain often shows only with another's).
+    At most `max_evaluations` new shapes are assembled (a work limit, not a time limit, so
+    the result does not depend on the machine's speed)."""
     current, best_t = plan, iteration_time(problem, plan, check=False)
-    limits = _Limits(problem, deadline, max_stages, max_pipelines, {} if priced is None else priced)
+    limits = _Limits(problem, deadline, max_stages, max_pipelines, {} if priced is None else priced, max_evaluations)
     for _ in range(max_rounds):
         ranked = limits.ranked(neighbours(problem, structure_of(problem, current)))
         step = _best_polished(problem, ranked[:POLISHED_PER_ROUND], polish, best_t, deadline)
@@ -243,9 +245,11 @@ def improve(problem: Problem, plan: Plan, *, polish: Callable[[Plan], Plan], dea
 class _Limits:
     """The user's limits, the deadline and the shapes priced so far (unpolished T, plan)."""
 
-    def __init__(self, problem: Problem, deadline: float, max_stages, max_pipelines, priced: dict):
+    def __init__(self, problem: Problem, deadline: float, max_stages, max_pipelines, priced: dict,
+                 evaluations: int):
         self.problem, self.deadline, self.priced = problem, deadline, priced
         self.max_stages, self.max_pipelines = max_stages, max_pipelines
+        self.last_new = len(priced) + evaluations  # no new shape once `priced` holds this many
 
     def ranked(self, candidates: list[Structure]) -> list[tuple[float, int, Plan]]:
         """The candidates that assemble, by unpolished T (first listed first on ties)."""
@@ -257,6 +261,8 @@ class _Limits:
                     self.max_stages and max(map(len, cand)) > self.max_stages):
                 continue
             key = shape_key(cand)
+            if key not in self.priced and len(self.priced) >= self.last_new:
+                continue
             if key not in self.priced:
                 built = assemble(self.problem, cand)
                 self.priced[key] = (iteration_time(self.problem, built, check=False), built) if built else (np.inf, None)

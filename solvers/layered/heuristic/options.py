@@ -48,9 +48,10 @@ class HeuristicOptions(Frozen):
         description="clusters of at most this many devices get the structure moves (moves.py: "
                     "drop/add/move stages, split/merge pipelines, change TP) after the polish; 0: off")
     move_rounds: int = Field(default=50, ge=0, description="limit on accepted structure moves")
-    move_time_factor: float = Field(
-        default=3.0, ge=0, description="the structure moves take at most this many times the time the "
-                                       "search took before them (at least 2 s; within the budget)")
+    move_evaluations: int = Field(
+        default=400, ge=0, description="the structure moves assemble and price at most this many "
+                                       "structures (a work limit: the plan does not depend on the "
+                                       "machine's speed), shared by the polished starts")
     exact_devices: int = Field(
         default=16, ge=0,
         description="clusters of at most this many devices spend the time left on the exact CP-SAT "

@@ -30,7 +30,6 @@ from solvers.layered.heuristic.options import HeuristicOptions
 from solvers.layered.heuristic.partition import partition
 from solvers.layered.heuristic.polish import polish
 
-MOVE_MIN_S = 2.0  # the structure moves may take at least this long (within the budget)
 SMALL_CLUSTER = 512  # up to this many devices "auto" protect tries both link weightings
 
 
@@ -161,11 +160,11 @@ class Search:
         if self.moves_on():
             priced: dict = {}  # shapes priced once across the starts
             deadline, improved = self.move_deadline(), []
-            for i, (_, _, plan) in enumerate(sorted(starts)):  # each start an equal share of the moves' time
-                share = time.perf_counter() + (deadline - time.perf_counter()) / (len(starts) - i)
-                plan = improve(self.problem, plan, polish=self.polish_one, deadline=share,
+            for i, (_, _, plan) in enumerate(sorted(starts)):  # each start an equal share of the work
+                share = (self.heuristic.move_evaluations - len(priced)) // (len(starts) - i)
+                plan = improve(self.problem, plan, polish=self.polish_one, deadline=deadline,
                                max_rounds=self.heuristic.move_rounds, max_stages=self.options.max_stages,
-                               max_pipelines=self.options.max_pipelines, priced=priced)
+                               max_pipelines=self.options.max_pipelines, priced=priced, max_evaluations=share)
                 improved.append((iteration_time(self.problem, plan, check=False), i, plan))
             starts = improved
         t, _, plan = min(starts)
@@ -180,12 +179,10 @@ class Search:
         return h.is_plain and self.problem.cluster.num_devices <= h.exact_devices
 
     def move_deadline(self) -> float:
-        """The structure moves get `move_time_factor` × the time spent so far (at least
-        MOVE_MIN_S), within the budget, less half of what is left when an exact sub-solve
-        follows."""
+        """The structure moves may use the budget (their work is bounded by
+        `move_evaluations`), less half of what is left when an exact sub-solve follows."""
         now = time.perf_counter()
-        end = self.deadline if not self.exact_on() else now + (self.deadline - now) / 2
-        return min(end, now + max(MOVE_MIN_S, self.heuristic.move_time_factor * (now - self.start)))
+        return self.deadline if not self.exact_on() else now + (self.deadline - now) / 2
 
     def polish_one(self, plan: Plan) -> Plan:
         problem = self.problem
