@@ -30,6 +30,7 @@ from runtime.config import Job
 from runtime.errors import RunError
 from runtime.failure import FailureInjection
 from runtime.kinds import runtime_kind, runtime_of
+from runtime.resume import check_fresh_dir, resume_job
 
 GRACE_S = 15.0
 __all__ = ["GRACE_S", "RunError", "RunResult", "free_port", "launch_local", "make_job", "run_plan",
@@ -197,13 +198,20 @@ def make_job(problem: Problem, plan: Any, model: str = "tiny", **settings) -> Jo
 
 
 def run_plan(problem: Problem, plan: Any, model: str = "tiny", steps: int = 3, echo: bool = True,
-             **settings) -> RunResult:
+             resume: str | Path | None = None, **settings) -> RunResult:
     """Train `plan` for `steps` steps on local processes; raise RunError if any rank fails.
+    `resume`: start from the newest complete checkpoint there, written under any plan
+    (settings `checkpoint_dir` and `save_every` save them; CheckpointError names a bad file).
 
     Works from a plain script: no `if __name__ == "__main__":` guard is needed (the workers
     start from a forkserver that never re-imports the calling script). Each worker also
     ends if this process dies, even by SIGKILL."""
-    result = launch_local(make_job(problem, plan, model, steps=steps, **settings), echo=echo)
+    job, step = make_job(problem, plan, model, steps=steps, **settings), None
+    if resume is not None:
+        job, manifest = resume_job(job, resume)
+        step = manifest.step
+    check_fresh_dir(job, step)
+    result = launch_local(job, echo=echo)
     if not result.ok:
         raise RunError("the run failed:\n" + result.failure_summary())
     return result

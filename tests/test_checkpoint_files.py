@@ -115,3 +115,14 @@ def test_resume_past_the_requested_steps_says_so(tmp_path):
     result = resume(tmp_path)
     assert result.exit_code == 2 and "leaves nothing to run" in result.output
     shutil.rmtree(tmp_path)
+
+
+def test_run_plan_resume_checks_the_checkpoint_before_starting(tmp_path):
+    import hexiscale as hx
+
+    fake_checkpoint(tmp_path, 2)
+    damage_bytes(step_dir(tmp_path, 2))
+    with pytest.raises(CheckpointError, match="rank1.pt: shard checksum differs"):
+        hx.run_plan(load_problem("demo-tiny"), load_plan("demo-tiny"), steps=3, seq_len=16, resume=tmp_path)
+    with pytest.raises(CheckpointError, match="already holds checkpoints"):
+        hx.run_plan(load_problem("demo-tiny"), load_plan("demo-tiny"), steps=3, checkpoint_dir=str(tmp_path))
