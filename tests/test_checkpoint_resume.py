@@ -34,7 +34,7 @@ PLAN_B = plan_of((8, [([0], 1), ([1, 2], 3)]))
 
 
 def config(tmp_path, name: str, **settings) -> RunConfig:
-    return RunConfig(model=GQA, seq_len=16, micro_batch=2, timeout_s=30, out_dir=str(tmp_path / name),
+    return RunConfig(model=GQA, seq_len=8, micro_batch=2, timeout_s=30, out_dir=str(tmp_path / name),
                      checkpoint_dir=str(tmp_path / "ckpt"), **settings)
 
 
