@@ -67,24 +67,27 @@ def device_graph(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _device_graph(cluster) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    first, counts = cluster.first_device, np.array([m.count for m in cluster.machines])
+    first, counts = cluster.first_device, cluster.machine_counts
     mi, mj = _machine_pairs(cluster)
     pair_bw = cluster.pair_bw(mi, mj)
     inter = np.append(pair_bw, cluster.inter_bw_gbps)
     lo, hi = float(inter.min()), float(inter.max())
     src, dst, wgt = [], [], []
-    for m, c in enumerate(counts):  # intra-machine cliques
+    for c in np.unique(counts).tolist():  # intra-machine cliques, machines of one size at once
+        starts = first[counts == c][:, None]
         a, b = np.triu_indices(c, k=1)
-        src.append(first[m] + a)
-        dst.append(first[m] + b)
-        wgt.append(np.full(len(a), 100 * INTRA_WEIGHT_FACTOR, dtype=np.int64))
+        src.append((starts + a).ravel())
+        dst.append((starts + b).ravel())
+        wgt.append(np.full(src[-1].size, 100 * INTRA_WEIGHT_FACTOR, dtype=np.int64))
     weights = _edge_weights(pair_bw, lo, hi) if len(mi) else np.zeros(0, np.int64)
-    for a, b, w in zip(mi, mj, weights):  # every device pair of two linked machines
-        da = np.repeat(np.arange(counts[a]), counts[b])
-        db = np.tile(np.arange(counts[b]), counts[a])
-        src.append(first[a] + da)
-        dst.append(first[b] + db)
-        wgt.append(np.full(len(da), w, dtype=np.int64))
+    sizes = counts[mi] * (counts.max() + 1) + counts[mj]
+    for size in np.unique(sizes).tolist():  # every device pair of two linked machines, by sizes
+        ca, cb = divmod(size, int(counts.max()) + 1)
+        pick = sizes == size
+        da, db = np.repeat(np.arange(ca), cb), np.tile(np.arange(cb), ca)
+        src.append((first[mi[pick]][:, None] + da).ravel())
+        dst.append((first[mj[pick]][:, None] + db).ravel())
+        wgt.append(np.repeat(weights[pick], ca * cb))
     return _to_csr(cluster.num_devices, np.concatenate(src), np.concatenate(dst), np.concatenate(wgt))
 
 
@@ -92,7 +95,7 @@ def _to_csr(n: int, src: np.ndarray, dst: np.ndarray, wgt: np.ndarray):
     both_src = np.concatenate([src, dst]).astype(np.int64)
     both_dst = np.concatenate([dst, src]).astype(np.int64)
     both_w = np.concatenate([wgt, wgt])
-    order = np.lexsort((both_dst, both_src))
+    order = np.argsort(both_src * n + both_dst)  # by (src, dst); keys are distinct
     xadj = np.concatenate([[0], np.cumsum(np.bincount(both_src, minlength=n))])
     return xadj, both_dst[order], both_w[order]
 
