@@ -74,7 +74,8 @@ def main(gpus: int = typer.Option(1024), lost: int = typer.Option(8), seed: int 
         print(f"lose {name}: re-plan {row['replan_s']:.2f} s (target ≤ 5 s), chose {row['chosen']}; "
               f"T {row['old_T_s']:.4g} → {row['new_T_s']:.4g} s; vs fresh solve ({row['fresh_solve_s']:.2f} s) "
               f"{row['new_vs_fresh']:+.2%} (target ≤ +2%); repaired old plan alone {repaired}")
-    REPORT.write_text(json.dumps({"gpus": gpus, "seed": seed, "mix": MIX, "rows": rows}, indent=1) + "\n")
+    REPORT.write_text(json.dumps({"gpus": gpus, "seed": seed, "mix": MIX, "replan_budget_s": budget,
+                                  "time_limit_s": time_limit, "rows": rows}, indent=1) + "\n")
     print(f"wrote {REPORT}")
 
 
