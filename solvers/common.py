@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field
 
 from planner.base import Frozen
 from planner.layered.plan import Plan
+from planner.sequence.plan import SeqPlan
 from planner.solver_info import SolveStatus
 
 
@@ -34,7 +35,7 @@ class ModelSize(Frozen):
 class SolveResult(Frozen):
     solver: str = Field(description="registry name of the solver")
     status: SolveStatus
-    plan: Plan | None = Field(default=None, description="best plan found (None if none)")
+    plan: Plan | SeqPlan | None = Field(default=None, description="best plan found, of either kind (None if none)")
     objective_s: float | None = Field(default=None, ge=0, description="the solver's T for the plan")
     bound_s: float | None = Field(default=None, ge=0, description="proven lower bound on the optimal T")
     wall_s: float = Field(ge=0, description="solve wall time")

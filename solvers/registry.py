@@ -31,6 +31,12 @@ SOLVERS_BY_KIND: dict[str, dict[str, str]] = {
         "ablation-one-tp": "solvers.layered.baselines.ablations:solve_one_tp",
         "ablation-equal-batch": "solvers.layered.baselines.ablations:solve_equal_batch",
     },
+    "sequence": {
+        "heuristic": "solvers.sequence.heuristic:solve",
+        "brute": "solvers.sequence.brute:solve",
+        "seq-uniform": "solvers.sequence.baselines:solve_uniform",
+        "seq-roundrobin": "solvers.sequence.baselines:solve_roundrobin",
+    },
 }
 SOLVERS = SOLVERS_BY_KIND[DEFAULT_KIND]  # the layered plan's solvers: the default kind's
 

@@ -125,8 +125,9 @@ def status_table(result: SolveResult, estimate: Estimate) -> Table:
     table.add_column(style="bold")
     table.add_column()
     style = STATUS_STYLE.get(result.status.value, "")
-    table.add_row("iteration time", f"{format_seconds(estimate.iteration_s, 6)}  (pipelines "
-                                    f"{format_seconds(estimate.pipe_s)} + DP sync {format_seconds(estimate.dp_s)})")
+    slowest = ("pipelines", estimate.pipe_s) if hasattr(estimate, "pipe_s") else ("replicas", estimate.replica_s)
+    table.add_row("iteration time", f"{format_seconds(estimate.iteration_s, 6)}  ({slowest[0]} "
+                                    f"{format_seconds(slowest[1])} + DP sync {format_seconds(estimate.dp_s)})")
     table.add_row("throughput", f"{estimate.tokens_per_s:,.0f} tokens/s   MFU {estimate.mfu:.1%}")
     table.add_row("bottleneck", estimate.bottleneck.description)
     table.add_row("solver", f"{result.solver}: [{style}]{result.status.value}[/] in {result.wall_s:.1f} s")

@@ -1,0 +1,195 @@
+"""Stage 1 of HexiSeq's two-stage scheduler: the global coarse placement (DESIGN.md §7).
+
+Groups come from fast-link device sets (a machine's devices, cut into groups of at most the
+head-parallel degree); the groups are dealt to D replicas in contiguous runs of equal speed
+(so a replica keeps whole machines where it can); each ring is ordered by a greedy top-τ
+search over link bandwidth; each group gets a shard proportional to its speed. Stage 2
+(`fine_split`) splits a group's heads and tokens over its members.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from planner.problem import Problem
+from solvers.sequence.space import Ring, compositions
+
+TAU = 4  # ring starts tried by the greedy order search
+MAX_FINE = 256  # largest (heads × tokens) split enumerated exactly per group
+
+
+def proportional(weights: Sequence[float], units: int, least: Sequence[int]) -> list[int] | None:
+    """`units` split by weight, each part ≥ least[i] (largest remainder); None if too few."""
+    extra = units - sum(least)
+    if extra < 0:
+        return None
+    total = float(sum(weights)) or 1.0
+    exact = [extra * w / total for w in weights]
+    out = [lo + math.floor(x) for lo, x in zip(least, exact)]
+    order = sorted(range(len(out)), key=lambda i: (math.floor(exact[i]) - exact[i], i))
+    for i in order[: units - sum(out)]:
+        out[i] += 1
+    return out
+
+
+def machine_groups(problem: Problem, devices: Sequence[int], degree: int) -> list[list[int]]:
+    """The devices of each machine (in machine order) cut into groups of `degree` (at most k
+    members: each holds a kv head)."""
+    machine, size = problem.cluster.machine_of_device, max(1, min(degree, problem.model.num_kv_heads))
+    by_machine: dict[int, list[int]] = {}
+    for d in sorted(devices):
+        by_machine.setdefault(int(machine[d]), []).append(d)
+    return [devs[i:i + size] for m in sorted(by_machine) for devs in [by_machine[m]]
+            for i in range(0, len(devs), size)]
+
+
+def device_speed(problem: Problem) -> np.ndarray:
+    return problem.cluster.machine_flops[problem.cluster.machine_of_device]
+
+
+DEALS = ("speed", "devices")  # what the contiguous runs of `deal_replicas` equalise
+
+
+def deal_replicas(problem: Problem, groups: list[list[int]], replicas: int,
+                  by: str = "speed") -> list[list[list[int]]] | None:
+    """Contiguous runs of groups, one per replica, of about equal speed (`by="speed"`) or
+    device count (`by="devices"`: equal ZeRO-3 shards); None when a run would be empty."""
+    if replicas > len(groups):
+        return None
+    speed = device_speed(problem)
+    weight = np.array([speed[g].sum() if by == "speed" else len(g) for g in groups], dtype=float)
+    cum = np.cumsum(weight) - weight / 2
+    target = np.minimum((cum / weight.sum() * replicas).astype(int), replicas - 1)
+    out: list[list[list[int]]] = [[] for _ in range(replicas)]
+    for g, r in zip(groups, target.tolist()):
+        out[r].append(g)
+    return out if all(out) else None
+
+
+def group_links(problem: Problem, groups: list[list[int]]) -> np.ndarray:
+    """bw between every two groups (smallest between their machines); −inf on the diagonal."""
+    cluster, machine = problem.cluster, problem.cluster.machine_of_device
+    if all(len(set(machine[g].tolist())) == 1 for g in groups):
+        of = machine[[g[0] for g in groups]]
+        bw = np.array(cluster.bw_matrix[of[:, None], of[None, :]], dtype=float)
+    else:
+        sets = [np.unique(machine[g]) for g in groups]
+        bw = np.array([[float(cluster.bw_matrix[a[:, None], b[None, :]].min()) for b in sets] for a in sets])
+    np.fill_diagonal(bw, -np.inf)
+    return bw
+
+
+def _greedy_order(bw: np.ndarray, start: int) -> list[int]:
+    free = np.ones(len(bw), dtype=bool)
+    order = [start]
+    free[start] = False
+    for _ in range(len(bw) - 1):
+        row = np.where(free, bw[order[-1]], -np.inf)
+        order.append(int(np.argmax(row)))
+        free[order[-1]] = False
+    return order
+
+
+def _best_order(bw: np.ndarray, tau: int) -> list[int]:
+    """The greedy order (from each of τ evenly spread starts) whose slowest link, then total
+    link bandwidth, is largest."""
+    best, best_key = list(range(len(bw))), None
+    for start in sorted(set(np.linspace(0, len(bw) - 1, min(tau, len(bw))).astype(int).tolist())):
+        order = _greedy_order(bw, start)
+        links = bw[np.roll(order, 1), order]
+        key = (float(links.min()), float(links.sum()))
+        if best_key is None or key > best_key:
+            best, best_key = order, key
+    return best
+
+
+def order_ring(problem: Problem, groups: list[list[int]], tau: int = TAU) -> list[list[int]]:
+    """A ring order by greedy search over link bandwidth: from each of τ starts, append the
+    group with the fastest link to the last one; keep the ring whose slowest link (closing
+    one included) is fastest, then the one with the largest total. When every group lies in
+    one machine the machines are ordered so (a machine's groups stay together, their links
+    are its own)."""
+    if len(groups) <= 2:
+        return groups
+    machine = problem.cluster.machine_of_device
+    if not all(len(set(machine[g].tolist())) == 1 for g in groups):
+        return [groups[i] for i in _best_order(group_links(problem, groups), tau)]
+    of = [int(machine[g[0]]) for g in groups]
+    machines = list(dict.fromkeys(of))
+    bw = np.array(problem.cluster.bw_matrix[np.ix_(machines, machines)], dtype=float)
+    np.fill_diagonal(bw, -np.inf)
+    order = _best_order(bw, tau) if len(machines) > 2 else list(range(len(machines)))
+    by_machine: dict[int, list[list[int]]] = {}
+    for g, m in zip(groups, of):
+        by_machine.setdefault(m, []).append(g)
+    return [g for i in order for g in by_machine[machines[i]]]
+
+
+def shard_units(problem: Problem, groups: list[list[int]]) -> list[int] | None:
+    """Shard units (2q tokens each) of every group, proportional to its speed; ≥ ⌈n_g/2⌉ each."""
+    q = problem.training.token_block
+    speed = device_speed(problem)
+    return proportional([float(speed[g].sum()) for g in groups], problem.training.seq_len // (2 * q),
+                        [math.ceil(len(g) / 2) for g in groups])
+
+
+def fine_split(problem: Problem, devices: list[int], units: int) -> list[tuple[int, int, int]] | None:
+    """Stage 2 for one group: kv heads and token blocks per member. Exactly (least
+    max_i t_i/π_i, then least max_i heads_i/π_i) when the split space is small, else
+    proportional to speed; None when the group has more members than kv heads or blocks."""
+    model, q = problem.model, problem.training.token_block
+    per_kv, k = model.heads // model.num_kv_heads, model.num_kv_heads
+    speed = tuple(device_speed(problem)[devices].tolist())
+    if len(devices) > k or len(devices) > 2 * units:
+        return None
+    heads, tokens = _split(speed, k, 2 * units)
+    return [(d, per_kv * h, q * t) for d, h, t in zip(devices, heads, tokens)]
+
+
+@lru_cache(maxsize=4096)
+def _split(speed: tuple[float, ...], kv: int, blocks: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """kv heads and token blocks over members of these speeds (see `fine_split`)."""
+    n, pace = len(speed), np.array(speed)
+    if math.comb(kv - 1, n - 1) * math.comb(blocks - 1, n - 1) <= MAX_FINE:
+        heads = min(compositions(kv, n), key=lambda c: (max(np.array(c) / pace), c))
+        tokens = min(compositions(blocks, n), key=lambda c: (max(np.array(c) / pace), c))
+        return heads, tokens
+    return tuple(proportional(speed, kv, [1] * n)), tuple(proportional(speed, blocks, [1] * n))
+
+
+def coarse_ring(problem: Problem, groups: list[list[int]]) -> Ring | None:
+    """Order, shard and split one replica's groups (None when the shards cannot cover them)."""
+    ordered = order_ring(problem, groups)
+    units = shard_units(problem, ordered)
+    if units is None:
+        return None
+    ring = [fine_split(problem, g, u) for g, u in zip(ordered, units)]
+    return None if any(g is None for g in ring) else ring
+
+
+def devices_by_speed(problem: Problem) -> list[int]:
+    """Devices, fastest GPU type first (then by machine and index)."""
+    flops = device_speed(problem)
+    machine = problem.cluster.machine_of_device
+    return sorted(range(problem.cluster.num_devices), key=lambda d: (-float(flops[d]), int(machine[d]), d))
+
+
+def degrees(problem: Problem) -> list[int]:
+    """HP degrees tried: 1, 2, 4, … up to min(k, the largest machine), and that maximum."""
+    top = min(problem.model.num_kv_heads, int(problem.cluster.machine_counts.max()))
+    out = sorted({2 ** i for i in range(int(math.log2(top)) + 1)} | {top})
+    return out
+
+
+def replica_counts(problem: Problem, groups: int, limit: int = 8) -> list[int]:
+    """D tried: 1, 2, 3, 4, 6, 8, … up to min(#groups, B/b), at most `limit` values."""
+    top = min(groups, problem.training.global_batch // problem.training.micro_batch)
+    base = sorted({d for d in itertools.chain([1, 2, 3, 4, 6], (2 ** i for i in range(3, 12))) if d <= top} | {top})
+    if len(base) <= limit:
+        return base
+    return base[: limit - 1] + [top]
