@@ -59,6 +59,17 @@ _SafeLoaderBase = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 class _StrictYamlLoader(_SafeLoaderBase):
     """PyYAML's safe loader, refusing a key repeated inside one mapping."""
 
+    def resolve(self, kind, value, implicit):
+        """The tag of a node; a plain scalar's depends on its text alone (the safe loader has no
+        path resolvers), so each distinct text is matched against the resolvers once."""
+        if kind is yaml.ScalarNode and implicit[0]:
+            seen = self.__dict__.setdefault("_plain_tags", {})
+            tag = seen.get(value)
+            if tag is None:
+                tag = seen[value] = super().resolve(kind, value, implicit)
+            return tag
+        return super().resolve(kind, value, implicit)
+
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
             self.flatten_mapping(node)  # merge keys (<<) first: their keys may be overridden
