@@ -1,3 +1,8 @@
-"""Solvers for sequence plans (DESIGN.md §7): none yet — they come next, built on
-`planner.sequence` (`SeqPlan.from_rings` to assemble a plan, `MemberTable.from_arrays` and
-`planner.sequence.iteration_time(problem, table, check=False)` for the inner loop)."""
+"""Solvers for sequence plans (DESIGN.md §7), built on `planner.sequence`:
+
+- `brute`: the exhaustive oracle for tiny problems (≤ 5 devices, ≤ 8 shard units);
+- `heuristic`: HexiSeq's two-stage scheduler (`coarse` placement, per-group split, `polish`
+  and `regroup` moves priced by the planner), any size;
+- `baselines`: `seq-uniform` and `seq-roundrobin`;
+- `space`: what they share (rings as lists, batched pricing of rings, batch split, memory proof).
+"""
