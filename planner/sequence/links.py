@@ -18,7 +18,7 @@ from planner.hardware import Cluster
 def link(cluster: Cluster, a, b) -> tuple[np.ndarray, np.ndarray]:
     """bw (GB/s) and latency (s) between machines a and b (arrays of machine indices,
     element-wise; a == b gives the machine's intra values)."""
-    return cluster.bw_matrix[a, b], cluster.lat_matrix[a, b]
+    return cluster.pair_bw(a, b), cluster.pair_lat(a, b)  # sparse on big clusters, never N×N
 
 
 def _pairs(lo: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
