@@ -13,6 +13,7 @@ found a better plan this way would have been beaten by a local move it does not 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from itertools import islice
 
@@ -26,6 +27,8 @@ from planner.problem import Problem
 
 MAX_MACHINES = 6  # explain at most this many idle machines
 MAX_PLACEMENTS = 100  # priced placements per machine: big plans have O(D·S·L) of them
+STAGE_BUDGET = 20_000  # placements × stages of the plan per machine: fewer placements on huge plans
+TIME_BUDGET_S = 5.0  # no further machine is explained once this much time is spent
 
 
 @dataclass(frozen=True)
@@ -57,15 +60,19 @@ def idle_devices(problem: Problem, plan: Plan) -> dict[int, tuple[int, ...]]:
 
 
 def explain_idle(problem: Problem, plan: Plan) -> list[IdleMachine]:
-    """One explanation per machine with idle devices (at most MAX_MACHINES)."""
-    out = []
+    """One explanation per machine with idle devices (at most MAX_MACHINES, and none started
+    after TIME_BUDGET_S: a plan of thousands of stages costs ~0.1 s per priced placement)."""
+    out, start = [], time.perf_counter()
     order = _slowest_first(problem, plan)
+    limit = max(3, min(MAX_PLACEMENTS, STAGE_BUDGET // plan.num_stages))
     for m, idle in list(idle_devices(problem, plan).items())[:MAX_MACHINES]:
+        if out and time.perf_counter() - start > TIME_BUDGET_S:
+            break
         group = idle[: _largest_tp(problem, len(idle))]
-        tried = list(islice(_with_stage(problem, plan, group, order), MAX_PLACEMENTS + 1))
-        cut = (f" (best of the first {MAX_PLACEMENTS} placements tried, slowest pipelines first)"
-               if len(tried) > MAX_PLACEMENTS else "")
-        best = min(tried[:MAX_PLACEMENTS], key=lambda c: iteration_time(problem, c, check=False), default=None)
+        tried = list(islice(_with_stage(problem, plan, group, order), limit + 1))
+        cut = (f" (best of the first {limit} placements tried, slowest pipelines first)"
+               if len(tried) > limit else "")
+        best = min(tried[:limit], key=lambda c: iteration_time(problem, c, check=False), default=None)
         name = problem.cluster.machines[m].name
         if best is None:
             out.append(IdleMachine(name, idle, None, "no placement of them as a stage fits in memory" + cut, None))
