@@ -1,0 +1,117 @@
+"""Sequence plans (DESIGN.md §7, after HexiSeq): the heuristic against the homogeneous baselines,
+against the brute-force optimum on tiny problems, and the scheduler's speed.
+
+1. Quality: heuristic vs `seq-uniform` (Megatron CP / USP: equal shards, one HP degree) and
+   `seq-roundrobin` on the bundled simulated suites (32, 64, 128 GPUs, up to 4 GPU types) and
+   the H100 + A100 testbed. HexiSeq reports 1.11–1.36× on average and 1.72× at best over
+   homogeneous baselines; our baselines also keep every GPU type (the slowest sets the pace
+   of an equal shard) and equal batches, while the heuristic may leave slow machines out.
+2. Optimality: heuristic vs `brute` on seeded tiny problems (tests/test_sequence_solvers.py's
+   generators); targets worst ≤ 3 %, mean ≤ 1 %, no false infeasible.
+3. Speed: the heuristic's wall time at 128 GPUs (target ≤ 0.5 s, HexiSeq's figure) and 1024
+   GPUs (≤ 5 s, a generated cluster of the same four types).
+
+    .venv/bin/python benchmarks/bench_sequence.py [--tiny 40] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from instances.generate import generate_cluster, generated_problem  # noqa: E402
+from planner.io import load_problem  # noqa: E402
+from solvers.common import SolverOptions  # noqa: E402
+from solvers.sequence import baselines, brute, heuristic  # noqa: E402
+from test_sequence_solvers import hetero_seq, tiny_seq  # noqa: E402
+
+SUITES = ["longctx-sim-32-llama3-8b-128k", "longctx-sim-64-llama3-8b-128k", "longctx-sim-128-llama3-8b-128k",
+          "longctx-sim-128-llama-30b-512k", "longctx-h100-a100-llama3-8b-64k", "longctx-h100-a100-llama-30b-256k"]
+MIX = "H100:0.25,A100-80G:0.25,L40S:0.25,V100:0.25"
+console = Console(width=140)
+
+
+def _t(res) -> str:
+    return f"{res.objective_s:.3f}" if res.objective_s is not None else res.status.value
+
+
+def _ratio(a, b) -> str:
+    return f"{b.objective_s / a.objective_s:.2f}×" if a.objective_s and b.objective_s else "—"
+
+
+def quality_table() -> Table:
+    table = Table(title="heuristic vs homogeneous baselines (T in s; speed-up = T_baseline / T_heuristic)")
+    for col in ("problem", "GPUs", "heuristic", "seq-uniform", "speed-up", "seq-roundrobin", "speed-up"):
+        table.add_column(col, justify="right" if col != "problem" else "left")
+    ups = []
+    for name in SUITES:
+        problem = load_problem(name)
+        h, u, r = heuristic.solve(problem), baselines.solve_uniform(problem), baselines.solve_roundrobin(problem)
+        if h.objective_s and u.objective_s:
+            ups.append(u.objective_s / h.objective_s)
+        table.add_row(name, str(problem.cluster.num_devices), _t(h), _t(u), _ratio(h, u), _t(r), _ratio(h, r))
+    if ups:
+        table.caption = (f"vs seq-uniform: mean {statistics.mean(ups):.2f}×, best {max(ups):.2f}× "
+                         f"(HexiSeq: 1.11–1.36× mean, 1.72× best)")
+    return table
+
+
+def optimality_table(count: int) -> Table:
+    gaps, infeasible, misses, rows = [], 0, 0, []
+    for i in range(count):
+        problem = tiny_seq(i // 2) if i % 2 == 0 else hetero_seq(i // 2)
+        exact, heur = brute.solve(problem), heuristic.solve(problem, SolverOptions(seed=i))
+        if exact.objective_s is None:
+            infeasible += 1
+            misses += heur.plan is not None  # a plan where brute proved none would be a bug
+            continue
+        if heur.objective_s is None:
+            misses += 1
+            continue
+        gaps.append(heur.objective_s / exact.objective_s - 1)
+        rows.append((problem.name, exact.wall_s, heur.wall_s))
+    table = Table(title=f"heuristic vs brute force on {count} tiny problems")
+    for col in ("feasible", "infeasible (agreed)", "missed", "worst gap", "mean gap", "brute s (mean)", "heuristic s (mean)"):
+        table.add_column(col, justify="right")
+    table.add_row(str(len(gaps)), str(infeasible), str(misses), f"{max(gaps, default=0):.3%}",
+                  f"{statistics.mean(gaps) if gaps else 0:.4%}", f"{statistics.mean(r[1] for r in rows):.2f}",
+                  f"{statistics.mean(r[2] for r in rows):.2f}")
+    table.caption = "targets: worst ≤ 3 %, mean ≤ 1 %, no false infeasible"
+    return table
+
+
+def speed_table(repeat: int) -> Table:
+    table = Table(title="scheduler speed (heuristic wall time, best of repeats)")
+    for col in ("problem", "GPUs", "machines", "wall s", "target s", "T s"):
+        table.add_column(col, justify="right" if col != "problem" else "left")
+    big = generated_problem(generate_cluster(1024, MIX, seed=1), "llama3-8b", seq_len=131072, global_batch=64,
+                            name="gen-1024-llama3-8b-128k")
+    for problem, target in ((load_problem("longctx-sim-128-llama3-8b-128k"), 0.5), (big, 5.0)):
+        runs = [heuristic.solve(problem) for _ in range(repeat)]
+        wall = min(r.wall_s for r in runs)
+        table.add_row(problem.name, str(problem.cluster.num_devices), str(len(problem.cluster.machines)),
+                      f"{wall:.2f}", f"{target:g}", _t(runs[0]))
+    return table
+
+
+def main(tiny: int = typer.Option(40, help="tiny problems against brute force"),
+         repeat: int = typer.Option(3, help="timing repeats")) -> None:
+    start = time.perf_counter()
+    console.print(quality_table())
+    console.print(optimality_table(tiny))
+    console.print(speed_table(repeat))
+    console.print(f"bench_sequence: {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    typer.run(main)
