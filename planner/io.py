@@ -190,14 +190,20 @@ def _find(path: str | Path, kind: str) -> Path:
     raise InputError(p, "", "no such file" + (f" or bundled {kind[:-1]}" if "/" not in str(path) else ""))
 
 
+def _named(data: dict[str, Any], default: str) -> dict[str, Any]:
+    """A file without a `name` is named after its file (or, inline, after its problem), so
+    that messages never read "model model" or "cluster cluster"."""
+    return data if "name" in data or not isinstance(data, dict) else {"name": default, **data}
+
+
 def load_cluster(path: str | Path) -> Cluster:
     path = _find(path, "clusters")
-    return build(Cluster, read_mapping(path), path)
+    return build(Cluster, _named(read_mapping(path), path.stem), path)
 
 
 def load_model(path: str | Path) -> ModelSpec:
     path = _find(path, "models")
-    return build(ModelSpec, read_mapping(path), path)
+    return build(ModelSpec, _named(read_mapping(path), path.stem), path)
 
 
 def load_problem(path: str | Path) -> Problem:
@@ -212,11 +218,14 @@ def load_problem(path: str | Path) -> Problem:
         raise InputError(path, unknown[0], "unknown field (expected name, cluster, model, training)")
     cluster_data, cluster_file = _resolve(data["cluster"], "clusters", path.parent, path, "cluster")
     model_data, model_file = _resolve(data["model"], "models", path.parent, path, "model")
+    name = str(data.get("name", path.stem))
     inline = "cluster" if cluster_file == path else ""
-    cluster = build(Cluster, cluster_data, cluster_file, inline)
-    model = build(ModelSpec, model_data, model_file, "model" if model_file == path else "")
+    cluster_name = f"{name}-cluster" if inline else cluster_file.stem
+    cluster = build(Cluster, _named(cluster_data, cluster_name), cluster_file, inline)
+    model_name = f"{name}-model" if model_file == path else model_file.stem
+    model = build(ModelSpec, _named(model_data, model_name), model_file, "model" if model_file == path else "")
     training = build(TrainingSpec, data["training"], path, "training")
-    return Problem(name=str(data.get("name", path.stem)), cluster=cluster, model=model, training=training)
+    return Problem(name=name, cluster=cluster, model=model, training=training)
 
 
 def load_plan(path: str | Path):

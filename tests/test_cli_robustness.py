@@ -176,3 +176,13 @@ def test_validate_and_show_of_a_large_plan_report_each_stage_on_stderr(tmp_path)
     assert result.exit_code == 0, result.output
     for step in ("pricing the plan", "drawing cluster.png", "drawing schedule.png", "drawing memory.png"):
         assert step in result.stderr
+
+
+def test_unnamed_inline_model_and_cluster_take_the_problem_s_name(tmp_path):
+    path = tmp_path / "unnamed.yaml"
+    path.write_text("cluster: {inter_bw_gbps: 10, machines: [{name: m0, gpu: A100-80G, count: 2, intra_bw_gbps: 300}]}\n"
+                    "model: {layers: 2, hidden: 64, heads: 4, ffn_hidden: 128, vocab: 256}\n"
+                    "training: {seq_len: 64, global_batch: 4}\n")
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "model unnamed-model" in result.output and "model model" not in result.output
