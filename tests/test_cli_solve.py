@@ -41,7 +41,7 @@ def test_json_output_carries_status_bound_and_estimate():
 def test_limits_show_up_as_restrictions():
     result = CliRunner().invoke(app, ["solve", "tiny-4-tiny-mha", "--solver", "cpsat", "--max-stages", "1"])
     assert result.exit_code == 0, result.output
-    assert "restriction" in result.output and "at most 1 stages" in result.output
+    assert "restriction" in result.output and "at most 1 stage per pipeline" in result.output
 
 
 def test_unknown_solver_is_one_line_and_exit_2():

@@ -116,7 +116,7 @@ def test_a_stage_limit_is_reported_and_respected():
     problem = load_problem("tiny-4-tiny-mha")
     for solver in EXACT:
         result = solver.solve(problem, SolverOptions(max_stages=1))
-        assert any("at most 1 stages" in r for r in result.restrictions)
+        assert any("at most 1 stage per pipeline" in r for r in result.restrictions)
         assert all(len(p.stages) == 1 for p in result.plan.pipelines)
 
 

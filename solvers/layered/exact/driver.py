@@ -98,7 +98,7 @@ def _limits(tables: Tables, options: SolverOptions) -> tuple[list[int], int, lis
     d_values, restrictions = _pipeline_counts(tables, options)
     max_stages = min(tables.max_stages, options.max_stages or tables.max_stages)
     if options.max_stages and options.max_stages < tables.max_stages:
-        restrictions.append(f"at most {options.max_stages} stages per pipeline "
+        restrictions.append(f"at most {options.max_stages} stage{'s' if options.max_stages != 1 else ''} per pipeline "
                             f"(a pipeline can have up to {tables.max_stages})")
     return d_values, max_stages, restrictions
 
