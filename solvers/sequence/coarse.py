@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.problem import Problem
-from solvers.sequence.space import Ring, compositions
+from solvers.sequence.space import Ring, compositions, per_cluster
 
 TAU = 4  # ring starts tried by the greedy order search
 MAX_FINE = 256  # largest (heads × tokens) split enumerated exactly per group
@@ -49,7 +49,8 @@ def machine_groups(problem: Problem, devices: Sequence[int], degree: int) -> lis
 
 
 def device_speed(problem: Problem) -> np.ndarray:
-    return problem.cluster.machine_flops[problem.cluster.machine_of_device]
+    """π of every device's machine (read-only: shared between calls)."""
+    return per_cluster("speed", problem, lambda c: c.machine_flops[c.machine_of_device])
 
 
 DEALS = ("speed", "devices")  # what the contiguous runs of `deal_replicas` equalise

@@ -34,6 +34,7 @@ from solvers.sequence.space import Ring, memory_proof, result
 POLISHED = 6  # coarse plans polished on small clusters (and the best of every other D)
 POLISHED_LARGE = 2  # on large ones
 STAGED_TOP = 3  # coarse plans of large clusters tried without their slowest machines
+STAGED_D = 4  # and the best plan of each of this many best D
 LARGE_STEPS = 40  # polish steps per ring on large clusters
 REGROUP_DEVICES = 32  # clusters up to this size also move groups between replicas
 MAX_DROPPED = 3  # slowest machines left out, at most, in the device sets tried
@@ -111,7 +112,8 @@ class Coarse:
     def staged(self) -> None:
         """Large clusters: every HP degree × D (powers of two) on all devices, dealt by speed;
         the STAGED_TOP best dealt by device count too; the STAGED_TOP best of all and the
-        best of every D on the smaller device sets (slowest machines or GPU types left out)."""
+        best of each of the STAGED_D best D on the smaller device sets (slowest machines or
+        GPU types left out)."""
         for degree in degrees(self.problem):
             groups = len(machine_groups(self.problem, self.sets[0], degree))
             for d in powers_up_to(replica_counts(self.problem, groups, limit=64)):
@@ -122,7 +124,7 @@ class Coarse:
                 if not self.out_of_time():
                     self.price((0, *c[3][1:3], by))
         best = self.ranked()[:STAGED_TOP]
-        best += [min(c, key=lambda c: (c[0], c[3])) for c in _by_d(self.ranked()).values()]
+        best += [c[0] for c in list(_by_d(self.ranked()).values())[:STAGED_D]]
         for s in range(1, len(self.sets)):
             for c in best:
                 if not self.out_of_time():
@@ -130,6 +132,7 @@ class Coarse:
 
 
 def _by_d(found: list[Candidate]) -> dict[int, list[Candidate]]:
+    """Candidates (ranked) by D, in the order of each D's best."""
     out: dict[int, list[Candidate]] = {}
     for c in found:
         out.setdefault(c[3][2], []).append(c)

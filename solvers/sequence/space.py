@@ -112,10 +112,26 @@ def split_batches(micro_batches: int, tmb: Sequence[float]) -> list[int] | None:
     return m
 
 
-def vendor_of_devices(problem: Problem) -> list[str]:
+_LAST: dict[str, tuple[object, object]] = {}  # per-cluster figures of the last cluster asked
+
+
+def per_cluster(what: str, problem: Problem, compute):
+    """`compute(cluster)`, kept for the cluster last asked about (solvers ask thousands of times)."""
     cluster = problem.cluster
+    held = _LAST.get(what)
+    if held is None or held[0] is not cluster:
+        held = (cluster, compute(cluster))
+        _LAST[what] = held
+    return held[1]
+
+
+def _vendors(cluster) -> list[str]:
     vendor = [cluster.gpu_of(m).vendor.value for m in range(len(cluster.machines))]
     return [vendor[int(m)] for m in cluster.machine_of_device]
+
+
+def vendor_of_devices(problem: Problem) -> list[str]:
+    return per_cluster("vendor", problem, _vendors)
 
 
 def mixes_vendors(vendors: Sequence[str]) -> bool:
