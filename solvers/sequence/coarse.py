@@ -77,10 +77,10 @@ def group_links(problem: Problem, groups: list[list[int]]) -> np.ndarray:
     cluster, machine = problem.cluster, problem.cluster.machine_of_device
     if all(len(set(machine[g].tolist())) == 1 for g in groups):
         of = machine[[g[0] for g in groups]]
-        bw = np.array(cluster.bw_matrix[of[:, None], of[None, :]], dtype=float)
+        bw = np.array(cluster.pair_bw(of[:, None], of[None, :]), dtype=float)
     else:
         sets = [np.unique(machine[g]) for g in groups]
-        bw = np.array([[float(cluster.bw_matrix[a[:, None], b[None, :]].min()) for b in sets] for a in sets])
+        bw = np.array([[float(cluster.pair_bw(a[:, None], b[None, :]).min()) for b in sets] for a in sets])
     np.fill_diagonal(bw, -np.inf)
     return bw
 
@@ -122,7 +122,7 @@ def order_ring(problem: Problem, groups: list[list[int]], tau: int = TAU) -> lis
         return [groups[i] for i in _best_order(group_links(problem, groups), tau)]
     of = [int(machine[g[0]]) for g in groups]
     machines = list(dict.fromkeys(of))
-    bw = np.array(problem.cluster.bw_matrix[np.ix_(machines, machines)], dtype=float)
+    bw = np.array(problem.cluster.pair_bw(np.array(machines)[:, None], np.array(machines)[None, :]), dtype=float)
     np.fill_diagonal(bw, -np.inf)
     order = _best_order(bw, tau) if len(machines) > 2 else list(range(len(machines)))
     by_machine: dict[int, list[list[int]]] = {}
