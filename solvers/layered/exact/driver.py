@@ -275,10 +275,17 @@ def _combinatorial_bounds(tables, d_values, best_t, deadline, log) -> tuple[_Flo
     affordable = d_bounds.plain.affordable(deadline - time.perf_counter())
     if not affordable:
         log("too many stage-type multisets for the combinatorial bounds in the time given: models only")
+    took: list[float] = []  # seconds per D: the tabulation grows with D, so predict the next
     for d in d_values if affordable else ():
-        if time.perf_counter() > deadline:
+        left = deadline - time.perf_counter()
+        guess = took[-1] * max(2.0, took[-1] / took[-2]) if len(took) >= 2 else 0.0
+        if left <= 0 or guess > left:
+            log(f"D≥{d}: combinatorial bounds skipped" + (f" (the next would take about {guess:.0f} s)"
+                                                         if left > 0 else "") + ": models only")
             break
+        started = time.perf_counter()
         floors[d] = d_bounds.bound(d)
+        took.append(max(time.perf_counter() - started, 1e-3))
         floors.per_d[d] = d_bounds.floors_for(d)
         done = floors[d] == float("inf") or (best_t is not None and floors[d] >= best_t)
         log(f"D={d}: combinatorial bound {floors[d]:.6g} s" + (" — cannot beat the incumbent" if done else ""))

@@ -53,7 +53,7 @@ class HeuristicOptions(Frozen):
                                        "structures (a work limit: the plan does not depend on the "
                                        "machine's speed), shared by the polished starts")
     exact_devices: int = Field(
-        default=16, ge=0,
+        default=8, ge=0,
         description="clusters of at most this many devices spend the time left on the exact CP-SAT "
                     "model warm-started from the heuristic's plan (exact_refine.py); 0: off")
 

@@ -1,5 +1,8 @@
 """The search loop: over D (pipelines) and the secondary split (TP cap), build a plan for
-each candidate, keep the best few by the full evaluator, polish those and return the best.
+each candidate, keep the best few by the full evaluator, polish those, improve each by
+structure moves (moves.py, clusters up to `move_devices`), and on clusters up to
+`exact_devices` spend the time left on the exact CP-SAT model from the best plan
+(exact_refine.py); return the best. Status `optimal` only when that sub-solve proves it.
 
 Deterministic for a given seed (METIS and the random baseline take it; nothing reads global
 random state). A rich progress bar shows on long runs; `SolverOptions.time_limit_s` bounds
@@ -228,7 +231,8 @@ def _found(problem: Problem, name: str, best: tuple[float, Plan], exact: SolveRe
                     f"; exact sub-solve (cpsat) stopped at the time limit: {exact.status.value}"
                     + (f", bound {exact.bound_s:.6g} s" if exact.bound_s is not None else ""))
     return SolveResult(solver=name, status=status, plan=plan.model_copy(update={"solver": info}),
-                       objective_s=t, bound_s=bound, wall_s=wall, message=message)
+                       objective_s=t, bound_s=bound, wall_s=wall, message=message,
+                       restrictions=exact.restrictions if exact is not None else ())
 
 
 def _no_plan(problem: Problem, heuristic: HeuristicOptions, name: str, wall: float) -> SolveResult:
