@@ -2,8 +2,14 @@
 
 Each solver's plan is re-checked with `planner.validate` and priced with `planner.evaluate`
 (never with the solver's own figure), so the columns compare like with like: iteration time,
-tokens/s, MFU, the gap to the best lower bound any exact solver proved, the speed-up over the
-symmetric (Megatron-style) baseline, and the solve wall time.
+tokens/s, MFU, the gap to the best lower bound any exact solver of the same plan kind proved,
+the speed-up over the kind's homogeneous baseline (`symmetric`, Megatron-style, for layered
+plans; `seq-uniform`, Megatron CP / USP, for sequence plans), and the solve wall time.
+
+Each problem is compared in one plan kind (`--kind`, `auto` as `hexiscale solve` chooses it);
+solver names are that kind's, or `KIND:NAME` for another kind's. On a sequence (long-context)
+problem the best layered plan (`layered:heuristic`) is priced too, one row labelled with its
+kind, so that the table shows which kind wins at that sequence length.
 """
 
 from __future__ import annotations
@@ -18,43 +24,64 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.app import app, console, err_console, fail, friendly_errors, writable_file, writable_folder
+from hexiscale.cli.solve import AUTO_KIND, choose_kind
 from planner.kinds import evaluate
 from planner.base import Frozen
 from planner.io import load_problem, save_plan
 from planner.problem import Problem
 from planner.kinds import validate
 from solvers.common import SolveResult, SolverOptions
-from solvers.registry import SOLVERS, solve
+from solvers.registry import DEFAULT_KIND, SOLVERS, SOLVERS_BY_KIND, solve
 
 EXACT_SOLVERS = ("cpsat", "milp")
 REFERENCE = "symmetric"
 DEFAULT_SOLVERS = "heuristic,cpsat,milp,symmetric,symmetric-all,random"
+REFERENCE_BY_KIND = {"layered": REFERENCE, "sequence": "seq-uniform"}  # the speed-up column's baseline
+DEFAULT_SOLVERS_BY_KIND = {"layered": DEFAULT_SOLVERS, "sequence": "heuristic,seq-uniform,seq-roundrobin"}
+CROSS_KIND = {"sequence": "layered:heuristic"}  # also priced on a problem of this kind: the other kind's best
+REFERENCE_LABEL = {"layered": "×sym", "sequence": "×unif"}
 
 
 class ComparisonRow(Frozen):
     problem: str
     solver: str
+    kind: str = Field(default=DEFAULT_KIND, description="plan kind of the solver's plan: layered | sequence")
     status: str = Field(description="solver status, or skipped | error | invalid")
     iteration_s: float | None = Field(default=None, description="T by planner.evaluate")
     tokens_per_s: float | None = None
     mfu: float | None = None
     bound_s: float | None = Field(default=None, description="this solver's proven lower bound")
     gap: float | None = Field(default=None, description="(T − best bound of any solver) / T")
-    speedup: float | None = Field(default=None, description="T_symmetric / T")
+    speedup: float | None = Field(default=None, description="T_reference / T: symmetric (layered problems) "
+                                                            "or seq-uniform (sequence problems)")
     wall_s: float | None = Field(default=None, description="solve wall time")
     devices_used: int | None = None
-    pipelines: int | None = None
+    pipelines: int | None = Field(default=None, description="pipelines (layered) or replicas (sequence)")
     message: str = ""
 
 
-def run_solver(problem: Problem, name: str, options: SolverOptions, exact_max_devices: int) -> tuple[ComparisonRow, SolveResult | None]:
-    """One solver on one problem, its plan judged by the evaluator; failures become rows."""
-    base = dict(problem=problem.name, solver=name)
-    if name in EXACT_SOLVERS and problem.cluster.num_devices > exact_max_devices:
+def split_name(spec: str, kind: str = DEFAULT_KIND) -> tuple[str, str]:
+    """`KIND:NAME` → (KIND, NAME); a plain name is one of `kind`'s solvers."""
+    return tuple(spec.split(":", 1)) if ":" in spec else (kind, spec)  # type: ignore[return-value]
+
+
+def _call_solver(problem: Problem, kind: str, name: str, options: SolverOptions) -> SolveResult:
+    if kind == DEFAULT_KIND:
+        return solve(problem, name, options)
+    return solve(problem, name, options, kind=kind)
+
+
+def run_solver(problem: Problem, name: str, options: SolverOptions, exact_max_devices: int,
+               kind: str = DEFAULT_KIND) -> tuple[ComparisonRow, SolveResult | None]:
+    """One solver on one problem, its plan judged by the evaluator; failures become rows.
+    `name` is one of `kind`'s solvers, or `KIND:NAME`."""
+    kind, name = split_name(name, kind)
+    base = dict(problem=problem.name, solver=name, kind=kind)
+    if kind == DEFAULT_KIND and name in EXACT_SOLVERS and problem.cluster.num_devices > exact_max_devices:
         return ComparisonRow(**base, status="skipped", message=f"{problem.cluster.num_devices} devices > "
                              f"--exact-max-devices {exact_max_devices}"), None
     try:
-        result = solve(problem, name, options)
+        result = _call_solver(problem, kind, name, options)
     except Exception as exc:  # a crashing solver is a row of the table, not the end of the run
         return ComparisonRow(**base, status="error", message=f"{type(exc).__name__}: {exc}"), None
     row = dict(base, status=result.status.value, bound_s=result.bound_s, wall_s=result.wall_s,
@@ -65,32 +92,48 @@ def run_solver(problem: Problem, name: str, options: SolverOptions, exact_max_de
     if violations:
         return ComparisonRow(**dict(row, status="invalid", message=str(violations[0]))), result
     est = evaluate(problem, result.plan)
+    width = getattr(result.plan, "pipelines", None) or getattr(result.plan, "replicas", ())
     return ComparisonRow(**row, iteration_s=est.iteration_s, tokens_per_s=est.tokens_per_s, mfu=est.mfu,
-                         devices_used=len(result.plan.devices), pipelines=len(result.plan.pipelines)), result
+                         devices_used=len(result.plan.devices), pipelines=len(width)), result
+
+
+def with_cross_kind(solvers: list[str], kind: str) -> list[str]:
+    """The solvers plus, on a problem of a kind listed in CROSS_KIND, the other kind's best
+    (unless a solver of that kind is already asked for)."""
+    extra = CROSS_KIND.get(kind)
+    if extra is None or any(split_name(s, kind)[0] != kind for s in solvers):
+        return list(solvers)
+    return list(solvers) + [extra]
 
 
 def compare_problem(problem: Problem, solvers: list[str], options: SolverOptions, exact_max_devices: int = 32,
                     plans_dir: Path | None = None, on_start=None,
-                    exact_options: SolverOptions | None = None) -> list[ComparisonRow]:
-    """All solvers on one problem, with gap and speed-up filled in from the others' results.
-    `exact_options` (default: `options`) is what cpsat and milp run with."""
-    rows, reference = [], None
-    for name in solvers:
+                    exact_options: SolverOptions | None = None, kind: str = DEFAULT_KIND) -> list[ComparisonRow]:
+    """All solvers (of `kind`, or `KIND:NAME`) on one problem, with gap and speed-up filled in
+    from the others' results. `exact_options` (default: `options`) is what cpsat and milp run
+    with. The gap is against the best bound proved for the row's own kind; the speed-up
+    against `kind`'s reference baseline (REFERENCE_BY_KIND), for every row."""
+    rows, reference, ref_name = [], None, REFERENCE_BY_KIND.get(kind, REFERENCE)
+    for spec in solvers:
+        row_kind, name = split_name(spec, kind)
         if on_start:
-            on_start(problem.name, name)
+            on_start(problem.name, name if row_kind == kind else spec)
         opts = exact_options if exact_options is not None and name in EXACT_SOLVERS else options
-        row, result = run_solver(problem, name, opts, exact_max_devices)
+        row, result = run_solver(problem, spec, opts, exact_max_devices, kind)
         rows.append(row)
         if plans_dir is not None and result is not None and result.plan is not None:
             plans_dir.mkdir(parents=True, exist_ok=True)
-            save_plan(result.plan, plans_dir / f"{problem.name}.{name}.json")
-        if name == REFERENCE:
+            label = name if row_kind == kind else f"{row_kind}-{name}"
+            save_plan(result.plan, plans_dir / f"{problem.name}.{label}.json")
+        if row_kind == kind and name == ref_name:
             reference = row
-    if reference is None:  # the speed-up column needs the symmetric figure even if not asked for
-        reference, _ = run_solver(problem, REFERENCE, options, exact_max_devices)
-    bounds = [r.bound_s for r in rows if r.bound_s is not None]
-    best_bound = max(bounds) if bounds else None  # the tightest proven lower bound
-    return [_with_relative(r, best_bound, reference.iteration_s) for r in rows]
+    if reference is None:  # the speed-up column needs the reference figure even if not asked for
+        reference, _ = run_solver(problem, ref_name, options, exact_max_devices, kind)
+    best_bound = {}
+    for r in rows:  # the tightest proven lower bound of each kind
+        if r.bound_s is not None:
+            best_bound[r.kind] = max(best_bound.get(r.kind, r.bound_s), r.bound_s)
+    return [_with_relative(r, best_bound.get(r.kind), reference.iteration_s) for r in rows]
 
 
 def _with_relative(row: ComparisonRow, best_bound: float | None, symmetric_s: float | None) -> ComparisonRow:
@@ -117,24 +160,38 @@ STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "in
 
 
 def comparison_table(problem: Problem, rows: list[ComparisonRow]) -> Table:
-    """One row per solver; each row's note goes in the caption so the numbers fit 80 columns."""
+    """One row per solver; each row's note goes in the caption so the numbers fit 80 columns.
+    A table mixing plan kinds gets a kind column; its speed-up column is against the main
+    kind's reference (the kind of the first row)."""
     best = min((r.iteration_s for r in rows if r.iteration_s is not None), default=None)
-    notes = "\n".join(f"{r.solver}: {r.message}" for r in rows if r.message)
+    kinds = list(dict.fromkeys(r.kind for r in rows)) or [DEFAULT_KIND]
+    mixed = len(kinds) > 1
+    notes = "\n".join(f"{r.solver if r.kind == kinds[0] else r.kind + ':' + r.solver}: {r.message}"
+                      for r in rows if r.message)
+    show_gap = kinds[0] == DEFAULT_KIND or any(r.gap is not None for r in rows)  # no bounds: no column
+    plans = "" if kinds == [DEFAULT_KIND] else f", {kinds[0]} plans" + (
+        " and the best " + ", ".join(kinds[1:]) + " plan" if mixed else "")
     table = Table(title=f"{problem.name}: {problem.model.name} on {problem.cluster.name} "
-                        f"({problem.cluster.num_devices} GPUs)", box=box.SIMPLE_HEAD, header_style="bold",
+                        f"({problem.cluster.num_devices} GPUs, s = {problem.training.seq_len:,}{plans})",
+                  box=box.SIMPLE_HEAD, header_style="bold",
                   caption=notes or None, caption_justify="left", padding=(0, 1), pad_edge=False,
                   collapse_padding=True, show_edge=False)
     table.add_column("solver", overflow="fold")  # the one column that may wrap on a narrow terminal
+    if mixed:
+        table.add_column("kind", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    for col, width in (("T (s)", 6), ("tok/s", 6), ("MFU", 5), ("gap", 5), ("×sym", 5), ("solve s", 7), ("used", 5)):
-        table.add_column(col, justify="right", no_wrap=True, min_width=width)
+    ref = REFERENCE_LABEL.get(kinds[0], "×sym")
+    for col, width in (("T (s)", 6), ("tok/s", 6), ("MFU", 5), ("gap", 5), (ref, 5), ("solve s", 7), ("used", 5)):
+        if col != "gap" or show_gap:
+            table.add_column(col, justify="right", no_wrap=True, min_width=width)
     for r in rows:
         t = _fmt(r.iteration_s, ".4g")
         if r.iteration_s is not None and r.iteration_s == best:
             t = f"[bold green]{t}[/]"
         style = STATUS_STYLE.get(r.status, "")
-        table.add_row(r.solver, f"[{style}]{r.status}[/]" if style else r.status, t,
-                      _kilo(r.tokens_per_s), _fmt(r.mfu, ".1%"), _fmt(r.gap, ".1%"),
+        table.add_row(r.solver, *([r.kind] if mixed else []),
+                      f"[{style}]{r.status}[/]" if style else r.status, t,
+                      _kilo(r.tokens_per_s), _fmt(r.mfu, ".1%"), *([_fmt(r.gap, ".1%")] if show_gap else []),
                       _fmt(r.speedup, ".2f", "×"), _fmt(r.wall_s, ".2g"),
                       "—" if r.devices_used is None else f"{r.devices_used}/{problem.cluster.num_devices}")
     return table
@@ -152,14 +209,46 @@ def write_json(rows: list[ComparisonRow], path: Path) -> None:
     Path(path).write_text(json.dumps([r.model_dump() for r in rows], indent=2) + "\n")
 
 
-def parse_solvers(spec: str) -> list[str]:
+def parse_solvers(spec: str | None, kind: str = AUTO_KIND) -> list[str]:
+    """Solver names (`KIND:NAME` for another kind's) checked against the registry; None: the
+    kind's defaults (resolved per problem under `auto`, see `solvers_for`)."""
+    if spec is None:
+        return [] if kind == AUTO_KIND else DEFAULT_SOLVERS_BY_KIND[kind].split(",")
     names = [s.strip() for s in spec.split(",") if s.strip()]
-    unknown = [n for n in names if n not in SOLVERS]
+    kinds = list(SOLVERS_BY_KIND) if kind == AUTO_KIND else [kind]
+    unknown = [n for n in names if not _known(n, kinds)]
     if unknown:
-        fail(f"--solvers: unknown solver {', '.join(map(repr, unknown))}; available: {', '.join(SOLVERS)}")
+        listed = "; ".join(f"{k}: {', '.join(SOLVERS_BY_KIND[k])}" for k in kinds)
+        fail(f"--solvers: unknown solver {', '.join(map(repr, unknown))}; available: {listed} "
+             f"(KIND:NAME for another kind's)")
     if not names:
         fail("--solvers: give at least one solver name")
     return names
+
+
+def _known(spec: str, kinds: list[str]) -> bool:
+    if ":" in spec:
+        kind, name = spec.split(":", 1)
+        return name in SOLVERS_BY_KIND.get(kind, {})
+    return any(spec in SOLVERS_BY_KIND[k] for k in kinds)
+
+
+def solvers_for(problem: Problem, kind: str, names: list[str]) -> tuple[str, list[str], str]:
+    """The plan kind one problem is compared in, its solver list (with the cross-kind row) and
+    why that kind: an explicit --kind wins; under `auto`, the one kind having every plain name
+    given, else `choose_kind`'s rule (long context → sequence)."""
+    plain = [n for n in names if ":" not in n]
+    having = [k for k, entries in SOLVERS_BY_KIND.items() if plain and all(n in entries for n in plain)]
+    if kind == AUTO_KIND and len(having) == 1:
+        kind, why = having[0], f"only {having[0]} plans have solvers {', '.join(plain)}"
+    else:
+        kind, why = choose_kind(problem, kind)
+    missing = [n for n in plain if n not in SOLVERS_BY_KIND[kind]]
+    if missing:
+        fail(f"--solvers: {problem.name} is compared in {kind} plans ({why or 'given by --kind'}), which have "
+             f"no solver {', '.join(map(repr, missing))}; write KIND:NAME or pass --kind")
+    chosen = names or DEFAULT_SOLVERS_BY_KIND[kind].split(",")
+    return kind, with_cross_kind(chosen, kind), why
 
 
 def _progress(status, message: str) -> None:
@@ -173,7 +262,10 @@ def _progress(status, message: str) -> None:
 @friendly_errors
 def compare(
     problems: list[str] = typer.Argument(..., help="problem files or bundled names"),
-    solvers: str = typer.Option(DEFAULT_SOLVERS, "--solvers", "-s", help="comma-separated solver names"),
+    solvers: str = typer.Option(None, "--solvers", "-s", help="comma-separated solver names of the plan kind "
+                                "(KIND:NAME for another kind's); default: layered " + DEFAULT_SOLVERS
+                                + "; sequence " + DEFAULT_SOLVERS_BY_KIND["sequence"]),
+    kind: str = typer.Option(AUTO_KIND, "--kind", help="plan kind: auto (as hexiscale solve), " + ", ".join(SOLVERS_BY_KIND)),
     time_limit: float = typer.Option(60.0, "--time-limit", "-t", min=0.001, help="seconds per solver run"),
     exact_time_limit: float = typer.Option(None, min=0.001, help="seconds per cpsat/milp run (default: --time-limit)"),
     exact_max_devices: int = typer.Option(32, help="skip cpsat/milp on clusters larger than this"),
@@ -184,28 +276,38 @@ def compare(
     plans_dir: Path = typer.Option(None, "--plans", help="save each plan as PROBLEM.SOLVER.json here"),
 ) -> None:
     """Run several solvers on the same problems and compare their plans side by side."""
-    names = parse_solvers(solvers)
+    if kind != AUTO_KIND and kind not in SOLVERS_BY_KIND:
+        fail(f"--kind: unknown plan kind {kind!r}; available: {AUTO_KIND}, {', '.join(SOLVERS_BY_KIND)}")
+    names = parse_solvers(solvers, kind)
     for path, option in ((csv_path, "--csv"), (json_path, "--json-file")):
         writable_file(path, option)  # before any solving, as bad problem files are
     writable_folder(plans_dir, "--plans")
     loaded = [load_problem(p) for p in problems]  # bad files fail before any solving
+    plans = [solvers_for(p, kind, names) for p in loaded]  # and so do solvers of the wrong kind
     options = SolverOptions(time_limit_s=time_limit, seed=seed)
     exact = SolverOptions(time_limit_s=exact_time_limit, seed=seed) if exact_time_limit else None
     everything: list[ComparisonRow] = []
-    for problem in loaded:
+    for problem, (problem_kind, problem_solvers, why) in zip(loaded, plans):
+        if why and not as_json:
+            err_console.print(f"{problem.name}: plan kind {problem_kind} ({why})", highlight=False)
         with err_console.status("") as status:  # stderr: stdout may carry JSON
-            rows = compare_problem(problem, names, options, exact_max_devices, plans_dir,
+            rows = compare_problem(problem, problem_solvers, options, exact_max_devices, plans_dir,
                                    on_start=lambda p, s: _progress(status, f"solving {p} with {s} …"),
-                                   exact_options=exact)
+                                   exact_options=exact, kind=problem_kind)
         if not as_json:
             console.print(comparison_table(problem, rows))
         everything += rows
     if as_json:
         typer.echo(json.dumps([r.model_dump() for r in everything], indent=2))
     else:
-        console.print("[dim]T, tokens/s and MFU by planner.evaluate; gap = (T − best proven bound) / T; "
-                      "× sym = T_symmetric / T.[/]")
+        _footer({k for k, _, _ in plans})
     if csv_path:
         write_csv(everything, csv_path)
     if json_path:
         write_json(everything, json_path)
+
+
+def _footer(kinds: set[str]) -> None:
+    refs = "; ".join(f"{REFERENCE_LABEL[k]} = T_{REFERENCE_BY_KIND[k]} / T" for k in REFERENCE_BY_KIND if k in kinds)
+    console.print("[dim]T, tokens/s and MFU by planner.evaluate; gap = (T − best proven bound of the row's plan "
+                  f"kind) / T; {refs}.[/]")

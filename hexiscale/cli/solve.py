@@ -26,6 +26,8 @@ from solvers.common import SolveResult, SolverOptions
 from solvers.registry import DEFAULT_KIND, SOLVERS, SOLVERS_BY_KIND, get, solvers_of
 
 WARM_STARTED = ("cpsat", "milp")  # the solvers that read SolverOptions.hint
+AUTO_KIND = "auto"
+LONG_CONTEXT_TOKENS = 32768  # from this sequence length on, `--kind auto` plans by sequence (DESIGN.md §7)
 STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "infeasible": "magenta"}
 
 
@@ -34,7 +36,7 @@ STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "in
 def solve(
     problem: str = typer.Argument(..., help="problem file or bundled name"),
     solver: str = typer.Option("heuristic", "--solver", "-s", help="registered solver: " + ", ".join(SOLVERS)),
-    kind: str = typer.Option(DEFAULT_KIND, "--kind", help="plan kind: " + ", ".join(SOLVERS_BY_KIND)),
+    kind: str = typer.Option(AUTO_KIND, "--kind", help="plan kind: auto (see README), " + ", ".join(SOLVERS_BY_KIND)),
     time_limit: float = typer.Option(60.0, "--time-limit", "-t", min=0.001, help="wall-clock budget, s"),
     threads: int = typer.Option(2, "--threads", min=1, help="worker threads"),
     seed: int = typer.Option(0, "--seed", help="random seed"),
@@ -46,15 +48,15 @@ def solve(
     verbose: bool = typer.Option(False, "--verbose", help="print the backend's own log"),
 ) -> None:
     """Find a plan with one solver; print it with its estimate and proof status."""
-    if kind not in SOLVERS_BY_KIND:
-        fail(f"--kind: unknown plan kind {kind!r}; available: {', '.join(SOLVERS_BY_KIND)}")
-    if solver not in solvers_of(kind):
-        fail(f"unknown solver {solver!r} for {kind} plans; available: {', '.join(solvers_of(kind))}")
+    check_kind_and_solver(kind, solver)
     writable_file(output, "--output")
     if hint and solver not in WARM_STARTED:
         err_console.print(f"note: --hint is ignored: {solver} takes no warm start "
                           f"(the exact solvers do: {', '.join(WARM_STARTED)})", highlight=False)
     prob = load_problem(problem)
+    kind, why = choose_kind(prob, kind, solver)
+    if why and not as_json:
+        err_console.print(f"plan kind: {kind} ({why})", highlight=False)
     options = SolverOptions(time_limit_s=time_limit, threads=threads, seed=seed,
                             hint=load_plan(hint) if hint else None, max_pipelines=max_pipelines,
                             max_stages=max_stages, progress=not as_json, verbose=verbose)
@@ -66,13 +68,40 @@ def solve(
         save_plan(plan, output)
     estimate = evaluate(prob, plan)
     if as_json:
-        console.print_json(json.dumps(result_dict(result, estimate)))
+        console.print_json(json.dumps(dict(result_dict(result, estimate), kind=kind, kind_reason=why)))
         return
     for view in views_for(plan).solved_views(prob, plan, estimate):
         console.print(view)
     console.print(status_table(result, estimate))
     if output is not None:
         console.print(f"plan written to [bold]{output}[/]")
+
+
+def check_kind_and_solver(kind: str, solver: str) -> None:
+    """`--kind` is auto or a kind with solvers; the solver exists for that kind (any kind for auto)."""
+    if kind != AUTO_KIND and kind not in SOLVERS_BY_KIND:
+        fail(f"--kind: unknown plan kind {kind!r}; available: {AUTO_KIND}, {', '.join(SOLVERS_BY_KIND)}")
+    kinds = [kind] if kind != AUTO_KIND else list(SOLVERS_BY_KIND)
+    if not any(solver in solvers_of(k) for k in kinds):
+        listed = ", ".join(f"{k}: {', '.join(solvers_of(k))}" for k in kinds)
+        fail(f"unknown solver {solver!r} for {' or '.join(kinds)} plans; available: {listed}")
+
+
+def choose_kind(problem: Problem, kind: str = AUTO_KIND, solver: str | None = None) -> tuple[str, str]:
+    """The plan kind to solve for and why. An explicit kind always wins. `auto`: the one kind
+    that has `solver` when only one has it (cpsat → layered, seq-uniform → sequence); else
+    "sequence" when seq_len ≥ LONG_CONTEXT_TOKENS (long context: activations and s² attention
+    dominate, DESIGN.md §7), else "layered". The reason is "" for an explicit kind."""
+    if kind != AUTO_KIND:
+        return kind, ""
+    having = [k for k, entries in SOLVERS_BY_KIND.items() if solver in entries]
+    if solver is not None and len(having) == 1:
+        return having[0], f"only {having[0]} plans have solver {solver!r}"
+    s = problem.training.seq_len
+    if s >= LONG_CONTEXT_TOKENS:
+        return "sequence", (f"--kind auto: seq_len {s:,} ≥ {LONG_CONTEXT_TOKENS:,} tokens is long context; "
+                            f"pass --kind layered for a layered plan")
+    return DEFAULT_KIND, f"--kind auto: seq_len {s:,} < {LONG_CONTEXT_TOKENS:,} tokens"
 
 
 def _run_with_spinner(problem: Problem, solver: str, kind: str, options: SolverOptions, quiet: bool) -> SolveResult:
