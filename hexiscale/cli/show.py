@@ -1,4 +1,5 @@
-"""`hexiscale show`: pictures of a plan (cluster graph, the cost model's pipeline timeline, memory bars)."""
+"""`hexiscale show`: pictures of a plan (layered: cluster graph, the cost model's pipeline timeline, memory
+bars; sequence: the rings and per-device time and memory bars), by the plan's kind."""
 
 from __future__ import annotations
 
@@ -18,9 +19,12 @@ def show(problem: str = typer.Argument(..., help="problem file or bundled name")
          out: Path = typer.Option(Path("."), "--out", "-o", help="folder for the PNG files"),
          prefix: str = typer.Option("", help="prefix of the file names: PREFIX-cluster.png, ..."),
          force: bool = typer.Option(False, "--force", help="draw a plan made for another problem")) -> None:
-    """Draw a plan: cluster.png (pipelines and stages on the cluster), schedule.png (the cost
-    model's §3.3 flow line per stage: forward, backward, communication, bubble; its span is
-    T_pipe — not a trace of the order that runs) and memory.png (per device vs capacity)."""
+    """Draw a plan. Layered: cluster.png (pipelines and stages on the cluster), schedule.png
+    (the cost model's §3.3 flow line per stage: forward, backward, communication, bubble; its
+    span is T_pipe — not a trace of the order that runs) and memory.png (per device vs
+    capacity). Sequence (§7): ring.png (each replica's ring: groups by token share, members by
+    tokens with heads, the mirrored token layout) and devices.png (per device, the iteration's
+    time by term up to T, and memory by part against capacity)."""
     from hexiscale.viz import draw_plan  # matplotlib only when drawing
 
     if any(sep in prefix for sep in ("/", "\\")) or prefix in (".", ".."):

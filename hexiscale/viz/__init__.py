@@ -1,12 +1,14 @@
-"""Pictures of a plan (matplotlib, PNG): the cluster graph with pipelines and stages, the
-cost model's pipeline timeline (§3.3 flow line) as a Gantt chart, and per-device memory against capacity."""
+"""Pictures of a plan (matplotlib, PNG), chosen by the plan's kind. A layered plan: the cluster
+graph with pipelines and stages, the cost model's pipeline timeline (§3.3 flow line) as a Gantt
+chart, and per-device memory against capacity. A sequence plan (§7): its rings (groups, token
+shares, heads per member, the mirrored token layout) and per-device time and memory bars."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from planner.base import format_seconds
-from planner.kinds import evaluate
+from planner.kinds import evaluate, kind_of
 from planner.layered.plan import Plan
 from planner.problem import Problem
 
@@ -21,8 +23,46 @@ def stage_labels(problem: Problem, plan: Plan) -> list[list[str]]:
     ]
 
 
-def draw_plan(problem: Problem, plan: Plan, out_dir: str | Path, prefix: str = "",
+def _title(problem: Problem, plan, estimate) -> str:
+    solver = f" — {plan.solver.name}" if plan.solver else ""
+    return f"{problem.name}{solver}: T = {format_seconds(estimate.iteration_s)}, MFU {estimate.mfu:.1%}"
+
+
+def _stem(prefix: str) -> str:
+    return f"{prefix}-" if prefix and prefix[-1] not in "-_." else prefix  # "cs" → cs-cluster.png
+
+
+def draw_plan(problem: Problem, plan, out_dir: str | Path, prefix: str = "",
               on_step=lambda what: None) -> list[Path]:
+    """Write the plan's pictures into out_dir (PREFIX-NAME.png when a prefix is given):
+    cluster.png, schedule.png and memory.png for a layered plan; ring.png and devices.png for
+    a sequence plan. Returns the paths written."""
+    if kind_of(plan).name == "sequence":
+        return draw_sequence_plan(problem, plan, out_dir, prefix, on_step)
+    return draw_layered_plan(problem, plan, out_dir, prefix, on_step)
+
+
+def draw_sequence_plan(problem: Problem, plan, out_dir: str | Path, prefix: str = "",
+                       on_step=lambda what: None) -> list[Path]:
+    """ring.png (groups, token shares, heads, layout) and devices.png (time and memory bars)."""
+    from hexiscale.viz.sequence_bars import draw_bars
+    from hexiscale.viz.sequence_ring import draw_ring
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    on_step("pricing the plan")
+    estimate = evaluate(problem, plan)
+    title = _title(problem, plan, estimate)
+    paths = [out / f"{_stem(prefix)}{name}.png" for name in ("ring", "devices")]
+    on_step(f"drawing {paths[0].name}")
+    draw_ring(problem, plan, paths[0], title)
+    on_step(f"drawing {paths[1].name}")
+    draw_bars(problem, estimate, paths[1], title)
+    return paths
+
+
+def draw_layered_plan(problem: Problem, plan: Plan, out_dir: str | Path, prefix: str = "",
+                      on_step=lambda what: None) -> list[Path]:
     """Write cluster.png, schedule.png and memory.png into out_dir, named PREFIX-cluster.png
     and so on when a prefix is given."""
     from hexiscale.viz.cluster import draw_cluster
@@ -34,10 +74,8 @@ def draw_plan(problem: Problem, plan: Plan, out_dir: str | Path, prefix: str = "
     out.mkdir(parents=True, exist_ok=True)
     on_step("pricing the plan")
     estimate = evaluate(problem, plan)
-    solver = f" — {plan.solver.name}" if plan.solver else ""
-    title = f"{problem.name}{solver}: T = {format_seconds(estimate.iteration_s)}, MFU {estimate.mfu:.1%}"
-    stem = f"{prefix}-" if prefix and prefix[-1] not in "-_." else prefix  # "cs" → cs-cluster.png
-    paths = [out / f"{stem}{name}.png" for name in ("cluster", "schedule", "memory")]
+    title = _title(problem, plan, estimate)
+    paths = [out / f"{_stem(prefix)}{name}.png" for name in ("cluster", "schedule", "memory")]
     on_step(f"drawing {paths[0].name}")
     draw_cluster(problem, plan, paths[0], title)
     on_step(f"drawing {paths[1].name}")
