@@ -34,6 +34,7 @@ SOLVERS_BY_KIND: dict[str, dict[str, str]] = {
     "sequence": {
         "heuristic": "solvers.sequence.heuristic:solve",
         "brute": "solvers.sequence.brute:solve",
+        "cpsat": "solvers.sequence.exact.cpsat:solve",
         "seq-uniform": "solvers.sequence.baselines:solve_uniform",
         "seq-roundrobin": "solvers.sequence.baselines:solve_roundrobin",
     },

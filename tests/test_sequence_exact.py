@@ -1,0 +1,121 @@
+"""The exact CP-SAT solver of sequence plans (solvers/sequence/exact, docs/formulation.md
+§7.1) against the brute-force oracle: equal feasibility and equal T on seeded tiny problems
+(memory-tight and infeasible ones included), every plan valid and priced by the planner, the
+proven bound below T by no more than the stated rounding; model sizes, time limit, registry."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from planner.io import load_problem
+from planner.solver_info import SolveStatus
+from solvers import registry
+from solvers.common import SolverOptions
+from solvers.sequence import brute, heuristic
+from solvers.sequence.exact import cpsat
+from solvers.sequence.exact.model import build_model, scale_of, tables_of
+from solvers.sequence.exact.structure import canonical_devices, structures
+from test_sequence_solvers import GENERATORS, SUITE, check_result, hetero_seq, tiny_seq
+
+EXACT_SUITE = SUITE + [("hetero", s) for s in range(20, 32)]
+
+
+def _memory_tight(problem, plan) -> bool:
+    """The optimum spreads a replica over several devices although some device cannot hold the
+    model states alone (as in tests/test_sequence_solvers.py)."""
+    capacity = problem.cluster.machine_memory_bytes[problem.cluster.machine_of_device]
+    return any(len(r.devices) > 1 for r in plan.replicas) and bool((capacity < 16 * problem.model.total_params).any())
+
+
+@pytest.fixture(scope="module")
+def exact_results():
+    out = []
+    for family, seed in EXACT_SUITE:
+        problem = GENERATORS[family](seed)
+        start = time.perf_counter()
+        res = cpsat.solve(problem)
+        out.append((problem, brute.solve(problem), res, time.perf_counter() - start))
+    return out
+
+
+def test_cpsat_equals_brute_force_on_seeded_tiny_problems(exact_results):
+    agreed, infeasible, tight, worst_gap = 0, 0, 0, 0.0
+    for problem, oracle, res, _ in exact_results:
+        check_result(problem, res)
+        if oracle.status == SolveStatus.infeasible:
+            assert res.status == SolveStatus.infeasible and res.plan is None, problem.name
+            infeasible += 1
+            continue
+        assert oracle.status == res.status == SolveStatus.optimal, problem.name
+        assert res.objective_s == pytest.approx(oracle.objective_s, rel=1e-6), problem.name
+        assert res.bound_s <= res.objective_s and res.bound_s <= oracle.objective_s * (1 + 1e-12), problem.name
+        worst_gap = max(worst_gap, res.gap)
+        tight += _memory_tight(problem, res.plan)
+        agreed += 1
+    times = [t for *_, t in exact_results]
+    print(f"\ncpsat = brute on {agreed} feasible + {infeasible} infeasible problems ({tight} memory-tight); "
+          f"worst bound gap {worst_gap:.2e}; cpsat {np.mean(times):.3f} s mean, {max(times):.3f} s worst")
+    assert agreed + infeasible >= 40 and infeasible >= 3 and tight >= 3
+    assert worst_gap <= 1e-8  # the time-unit rounding of [Q9]
+
+
+def test_model_sizes_and_bounds_are_sane(exact_results):
+    for problem, _, res, _ in exact_results:
+        if res.status == SolveStatus.optimal:
+            assert res.model_size.variables > 0 and res.model_size.constraints > 0
+            assert "CP-SAT models" in res.message and "[Q9]" in res.message
+    problem = hetero_seq(4)
+    key = tuple(int(c) for c in np.bincount(problem.cluster.machine_of_device, minlength=len(problem.cluster.machines)))
+    specs = structures(problem, key)
+    tables = [tables_of(problem, s) for s in specs]
+    scale = scale_of(problem, canonical_devices(problem, key), max(t.largest for t in tables))
+    k, units = problem.model.num_kv_heads, problem.training.seq_len // (2 * problem.training.token_block)
+    for spec, tb in zip(specs, tables):
+        model, mv = build_model(problem, spec, tb, scale)
+        n, g = len(spec.devices), len(spec.groups)
+        assert len(mv.members.heads) == len(mv.members.blocks) == n and len(mv.shard) == g
+        assert len(model.proto.variables) >= 4 * n + g + 4  # h, u, P, Q per member, U per group, 4 maxima
+        assert all(len(t) == 2 * k * units + 1 for t in tb.a2a if t is not None)  # Y = 0..2kU
+        assert all(len(t) == k * units + 1 for t in tb.ring if t is not None)  # V = 0..kU
+    out = cpsat.best_ring(problem, key, math.inf, 1)
+    assert 0 < out.models <= len(specs) and out.ring is not None
+    assert out.error_s <= 1e-9 * out.tmb  # [Q9]
+    assert out.bound <= out.tmb <= out.bound + out.error_s + 1e-12 * out.tmb
+
+
+@pytest.mark.parametrize("base", [tiny_seq(13), hetero_seq(3)], ids=["tiny-13", "hetero-3"])
+def test_cpsat_beyond_brute_force_is_optimal_and_no_worse_than_the_heuristic(base):
+    """12 shard units: past brute force's limit (8), inside the model's."""
+    problem = base.model_copy(update={"training": base.training.model_copy(
+        update={"seq_len": 2 * base.training.token_block * 12})})
+    assert brute.solve(problem).status == SolveStatus.unknown
+    res, heur = cpsat.solve(problem), heuristic.solve(problem)
+    check_result(problem, res)
+    assert res.status == SolveStatus.optimal
+    assert res.objective_s <= heur.objective_s * (1 + 1e-9) and res.bound_s <= heur.objective_s
+
+
+def test_time_limit_never_claims_optimality():
+    res = cpsat.solve(tiny_seq(0), SolverOptions(time_limit_s=0.02))
+    assert res.status in (SolveStatus.feasible, SolveStatus.unknown)
+    check_result(tiny_seq(0), res)
+    assert res.bound_s is None or res.bound_s <= brute.solve(tiny_seq(0)).objective_s * (1 + 1e-12)
+
+
+def test_refuses_large_problems():
+    res = cpsat.solve(load_problem("longctx-sim-32-llama3-8b-128k"))
+    assert res.status == SolveStatus.unknown and "exact sequence model handles" in res.message
+
+
+def test_registry_reaches_the_sequence_cpsat():
+    problem = load_problem("longctx-tiny")
+    res = registry.solve(problem, "cpsat", kind="sequence")
+    check_result(problem, res)
+    oracle = brute.solve(problem)
+    assert res.status == oracle.status
+    if oracle.objective_s is not None:
+        assert math.isclose(res.objective_s, oracle.objective_s, rel_tol=1e-6)
