@@ -29,7 +29,7 @@ def test_choose_kind_rule():
     assert long.training.seq_len >= LONG_CONTEXT_TOKENS > short.training.seq_len
     assert choose_kind(long)[0] == "sequence" and choose_kind(short)[0] == "layered"
     assert choose_kind(long, "layered") == ("layered", "")  # an explicit kind always wins
-    assert choose_kind(long, "auto", "cpsat")[0] == "layered"  # only layered plans have cpsat
+    assert choose_kind(long, "auto", "symmetric")[0] == "layered"  # only layered plans have symmetric
     assert choose_kind(short, "auto", "seq-uniform")[0] == "sequence"
 
 
@@ -50,8 +50,8 @@ def test_solve_auto_picks_layered_on_demo_tiny():
 
 
 def test_solve_rejects_a_solver_of_the_other_kind():
-    result = CliRunner().invoke(app, ["solve", LONG, "--kind", "sequence", "-s", "cpsat"])
-    assert result.exit_code == 2 and "cpsat" in result.output
+    result = CliRunner().invoke(app, ["solve", LONG, "--kind", "sequence", "-s", "symmetric"])
+    assert result.exit_code == 2 and "symmetric" in result.output
 
 
 def test_compare_has_rows_of_both_kinds_on_a_long_context_problem():

@@ -77,7 +77,7 @@ def run_solver(problem: Problem, name: str, options: SolverOptions, exact_max_de
     `name` is one of `kind`'s solvers, or `KIND:NAME`."""
     kind, name = split_name(name, kind)
     base = dict(problem=problem.name, solver=name, kind=kind)
-    if kind == DEFAULT_KIND and name in EXACT_SOLVERS and problem.cluster.num_devices > exact_max_devices:
+    if name in EXACT_SOLVERS and problem.cluster.num_devices > exact_max_devices:
         return ComparisonRow(**base, status="skipped", message=f"{problem.cluster.num_devices} devices > "
                              f"--exact-max-devices {exact_max_devices}"), None
     try:
