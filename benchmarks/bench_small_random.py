@@ -102,8 +102,8 @@ def main(seeds: int = typer.Option(300, help="number of seeds"), start: int = ty
          exact_time_limit: float = typer.Option(60.0, help="judge budget per problem and solver, s"),
          verbose: bool = typer.Option(False, help="one line per problem")) -> None:
     console = Console(width=160)
-    cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
-    code = code_hash()
+    code = code_hash()  # results of other exact-solver or planner code are dropped
+    cache = {k: v for k, v in (json.loads(CACHE.read_text()) if CACHE.exists() else {}).items() if k.endswith(code)}
     rows: dict[str, list] = {s: [] for s in SETTINGS}
     for seed in range(start, start + seeds):
         problem = problem_of(seed)
