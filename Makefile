@@ -18,7 +18,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/hexiscale validate instances/problems/demo-tiny.yaml instances/plans/demo-tiny.json
-	# demo-asym: the heuristic's best plan is asymmetric (three uneven stages: TP1, TP1, TP2);
+	# demo-asym: the best plan is asymmetric (three uneven stages: TP2 with 9 layers, then TP1 and TP1);
 	# solve it, draw it, and train the solved plan (tiny model, same structure) on 4 local processes
 	$(BIN)/hexiscale solve instances/problems/demo-asym.yaml --solver heuristic -o .demo-plan.json
 	$(BIN)/hexiscale show instances/problems/demo-asym.yaml .demo-plan.json -o .demo-pictures
