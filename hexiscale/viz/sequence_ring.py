@@ -113,7 +113,8 @@ def ring_figure(problem: Problem, plan: SeqPlan, title: str = ""):
     shares = ring_shares(problem, plan)
     shown = shares[:MAX_REPLICAS]
     s, a = problem.training.seq_len, problem.model.heads
-    fig = plt.figure(figsize=(12, 3.3 * len(shown) + 0.8))
+    height = 3.3 * len(shown) + 0.8
+    fig = plt.figure(figsize=(12, height))
     grid = fig.add_gridspec(len(shown), 2, width_ratios=(1.0, 2.2), hspace=0.35, wspace=0.12)
     for r, groups in enumerate(shown):
         colours = group_colours(len(groups))
@@ -132,7 +133,7 @@ def ring_figure(problem: Problem, plan: SeqPlan, title: str = ""):
     more = f" (first {MAX_REPLICAS} of {len(shares)} replicas)" if len(shares) > MAX_REPLICAS else ""
     fig.suptitle((title + "\n" if title else "") + "rings, clockwise from the top in ring order: outer wedges = "
                  "groups by token share T_g (sum s), inner = members by tokens t_i (d = device, h = heads)" + more,
-                 fontsize=9, x=0.01, ha="left")
+                 fontsize=9, x=0.01, ha="left", va="bottom", y=1.0 + 0.1 / height)  # above every panel title
     return fig
 
 
