@@ -46,21 +46,43 @@ def _t(res) -> str:
     return f"{res.objective_s:.3f}" if res.objective_s is not None else res.status.value
 
 
-def _ratio(a, b) -> str:
-    return f"{b.objective_s / a.objective_s:.2f}×" if a.objective_s and b.objective_s else "—"
+def suite_rows(names: list[str] | None = None) -> list[dict]:
+    """Per suite: T of the heuristic and both baselines (None: no plan) and each plan's
+    cross-machine HP + CP traffic per iteration in GB. The report's data (run_all.py)."""
+    rows = []
+    for name in names or SUITES:
+        problem = load_problem(name)
+        results = {k: fn(problem) for k, fn in (("heuristic", heuristic.solve), ("seq-uniform", baselines.solve_uniform),
+                                                ("seq-roundrobin", baselines.solve_roundrobin))}
+        row = {"problem": name, "gpus": problem.cluster.num_devices, "seq_len": problem.training.seq_len}
+        for k, res in results.items():
+            row[k] = res.objective_s
+            row[f"{k} GB"] = cross_machine_bytes(problem, res.plan) / 1e9 if res.plan is not None else None
+        rows.append(row)
+    return rows
 
 
-def quality_table() -> Table:
+def _x(x) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def _over(a, b) -> str:
+    return f"{a / b:.2f}×" if a and b else "—"
+
+
+def speedups(rows: list[dict]) -> list[float]:
+    return [r["seq-uniform"] / r["heuristic"] for r in rows if r["heuristic"] and r["seq-uniform"]]
+
+
+def quality_table(rows: list[dict]) -> Table:
     table = Table(title="heuristic vs homogeneous baselines (T in s; speed-up = T_baseline / T_heuristic)")
     for col in ("problem", "GPUs", "heuristic", "seq-uniform", "speed-up", "seq-roundrobin", "speed-up"):
         table.add_column(col, justify="right" if col != "problem" else "left")
-    ups = []
-    for name in SUITES:
-        problem = load_problem(name)
-        h, u, r = heuristic.solve(problem), baselines.solve_uniform(problem), baselines.solve_roundrobin(problem)
-        if h.objective_s and u.objective_s:
-            ups.append(u.objective_s / h.objective_s)
-        table.add_row(name, str(problem.cluster.num_devices), _t(h), _t(u), _ratio(h, u), _t(r), _ratio(h, r))
+    for r in rows:
+        table.add_row(r["problem"], str(r["gpus"]), _x(r["heuristic"]), _x(r["seq-uniform"]),
+                      _over(r["seq-uniform"], r["heuristic"]), _x(r["seq-roundrobin"]),
+                      _over(r["seq-roundrobin"], r["heuristic"]))
+    ups = speedups(rows)
     if ups:
         table.caption = (f"vs seq-uniform: mean {statistics.mean(ups):.2f}×, best {max(ups):.2f}× "
                          f"(HexiSeq: 1.11–1.36× mean, 1.72× best)")
@@ -93,15 +115,14 @@ def cross_machine_bytes(problem, plan) -> float:
     return total
 
 
-def traffic_table() -> Table:
+def traffic_table(rows: list[dict]) -> Table:
     table = Table(title="cross-machine HP + CP traffic per iteration (GB): heuristic vs seq-roundrobin")
     for col in ("problem", "heuristic", "seq-uniform", "seq-roundrobin", "heuristic / roundrobin"):
         table.add_column(col, justify="right" if col != "problem" else "left")
-    for name in SUITES:
-        problem = load_problem(name)
-        plans = [s(problem).plan for s in (heuristic.solve, baselines.solve_uniform, baselines.solve_roundrobin)]
-        gb = [cross_machine_bytes(problem, p) / 1e9 if p else float("nan") for p in plans]
-        table.add_row(name, *(f"{x:.1f}" for x in gb), f"{gb[0] / gb[2]:.2f}" if gb[2] else "—")
+    for r in rows:
+        gb = [r[f"{k} GB"] for k in ("heuristic", "seq-uniform", "seq-roundrobin")]
+        table.add_row(r["problem"], *("—" if x is None else f"{x:.1f}" for x in gb),
+                      f"{gb[0] / gb[2]:.2f}" if gb[0] is not None and gb[2] else "—")
     table.caption = "HexiSeq: about 30 % less cross-machine traffic than round-robin placement"
     return table
 
@@ -147,8 +168,9 @@ def speed_table(repeat: int) -> Table:
 def main(tiny: int = typer.Option(40, help="tiny problems against brute force"),
          repeat: int = typer.Option(3, help="timing repeats")) -> None:
     start = time.perf_counter()
-    console.print(quality_table())
-    console.print(traffic_table())
+    rows = suite_rows()
+    console.print(quality_table(rows))
+    console.print(traffic_table(rows))
     console.print(optimality_table(tiny))
     console.print(speed_table(repeat))
     console.print(f"bench_sequence: {time.perf_counter() - start:.0f} s")

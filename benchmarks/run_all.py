@@ -3,7 +3,8 @@ markdown report with tables and plots in benchmarks/report/ (README.md + PNGs).
 
     .venv/bin/python benchmarks/run_all.py [--quick] [--time-limit 60] [--sizes 64,128,256,512,1024]
 
-`--quick` runs two problems and two cluster sizes (a smoke run of the whole pipeline).
+`--quick` runs two problems and two cluster sizes (a smoke run of the whole pipeline), two
+long-context suites and three sequence lengths.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_compare  # noqa: E402
+import bench_sequence  # noqa: E402
+import bench_seqlen  # noqa: E402
 from hexiscale.cli.compare import ComparisonRow  # noqa: E402
 import scaling_report  # noqa: E402
 from report_figures import draw_plan_pictures, draw_scaling, draw_speedups  # noqa: E402
@@ -29,6 +32,18 @@ from solvers.registry import SOLVERS  # noqa: E402
 
 REPORT = Path(__file__).parent / "report"
 QUICK_PROBLEMS = ["case-study-llama2-13b", "homo-a800-2x8-llama2-13b"]
+QUICK_SEQUENCE_SUITES = ["longctx-sim-32-llama3-8b-128k", "longctx-h100-a100-llama3-8b-64k"]
+
+
+def sequence_runs(quick: bool, time_limit: float) -> dict:
+    """The long-context section's data: the sequence heuristic against its baselines on the
+    simulated suites (bench_sequence) and the sequence-length table (bench_seqlen)."""
+    suites = bench_sequence.suite_rows(QUICK_SEQUENCE_SUITES if quick else None)
+    lengths = bench_seqlen.QUICK_LENGTHS if quick else bench_seqlen.LENGTHS
+    seqlen = bench_seqlen.run(lengths, time_limit)
+    bench_sequence.console.print(bench_sequence.quality_table(suites))
+    bench_sequence.console.print(bench_seqlen.seqlen_table(seqlen))
+    return {"suites": suites, "seqlen": [r.model_dump() for r in seqlen]}
 
 
 def _git_head() -> str:
@@ -55,6 +70,8 @@ def main() -> None:
     if args.render_only:
         rows = [ComparisonRow(**r) for r in json.loads((args.out / "compare.json").read_text())]
         scaling = [scaling_report.ScalingRow(**r) for r in json.loads((args.out / "scaling.json").read_text())]
+        saved = args.out / "sequence.json"
+        sequence = json.loads(saved.read_text()) if saved.exists() else None
     else:
         problems = QUICK_PROBLEMS if args.quick else bench_compare.HETERO + bench_compare.HOMO
         sizes = "64,128" if args.quick else args.sizes
@@ -62,6 +79,8 @@ def main() -> None:
                                    "--exact-time-limit", str(args.exact_time_limit), "--out", str(args.out)])
         scaling = scaling_report.main(["--sizes", sizes, "--time-limit", "600"])
         (args.out / "scaling.json").write_text(json.dumps([r.model_dump() for r in scaling], indent=2) + "\n")
+        sequence = sequence_runs(args.quick, args.time_limit)
+        (args.out / "sequence.json").write_text(json.dumps(sequence, indent=2) + "\n")
     figures = {
         "speedups": draw_speedups(rows, args.out / "speedup.png"),
         "scaling": draw_scaling(scaling, args.out / "scaling.png"),
@@ -75,7 +94,7 @@ def main() -> None:
         "missing": [s for s in bench_compare.SOLVER_ORDER if s not in SOLVERS],
         "commit": args.commit or _git_head(),
     }
-    path = write_report(rows, scaling, figures, context, args.out / "README.md")
+    path = write_report(rows, scaling, figures, context, args.out / "README.md", sequence=sequence)
     print(f"report: {path} ({time.perf_counter() - start:.0f} s)")
 
 
