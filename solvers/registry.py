@@ -35,6 +35,7 @@ SOLVERS_BY_KIND: dict[str, dict[str, str]] = {
         "heuristic": "solvers.sequence.heuristic:solve",
         "brute": "solvers.sequence.brute:solve",
         "cpsat": "solvers.sequence.exact.cpsat:solve",
+        "milp": "solvers.sequence.exact.milp:solve",
         "seq-uniform": "solvers.sequence.baselines:solve_uniform",
         "seq-roundrobin": "solvers.sequence.baselines:solve_roundrobin",
     },

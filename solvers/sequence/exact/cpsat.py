@@ -11,39 +11,21 @@ and every plan is priced again by the planner; a memory or price mismatch raises
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
-from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
 from planner.problem import Problem
-from planner.solver_info import SolveStatus
-from solvers.common import ModelSize, SolveResult, SolverOptions
-from solvers.sequence.brute import best_batches, set_partitions
-from solvers.sequence.exact.model import ModelVars, build_model, scale_of, shard_units, tables_of
-from solvers.sequence.exact.structure import Key, RingSpec, canonical_devices, key_of, rename, structures
-from solvers.sequence.space import dp_time, memory_proof, plan_time, result, ring_overflow
+from solvers.common import SolveResult, SolverOptions
+from solvers.sequence.exact import driver
+from solvers.sequence.exact.driver import SetOutcome
+from solvers.sequence.exact.model import ModelVars, build_model, scale_of, tables_of
+from solvers.sequence.exact.structure import Key, RingSpec, canonical_devices, structures
+from solvers.sequence.space import ring_overflow
 
 NAME = "cpsat"
-MAX_DEVICES, MAX_UNITS = 6, 512
-
-
-@dataclass
-class SetOutcome:
-    """The best ring of one [S1] key: its ring on the canonical devices and true T_mb, a
-    proven lower bound on T_mb (inf: no ring fits), whether every model finished."""
-
-    ring: list | None = None
-    tmb: float = math.inf
-    bound: float = math.inf
-    complete: bool = True
-    error_s: float = 0.0  # E·unit of [Q9]
-    models: int = 0
-    variables: int = 0
-    constraints: int = 0
-    solve_s: list = field(default_factory=list)
+MAX_DEVICES, MAX_UNITS = driver.MAX_DEVICES, driver.MAX_UNITS
 
 
 def _ring_of(solver: cp_model.CpSolver, spec: RingSpec, mv: ModelVars, problem: Problem) -> list:
@@ -109,77 +91,16 @@ def best_ring(problem: Problem, key: Key, deadline: float, threads: int) -> SetO
     return out
 
 
-def _too_big(problem: Problem) -> str | None:
-    n, units = problem.cluster.num_devices, shard_units(problem)
-    if n > MAX_DEVICES or units > MAX_UNITS:
-        return (f"the exact sequence model handles ≤ {MAX_DEVICES} devices and ≤ {MAX_UNITS} shard units "
-                f"s/(2q); this problem has {n} devices and {units} units")
-    return None
-
-
-def _replica_splits(problem: Problem):
-    """[B1] every used device set and its split into replicas (≤ B/b of them)."""
-    n, micro = problem.cluster.num_devices, problem.training.global_batch // problem.training.micro_batch
-    for used in range(1, n + 1):
-        for subset in itertools.combinations(range(n), used):
-            for replicas in set_partitions(subset):
-                if len(replicas) <= micro:
-                    yield replicas
-
-
-def _combine(problem: Problem, outcomes: dict, replicas, best, bound: float):
-    """T and the proven bound of one replica split [B1]: batches split exactly, T_dp added."""
-    training = problem.training
-    micro = training.global_batch // training.micro_batch
-    found = [outcomes[key_of(problem, r)] for r in replicas]
-    if any(math.isinf(f.bound) for f in found):
-        return best, bound  # a replica's devices hold no ring: proven by its models
-    dp = dp_time(problem, [[[(d, 1, 1) for d in r]] for r in replicas])
-    bound = min(bound, best_batches(micro, [f.bound for f in found])[0] + dp)
-    if any(f.ring is None for f in found):
-        return best, bound
-    _, m = best_batches(micro, [f.tmb for f in found])
-    batches = [x * training.micro_batch for x in m]
-    rings = [rename(problem, f.ring, r) for f, r in zip(found, replicas)]
-    t, fits = plan_time(problem, batches, rings)
-    if not fits:
-        raise AssertionError(f"CP-SAT plan {rings} does not fit in memory when priced whole")
-    return (best if best is not None and best[0] <= t else (t, batches, rings)), bound
-
-
 def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult:
     """The optimum over the whole §7.1 space of a small problem (docs/formulation.md §7.1)."""
-    options = options or SolverOptions()
-    start = time.perf_counter()
-    if (why := _too_big(problem)) is not None:
-        return SolveResult(solver=NAME, status=SolveStatus.unknown, wall_s=0.0, message=why)
-    deadline = start + options.time_limit_s
-    outcomes: dict[Key, SetOutcome] = {}
-    best, bound = None, math.inf
-    for replicas in _replica_splits(problem):
-        for r in replicas:
-            key = key_of(problem, r)
-            if key not in outcomes:
-                outcomes[key] = best_ring(problem, key, deadline, options.threads)
-        best, bound = _combine(problem, outcomes, replicas, best, bound)
-    return _result(problem, start, outcomes, best, bound)
+    return driver.solve_exact(problem, options, NAME, "CP-SAT", best_ring, _note)
 
 
-def _result(problem: Problem, start: float, outcomes: dict, best, bound: float) -> SolveResult:
-    complete = all(o.complete for o in outcomes.values())
-    size = ModelSize(variables=sum(o.variables for o in outcomes.values()),
-                     constraints=sum(o.constraints for o in outcomes.values()))
+def _note(outcomes: dict) -> str:
+    size = driver.model_size(outcomes)
     models = sum(o.models for o in outcomes.values())
     error = max((o.error_s for o in outcomes.values()), default=0.0)
     solve_s = [s for o in outcomes.values() for s in o.solve_s]
-    note = (f"{models} CP-SAT models over {len(outcomes)} device sets, {size.variables} variables and "
+    return (f"{models} CP-SAT models over {len(outcomes)} device sets, {size.variables} variables and "
             f"{size.constraints} constraints in all, slowest solve {max(solve_s, default=0.0):.3f} s; "
             f"model T_mb within {error:.3g} s of the true T_mb (time unit rounding, [Q9])")
-    if best is None:
-        status = SolveStatus.infeasible if complete else SolveStatus.unknown
-        why = memory_proof(problem) or "no ring of any device set fits in memory (every CP-SAT model infeasible)"
-        res = result(NAME, problem, start, None, status, why if complete else note)
-    else:
-        status = SolveStatus.optimal if complete else SolveStatus.feasible
-        res = result(NAME, problem, start, best, status, note, bound=min(bound, best[0]))
-    return res.model_copy(update={"model_size": size})
