@@ -30,7 +30,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from instances.generate import generate_cluster, generated_problem  # noqa: E402
+from planner.hardware import Cluster, Machine  # noqa: E402
 from planner.io import load_problem  # noqa: E402
+from planner.problem import Problem  # noqa: E402
 from planner.sequence import cost  # noqa: E402
 from solvers.common import SolverOptions  # noqa: E402
 from solvers.sequence import baselines, brute, heuristic  # noqa: E402
@@ -151,6 +153,53 @@ def optimality_table(count: int) -> Table:
     return table
 
 
+FLOP_MATCHED = ["longctx-h100-a100-llama3-8b-64k", "longctx-h100-a100-llama-30b-256k"]
+
+
+def homogeneous_twin(problem: Problem, gpu: str = "H100") -> Problem:
+    """The problem on machines of one GPU type with (as nearly as whole GPUs allow) the same
+    total peak FLOP/s: HexiSeq's FLOP-matched homogeneous comparison. Machines of 8 as in
+    the original, the first machine's intra and the cluster's inter bandwidth everywhere."""
+    cluster = problem.cluster
+    peak = cluster.catalog[gpu].peak_tflops * 1e12
+    count = max(1, round(cluster.total_peak_flops / peak))
+    first = cluster.machines[0]
+    machines = [Machine(name=f"{gpu.lower()}-{i}", gpu=gpu, count=min(8, count - 8 * i),
+                        intra_bw_gbps=first.intra_bw_gbps) for i in range((count + 7) // 8)]
+    twin = Cluster(name=f"{cluster.name}-homogeneous-{gpu}", machines=tuple(machines),
+                   inter_bw_gbps=cluster.inter_bw_gbps, inter_latency_us=cluster.inter_latency_us,
+                   intra_latency_us=cluster.intra_latency_us, gpu_types=cluster.gpu_types)
+    return Problem(name=f"{problem.name}-homogeneous", cluster=twin, model=problem.model, training=problem.training)
+
+
+def flop_matched_rows(names: list[str] | None = None) -> list[dict]:
+    """Per problem: the heuristic's T on the heterogeneous cluster and on its FLOP-matched
+    homogeneous twin; `ratio` = T_hetero / T_homo scaled by the two clusters' peak FLOP/s
+    (1.0: the mixed cluster is used as well as the uniform one; HexiSeq: within 3 %)."""
+    rows = []
+    for name in names or FLOP_MATCHED:
+        problem = load_problem(name)
+        twin = homogeneous_twin(problem)
+        hetero, homo = heuristic.solve(problem), heuristic.solve(twin)
+        flops = problem.cluster.total_peak_flops / twin.cluster.total_peak_flops
+        ratio = (hetero.objective_s * flops / homo.objective_s
+                 if hetero.objective_s is not None and homo.objective_s is not None else None)
+        rows.append({"problem": name, "gpus": problem.cluster.num_devices, "twin_gpus": twin.cluster.num_devices,
+                     "flops_ratio": flops, "hetero_s": hetero.objective_s, "homo_s": homo.objective_s,
+                     "ratio": ratio})
+    return rows
+
+
+def flop_matched_table(rows: list[dict]) -> Table:
+    table = Table(title="FLOP-matched homogeneous twin (heuristic on both; ratio = T_het·F_het/F_hom / T_hom)")
+    for col in ("problem", "GPUs", "twin H100s", "F_het/F_hom", "T het s", "T hom s", "ratio"):
+        table.add_column(col, justify="right" if col != "problem" else "left")
+    for r in rows:
+        table.add_row(r["problem"], str(r["gpus"]), str(r["twin_gpus"]), f"{r['flops_ratio']:.3f}",
+                      _x(r["hetero_s"]), _x(r["homo_s"]), _x(r["ratio"]))
+    return table
+
+
 def speed_table(repeat: int) -> Table:
     table = Table(title="scheduler speed (heuristic wall time, best of repeats)")
     for col in ("problem", "GPUs", "machines", "wall s", "target s", "T s"):
@@ -171,6 +220,7 @@ def main(tiny: int = typer.Option(40, help="tiny problems against brute force"),
     rows = suite_rows()
     console.print(quality_table(rows))
     console.print(traffic_table(rows))
+    console.print(flop_matched_table(flop_matched_rows()))
     console.print(optimality_table(tiny))
     console.print(speed_table(repeat))
     console.print(f"bench_sequence: {time.perf_counter() - start:.0f} s")

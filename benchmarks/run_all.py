@@ -43,7 +43,9 @@ def sequence_runs(quick: bool, time_limit: float) -> dict:
     seqlen = bench_seqlen.run(lengths, time_limit)
     bench_sequence.console.print(bench_sequence.quality_table(suites))
     bench_sequence.console.print(bench_seqlen.seqlen_table(seqlen))
-    return {"suites": suites, "seqlen": [r.model_dump() for r in seqlen]}
+    matched = bench_sequence.flop_matched_rows(bench_sequence.FLOP_MATCHED[:1] if quick else None)
+    bench_sequence.console.print(bench_sequence.flop_matched_table(matched))
+    return {"suites": suites, "seqlen": [r.model_dump() for r in seqlen], "flop_matched": matched}
 
 
 def _git_head() -> str:
