@@ -1,4 +1,5 @@
-"""The exact CP-SAT solver of sequence plans (DESIGN.md §7, docs/formulation.md §7.1):
-`structure` enumerates device sets and rings up to the symmetries [S1]/[S2], `model` builds
-one CP-SAT model per ring structure for the integers (heads, tokens), `cpsat` runs them and
-combines replicas and batches exactly [B1]."""
+"""The exact solvers of sequence plans (DESIGN.md §7, docs/formulation.md §7.1): `structure`
+enumerates device sets and rings up to the symmetries [S1]/[S2]; per ring structure, `model`
+builds one CP-SAT model and `milp` one MILP (HiGHS via PuLP, [M-S*]) for the integers (heads,
+tokens); `driver` runs either over every structure and combines replicas and batches exactly
+[B1]; `cpsat` and `milp` are the registered entries."""
