@@ -6,6 +6,7 @@ exactly the heuristic's phase 2.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Sequence
 
@@ -126,18 +127,24 @@ def repair_memory(problem: Problem, table: StageTable) -> np.ndarray | None:
 
 def build_plan(problem: Problem, pools: Sequence[Sequence[int]], heuristic: HeuristicOptions | None = None, *,
                tp_cap: int | None = None, max_stages: int | None = None,
-               cache: dict | None = None) -> Plan | None:
+               cache: dict | None = None, deadline: float | None = None) -> Plan | None:
     """Phase 2 for every pool, then batches by pipeline speed and the memory repair.
 
-    Pools that cannot hold the model are left idle; None if no pool can, or if there are
+    Pools that cannot hold the model are left idle, and so are the pools not yet built when
+    `deadline` (perf_counter) passes; None if no pool can hold the model, or if there are
     more pipelines than micro-batches."""
     heuristic = heuristic or HeuristicOptions()
     pools = [np.asarray(p) for p in pools if len(p)]
     micro_est = max(1, problem.training.micro_batches // max(1, len(pools)))
     limits = PipelineLimits(micro=micro_est, tp_cap=tp_cap, fixed_tp=heuristic.fixed_tp,
                             beam_width=heuristic.beam_width, max_stages=max_stages)
-    built = [build_pipeline(problem, pool, limits=limits, cache=cache) for pool in pools]
-    built = [b for b in built if b is not None]
+    built = []
+    for pool in pools:  # past the deadline, the pools not yet built are left idle (anytime)
+        if built and deadline is not None and time.perf_counter() > deadline:
+            break
+        one = build_pipeline(problem, pool, limits=limits, cache=cache)
+        if one is not None:
+            built.append(one)
     if not built or len(built) > problem.training.micro_batches:
         return None
     draft = make_plan(problem, [s for s, _ in built], [n for _, n in built], [1] * len(built))

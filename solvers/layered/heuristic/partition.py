@@ -14,7 +14,11 @@ layer share a machine. A min-cut partitioner cannot express "spread each machine
 that split is written by hand (`striped_pools`).
 
 Inter-machine pairs at the cluster's default bandwidth carry no information but balance, so
-they are left out: the graph stays sparse at thousands of devices.
+they are left out: the graph stays sparse at thousands of devices. Above
+`MACHINE_GRAPH_DEVICES` METIS splits the machine graph instead (whole machines per pool, a
+tenth of the vertices and no device-pair edges), with every link slower than the default
+contracted first: such a link between two pools would set bw_min of the DP sync (§3.4) for
+every layer its machines hold, while inside a pool the stage order steps around it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from planner.problem import Problem
 
 Protect = Literal["pipeline", "data"]
 INTRA_WEIGHT_FACTOR = 4  # intra-machine edges outweigh any inter-machine edge
+MACHINE_GRAPH_DEVICES = 4096  # above this many devices METIS splits the machine graph
+SLOW_LINK_WEIGHT = 200  # machine graph: a link slower than the default, kept inside a pool
 
 
 def _edge_weights(bw: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -111,11 +117,82 @@ def compute_weights(problem: Problem) -> np.ndarray:
     return np.maximum(np.rint(share * 500 * len(share)), 1).astype(np.int64)
 
 
+_MACHINE_GRAPHS: dict[tuple, tuple] = {}  # (id(cluster), D) -> (cluster, graph)
+
+
+def _components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Connected-component label (its smallest vertex) of each of n vertices under edges
+    (a, b): label propagation with pointer jumping."""
+    label = np.arange(n)
+    while True:
+        low = np.minimum(label[a], label[b])
+        new = label.copy()
+        np.minimum.at(new, a, low)
+        np.minimum.at(new, b, low)
+        new = new[new]
+        if np.array_equal(new, label):
+            return label
+        label = new
+
+
+def machine_graph(problem: Problem, pools: int):
+    """The machine graph of a large cluster with every slow link (below the default
+    bandwidth) contracted: cut, a slow link would slow the DP sync of every layer its two
+    machines hold in different pipelines (bw_min, §3.4); inside one pool the stage order steps
+    around it. Components too big for a pool (over machines / 2D) stay apart, their slow links
+    kept as the heaviest edges. Returns (group of each machine, CSR adjacency, weights) over
+    the groups; edges weighted by bandwidth × device pairs."""
+    cluster = problem.cluster
+    kept = _MACHINE_GRAPHS.get((id(cluster), pools))
+    if kept is not None and kept[0] is cluster:
+        return kept[1]
+    n = len(cluster.machines)
+    mi, mj = _machine_pairs(cluster)
+    bw = cluster.pair_bw(mi, mj)
+    slow = bw < cluster.inter_bw_gbps
+    label = _components(n, mi[slow], mj[slow])
+    size = np.bincount(label, minlength=n)
+    label = np.where(size[label] * 2 * pools > n, np.arange(n), label)
+    _, group = np.unique(label, return_inverse=True)
+    weights = np.full(len(mi), SLOW_LINK_WEIGHT, dtype=np.int64)
+    if (~slow).any():
+        weights[~slow] = _edge_weights(bw[~slow], float(cluster.inter_bw_gbps), float(bw[~slow].max()))
+    gi, gj = group[mi], group[mj]
+    apart = gi != gj
+    keys, inverse = np.unique(np.minimum(gi, gj)[apart] * n + np.maximum(gi, gj)[apart], return_inverse=True)
+    merged = np.bincount(inverse, weights=(weights * cluster.machine_counts[mi] * cluster.machine_counts[mj])[apart])
+    groups = int(group.max()) + 1
+    graph = (group, _to_csr(groups, keys // n, keys % n, np.rint(merged).astype(np.int64)))
+    _MACHINE_GRAPHS.clear()
+    _MACHINE_GRAPHS[(id(cluster), pools)] = (cluster, graph)
+    return graph
+
+
+def metis_machine_pools(problem: Problem, pools: int, seed: int) -> list[np.ndarray]:
+    """D pools of whole machines by METIS on the machine graph (14k vertices at 10^5 GPUs
+    instead of 10^5, no device-pair edges, slow links contracted), balanced like `metis_pools`."""
+    cluster = problem.cluster
+    group, (xadj, adjncy, eweights) = machine_graph(problem, pools)
+    machine_weight = np.bincount(cluster.machine_of_device, weights=compute_weights(problem))
+    vweights = np.rint(np.bincount(group, weights=machine_weight)).astype(np.int64)
+    options = pymetis.Options(seed=seed, ufactor=30, ncuts=1)
+    result = pymetis.part_graph(
+        pools, adjacency=pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy),
+        vweights=vweights, eweights=eweights, options=options)
+    part = np.asarray(result.vertex_part)[group][cluster.machine_of_device]
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(pools + 1))
+    return [order[bounds[p]: bounds[p + 1]] for p in range(pools) if bounds[p + 1] > bounds[p]]
+
+
 def metis_pools(problem: Problem, pools: int, seed: int) -> list[np.ndarray]:
-    """D pools of device ids by METIS k-way partitioning, compute-balanced within 3 %."""
+    """D pools of device ids by METIS k-way partitioning, compute-balanced within 3 %
+    (on the machine graph above `MACHINE_GRAPH_DEVICES`, while D ≤ machines / 4)."""
     n = problem.cluster.num_devices
     if pools == 1:
         return [np.arange(n)]
+    if n > MACHINE_GRAPH_DEVICES and 4 * pools <= len(problem.cluster.machines):
+        return metis_machine_pools(problem, pools, seed)
     xadj, adjncy, eweights = device_graph(problem)
     options = pymetis.Options(seed=seed, ufactor=30, ncuts=2)
     result = pymetis.part_graph(

@@ -29,6 +29,7 @@ EXHAUSTIVE_LAYOUTS = 16  # pools with at most this many TP layouts over at most
 EXHAUSTIVE_PARTS = 6  # this many machines, in clusters of at most
 EXHAUSTIVE_CLUSTER = 128  # this many devices, build and price every layout
 SINGLE_DROP_STAGES = 6  # pipelines up to this long also try dropping any single stage
+GROUPED_SCORE_MACHINES = 16  # pools of more machines price a layout per class of alike machines
 HOP_MATRIX_MACHINES = 1024  # pools up to this many machines price all PP hops at once
 
 
@@ -94,18 +95,31 @@ def estimated_pipe_time(problem: Problem, machines: list[int], sizes: list[list[
     With layers spread in proportion to stage speed every stage takes about L / R per
     micro-batch (R = Σ 1/τ_layer, layers per second); 1F1B then costs (m − 1 + S)·L/R, plus
     the PP hops inside machines (one per extra stage) and the steady cost of the slowest hop."""
+    rate, stages, intra_hops, top = _layout_terms(problem, machines, sizes)
+    return _estimate(problem, micro, rate, stages, intra_hops, top)
+
+
+def _layout_terms(problem: Problem, machines: list[int], sizes: list[list[int]]) -> tuple[float, int, float, float]:
+    """R (Σ 1/τ_layer), S, the PP hops inside machines and the slowest hop of a TP layout."""
     model, training, cluster = problem.model, problem.training, problem.cluster
-    mach = np.repeat(machines, [len(s) for s in sizes])
-    t = np.concatenate([np.asarray(s, dtype=float) for s in sizes])
+    per_machine = [len(s) for s in sizes]
+    mach = np.repeat(machines, per_machine)
+    t = np.concatenate([np.asarray(s, dtype=float) for s in sizes]) if sizes else np.zeros(0)
     if len(t) == 0:
-        return np.inf
+        return 0.0, 0, 0.0, 0.0
     rate = float(np.sum(1.0 / per_layer_time(problem, mach, t)))
-    stage = model.layers / rate
     bw, lat = cluster.machine_intra_bw[mach], cluster.machine_intra_lat[mach]
     hop = cost.stage_pp_time(model, training, link_bw_gbps=bw, link_lat_s=lat, t_next=t,
                               bw_next_gbps=bw, lat_next_s=lat)
-    intra_hops = float(np.sum(hop) - np.sum(hop[np.cumsum([len(s) for s in sizes]) - 1]))
-    return (micro - 1 + len(t)) * stage + intra_hops + (micro - 1) * max(0.0, float(hop.max()) - stage)
+    intra_hops = float(np.sum(hop) - np.sum(hop[np.cumsum(per_machine) - 1]))
+    return rate, len(t), intra_hops, float(hop.max())
+
+
+def _estimate(problem: Problem, micro: int, rate: float, stages: float, intra_hops: float, top: float) -> float:
+    if stages == 0:
+        return np.inf
+    stage = problem.model.layers / rate
+    return (micro - 1 + stages) * stage + intra_hops + (micro - 1) * max(0.0, top - stage)
 
 
 def part_kinds(problem: Problem, parts: dict[int, list[int]]) -> dict[tuple, list[int]]:
@@ -152,15 +166,41 @@ def tp_layouts(problem: Problem, parts: dict[int, list[int]], limits: PipelineLi
         return {m: group_sizes(len(parts[m]), ch[k], options[k], fixed=False)
                 for k, ms in kinds.items() for m in ms}
 
-    def score(ch):
-        lay = layout(ch)
-        return estimated_pipe_time(problem, machines, [lay[m] for m in machines], limits.micro)
-
+    score = _layout_score(problem, parts, kinds, options, limits.micro)
     names = sorted(kinds)
     small = problem.cluster.num_devices <= EXHAUSTIVE_CLUSTER and len(parts) <= EXHAUSTIVE_PARTS
     if small and np.prod([len(options[k]) for k in names]) <= EXHAUSTIVE_LAYOUTS:
         return [layout(dict(zip(names, combo))) for combo in itertools.product(*(options[k] for k in names))]
     return [layout(coordinate_descent(options, score))]
+
+
+def _layout_score(problem: Problem, parts: dict[int, list[int]], kinds: dict[tuple, list[int]],
+                  options: dict[tuple, list[int]], micro: int):
+    """`estimated_pipe_time` of a choice of one TP size per kind. Pools of many machines are
+    priced from per-class terms (a class: machines alike in kind, intra latency and speed),
+    each TP size of each class priced once, then summed with the class's count."""
+    machines = list(parts)
+    if len(machines) <= GROUPED_SCORE_MACHINES:
+        def score(ch):
+            lay = {m: group_sizes(len(parts[m]), ch[k], options[k], fixed=False) for k, ms in kinds.items() for m in ms}
+            return estimated_pipe_time(problem, machines, [lay[m] for m in machines], micro)
+        return score
+    lat, flops = problem.cluster.machine_intra_lat, problem.cluster.machine_flops
+    classes: dict[tuple, list[int]] = {}
+    for k, ms in kinds.items():
+        for m in ms:
+            classes.setdefault((k, float(lat[m]), float(flops[m])), []).append(m)
+    terms = {}  # (kind, class index) -> {t: (R, S, intra hops, top hop) × count}
+    for i, ((k, _, _), ms) in enumerate(classes.items()):
+        for t in options[k]:
+            r, n, h, top = _layout_terms(problem, [ms[0]], [group_sizes(len(parts[ms[0]]), t, options[k], fixed=False)])
+            terms.setdefault((k, i), {})[t] = (r * len(ms), n * len(ms), h * len(ms), top)
+
+    def grouped(ch):
+        parts_of = [terms[key][ch[key[0]]] for key in terms]
+        return _estimate(problem, micro, sum(x[0] for x in parts_of), sum(x[1] for x in parts_of),
+                         sum(x[2] for x in parts_of), max(x[3] for x in parts_of))
+    return grouped
 
 
 # -- ordering: top-τ greedy over machine parts --------------------------------------------
@@ -327,14 +367,21 @@ def _orientations(problem: Problem, slots: list[StageSlot], micro: int) -> list[
 
 def ordered_slots(problem: Problem, parts: dict[int, list[int]], layout: dict[int, list[int]], *,
                   beam_width: int, limit: int) -> list[StageSlot]:
-    """The TP groups in pipeline order (machine parts kept together), at most `limit`."""
-    slots = []
-    for m in order_parts(problem, [m for m in parts if layout[m]], beam_width):
+    """The TP groups in pipeline order (machine parts kept together), at most `limit`: the
+    `limit` fastest are chosen first (the others stay idle), then only their machines are
+    ordered, so a pool of 10^4 machines costs no more than the L stages it can use."""
+    slots = {m: [] for m in parts if layout[m]}
+    for m in slots:
         devices, at = parts[m], 0
         for size in layout[m]:
-            slots.append(StageSlot(machine=m, devices=tuple(devices[at: at + size])))
+            slots[m].append(StageSlot(machine=m, devices=tuple(devices[at: at + size])))
             at += size
-    return fastest_slots(problem, slots, limit) if len(slots) > limit else slots
+    flat = [s for m in slots for s in slots[m]]
+    if len(flat) > limit:
+        keep = set(fastest_slots(problem, flat, limit))
+        slots = {m: [s for s in v if s in keep] for m, v in slots.items()}
+        slots = {m: v for m, v in slots.items() if v}
+    return [s for m in order_parts(problem, list(slots), beam_width) for s in slots[m]]
 
 
 def _build(problem: Problem, parts: dict[int, list[int]], layout: dict[int, list[int]], limits: PipelineLimits):

@@ -5,8 +5,10 @@ structure moves (moves.py, clusters up to `move_devices`), and on clusters up to
 (exact_refine.py); return the best. Status `optimal` only when that sub-solve proves it.
 
 Deterministic for a given seed (METIS and the random baseline take it; nothing reads global
-random state). A rich progress bar shows on long runs; `SolverOptions.time_limit_s` bounds
-the wall time (the first candidate always completes, so a plan comes back if one exists).
+random state). A rich progress bar shows on long runs. `SolverOptions.time_limit_s` bounds
+the wall time: the D candidates go nearest a closed-form guess first, the D search stops at
+`EXPLORE_SHARE` of the limit (a candidate cut short keeps the pipelines built so far, the
+other pools idle, so a plan comes back if one exists), and the polish stops at the limit.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from solvers.layered.heuristic.partition import partition
 from solvers.layered.heuristic.polish import polish
 
 SMALL_CLUSTER = 512  # up to this many devices "auto" protect tries both link weightings
+EXPLORE_SHARE = 0.8  # the D search stops at this share of the time limit (the rest: polish, checks)
+OVERSIZE_POOL = 2  # skip D whose pools exceed this many times what L stages can use
 
 
 def max_pipelines(problem: Problem, options: SolverOptions) -> int:
@@ -51,6 +55,24 @@ def coarse_candidates(upper: int, count: int) -> list[int]:
         return list(range(1, upper + 1))
     grid = np.unique(np.rint(np.geomspace(1, upper, count)).astype(int))
     return [int(x) for x in grid]
+
+
+def estimated_d(problem: Problem) -> float:
+    """A closed-form guess of the best D: devices over the devices a pipeline uses well —
+    about L/2 stages of a typical machine's size (more stages only add bubble and PP hops
+    at an equal per-pipeline batch, since m = B/(b·D) shrinks as S grows)."""
+    counts = problem.cluster.machine_counts
+    return max(1.0, 2 * problem.cluster.num_devices / (problem.model.layers * float(np.mean(counts))))
+
+
+def anytime_order(problem: Problem, ds: list[int]) -> list[int]:
+    """The D candidates nearest the closed-form guess first (a good plan early), leaving out
+    D whose pools are far larger than L stages can use, while a larger D remains."""
+    usable = problem.model.layers * int(problem.cluster.machine_counts.max())
+    n = problem.cluster.num_devices
+    kept = [d for d in ds if n <= OVERSIZE_POOL * usable * d] or ds[-1:]
+    guess = estimated_d(problem)
+    return sorted(kept, key=lambda d: (abs(np.log(d / guess)), d))
 
 
 def refine_candidates(best: int, tried: list[int], upper: int) -> list[int]:
@@ -78,13 +100,15 @@ class Search:
         self.problem, self.options, self.heuristic = problem, options, heuristic
         self.start = time.perf_counter()
         self.deadline = self.start + options.time_limit_s
+        self.explore_deadline = self.start + EXPLORE_SHARE * options.time_limit_s
         self.found: dict[tuple, tuple[float, Plan]] = {}  # (D, mode, cap) -> (T, plan)
         self.seen_pools: dict[tuple, list] = {}
         self.pipelines: dict = {}  # phase-2 results by (pool, TP layout), shared by all candidates
         self.exact: SolveResult | None = None  # the exact sub-solve's result, when it ran
 
     def out_of_time(self) -> bool:
-        return bool(self.ranked()) and time.perf_counter() > self.deadline
+        return bool(self.ranked()) and time.perf_counter() > self.explore_deadline
+
 
     def pools(self, d: int, mode: str):
         key = (d, mode)
@@ -97,6 +121,8 @@ class Search:
         """Every protect mode with the given TP caps for one D."""
         done_pools = []
         for mode in protect_modes(self.problem, self.heuristic):
+            if self.out_of_time():
+                return
             pools = self.pools(d, mode)
             signature = sorted(tuple(p.tolist()) for p in pools)
             if signature in done_pools:  # both modes gave the same split
@@ -106,7 +132,8 @@ class Search:
                 if self.out_of_time() or (d, mode, cap) in self.found:
                     continue
                 plan = build_plan(self.problem, pools, self.heuristic, tp_cap=cap,
-                                  max_stages=self.options.max_stages, cache=self.pipelines)
+                                  max_stages=self.options.max_stages, cache=self.pipelines,
+                                  deadline=self.explore_deadline)
                 self.found[(d, mode, cap)] = (
                     (iteration_time(self.problem, plan, check=False), plan) if plan else (np.inf, None))
 
@@ -125,7 +152,7 @@ class Search:
         tried = [d for d in tried if 1 <= d <= upper] or [1]
         caps = self.caps()
         task = progress.add_task("heuristic: D search", total=len(tried) + 9) if progress else None
-        self.sweep(tried, caps[:1], progress, task)
+        self.sweep(tried if self.heuristic.pipelines else anytime_order(self.problem, tried), caps[:1], progress, task)
         if not self.heuristic.pipelines and self.ranked():
             self.sweep(refine_candidates(self.ranked()[0][0][0], tried, upper), caps[:1], progress, task)
         best_d = list(dict.fromkeys(k[0] for k, _, _ in self.ranked()))[: self.heuristic.polish_candidates]
@@ -156,6 +183,8 @@ class Search:
         improved by structure moves; the best plan found."""
         starts = []
         for _, _, plan in self.ranked()[: self.heuristic.polish_candidates]:
+            if starts and time.perf_counter() > self.deadline:
+                break
             plan = self.polish_one(plan)
             starts.append((iteration_time(self.problem, plan, check=False), len(starts), plan))
         if not starts:
