@@ -8,7 +8,9 @@ Deterministic for a given seed (METIS and the random baseline take it; nothing r
 random state). A rich progress bar shows on long runs. `SolverOptions.time_limit_s` bounds
 the wall time: the D candidates go nearest a closed-form guess first, the D search stops at
 `EXPLORE_SHARE` of the limit (a candidate cut short keeps the pipelines built so far, the
-other pools idle, so a plan comes back if one exists), and the polish stops at the limit.
+other pools idle, so a plan comes back if one exists), and the polish stops `RESERVE_PRICES`
+plan pricings (as measured on the candidates) before the limit, leaving room for its last
+round and the final checks.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from solvers.layered.heuristic.polish import polish
 SMALL_CLUSTER = 512  # up to this many devices "auto" protect tries both link weightings
 EXPLORE_SHARE = 0.8  # the D search stops at this share of the time limit (the rest: polish, checks)
 OVERSIZE_POOL = 2  # skip D whose pools exceed this many times what L stages can use
+RESERVE_PRICES = 30  # the polish stops this many plan pricings before the limit (one polish
+# round screens about 20 moves on large plans; the rest is the final plan, validate, result)
 
 
 def max_pipelines(problem: Problem, options: SolverOptions) -> int:
@@ -100,11 +104,21 @@ class Search:
         self.problem, self.options, self.heuristic = problem, options, heuristic
         self.start = time.perf_counter()
         self.deadline = self.start + options.time_limit_s
-        self.explore_deadline = self.start + EXPLORE_SHARE * options.time_limit_s
+        self.explore_share_end = self.start + EXPLORE_SHARE * options.time_limit_s
+        self.price_s = 0.0  # the longest pricing of a candidate plan seen (sets the reserve)
         self.found: dict[tuple, tuple[float, Plan]] = {}  # (D, mode, cap) -> (T, plan)
         self.seen_pools: dict[tuple, list] = {}
         self.pipelines: dict = {}  # phase-2 results by (pool, TP layout), shared by all candidates
         self.exact: SolveResult | None = None  # the exact sub-solve's result, when it ran
+
+    @property
+    def polish_deadline(self) -> float:
+        """The limit less the reserve: a polish round and the final steps fit after it."""
+        return self.deadline - RESERVE_PRICES * self.price_s
+
+    @property
+    def explore_deadline(self) -> float:
+        return min(self.explore_share_end, self.polish_deadline)
 
     def out_of_time(self) -> bool:
         return bool(self.ranked()) and time.perf_counter() > self.explore_deadline
@@ -134,8 +148,13 @@ class Search:
                 plan = build_plan(self.problem, pools, self.heuristic, tp_cap=cap,
                                   max_stages=self.options.max_stages, cache=self.pipelines,
                                   deadline=self.explore_deadline)
-                self.found[(d, mode, cap)] = (
-                    (iteration_time(self.problem, plan, check=False), plan) if plan else (np.inf, None))
+                self.found[(d, mode, cap)] = (self.price(plan), plan) if plan else (np.inf, None)
+
+    def price(self, plan: Plan) -> float:
+        start = time.perf_counter()
+        t = iteration_time(self.problem, plan, check=False)
+        self.price_s = max(self.price_s, time.perf_counter() - start)
+        return t
 
     def caps(self) -> list[int | None]:
         return [None] if self.heuristic.fixed_tp is not None else list(self.heuristic.tp_caps)
@@ -183,7 +202,7 @@ class Search:
         improved by structure moves; the best plan found."""
         starts = []
         for _, _, plan in self.ranked()[: self.heuristic.polish_candidates]:
-            if starts and time.perf_counter() > self.deadline:
+            if starts and time.perf_counter() > self.polish_deadline:
                 break
             plan = self.polish_one(plan)
             starts.append((iteration_time(self.problem, plan, check=False), len(starts), plan))
@@ -220,7 +239,7 @@ class Search:
         problem = self.problem
         table = stage_table(problem, plan)
         layers, micro, _ = polish(problem, table, rounds=self.heuristic.polish_rounds,
-                                  exhaustive_moves=self.heuristic.exhaustive_moves, deadline=self.deadline)
+                                  exhaustive_moves=self.heuristic.exhaustive_moves, deadline=self.polish_deadline)
         final = with_split(table, layers, micro, problem.training.micro_batch)
         return plan_from_table(problem, plan, final)
 
