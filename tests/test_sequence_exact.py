@@ -5,6 +5,7 @@ proven bound below T by no more than the stated rounding; model sizes, time limi
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -31,15 +32,19 @@ def _memory_tight(problem, plan) -> bool:
     return any(len(r.devices) > 1 for r in plan.replicas) and bool((capacity < 16 * problem.model.total_params).any())
 
 
+@functools.lru_cache(maxsize=None)
+def judged(family: str, seed: int):
+    """(problem, brute force's result, CP-SAT's result, CP-SAT's wall s) of one suite problem,
+    computed once per test session (tests/test_sequence_milp.py judges against the same)."""
+    problem = GENERATORS[family](seed)
+    start = time.perf_counter()
+    res = cpsat.solve(problem)
+    return problem, brute.solve(problem), res, time.perf_counter() - start
+
+
 @pytest.fixture(scope="module")
 def exact_results():
-    out = []
-    for family, seed in EXACT_SUITE:
-        problem = GENERATORS[family](seed)
-        start = time.perf_counter()
-        res = cpsat.solve(problem)
-        out.append((problem, brute.solve(problem), res, time.perf_counter() - start))
-    return out
+    return [judged(family, seed) for family, seed in EXACT_SUITE]
 
 
 def test_cpsat_equals_brute_force_on_seeded_tiny_problems(exact_results):
