@@ -93,3 +93,21 @@ def test_rebalance_moves_micro_batches_off_a_slowed_pipeline():
     assert balanced.pipelines[0].batch < fixed.pipelines[0].batch
     assert hx.validate(new, balanced) == []
     assert hx.evaluate(new, balanced).iteration_s < hx.evaluate(new, fixed).iteration_s
+
+
+def test_the_heuristic_polishes_a_valid_hint_so_it_never_returns_worse():
+    """A warm start, not a lost candidate: restricted to one pipeline, the heuristic alone is
+    worse than the unrestricted plan (4 pipelines); given that plan as its hint, it returns a
+    plan at least as fast (the hint polished as one more start)."""
+    from solvers.layered.heuristic.options import HeuristicOptions
+    from solvers.layered.heuristic.search import solve_with
+
+    problem = load_problem("hetero1-llama2-7b")
+    good = hx.solve(problem, "heuristic", hx.SolverOptions(time_limit_s=10)).plan
+    good_t = hx.evaluate(problem, good).iteration_s
+    one_pipeline = HeuristicOptions(pipelines=(1,), exact_devices=0, move_devices=0)
+    alone = solve_with(problem, hx.SolverOptions(time_limit_s=10), one_pipeline)
+    hinted = solve_with(problem, hx.SolverOptions(time_limit_s=10, hint=good), one_pipeline)
+    assert len(good.pipelines) > 1 and hx.evaluate(problem, alone.plan).iteration_s > good_t * 1.05
+    assert hx.evaluate(problem, hinted.plan).iteration_s <= good_t * (1 + 1e-12)
+    assert not hx.validate(problem, hinted.plan)

@@ -11,6 +11,10 @@ the wall time: the D candidates go nearest a closed-form guess first, the D sear
 other pools idle, so a plan comes back if one exists), and the polish stops `RESERVE_PRICES`
 plan pricings (as measured on the candidates) before the limit, leaving room for its last
 round and the final checks.
+
+A hint (`SolverOptions.hint`, e.g. the re-planner's repaired old plan) that is valid for the
+problem is polished and improved as one more start beside the search's own best few, so the
+result is never worse than the polished hint: a warm start, not only a candidate.
 """
 
 from __future__ import annotations
@@ -110,6 +114,7 @@ class Search:
         self.seen_pools: dict[tuple, list] = {}
         self.pipelines: dict = {}  # phase-2 results by (pool, TP layout), shared by all candidates
         self.exact: SolveResult | None = None  # the exact sub-solve's result, when it ran
+        self.hint = options.hint if options.hint is not None and not validate(problem, options.hint) else None
 
     @property
     def polish_deadline(self) -> float:
@@ -201,7 +206,7 @@ class Search:
         """The best few structures polished, then (on clusters up to `move_devices`) each
         improved by structure moves; the best plan found."""
         starts = []
-        for _, _, plan in self.ranked()[: self.heuristic.polish_candidates]:
+        for plan in self.start_plans():
             if starts and time.perf_counter() > self.polish_deadline:
                 break
             plan = self.polish_one(plan)
@@ -220,6 +225,12 @@ class Search:
             starts = improved
         t, _, plan = min(starts)
         return t, plan
+
+    def start_plans(self) -> list[Plan]:
+        """The hint first (its polish is the warm start's whole point, so the deadline never
+        skips it), then the best few structures the search found."""
+        found = [plan for _, _, plan in self.ranked()[: self.heuristic.polish_candidates]]
+        return ([self.hint] if self.hint is not None else []) + found
 
     def moves_on(self) -> bool:
         h = self.heuristic
