@@ -1,0 +1,129 @@
+"""Fitting measured times to the cost model's figures (DESIGN.md §9): pure numpy, no torch.
+
+Every regressor comes from the cost model's own term functions (`planner.cost`): a term that
+is linear in 1/bw and α (p2p, all-reduce, broadcast, all-to-all) is evaluated once at
+(bw = 1 GB/s, α = 0) — its coefficient of 1/bw — and once at (bw = ∞, α = 1 s) — its
+coefficient of α. The same functions that price a plan therefore give the fit its columns;
+no formula is written twice. Fits are least squares on relative error (each row divided by
+its measurement), so 1 KiB and 256 MiB messages count alike.
+
+A figure outside physical sense (bandwidth ≤ 0, negative latency, η > 1) and a fit that
+cannot determine a figure (too few points, columns that cannot be told apart) raise
+`CalibrationError`, and nothing is written.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from pydantic import Field
+
+from planner.base import TFLOPS, US, Frozen
+from planner.hardware import Cluster, GpuType, Machine, Vendor
+
+# A design matrix whose smallest singular value, relative to its largest, is below this
+# cannot tell its figures apart: the fit would be noise, so it is refused.
+CONDITION_LIMIT = 1e-9
+
+
+class CalibrationError(ValueError):
+    """A fit that cannot be made, or whose result makes no physical sense."""
+
+
+class LinkFit(Frozen):
+    """`time = x/bw + α` of one link class, as fitted."""
+
+    bw_gbps: float = Field(gt=0, description="fitted bandwidth, GB/s")
+    latency_us: float = Field(ge=0, description="fitted latency, µs")
+    points: int = Field(ge=2, description="measurements the fit used")
+    rms_rel_error: float = Field(ge=0, description="root-mean-square relative residual of the fit")
+
+
+def term_regressors(term: Callable[[float, float], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(coefficient of 1/bw [bw in GB/s], coefficient of α [s]) of a cost term that is linear
+    in both, e.g. `lambda bw, lat: cost.allreduce_time(n, x, bw, lat)`."""
+    inv_bw = np.asarray(term(1.0, 0.0), dtype=float)
+    lat = np.asarray(term(np.inf, 1.0), dtype=float)
+    return inv_bw, lat
+
+
+def least_squares(columns: np.ndarray, measured: np.ndarray, what: str, offset=0.0) -> np.ndarray:
+    """min ‖(offset + columns·θ − measured)/measured‖²; refuses too few points or columns that
+    the points cannot tell apart (names `what`). `offset`: each row's part that θ does not scale."""
+    columns, measured = np.atleast_2d(np.asarray(columns, dtype=float)), np.asarray(measured, dtype=float)
+    rows, unknowns = columns.shape
+    if np.any(~np.isfinite(measured)) or np.any(measured <= 0):
+        raise CalibrationError(f"{what}: measured times must be positive and finite")
+    if rows < unknowns:
+        raise CalibrationError(f"{what}: {rows} measurement(s) cannot determine {unknowns} figure(s)")
+    weighted = columns / measured[:, None]
+    singular = np.linalg.svd(weighted, compute_uv=False)
+    if singular[-1] <= CONDITION_LIMIT * singular[0]:
+        raise CalibrationError(f"{what}: the measurements cannot tell the {unknowns} figures apart "
+                               f"(too few distinct points)")
+    target = 1.0 - np.broadcast_to(np.asarray(offset, dtype=float), measured.shape) / measured
+    theta, *_ = np.linalg.lstsq(weighted, target, rcond=None)
+    return theta
+
+
+def rms_relative_error(columns: np.ndarray, theta: np.ndarray, measured: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((columns @ theta / measured - 1.0) ** 2)))
+
+
+def fit_link(inv_bw_coef, lat_coef, measured, what: str = "link") -> LinkFit:
+    """Fit one link class's bw and α to measured times, each row priced by a cost term whose
+    regressors `term_regressors` gave. Refuses bw ≤ 0 and α < 0."""
+    columns = np.column_stack([np.ravel(inv_bw_coef), np.ravel(lat_coef)])
+    measured = np.ravel(np.asarray(measured, dtype=float))
+    if len(np.unique(columns[:, 0])) < 2:
+        raise CalibrationError(f"{what}: one message size cannot separate bandwidth from latency")
+    inv_bw, lat = least_squares(columns, measured, what)
+    if inv_bw <= 0:
+        raise CalibrationError(f"{what}: fitted bandwidth {1 / inv_bw if inv_bw else float('inf'):g} GB/s "
+                               f"is not positive")
+    if lat < 0:
+        raise CalibrationError(f"{what}: fitted latency {lat / US:.3g} µs is negative")
+    return LinkFit(bw_gbps=1.0 / inv_bw, latency_us=lat / US, points=len(measured),
+                   rms_rel_error=rms_relative_error(columns, np.array([inv_bw, lat]), measured))
+
+
+def fit_efficiency(ideal_s, measured_s, what: str = "efficiency") -> float:
+    """η from compute times: `ideal_s` is each row's time at η = 1 (the cost model's compute
+    term at π = peak), `measured_s` the measured time. Refuses η ≤ 0 or η > 1."""
+    ideal = np.ravel(np.asarray(ideal_s, dtype=float))
+    (inverse,) = least_squares(ideal[:, None], np.ravel(np.asarray(measured_s, dtype=float)), what)
+    return checked_efficiency(1.0 / inverse if inverse > 0 else -1.0, what)
+
+
+def checked_efficiency(eta: float, what: str) -> float:
+    if not 0 < eta <= 1:
+        raise CalibrationError(f"{what}: fitted efficiency η = {eta:.3g} is outside (0, 1] "
+                               f"(a peak below the achieved rate, or a bad measurement)")
+    return float(eta)
+
+
+class MeasuredDevice(Frozen):
+    """A device type as measured by `profile`."""
+
+    name: str = Field(min_length=1, description="GPU type name written to the cluster, e.g. cpu")
+    vendor: Vendor = Field(default=Vendor.other, description="nvidia | amd | other")
+    peak_flops: float = Field(gt=0, description="best achieved FLOP/s on any measured GEMM (the type's peak)")
+    model_flops: float = Field(gt=0, description="achieved FLOP/s on the model's layers, forward + backward")
+    memory_gib: float = Field(gt=0, description="memory per device, GiB")
+
+    def gpu_type(self) -> GpuType:
+        eta = checked_efficiency(self.model_flops / self.peak_flops, f"device {self.name}")
+        return GpuType(name=self.name, vendor=self.vendor, peak_tflops=self.peak_flops / TFLOPS,
+                       memory_gib=self.memory_gib, efficiency=eta)
+
+
+def measured_cluster(*, name: str, device: MeasuredDevice, machines: list[int], intra: LinkFit,
+                     inter: LinkFit) -> Cluster:
+    """The cluster file `profile` writes: `machines[i]` devices on machine i, each of the
+    measured type (carried in the file's own gpu_types), links as fitted."""
+    return Cluster(
+        name=name, gpu_types=(device.gpu_type(),),
+        machines=tuple(Machine(name=f"{name}-m{i}", gpu=device.name, count=count, intra_bw_gbps=intra.bw_gbps)
+                       for i, count in enumerate(machines)),
+        inter_bw_gbps=inter.bw_gbps, intra_latency_us=intra.latency_us, inter_latency_us=inter.latency_us)

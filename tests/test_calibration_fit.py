@@ -1,0 +1,153 @@
+"""The fits of planner.calibration on synthetic measurements with known η, bw and α: the
+measurements are made by the cost model's own terms at the true figures (with a little
+seeded noise where a fit must average), and the fit must recover the figures to 1 %."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from planner import cost
+from planner.base import US
+from planner.calibration import CalibrationError, fit_efficiency, fit_link, term_regressors
+from planner.calibration_runs import RunRecord, predicted_rows, refit, scaled_cluster
+from planner.hardware import Cluster, GpuType, Machine
+from planner.layered.plan import Pipeline, Plan, Stage
+from planner.problem import Problem
+from planner.workload import ModelSpec, TrainingSpec
+
+SIZES = 2.0 ** np.arange(10, 29)
+
+
+def link_rows(bw_gbps: float, lat_s: float, noise: float, seed: int = 0):
+    """p2p and 4-rank all-reduce times over 2^10..2^28 bytes, with their regressors."""
+    rng = np.random.default_rng(seed)
+    terms = [lambda bw, lat, x=x: cost.p2p_time(x, bw, lat) for x in SIZES]
+    terms += [lambda bw, lat, x=x: cost.allreduce_time(4, x, bw, lat) for x in SIZES]
+    inv_bw, lat = np.array([term_regressors(t) for t in terms]).T
+    truth = np.array([t(bw_gbps, lat_s) for t in terms])
+    return inv_bw, lat, truth * (1.0 + noise * rng.standard_normal(len(truth)))
+
+
+def test_regressors_are_the_terms_coefficients():
+    inv_bw, lat = term_regressors(lambda bw, a: cost.allreduce_time(4, 8e9, bw, a))
+    assert inv_bw == pytest.approx(2 * 3 / 4 * 8.0)  # 2(n−1)/n · x / 1e9, by hand
+    assert lat == pytest.approx(6.0)  # 2(n−1)
+
+
+def test_link_fit_recovers_bandwidth_and_latency():
+    fit = fit_link(*link_rows(3.7, 42 * US, noise=0.003))
+    assert fit.bw_gbps == pytest.approx(3.7, rel=0.01)
+    assert fit.latency_us == pytest.approx(42, rel=0.01)
+    assert fit.points == 2 * len(SIZES)
+
+
+@settings(max_examples=10, deadline=None)
+@given(bw=st.floats(0.05, 400), lat_us=st.floats(0.5, 500))
+def test_link_fit_exact_on_noiseless_points(bw, lat_us):
+    fit = fit_link(*link_rows(bw, lat_us * US, noise=0.0))
+    assert fit.bw_gbps == pytest.approx(bw, rel=1e-6)
+    assert fit.latency_us == pytest.approx(lat_us, rel=1e-6)
+
+
+def test_efficiency_fit_recovers_eta():
+    model, training = small_model(), small_training()
+    ideal = np.array([cost.stage_compute_time(model, training, 2e12, t, n, last)
+                      for t in (1, 2, 4) for n in (1, 2, 3) for last in (0, 1)])
+    noisy = ideal / 0.37 * (1 + 0.003 * np.random.default_rng(1).standard_normal(len(ideal)))
+    assert fit_efficiency(ideal, noisy) == pytest.approx(0.37, rel=0.01)
+
+
+def test_refusals():
+    inv_bw, lat, times = link_rows(2.0, 10 * US, noise=0.0)
+    with pytest.raises(CalibrationError, match="one message size"):
+        fit_link(inv_bw[:1], lat[:1], times[:1])
+    p2p = slice(0, len(SIZES))  # x/bw − 0.2 µs: positive times, a negative intercept
+    with pytest.raises(CalibrationError, match="negative"):
+        fit_link(inv_bw[p2p], lat[p2p], inv_bw[p2p] / 2.0 - 0.2 * US * lat[p2p])
+    with pytest.raises(CalibrationError, match="not positive"):
+        fit_link(inv_bw[p2p], lat[p2p], 1e-3 * (1.0 - inv_bw[p2p]))  # longer messages faster
+    with pytest.raises(CalibrationError, match=r"outside \(0, 1\]"):
+        fit_efficiency([1.0, 2.0], [0.5, 1.0])
+    with pytest.raises(CalibrationError, match="cannot determine"):
+        fit_efficiency(np.zeros((0,)), np.zeros((0,)))
+
+
+# -- refitting a cluster from run records ---------------------------------------------------
+
+def small_model() -> ModelSpec:
+    return ModelSpec(name="small", layers=4, hidden=256, heads=8, kv_heads=4, ffn_hidden=704, vocab=512)
+
+
+def small_training(recompute: bool = False) -> TrainingSpec:
+    return TrainingSpec(seq_len=128, global_batch=8, micro_batch=2, recompute=recompute, act_bytes=4, grad_bytes=4)
+
+
+def cluster(eta: float, intra_bw: float, inter_bw: float) -> Cluster:
+    return Cluster(name="synthetic", gpu_types=(GpuType(name="cpu", peak_tflops=0.05, memory_gib=8, efficiency=eta),),
+                   machines=tuple(Machine(name=f"m{i}", gpu="cpu", count=2, intra_bw_gbps=intra_bw)
+                                  for i in range(2)),
+                   inter_bw_gbps=inter_bw, intra_latency_us=40, inter_latency_us=60)
+
+
+PLANS = [  # (batches, stages as (devices, layers)) on 2 machines × 2 devices
+    ((8,), [[((0, 1), 4)]]),
+    ((8,), [[((0,), 2), ((2,), 2)]]),
+    ((8,), [[((0, 1), 3), ((2, 3), 1)]]),
+    ((4, 4), [[((0,), 4)], [((2,), 4)]]),
+    ((4, 4), [[((0,), 1), ((1,), 3)], [((2, 3), 4)]]),
+    ((6, 2), [[((0, 1), 2), ((2,), 2)], [((3,), 4)]]),
+]
+
+
+def plan_of(batches, stages) -> Plan:
+    return Plan(pipelines=tuple(Pipeline(batch=b, stages=tuple(Stage(devices=d, layers=n) for d, n in pipe))
+                                for b, pipe in zip(batches, stages)))
+
+
+def synthetic_records(truth: Cluster, believed: Cluster) -> list[RunRecord]:
+    records = []
+    for i, (batches, stages) in enumerate(PLANS):
+        plan = plan_of(batches, stages)
+        for recompute in (False, True):
+            run = Problem(name="p", cluster=truth, model=small_model(), training=small_training(recompute))
+            rows = predicted_rows(run, plan)
+            records.append(RunRecord(problem=run.model_copy(update={"cluster": believed}), plan=plan,
+                                     stage_s=tuple(rows[:-1]), step_s=float(rows[-1]), source=f"run{i}"))
+    return records
+
+
+def test_refit_recovers_eta_and_bandwidths_from_runs():
+    truth, believed = cluster(0.37, 1.9, 0.6), cluster(0.5, 4.0, 2.5)
+    fitted, figures = refit(synthetic_records(truth, believed))
+    assert fitted.catalog["cpu"].efficiency == pytest.approx(0.37, rel=0.01)
+    assert fitted.machine_intra_bw == pytest.approx([1.9, 1.9], rel=0.01)
+    assert fitted.inter_bw_gbps == pytest.approx(0.6, rel=0.01)
+    assert fitted.inter_latency_us == believed.inter_latency_us  # latencies are not refitted
+    assert {(f.kind, f.name) for f in figures if f.exercised} == {
+        ("efficiency", "cpu"), ("bandwidth", "intra"), ("bandwidth", "inter")}
+
+
+def test_refit_keeps_figures_no_run_exercises():
+    truth, believed = cluster(0.37, 1.9, 0.6), cluster(0.5, 4.0, 2.5)
+    records = [r for r in synthetic_records(truth, believed) if r.source in ("run0",)]  # TP only, one machine
+    fitted, figures = refit(records)
+    assert fitted.inter_bw_gbps == believed.inter_bw_gbps
+    assert not next(f for f in figures if f.name == "inter").exercised
+    assert fitted.catalog["cpu"].efficiency == pytest.approx(0.37, rel=0.01)
+
+
+def test_refit_refuses_eta_above_one():
+    truth, believed = cluster(1.0, 4.0, 2.5), cluster(0.5, 4.0, 2.5)
+    fast = [RunRecord(problem=r.problem, plan=r.plan, stage_s=tuple(np.array(r.stage_s) / 3),
+                      step_s=r.step_s / 3, source=r.source) for r in synthetic_records(truth, believed)]
+    with pytest.raises(CalibrationError, match="efficiency"):
+        refit(fast)
+
+
+def test_scaled_cluster_moves_only_the_named_figures():
+    base = cluster(0.5, 4.0, 2.5)
+    scaled = scaled_cluster(base, {"cpu": 2.0}, {"inter": 4.0})
+    assert scaled.catalog["cpu"].efficiency == 0.25
+    assert scaled.inter_bw_gbps == 0.625 and list(scaled.machine_intra_bw) == [4.0, 4.0]
