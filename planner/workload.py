@@ -60,6 +60,13 @@ class ModelSpec(Frozen):
     def total_params(self) -> int:
         return self.layers * self.params_per_layer + self.params_embedding + self.params_head
 
+    def tp_misfits(self, tp: int) -> list[str]:
+        """What a TP group of `tp` devices cannot split into equal blocks (Megatron TP shards
+        heads, kv heads, ffn hidden and the vocabulary), as "heads (12)"; empty when it fits."""
+        sizes = (("heads", self.heads), ("kv heads", self.num_kv_heads), ("ffn hidden", self.ffn_hidden),
+                 ("vocab", self.vocab))
+        return [f"{what} ({size})" for what, size in sizes if size % tp]
+
     def tp_sizes(self, max_size: int) -> list[int]:
         """Powers of two ≤ max_size dividing both a and k: the allowed TP group sizes."""
         sizes, t = [], 1

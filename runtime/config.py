@@ -56,8 +56,6 @@ class Job(Frozen):
 def check_model_fits(spec: ModelSpec, tp_sizes: list[int]) -> None:
     """Every TP size must split heads, kv heads, ffn and vocabulary into equal blocks."""
     for t in sorted(set(tp_sizes)):
-        for what, size in (("heads", spec.heads), ("kv heads", spec.num_kv_heads),
-                           ("ffn hidden", spec.ffn_hidden), ("vocab", spec.vocab)):
-            if size % t:
-                raise ValueError(f"TP size {t} does not divide the model's {what} ({size}) "
-                                 f"of model {spec.name!r}")
+        misfits = spec.tp_misfits(t)
+        if misfits:
+            raise ValueError(f"TP size {t} does not divide the model's {misfits[0]} of model {spec.name!r}")

@@ -28,7 +28,10 @@ from planner.hardware import Cluster
 from planner.kinds import evaluate, validate
 from planner.layered.plan import Plan
 from planner.problem import Problem
+from planner.workload import ModelSpec
 from solvers.common import SolverOptions
+from solvers.layered.heuristic.options import HeuristicOptions
+from solvers.layered.heuristic.search import solve_with
 from solvers.registry import solve
 
 
@@ -181,28 +184,52 @@ def _priced(problem: Problem, plan: Plan | None) -> float | None:
     return evaluate(problem, plan).iteration_s
 
 
+def misfit_tp(plan: Plan, trained: ModelSpec | None) -> str:
+    """Why `plan` cannot run the model actually trained (a TP size that does not split its
+    heads, kv heads, ffn or vocabulary — a run resumed from a checkpoint keeps its model),
+    or "" when it can (or no model is given)."""
+    for t in sorted({s.tp for p in plan.pipelines for s in p.stages}) if trained else []:
+        if trained.tp_misfits(t):
+            return f"TP {t} does not divide the trained model's {trained.tp_misfits(t)[0]}"
+    return ""
+
+
+def _fresh_within_tp(problem: Problem, options: SolverOptions, trained: ModelSpec):
+    """The heuristic with every stage's TP capped at the largest power of two that splits the
+    trained model (its `tp_caps` knob; the exact solvers have no such cap)."""
+    cap = 1
+    while not trained.tp_misfits(cap * 2) and cap * 2 <= problem.cluster.num_devices:
+        cap *= 2
+    return solve_with(problem, options, HeuristicOptions(tp_caps=(cap,)), name=f"heuristic (TP ≤ {cap})")
+
+
 def replan(problem: Problem, plan: Plan, lost=(), *, lost_machines=(), solver: str = "heuristic",
-           options: SolverOptions | None = None) -> ReplanResult:
+           options: SolverOptions | None = None, trained: ModelSpec | None = None) -> ReplanResult:
     """Remove the lost devices (ids of `problem`) or machines, re-solve with the repaired old
-    plan as the warm start, and keep the better of it and the fresh solve."""
+    plan as the warm start, and keep the better of it and the fresh solve. With `trained`
+    (an elastic run's model), a fresh plan whose TP sizes cannot split it is not chosen; the
+    repaired plan only shrinks TP by powers of two, so it splits whatever the old plan did."""
     start = time.perf_counter()
     gone = lost_devices(problem, lost, lost_machines)
     new, mapping = survivors(problem, gone)
     repaired, changes = repair(problem, plan, new, mapping)
     repaired, repaired_s = _best_repair(new, repaired)
     options = (options or SolverOptions()).model_copy(update={"hint": repaired if repaired_s else None})
-    fresh = solve(new, solver, options)
+    fresh, notes = solve(new, solver, options), []
+    if fresh.plan is not None and misfit_tp(fresh.plan, trained):
+        notes.append(f"the fresh {solver} plan was set aside: {misfit_tp(fresh.plan, trained)}")
+        fresh = _fresh_within_tp(new, options, trained)
     fresh_s = _priced(new, fresh.plan)
     if repaired_s is None and fresh_s is None:
         raise ReplanError(f"no valid plan on the {new.cluster.num_devices} surviving devices "
-                          f"({fresh.message or fresh.status.value})")
+                          f"({misfit_tp(fresh.plan, trained) if fresh.plan else fresh.message or fresh.status.value})")
     use_repaired = fresh_s is None or (repaired_s is not None and repaired_s <= fresh_s)
     chosen_plan, new_s = (repaired, repaired_s) if use_repaired else (fresh.plan, fresh_s)
     old_s = _priced(problem, plan)
     return ReplanResult(problem=new, plan=chosen_plan, lost=tuple(sorted(gone)), old_to_new=mapping,
-                        old_s=old_s, new_s=new_s, chosen="repaired" if use_repaired else solver,
+                        old_s=old_s, new_s=new_s, chosen="repaired" if use_repaired else fresh.solver,
                         repaired_s=repaired_s, fresh_s=fresh_s, wall_s=time.perf_counter() - start,
-                        changes=tuple(summary(plan, chosen_plan, changes if use_repaired else [], old_s, new_s)))
+                        changes=tuple(summary(plan, chosen_plan, (changes if use_repaired else []) + notes, old_s, new_s)))
 
 
 def summary(old: Plan, new: Plan, repairs: list[str], old_s: float | None, new_s: float) -> list[str]:

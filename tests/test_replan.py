@@ -111,3 +111,24 @@ def test_the_heuristic_polishes_a_valid_hint_so_it_never_returns_worse():
     assert len(good.pipelines) > 1 and hx.evaluate(problem, alone.plan).iteration_s > good_t * 1.05
     assert hx.evaluate(problem, hinted.plan).iteration_s <= good_t * (1 + 1e-12)
     assert not hx.validate(problem, hinted.plan)
+
+
+def test_a_replan_for_a_resumed_model_keeps_tp_sizes_that_split_it():
+    """An elastic run resumes the model it trained: a fresh plan with a TP size that does not
+    split that model (here TP 2 against one kv head) is set aside for the heuristic with TP
+    capped at what fits, and the change says why."""
+    from planner.workload import ModelSpec
+    from solvers.layered.heuristic.options import HeuristicOptions
+    from solvers.layered.heuristic.search import solve_with
+
+    problem = load_problem("hetero1-llama2-7b")
+    options = hx.SolverOptions(time_limit_s=5)
+    old = solve_with(problem, options, HeuristicOptions(fixed_tp=1)).plan
+    trained = ModelSpec(name="tiny", layers=problem.model.layers, hidden=32, heads=4, kv_heads=1,
+                        ffn_hidden=96, vocab=256)
+    free = replan(problem, old, [old.devices[0]], options=options)
+    assert max(s.tp for p in free.plan.pipelines for s in p.stages) > 1  # the unconstrained choice
+    fitted = replan(problem, old, [old.devices[0]], options=options, trained=trained)
+    assert {s.tp for p in fitted.plan.pipelines for s in p.stages} == {1}
+    assert not hx.validate(fitted.problem, fitted.plan) and fitted.chosen == "heuristic (TP ≤ 1)"
+    assert any("set aside: TP 2 does not divide the trained model's kv heads (1)" in c for c in fitted.changes)

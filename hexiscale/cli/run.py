@@ -181,7 +181,7 @@ def run_elastically(prob, job):
     """run_elastic with solvers.replan as the re-planner; returns the last attempt's result
     (with every step) and the plan the run ended on."""
     def replanner(problem, plan, lost):
-        result = replan(problem, plan, lost)
+        result = replan(problem, plan, lost, trained=job.config.model)
         return result.problem, result.plan, result.old_s, result.new_s
 
     def log(line: str) -> None:
