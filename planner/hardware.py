@@ -3,16 +3,17 @@
 Devices get global integer ids in file order; `Cluster` precomputes the per-device arrays
 that the cost model indexes, so that evaluating a plan never walks Python objects per device.
 
-Links between machines are stored sparsely (`PairTable`): a default, per-machine rack ids with
-one figure per rack, and a sorted table of per-pair overrides, read for arrays of machine
-pairs at once. A dense machine × machine matrix is built only for small clusters (the exact
-solvers read it); at 10^5 GPUs it would take gigabytes.
+Links between machines are stored sparsely (`planner.pairs.PairTable`): a default, per-machine
+rack ids with one figure per rack, and a sorted table of per-pair overrides, read for arrays of
+machine pairs at once; a cluster that mixes nvidia and amd machines adds its cross-vendor
+bridge (DESIGN.md §8) to both tables, so every reading is bridged. A dense machine × machine
+matrix is built only for small clusters (the exact solvers read it); at 10^5 GPUs it would
+take gigabytes.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property, lru_cache
 from importlib import resources
@@ -22,6 +23,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from planner.base import GIB, TFLOPS, US, Frozen
+from planner.pairs import NOT_BRIDGED, Bridge, PairTable
 
 # A bandwidth at or below 1 kB/s is a unit mistake (GB/s written as bytes/s or Gbit/s · 1e-9),
 # never a real link: refused rather than priced into hour-long iterations.
@@ -126,88 +128,6 @@ DENSE_MACHINES = 2048
 DENSE_LOOKUP_MACHINES = 1024
 
 
-@dataclass(frozen=True, eq=False)
-class PairTable:
-    """One figure (bandwidth or latency) between machines, stored sparsely (DESIGN.md §1):
-    the machine's own value on the diagonal, else the pair's override, else the rack's value
-    when both machines are in one rack, else the default. Memory O(machines + racks + links)."""
-
-    own: np.ndarray  # (n,) a machine's intra value
-    default: float  # between machines with nothing more specific
-    rack: np.ndarray  # (n,) rack id of each machine, -1 for none
-    rack_value: np.ndarray  # (racks,)
-    keys: np.ndarray  # sorted i·n + j (i < j) of the overridden pairs
-    values: np.ndarray  # override of each key
-
-    @property
-    def size(self) -> int:
-        return len(self.own)
-
-    def __call__(self, mi, mj) -> np.ndarray:
-        """The figure for machine pairs (mi, mj), element-wise over broadcast integer arrays."""
-        mi, mj = np.asarray(mi, dtype=np.int64), np.asarray(mj, dtype=np.int64)
-        out = np.full(np.broadcast_shapes(mi.shape, mj.shape), self.default)
-        if len(self.rack_value):
-            ri = self.rack[mi]
-            same = (ri == self.rack[mj]) & (ri >= 0)
-            out = np.where(same, self.rack_value[np.maximum(ri, 0)], out)
-        if len(self.keys):
-            key = np.minimum(mi, mj) * self.size + np.maximum(mi, mj)
-            pos = np.minimum(np.searchsorted(self.keys, key), len(self.keys) - 1)
-            out = np.where(self.keys[pos] == key, self.values[pos], out)
-        return np.where(mi == mj, self.own[mi], out)
-
-    def dense(self) -> np.ndarray:
-        """The n × n matrix (small clusters only)."""
-        n = self.size
-        out = np.full((n, n), self.default, dtype=float)
-        for r in range(len(self.rack_value)):
-            members = np.flatnonzero(self.rack == r)
-            out[np.ix_(members, members)] = self.rack_value[r]
-        i, j = np.divmod(self.keys, n)
-        out[i, j] = out[j, i] = self.values
-        np.fill_diagonal(out, self.own)
-        return out
-
-    def row_extremes(self, machines: np.ndarray, use_max: bool) -> float:
-        """min (or max) of the figure over all pairs of distinct positions of `machines` (one
-        holder per pipeline, DESIGN.md §3.4): two positions on one machine read its own value.
-
-        Exact without forming the pairs: the pairs of distinct machines fall into overridden
-        ones (each seen), same-rack ones (the rack's value, present unless every such pair of
-        the rack is overridden) and the rest (the default, likewise). O(D log D + links)."""
-        u, counts = np.unique(machines, return_counts=True)
-        found = [self.own[u[counts > 1]]]
-        if len(u) > 1:
-            pairs = len(u) * (len(u) - 1) // 2
-            hits = np.zeros(0, dtype=np.int64)
-            if len(self.keys):
-                member = np.zeros(self.size, dtype=bool)
-                member[u] = True
-                a, b = np.divmod(self.keys, self.size)
-                hits = np.flatnonzero(member[a] & member[b])
-                found.append(self.values[hits])
-                a, b = a[hits], b[hits]
-            same_rack_pairs = 0
-            if len(self.rack_value):
-                racks, per = np.unique(self.rack[u][self.rack[u] >= 0], return_counts=True)
-                inside = per * (per - 1) // 2
-                same_rack_pairs = int(inside.sum())
-                hit_rack = self.rack[a] if len(hits) else np.zeros(0, dtype=np.int64)
-                hit_rack = hit_rack[(hit_rack >= 0) & (hit_rack == self.rack[b])] if len(hits) else hit_rack
-                overridden = np.bincount(hit_rack, minlength=len(self.rack_value))[racks]
-                found.append(self.rack_value[racks[inside > overridden]])
-                cross_hits = len(hits) - len(hit_rack)
-            else:
-                cross_hits = len(hits)
-            if pairs - same_rack_pairs > cross_hits:
-                found.append(np.array([self.default]))
-        values = np.concatenate(found)
-        if not len(values):
-            return -np.inf if use_max else np.inf
-        return float(values.max() if use_max else values.min())
-
-
 class Cluster(Frozen):
     name: str = Field(default="cluster", description="cluster name")
     machines: tuple[Machine, ...] = Field(min_length=1, description="machines in device-id order")
@@ -217,6 +137,12 @@ class Cluster(Frozen):
     racks: tuple[Rack, ...] = Field(
         default=(), description="groups of machines joined pairwise at one bandwidth (links override pairs)")
     links: tuple[Link, ...] = Field(default=(), description="per machine-pair overrides")
+    cross_vendor_bw_gbps: float = Field(
+        default=10.0, gt=MIN_BW_GBPS, allow_inf_nan=False,
+        description="bridge bandwidth between nvidia and amd devices, GB/s (DESIGN.md §8)")
+    cross_vendor_latency_us: float = Field(
+        default=50.0, ge=0, allow_inf_nan=False,
+        description="bridge latency added between nvidia and amd devices, µs (DESIGN.md §8)")
     gpu_types: tuple[GpuType, ...] = Field(
         default=(), description="types added to, or overriding, the built-in catalog"
     )
@@ -311,6 +237,21 @@ class Cluster(Frozen):
             rack[[self.machine_index[name] for name in group.machines]] = r
         return rack
 
+    @cached_property
+    def machine_bridge_side(self) -> np.ndarray:
+        """Each machine's side of the cross-vendor bridge (DESIGN.md §8): 0 nvidia, 1 amd,
+        NOT_BRIDGED for `other` (an unknown vendor is never bridged)."""
+        side = {Vendor.nvidia: 0, Vendor.amd: 1, Vendor.other: NOT_BRIDGED}
+        return np.array([side[self.gpu_of(i).vendor] for i in range(len(self.machines))], dtype=np.int64)
+
+    @property
+    def mixes_vendors(self) -> bool:
+        """Whether the cluster holds both nvidia and amd machines (traffic crosses a bridge)."""
+        return bool({0, 1} <= set(self.machine_bridge_side.tolist()))
+
+    def _bridge(self, value: float, join) -> Bridge | None:
+        return Bridge(side=self.machine_bridge_side, value=value, join=join) if self.mixes_vendors else None
+
     def _overrides(self, figure) -> tuple[np.ndarray, np.ndarray]:
         """Sorted pair keys i·n + j (i < j) and values of the links that set `figure`."""
         n, index = len(self.machines), self.machine_index
@@ -329,7 +270,7 @@ class Cluster(Frozen):
         keys, values = self._overrides(lambda link: link.bw_gbps)
         return PairTable(own=self.machine_intra_bw, default=float(self.inter_bw_gbps), rack=self.machine_rack,
                          rack_value=np.array([r.bw_gbps for r in self.racks], dtype=float),
-                         keys=keys, values=values)
+                         keys=keys, values=values, bridge=self._bridge(self.cross_vendor_bw_gbps, "min"))
 
     @cached_property
     def lat_table(self) -> PairTable:
@@ -340,7 +281,7 @@ class Cluster(Frozen):
         return PairTable(own=self.machine_intra_lat, default=inter, rack=self.machine_rack,
                          rack_value=np.array([inter if r.latency_us is None else r.latency_us * US
                                               for r in self.racks], dtype=float),
-                         keys=keys, values=values)
+                         keys=keys, values=values, bridge=self._bridge(self.cross_vendor_latency_us * US, "add"))
 
     def _dense(self, table: PairTable, what: str) -> np.ndarray:
         n = len(self.machines)
@@ -382,7 +323,7 @@ class Cluster(Frozen):
                          for i, m in enumerate(self.machines)))
 
     def bw(self, i: int, j: int) -> float:
-        """bw(i, j) of DESIGN.md §1 between global devices i and j, GB/s."""
+        """bw(i, j) of DESIGN.md §1 (bridged, §8) between global devices i and j, GB/s."""
         return float(self.pair_bw(self.machine_of_device[i], self.machine_of_device[j]))
 
     def lat(self, i: int, j: int) -> float:

@@ -51,7 +51,9 @@ def _device_violations(problem: Problem, stages: _FlatStages) -> list[Violation]
 
 
 def _stage_violations(problem: Problem, stages: _FlatStages) -> list[Violation]:
-    """Rule 2: one machine per stage; t a power of two dividing a and k."""
+    """Rule 2: one machine per stage; t a power of two dividing a and k. A machine has one GPU
+    type, so one machine per stage is also §8's rule that no TP stage mixes vendors: a stage
+    that spans machines of nvidia and amd devices says so in its message."""
     cluster, model = problem.cluster, problem.model
     n = cluster.num_devices
     known = stages.flat < n
@@ -69,7 +71,8 @@ def _stage_violations(problem: Problem, stages: _FlatStages) -> list[Violation]:
             names = sorted({cluster.machines[cluster.machine_of_device[d]].name
                             for d in stages.devices[i] if d < n})
             out.append(Violation(rule="machine", pipeline=p, stage=k,
-                                 message=f"devices {list(stages.devices[i])} span machines {names}"))
+                                 message=f"devices {list(stages.devices[i])} span machines {names}"
+                                         + _vendor_note(cluster, stages.devices[i])))
         if not_pow2[i]:
             out.append(Violation(rule="tp_size", pipeline=p, stage=k,
                                  message=f"TP size {t[i]} is not a power of two"))
@@ -78,6 +81,15 @@ def _stage_violations(problem: Problem, stages: _FlatStages) -> list[Violation]:
                                  message=f"TP size {t[i]} does not divide heads {model.heads} "
                                          f"and kv heads {model.num_kv_heads}"))
     return out
+
+
+def _vendor_note(cluster, devices) -> str:
+    """' and mixes nvidia and amd devices (...)' when a stage's devices span both vendors, else ''."""
+    vendors = {cluster.gpu_of(int(cluster.machine_of_device[d])).vendor.value
+               for d in devices if d < cluster.num_devices}
+    if {"nvidia", "amd"} <= vendors:
+        return " and mixes nvidia and amd devices (no collective library spans two vendors)"
+    return ""
 
 
 def _layer_and_batch_violations(problem: Problem, plan: Plan) -> list[Violation]:

@@ -19,7 +19,6 @@ import itertools
 import time
 from contextlib import nullcontext
 
-import numpy as np
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from planner.problem import Problem
@@ -157,7 +156,8 @@ def search(problem: Problem, options: SolverOptions, deadline: float) -> tuple[C
         coarse.every() if small else coarse.staged()
         found = coarse.ranked()
         polished = []
-        for key, _, rings, label in (to_polish(found) if small else found[:POLISHED_LARGE]):
+        chosen = to_polish(found) + one_vendor_starts(problem, coarse) if small else found[:POLISHED_LARGE]
+        for key, _, rings, label in chosen:
             if polished and time.perf_counter() > deadline:
                 break
             state = polish(problem, rings, deadline, options.seed, max_steps=None if small else LARGE_STEPS)
@@ -177,6 +177,21 @@ def to_polish(found: list[Candidate]) -> list[Candidate]:
             chosen.append(c)
             seen.add(c[3][2])
     return chosen
+
+
+def one_vendor_starts(problem: Problem, coarse: Coarse) -> list[Candidate]:
+    """On a cluster that mixes nvidia and amd (DESIGN.md §8): the best coarse plan of every
+    device set on one vendor, per HP degree. Such a plan never crosses the slow bridge, but
+    its coarse form is often memory-tight (fewer devices), so it ranks low until polished."""
+    if not problem.cluster.mixes_vendors:
+        return []
+    side = problem.cluster.machine_bridge_side[problem.cluster.machine_of_device]
+    best: dict[tuple[int, int], Candidate] = {}
+    for c in coarse.ranked():
+        s, degree = c[3][0], c[3][1]
+        if len(set(side[coarse.sets[s]].tolist())) == 1:
+            best.setdefault((s, degree), c)
+    return list(best.values())
 
 
 def _progress(options: SolverOptions):
