@@ -4,6 +4,7 @@
     problem = hx.load_problem("instances/problems/case-study-llama2-13b.yaml")
     result = hx.solve(problem, solver="heuristic")
     print(hx.evaluate(problem, result.plan).iteration_s)
+    run = hx.run_plan(problem, result.plan, model="tiny", steps=3)   # a layered or a sequence plan
 """
 
 from planner import (

@@ -6,13 +6,14 @@ Test-only failure hooks are not settings: they live in `runtime.failure`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from planner.base import Frozen
 from planner.hardware import Cluster
 from planner.layered.plan import Plan
+from planner.sequence.plan import SeqPlan
 from planner.workload import ModelSpec, ScheduleName
 
 BYTE_VOCAB = 256
@@ -46,11 +47,19 @@ class Job(Frozen):
     """Everything a worker process reads: the plan, its kind, the run settings and, when the
     job was made for a problem, the cluster (machines and vendors of the plan's devices)."""
 
-    plan: Plan  # a layered plan, the one kind today; a sequence plan kind widens this
+    plan: Annotated[Plan | SeqPlan, Field(discriminator="format")] = Field(
+        description="a layered or a sequence plan (told apart by its format tag)")
     kind: str = Field(default="layered", description="plan kind: picks the runtime (runtime.kinds)")
     config: RunConfig
     cluster: Cluster | None = Field(default=None, description="the problem's cluster; None: unknown")
     problem_hash: str = Field(default="", description="sha256 of the problem (checkpoint manifests)")
+
+    @model_validator(mode="after")
+    def _kind_of_the_plan(self) -> Job:
+        expected = "sequence" if isinstance(self.plan, SeqPlan) else "layered"
+        if self.kind != expected:
+            raise ValueError(f"a job of kind {self.kind!r} carries a {expected} plan")
+        return self
 
 
 def check_model_fits(spec: ModelSpec, tp_sizes: list[int]) -> None:

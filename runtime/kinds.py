@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from planner.kinds import kind_of
-from runtime import layered
+from runtime import layered, sequence
 from runtime.errors import UnknownKindError
 from runtime.runtime_kind import RuntimeKind
 
-RUNTIME_KINDS: dict[str, RuntimeKind] = {k.name: k for k in (layered.KIND,)}
+RUNTIME_KINDS: dict[str, RuntimeKind] = {k.name: k for k in (layered.KIND, sequence.KIND)}
 
 
 def runtime_kind(name: str) -> RuntimeKind:

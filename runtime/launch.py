@@ -31,6 +31,7 @@ from runtime.errors import RunError
 from runtime.failure import FailureInjection
 from runtime.kinds import runtime_kind, runtime_of
 from runtime.resume import check_fresh_dir, resume_job
+from runtime.runlog import log_run
 
 GRACE_S = 15.0
 __all__ = ["GRACE_S", "RunError", "RunResult", "free_port", "launch_local", "make_job", "run_plan",
@@ -207,6 +208,8 @@ def run_plan(problem: Problem, plan: Any, model: str = "tiny", steps: int = 3, e
     start from a forkserver that never re-imports the calling script). Each worker also
     ends if this process dies, even by SIGKILL."""
     job, step = make_job(problem, plan, model, steps=steps, **settings), None
+    if resume is not None and job.kind == "sequence":
+        raise RunError("resume: checkpoints of sequence plans are not supported yet")
     if resume is not None:
         job, manifest = resume_job(job, resume)
         step = manifest.step
@@ -214,4 +217,5 @@ def run_plan(problem: Problem, plan: Any, model: str = "tiny", steps: int = 3, e
     result = launch_local(job, echo=echo)
     if not result.ok:
         raise RunError("the run failed:\n" + result.failure_summary())
+    log_run(problem, job, result)  # runlog.json: what `hexiscale calibrate` reads
     return result

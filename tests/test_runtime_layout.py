@@ -204,7 +204,7 @@ def _four_device_problem(schedule: str = "1f1b"):
 TWO_MACHINES = plan_of((4, [([2, 3], 3), ([0], 1)]))  # ranks 0, 1 on machine b; rank 2 on machine a
 
 
-AWAITING_RUNTIME = {"sequence"}  # the sequence plan's runtime is its own issue (DESIGN §7)
+AWAITING_RUNTIME: set[str] = set()  # every plan kind has its runtime (layered, sequence)
 
 
 def test_every_planner_kind_has_a_runtime_in_its_own_folder():
@@ -228,8 +228,8 @@ def test_an_unknown_plan_kind_is_a_clear_error():
     from runtime.errors import RunError
     from runtime.kinds import runtime_kind
 
-    with pytest.raises(RunError, match="no runtime for plan kind 'sequence'; the runtime runs: layered"):
-        runtime_kind("sequence")
+    with pytest.raises(RunError, match="no runtime for plan kind 'hybrid'; the runtime runs: layered, sequence"):
+        runtime_kind("hybrid")
     with pytest.raises(RunError, match="not a plan of any known kind"):
         make_job(_four_device_problem(), object())
 
@@ -263,11 +263,11 @@ def test_run_settings_hold_no_test_hooks_and_ranks_know_machine_and_vendor():
     assert rank_places(job.model_copy(update={"cluster": None}))[2] == RankPlace(0, None, Vendor.other)
 
 
-def test_a_plan_of_a_kind_without_runtime_is_refused_in_one_line():
+def test_a_sequence_plan_gets_the_sequence_runtime():
     from planner.io import load_plan, load_problem
     from runtime import make_job
-    from runtime.errors import RunError
+    from runtime.kinds import runtime_of
 
     problem, plan = load_problem("longctx-tiny"), load_plan("longctx-tiny")
-    with pytest.raises(RunError, match="no runtime for plan kind 'sequence'; the runtime runs: layered"):
-        make_job(problem, plan, None)
+    assert runtime_of(plan).name == "sequence" and runtime_of(plan).devices(plan) == [0, 1, 2, 3]
+    assert make_job(problem, plan).kind == "sequence"

@@ -1,0 +1,135 @@
+"""A sequence plan's job (no torch): the plan checked against the problem, the model actually
+trained, and the plan scaled to that model and sequence (DESIGN.md §7.1).
+
+`--model tiny` keeps the plan's structure — replicas, batches, groups, members, each member's
+share of the heads and of the tokens — on a small model and a short sequence:
+- heads: member i's kv heads kv_i = heads_i·k/a are divided by their common divisor (every
+  share stays whole kv heads, the ratios stay exact); the query heads per kv head are the
+  problem's, capped at 2; head dim 8, at least 32 hidden units (kv heads doubled if needed);
+- tokens: t_i/q (token blocks) divided by the largest common divisor that keeps every group's
+  shard even (the mirrored halves of §7.1 exist), so the scaled token block is 1 token and
+  the scaled sequence is s' = Σ_g T_g'.
+The job carries the scaled plan; the workers never see the original one.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+from planner.problem import Problem
+from planner.sequence.plan import SeqPlan
+from planner.sequence.rules import structural_violations
+from planner.sequence.table import MemberTable
+from planner.workload import ModelSpec
+from runtime.checkpoint import problem_hash
+from runtime.config import BYTE_VOCAB, Job, RunConfig
+from runtime.errors import RunError
+
+TINY_HEAD_DIM = 8
+TINY_MIN_HIDDEN = 32
+
+
+def kv_shares(plan: SeqPlan, model: ModelSpec) -> list[int]:
+    """kv heads of every member, in plan order."""
+    per_kv = model.heads // model.num_kv_heads
+    return [m.heads // per_kv for r in plan.replicas for g in r.ring for m in g.members]
+
+
+def tiny_sequence_model(model: ModelSpec, plan: SeqPlan) -> ModelSpec:
+    """A small model with the same L whose kv heads split as the plan's members split them."""
+    divisor = 0
+    for kv in kv_shares(plan, model):
+        divisor = gcd(divisor, kv)
+    kv_heads, ratio = model.num_kv_heads // divisor, min(model.heads // model.num_kv_heads, 2)
+    while kv_heads * ratio * TINY_HEAD_DIM < TINY_MIN_HIDDEN:
+        kv_heads *= 2
+    hidden = kv_heads * ratio * TINY_HEAD_DIM
+    ffn = -(-(8 * hidden // 3) // 8) * 8  # ≈ 8h/3 as in Llama
+    return ModelSpec(name=f"tiny({model.name})", layers=model.layers, hidden=hidden, heads=kv_heads * ratio,
+                     kv_heads=kv_heads, ffn_hidden=ffn, vocab=BYTE_VOCAB, gated=model.gated)
+
+
+def tiny_seq_len(plan: SeqPlan, *, seq_len: int, token_block: int) -> int:
+    """The shortest sequence that keeps every member's token share exactly: s/q token blocks
+    divided by the largest common divisor of the members' blocks that leaves every group's
+    shard even."""
+    blocks = [[m.tokens // token_block for m in g.members] for r in plan.replicas for g in r.ring]
+    common = 0
+    for n in (n for group in blocks for n in group):
+        common = gcd(common, n)
+    divisor = max(d for d in range(1, common + 1)
+                  if common % d == 0 and all((sum(group) // d) % 2 == 0 for group in blocks))
+    return seq_len // token_block // divisor
+
+
+def run_violations(plan: SeqPlan, model: ModelSpec, seq_len: int) -> list[str]:
+    """What keeps a (scaled) plan from running this model and sequence: each group's heads sum
+    to a, each member holds whole kv heads, each replica's shards sum to seq_len, each shard
+    is even (the mirrored halves of §7.1)."""
+    per_kv, out = model.heads // model.num_kv_heads, []
+    for r, replica in enumerate(plan.replicas):
+        if replica.tokens != seq_len:
+            out.append(f"replica {r}: shards sum to {replica.tokens} tokens, seq_len is {seq_len}")
+        for g, group in enumerate(replica.ring):
+            if group.heads != model.heads:
+                out.append(f"replica {r} group {g}: heads sum to {group.heads}, the model has {model.heads}")
+            if group.tokens % 2:
+                out.append(f"replica {r} group {g}: shard of {group.tokens} tokens is odd (no mirrored halves)")
+            out += [f"replica {r} group {g} member {i}: {m.heads} heads are not whole kv heads "
+                    f"({per_kv} query heads each)" for i, m in enumerate(group.members) if m.heads % per_kv]
+    return out
+
+
+def scale_plan(plan: SeqPlan, *, source: ModelSpec, target: ModelSpec, source_len: int, target_len: int) -> SeqPlan:
+    """The plan with every member's heads and tokens scaled from (source model, source_len) to
+    (target model, target_len); a share that does not scale to whole kv heads or whole
+    tokens is a RunError naming it."""
+    kv_scale, rings = (target.num_kv_heads, source.num_kv_heads), []
+    per_kv_source, per_kv_target = source.heads // source.num_kv_heads, target.heads // target.num_kv_heads
+    for r, replica in enumerate(plan.replicas):
+        ring = []
+        for g, group in enumerate(replica.ring):
+            members = []
+            for i, m in enumerate(group.members):
+                kv, tokens = m.heads // per_kv_source * kv_scale[0], m.tokens * target_len
+                if kv % kv_scale[1] or tokens % source_len:
+                    raise RunError(f"replica {r} group {g} member {i}: its share ({m.heads} heads, {m.tokens} "
+                                   f"tokens) does not scale to the model {target.name!r} with "
+                                   f"{target.num_kv_heads} kv heads and seq_len {target_len}")
+                members.append((m.device, kv // kv_scale[1] * per_kv_target, tokens // source_len))
+            ring.append(members)
+        rings.append(ring)
+    return SeqPlan.from_rings(problem=plan.problem, batches=[r.batch for r in plan.replicas], rings=rings)
+
+
+def make_sequence_job(problem: Problem, plan: SeqPlan, model: str | ModelSpec = "tiny", **settings) -> Job:
+    """The job for `plan`: rules 1–4 checked against the problem, the model chosen (`tiny`,
+    the problem's own, or a given spec — a checkpoint's), the plan scaled to it; seq_len,
+    micro-batch and recompute default to the problem's training (seq_len: the tiny one)."""
+    unsupported = [k for k in ("checkpoint_dir", "save_every", "resume_from") if settings.get(k)]
+    if unsupported:  # refused, not ignored: a run that was asked to save must not quietly not save
+        raise RunError(f"{unsupported[0]}: checkpoints of sequence plans are not supported yet")
+    violations = structural_violations(problem, MemberTable.of(plan))
+    if violations:
+        raise RunError("the plan is invalid for this problem: " + "; ".join(str(v) for v in violations))
+    training = problem.training
+    spec = model if isinstance(model, ModelSpec) else (
+        tiny_sequence_model(problem.model, plan) if model == "tiny" else problem.model)
+    settings.setdefault("seq_len", tiny_seq_len(plan, seq_len=training.seq_len, token_block=training.token_block)
+                        if model == "tiny" else training.seq_len)
+    settings.setdefault("micro_batch", training.micro_batch)
+    settings.setdefault("recompute", training.recompute)
+    settings.setdefault("schedule", training.schedule)  # not used (no pipeline): only so no note is printed
+    config = RunConfig(model=spec, **settings)
+    scaled = scale_plan(plan, source=problem.model, target=spec, source_len=training.seq_len,
+                        target_len=config.seq_len)
+    problems = run_violations(scaled, spec, config.seq_len)
+    if problems:
+        raise RunError(f"the plan cannot run model {spec.name!r} at seq_len {config.seq_len}: " + "; ".join(problems))
+    return Job(plan=scaled, kind="sequence", config=config, cluster=problem.cluster,
+               problem_hash=problem_hash(problem))
+
+
+def sequence_devices(plan: SeqPlan) -> list[int]:
+    """The plan's devices in rank order (replica → group → member), one process each."""
+    return plan.devices

@@ -1,0 +1,60 @@
+"""Cross-replica gradient sync of a sequence plan, once per step (after the last micro-batch),
+and the end-of-run check that every replica holds the same parameters.
+
+Replicas shard every unit over different numbers of ranks, so each segment of a unit's
+vector (`runtime.sequence.shards.sync_segments`) has one owner per replica; the segments of
+one owner set are packed into one buffer and all-reduced over that set's group. Owner sets
+are visited in one global order (`sync_group_keys`), so the blocking collectives cannot
+deadlock.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from runtime.comm import Communicator
+from runtime.sequence.groups import SeqGroups
+from runtime.sequence.shards import Segment, sync_group_keys
+from runtime.sequence.zero import ZeroStates
+
+
+def _local_pieces(states: ZeroStates, segments: list[Segment], owners: tuple[int, ...]):
+    """(unit, start, stop) in this rank's blocks of every segment owned by `owners`."""
+    out = []
+    for segment in segments:
+        if segment.owners == owners:
+            base = states.span(segment.unit)[0]
+            out.append((segment.unit, segment.span[0] - base, segment.span[1] - base))
+    return out
+
+
+def _packed(tensors: list[torch.Tensor], pieces) -> torch.Tensor:
+    return torch.cat([tensors[unit][start:stop] for unit, start, stop in pieces])
+
+
+def sync_gradients(comm: Communicator, groups: SeqGroups, states: ZeroStates, segments: list[Segment]) -> None:
+    """Sum every gradient block over the replicas (in place)."""
+    grads = [block.grad for block in states.blocks]
+    for owners in sync_group_keys(segments):
+        if owners not in groups.sync:
+            continue
+        pieces = _local_pieces(states, segments, owners)
+        summed = comm.all_reduce(_packed(grads, pieces), groups.sync[owners])
+        offset = 0
+        for unit, start, stop in pieces:
+            grads[unit][start:stop] = summed[offset:offset + stop - start]
+            offset += stop - start
+
+
+def replicas_identical(comm: Communicator, groups: SeqGroups, states: ZeroStates, segments: list[Segment]) -> bool:
+    """True on every rank iff every segment is bit-identical across its owners in all replicas."""
+    blocks, same = [block.detach() for block in states.blocks], True
+    for owners in sync_group_keys(segments):
+        if owners not in groups.sync:
+            continue
+        mine = _packed(blocks, _local_pieces(states, segments, owners))
+        highest = comm.all_reduce(mine.clone(), groups.sync[owners], "max")
+        lowest = comm.all_reduce(mine.clone(), groups.sync[owners], "min")
+        same = same and torch.equal(highest, mine) and torch.equal(lowest, mine)
+    flag = torch.tensor([1 if same else 0], device=comm.device)
+    return bool(comm.all_reduce(flag, comm.world, "min").item())

@@ -1,0 +1,206 @@
+"""Training one rank of a sequence plan: the per-rank entry points that `runtime.worker`
+calls (see `runtime.runtime_kind`). Every exchange with other ranks goes through the
+communicator passed in.
+
+A step: for each of the replica's m_r = B_r/b micro-batches, this member's tokens of b
+sequences (replica r reads sequences [Σ_{q<r} B_q, +B_r) of the step) go forward and
+backward (ZeRO-3 gathers and reduce-scatters inside); then the cross-replica sync, then AdamW
+on the blocks (element-wise, so AdamW on blocks equals AdamW on the full tensors).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from runtime.comm import Communicator, RankPlace
+from runtime.config import Job, RunConfig
+from runtime.data import BatchLoader, make_source
+from runtime.errors import ConfigError
+from runtime.failure import FailureInjection
+from runtime.model import causal_attention
+from runtime.sequence.groups import SeqGroups, create_groups
+from runtime.sequence.job import run_violations
+from runtime.sequence.layout import LayoutError, SeqLayout, seq_rank_layout
+from runtime.sequence.member import MemberModel
+from runtime.sequence.shards import sync_segments, unit_catalogues
+from runtime.sequence.sync import replicas_identical, sync_gradients
+from runtime.sequence.zero import ZeroStates
+
+STEPS_FILE = "steps.jsonl"
+
+
+def layout_of(job: Job) -> SeqLayout:
+    return seq_rank_layout(job.plan, kv_heads=job.config.model.num_kv_heads)
+
+
+def check_job(job: Job, world_size: int) -> None:
+    config, plan = job.config, job.plan
+    if world_size != len(plan.devices):
+        raise ConfigError(f"the plan uses {len(plan.devices)} devices (one process each) but the "
+                          f"world has {world_size} processes")
+    problems = run_violations(plan, config.model, config.seq_len)
+    problems += [f"replica {r}: batch {rep.batch} is not a multiple of the micro-batch {config.micro_batch}"
+                 for r, rep in enumerate(plan.replicas) if rep.batch % config.micro_batch]
+    if problems:
+        raise ConfigError("; ".join(problems))
+    try:
+        layout_of(job)
+    except LayoutError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def plan_rank(job: Job, machine: int | None) -> int:
+    """RANK from the local launcher; under torchrun, the LOCAL_RANK-th used device of machine I."""
+    if machine is None:
+        return int(os.environ["RANK"])
+    local = int(os.environ["LOCAL_RANK"])
+    devices = sorted(d for d in job.plan.devices if d in set(job.cluster.devices_of(machine)))
+    return job.plan.devices.index(devices[local])
+
+
+def describe_rank(job: Job, rank: int) -> str:
+    record = layout_of(job).rank(rank)
+    return f"rank {rank} (replica {record.replica}, group {record.group}, member {record.member})"
+
+
+def rank_places(job: Job) -> tuple[RankPlace, ...]:
+    """Device, machine and vendor of every rank (vendor `other` without a cluster)."""
+    devices, cluster = job.plan.devices, job.cluster
+    if cluster is None:
+        return tuple(RankPlace(device=d) for d in devices)
+    machines = [int(cluster.machine_of_device[d]) for d in devices]
+    return tuple(RankPlace(device=d, machine=m, vendor=cluster.gpu_of(m).vendor)
+                 for d, m in zip(devices, machines))
+
+
+def make_attention(layout: SeqLayout, comm: Communicator, groups: SeqGroups):
+    """This member's attention: its rows of full causal attention over the sequence."""
+    if any(len(r.groups) > 1 or len(r.groups[0].ranks) > 1 for r in layout.replicas):
+        raise ConfigError("ring and head-parallel attention are not available yet")
+    return causal_attention
+
+
+class Member:
+    """This rank's model, optimizer and data: what a step needs."""
+
+    def __init__(self, job: Job, comm: Communicator):
+        config, self.job, self.comm = job.config, job, comm
+        self.layout = layout_of(job)
+        self.record = self.layout.rank(comm.rank)
+        catalogues = unit_catalogues(config.model)
+        replica_ranks = [r.ranks for r in self.layout.replicas]
+        self.segments = sync_segments([c.size for c in catalogues], replica_ranks) if len(replica_ranks) > 1 else []
+        self.groups = create_groups(self.layout, comm, self.segments)
+        self.states = ZeroStates(catalogues, seed=config.seed, comm=comm, group=self.groups.replica,
+                                 index=self.groups.replica_index).to(comm.device)
+        self.positions = torch.as_tensor(self.layout.positions_of(comm.rank), dtype=torch.int64)
+        self.model = MemberModel(config.model, self.states, make_attention(self.layout, comm, self.groups),
+                                 positions=self.layout.positions_of(comm.rank), seq_len=config.seq_len,
+                                 recompute=config.recompute).to(comm.device)
+        self.optimizer = torch.optim.AdamW(self.states.parameters(), lr=config.lr,
+                                           weight_decay=config.weight_decay, foreach=False)
+        self.loader = BatchLoader(make_source(config.data, config.model.vocab, config.seed), config.seq_len)
+        self.global_batch = sum(r.batch for r in job.plan.replicas)
+
+    def micro_batches(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(tokens, labels) at this member's positions of each micro-batch of its replica."""
+        plan, b, r = self.job.plan, self.job.config.micro_batch, self.record.replica
+        offset = sum(rep.batch for rep in plan.replicas[:r])
+        out = []
+        for start in range(offset, offset + plan.replicas[r].batch, b):
+            inputs, labels = self.loader.batch(step, start, b)
+            out.append((inputs[:, self.positions].to(self.comm.device), labels[:, self.positions].to(self.comm.device)))
+        return out
+
+    def step(self, step: int, failure: FailureInjection | None) -> torch.Tensor:
+        """One optimizer step; returns [loss share, forward s, backward s] of this member."""
+        scale = 1.0 / (self.global_batch * self.job.config.seq_len)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum, forward_s, backward_s = 0.0, 0.0, 0.0
+        for index, (tokens, labels) in enumerate(self.micro_batches(step)):
+            if failure and index == 0 and failure.strikes(self.comm.rank, step):
+                failure.strike(first=lambda: self.model(tokens, labels, scale))
+            start = time.perf_counter()
+            loss = self.model(tokens, labels, scale)
+            middle = time.perf_counter()
+            loss.backward()
+            forward_s, backward_s = forward_s + middle - start, backward_s + time.perf_counter() - middle
+            loss_sum += loss.item()
+        sync_gradients(self.comm, self.groups, self.states, self.segments)
+        self.optimizer.step()
+        return torch.tensor([loss_sum, forward_s, backward_s], dtype=torch.float64)
+
+
+def step_metrics(comm: Communicator, own: torch.Tensor) -> torch.Tensor:
+    """[global loss, then forward and backward seconds of every rank]."""
+    metrics = torch.zeros(1 + 2 * comm.world_size, dtype=torch.float64)
+    metrics[0] = own[0]
+    metrics[1 + 2 * comm.rank:3 + 2 * comm.rank] = own[1:]
+    return comm.all_reduce(metrics.to(comm.device), comm.world).cpu()
+
+
+def report_step(step: int, config: RunConfig, layout: SeqLayout, metrics: torch.Tensor, wall_s: float,
+                global_batch: int, rank: int) -> dict:
+    tokens_s = global_batch * config.seq_len / wall_s
+    times = metrics[1:].view(-1, 2).tolist()
+    record = {"step": step + 1, "loss": float(metrics[0]), "tokens_per_s": tokens_s, "wall_s": wall_s,
+              "members": [{"replica": r.replica, "group": r.group, "member": r.member, "device": r.device,
+                           "tokens": r.num_tokens, "forward_s": f, "backward_s": b}
+                          for r, (f, b) in zip(layout.ranks, times)]}
+    if rank == 0 and config.out_dir:  # as it goes: a run cut short still shows its steps
+        with (Path(config.out_dir) / STEPS_FILE).open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+    if rank == 0:
+        per_member = "  ".join(f"r{m['replica']}g{m['group']}m{m['member']} F {m['forward_s'] * 1e3:.0f}ms "
+                               f"B {m['backward_s'] * 1e3:.0f}ms" for m in record["members"])
+        print(f"step {step + 1}/{config.steps}  loss {record['loss']:.5f}  tokens/s {tokens_s:,.0f}  "
+              f"| {per_member}", flush=True)
+    return record
+
+
+def train(job: Job, comm: Communicator) -> None:
+    config, member = job.config, Member(job, comm)
+    failure, history = FailureInjection.from_env(), []
+    comm.barrier()
+    for step in range(config.steps):
+        start = time.perf_counter()
+        own = member.step(step, failure)
+        metrics = step_metrics(comm, own)
+        history.append(report_step(step, config, member.layout, metrics, time.perf_counter() - start,
+                                   member.global_batch, comm.rank))
+    finish(job, comm, member, history)
+
+
+def finish(job: Job, comm: Communicator, member: Member, history: list[dict]) -> None:
+    """Replica check, parameter dump and metrics file (the worker then leaves the world)."""
+    config, rank = job.config, comm.rank
+    replicas_ok = (replicas_identical(comm, member.groups, member.states, member.segments)
+                   if config.check_replicas else None)
+    out = Path(config.out_dir) if config.out_dir else None
+    if out and config.dump_params:
+        torch.save({"replica": member.record.replica, "pieces": member.states.rank_pieces(),
+                    "shapes": {n: s for c in member.states.catalogues for n, (s, _) in c.params.items()}},
+                   out / f"rank{rank}.pt")
+    if rank == 0 and out:
+        (out / "metrics.json").write_text(json.dumps({"steps": history, "replicas_identical": replicas_ok}))
+    if rank == 0 and replicas_ok is not None:
+        print(f"replicas identical across replicas: {replicas_ok}", flush=True)
+
+
+def load_replica_params(out_dir: str | Path) -> list[dict[str, torch.Tensor]]:
+    """Each replica's full parameters, reassembled from its ranks' dumped pieces."""
+    flats: dict[int, dict[str, torch.Tensor]] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in sorted(Path(out_dir).glob("rank*.pt")):
+        dump = torch.load(path)
+        shapes.update(dump["shapes"])
+        for name, (offset, values) in dump["pieces"].items():
+            full = flats.setdefault(dump["replica"], {}).setdefault(
+                name, torch.full((torch.Size(dump["shapes"][name]).numel(),), float("nan")))
+            full[offset:offset + values.numel()] = values
+    return [{name: flat.view(shapes[name]) for name, flat in flats[r].items()} for r in sorted(flats)]

@@ -1,0 +1,128 @@
+"""Training under sequence plans (CPU, gloo, fp32) equals the same model trained in one
+process on the whole batch (`runtime.reference.train_reference`): per-step loss and every
+parameter after 3 AdamW steps agree to 1e-5 relative, and every replica ends bit-identical.
+
+Relative agreement of a parameter tensor is ‖run − ref‖ ≤ 1e-5·‖ref‖ per tensor, as in
+tests/test_runtime_equivalence.py (element-wise error is no measure after AdamW: an entry
+whose gradient is near Adam's ε moves by an amount set by its last bits).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.hardware import Cluster, Machine
+from planner.problem import Problem
+from planner.sequence.plan import SeqPlan
+from planner.workload import ModelSpec, TrainingSpec
+from runtime.config import Job, RunConfig
+from runtime.errors import RunError
+from runtime.failure import FailureInjection
+from runtime.launch import launch_local, make_job
+from runtime.reference import train_reference
+from runtime.sequence.worker import load_replica_params
+
+RTOL = 1e-5
+MHA = ModelSpec(name="mha", layers=2, hidden=32, heads=4, kv_heads=4, ffn_hidden=64, vocab=256)
+GQA = ModelSpec(name="gqa", layers=2, hidden=32, heads=4, kv_heads=2, ffn_hidden=64, vocab=256)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def plan_of(batches: list[int], rings) -> SeqPlan:
+    """rings[r][g] = [(device, heads, tokens), ...]; devices numbered in plan order."""
+    return SeqPlan.from_rings(problem="", batches=batches, rings=rings)
+
+
+def assert_equivalent(plan: SeqPlan, tmp_path, *, model: ModelSpec = MHA, micro_batch: int = 1,
+                      recompute: bool = False) -> None:
+    seq_len = plan.replicas[0].tokens
+    config = RunConfig(model=model, seq_len=seq_len, micro_batch=micro_batch, steps=3, recompute=recompute,
+                       dump_params=True, out_dir=str(tmp_path), timeout_s=60)
+    result = launch_local(Job(plan=plan, kind="sequence", config=config), echo=False)
+    assert result.ok, result.failure_summary() + "\n".join(result.logs)
+    ref_losses, ref_state = train_reference(config, sum(r.batch for r in plan.replicas))
+    losses = [s["loss"] for s in result.steps]
+    assert len(losses) == 3
+    for loss, ref in zip(losses, ref_losses):
+        assert abs(loss - ref) <= RTOL * abs(ref), (losses, ref_losses)
+    assert ref_losses[-1] < ref_losses[0]  # the model did train
+    replicas = load_replica_params(tmp_path)
+    assert len(replicas) == len(plan.replicas)
+    for params in replicas:
+        assert set(params) == set(ref_state)
+        for name, ref in ref_state.items():
+            diff = params[name] - ref
+            assert diff.norm() <= RTOL * ref.norm(), (name, float(diff.norm() / ref.norm()))
+    assert result.replicas_identical is True
+    members = result.steps[-1]["members"]
+    assert [m["tokens"] for m in members] == [m.tokens for r in plan.replicas for g in r.ring for m in g.members]
+
+
+def test_two_replicas_of_one_device_with_3_to_1_batches(tmp_path):
+    assert_equivalent(plan_of([3, 1], [[[(0, 4, 8)]], [[(1, 4, 8)]]]), tmp_path)
+
+
+def two_machine_problem(model: ModelSpec, *, seq_len: int = 1024, global_batch: int = 2) -> Problem:
+    cluster = Cluster(machines=[Machine(name="a", gpu="H100", count=2, intra_bw_gbps=400),
+                                Machine(name="b", gpu="A100-80G", count=2, intra_bw_gbps=300)], inter_bw_gbps=25)
+    return Problem(name="two", cluster=cluster, model=model,
+                   training=TrainingSpec(seq_len=seq_len, global_batch=global_batch, micro_batch=1, token_block=64))
+
+
+def test_the_tiny_job_keeps_every_share_of_heads_and_tokens():
+    """longctx-tiny (s 1024 = 16 blocks of 64, a 4, k 2): shares 5+5 | 6 blocks and 16 blocks
+    have no common divisor, so the tiny sequence is 16 tokens, one per block; kv shares 1, 1 |
+    2 and 2 keep the model's 2 kv heads (2 query heads each, 32 hidden units)."""
+    from planner.io import load_plan, load_problem
+
+    job = make_job(load_problem("longctx-tiny"), load_plan("longctx-tiny"))
+    assert job.config.seq_len == 16
+    assert (job.config.model.heads, job.config.model.num_kv_heads, job.config.model.hidden) == (4, 2, 32)
+    shares = [[[(m.device, m.heads, m.tokens) for m in g.members] for g in r.ring] for r in job.plan.replicas]
+    assert shares == [[[(0, 2, 5), (1, 2, 5)], [(2, 4, 6)]], [[(3, 4, 16)]]]
+    # shares of 4 | 4 | 8 and 16 blocks: dividing by 4 would leave a 1-token (odd) shard, so
+    # the divisor is 2: 2 | 2 | 4 and 8 tokens of an 8-token sequence
+    ring = plan_of([1, 1], [[[(0, 4, 256)], [(1, 4, 256)], [(2, 4, 512)]], [[(3, 4, 1024)]]])
+    job = make_job(two_machine_problem(GQA), ring)
+    assert job.config.seq_len == 8
+    assert [g.tokens for r in job.plan.replicas for g in r.ring] == [2, 2, 4, 8]
+
+
+def test_a_plan_that_does_not_match_the_problem_is_refused_before_any_process(tmp_path):
+    problem = two_machine_problem(GQA)
+    short = plan_of([2], [[[(0, 4, 512)]]])  # 512 tokens of a 1024-token sequence
+    with pytest.raises(RunError, match="invalid for this problem.*sum to 512 tokens"):
+        make_job(problem, short)
+    with pytest.raises(RunError, match="checkpoint_dir: checkpoints of sequence plans are not supported"):
+        make_job(problem, plan_of([2], [[[(0, 4, 1024)]]]), checkpoint_dir=str(tmp_path))
+    (tmp_path / "p.yaml").write_text(
+        "name: two\ncluster: {machines: [{name: a, gpu: H100, count: 2, intra_bw_gbps: 400}], inter_bw_gbps: 25}\n"
+        "model: {name: gqa, layers: 2, hidden: 32, heads: 4, kv_heads: 2, ffn_hidden: 64, vocab: 256}\n"
+        "training: {seq_len: 1024, global_batch: 2, micro_batch: 1}\n")
+    (tmp_path / "short.json").write_text(short.to_json())
+    from hexiscale.cli import app
+
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "p.yaml"), str(tmp_path / "short.json"),
+                                      "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "sum to 512 tokens" in result.output
+    assert not (tmp_path / "out" / "job.json").exists()  # nothing started
+
+
+def test_a_killed_rank_ends_every_other_rank_with_one_line(tmp_path):
+    plan = plan_of([1, 1], [[[(0, 4, 8)]], [[(1, 4, 8)]]])
+    config = RunConfig(model=MHA, seq_len=8, micro_batch=1, steps=3, timeout_s=20, out_dir=str(tmp_path))
+    result = launch_local(Job(plan=plan, kind="sequence", config=config), echo=False,
+                          failure=FailureInjection(rank=1, step=1, mode="kill"))
+    assert result.returncodes[1] == -9
+    for rank in (0,):
+        assert result.returncodes[rank] == 1, result.logs[rank]
+        assert result.exit_s[rank] - result.exit_s[1] < 60, result.exit_s
+        lines = [ln for ln in result.logs[rank].splitlines() if ln.startswith("error:")]
+        assert len(lines) == 1 and re.match(rf"error: rank {rank} \(replica \d+, group \d+, member \d+\): "
+                                            r"stopping after a failure", lines[0]), result.logs[rank]
+    assert "killed by signal 9" in result.failure_summary()
