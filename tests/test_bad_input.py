@@ -71,6 +71,10 @@ CASES = {
     "seqplan-unknown-field.json": ["replicas.0.ring.0.members.0.kv", "unknown field"],
     "seqplan-string-tokens.json": ["replicas.0.ring.0.members.0.tokens", "must be written as integers", "'1024'"],
     "seqplan-problem-zero-token-block.yaml": ["training.token_block", "greater than or equal to 1"],
+    # mixed vendors (DESIGN.md §8); the layered plan is checked against tiny-mixed-4-tiny
+    "cluster-unknown-vendor.yaml": ["gpu_types.0.vendor", "'nvidia', 'amd' or 'other'", "intel"],
+    "cluster-negative-bridge.yaml": ["cross_vendor_bw_gbps", "greater than", "-10"],
+    "vendorplan-mixed-stage.json": ["[machine]", "pipeline 0 stage 1", "mixes nvidia and amd devices"],
 }
 
 
@@ -80,6 +84,8 @@ def commands_for(name: str) -> list[list[str]]:
     path = str(BAD / name)
     if name.startswith("plan-"):
         return [["validate", "demo-tiny", path], ["evaluate", "demo-tiny", path]]
+    if name.startswith("vendorplan-"):
+        return [["validate", "tiny-mixed-4-tiny", path], ["evaluate", "tiny-mixed-4-tiny", path]]
     if name.startswith("seqplan-") and name.endswith(".json"):
         return [["validate", "longctx-tiny", path], ["evaluate", "longctx-tiny", path]]
     return [["validate", path]]
