@@ -13,7 +13,6 @@ they are awaited at the end of the step. Every exchange goes through the communi
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -22,6 +21,7 @@ from planner.schedules import Pass, Schedule
 from runtime.comm import Communicator, PendingSend
 from runtime.layered.groups import RankGroups
 from runtime.layered.stage import StageModel
+from runtime.timing import BACKWARD, COMM, FORWARD, PhaseTimer
 
 FORWARD_TAG, BACKWARD_TAG = 0, 1
 
@@ -75,12 +75,6 @@ class StageLink:
 
 
 @dataclass
-class StageTimes:
-    forward_s: float = 0.0
-    backward_s: float = 0.0
-
-
-@dataclass
 class StepRunner:
     """Runs one step's micro-batches through this rank's stage under a schedule."""
 
@@ -88,32 +82,39 @@ class StepRunner:
     link: StageLink
     micro_batches: list[tuple[torch.Tensor, torch.Tensor]]  # (inputs, labels) per micro-batch
     loss_scale: float  # 1 / tokens of the global batch
-    times: StageTimes = field(default_factory=StageTimes)
+    timer: PhaseTimer = field(default_factory=PhaseTimer)  # forward, backward, comm (waits included)
     loss_sum: float = 0.0
     saved: dict = field(default_factory=dict)
 
     def forward(self, i: int) -> None:
         stage = self.model.stage
         inputs, labels = self.micro_batches[i]
-        x = inputs if stage.first else self.link.recv_forward()
-        start = time.perf_counter()
-        out = self.model(x, labels if stage.last else None, self.loss_scale)
-        self.times.forward_s += time.perf_counter() - start
+        if stage.first:
+            x = inputs
+        else:
+            with self.timer.phase(COMM):
+                x = self.link.recv_forward()
+        with self.timer.phase(FORWARD):
+            out = self.model(x, labels if stage.last else None, self.loss_scale)
         if stage.last:
             self.loss_sum += out.item()
         else:
-            self.link.send_forward(out)
+            with self.timer.phase(COMM):
+                self.link.send_forward(out)
         self.saved[i] = (x, out)
 
     def backward(self, i: int) -> None:
         stage = self.model.stage
         x, out = self.saved.pop(i)
-        grad = None if stage.last else self.link.recv_backward()
-        start = time.perf_counter()
-        torch.autograd.backward(out, grad)
-        self.times.backward_s += time.perf_counter() - start
+        grad = None
+        if not stage.last:
+            with self.timer.phase(COMM):
+                grad = self.link.recv_backward()
+        with self.timer.phase(BACKWARD):
+            torch.autograd.backward(out, grad)
         if not stage.first:
-            self.link.send_backward(x.grad)
+            with self.timer.phase(COMM):
+                self.link.send_backward(x.grad)
 
     def run(self, schedule: Schedule) -> None:
         """This stage's actions of `schedule` (planner.schedules), then await the sends."""
@@ -122,4 +123,5 @@ class StepRunner:
         passes = {Pass.forward: self.forward, Pass.backward: self.backward}
         for action in schedule.actions(num_stages, stage.stage, len(self.micro_batches)):
             passes[action.pass_](action.micro_batch)
-        self.link.finish()
+        with self.timer.phase(COMM):
+            self.link.finish()

@@ -26,6 +26,7 @@ from runtime.layered.groups import RankGroups, create_groups
 from runtime.layered.layout import RankLayout, rank_layout
 from runtime.layered.schedule import StageLink, StepRunner
 from runtime.layered.stage import StageModel
+from runtime.timing import STAGE_PHASES, STEP, SYNC, PhaseTimer, device_synchronizer
 
 STEPS_FILE = "steps.jsonl"
 
@@ -78,16 +79,18 @@ def micro_batches(job: Job, pipeline: int, step: int, loader: BatchLoader, devic
 
 
 def step_metrics(comm: Communicator, runner: StepRunner, groups: RankGroups) -> torch.Tensor:
-    """[global loss, then forward and backward seconds of every stage], summed over ranks:
-    each stage's leader contributes its own times; last-stage leaders their loss share."""
-    layout, stage = groups.layout, groups.stage
-    metrics = torch.zeros(1 + 2 * len(layout.stages), dtype=torch.float64)
+    """[global loss, then each stage's seconds per phase (STAGE_PHASES), then each rank's step
+    seconds], summed over ranks: each stage's leader contributes its own phases, every rank
+    its step time, last-stage leaders their loss share."""
+    layout, stage, phases = groups.layout, groups.stage, len(STAGE_PHASES)
+    metrics = torch.zeros(1 + phases * len(layout.stages) + layout.world_size, dtype=torch.float64)
     if groups.is_leader:
         index = layout.stages.index(stage)
-        metrics[1 + 2 * index] = runner.times.forward_s
-        metrics[2 + 2 * index] = runner.times.backward_s
+        metrics[1 + phases * index: 1 + phases * (index + 1)] = torch.tensor(
+            [runner.timer.seconds(name) for name in STAGE_PHASES], dtype=torch.float64)
         if stage.last:
             metrics[0] = runner.loss_sum
+    metrics[1 + phases * len(layout.stages) + comm.rank] = runner.timer.seconds(STEP)
     return comm.all_reduce(metrics.to(comm.device), comm.world).cpu()
 
 
@@ -111,13 +114,16 @@ def train(job: Job, comm: Communicator) -> None:
     for step in range(first, config.steps):
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
+        timer = PhaseTimer(synchronize=device_synchronizer(comm.device))
         runner = StepRunner(model, StageLink.of(comm, groups, shape),
                             micro_batches(job, groups.stage.pipeline, step, loader, comm.device),
-                            1.0 / (global_batch * config.seq_len))
+                            1.0 / (global_batch * config.seq_len), timer)
         if failure and failure.strikes(rank, step):
             failure.strike(first=lambda: runner.forward(0))
-        runner.run(schedule)
-        sync_gradients(comm, model, groups)
+        with timer.phase(STEP):  # what the cost model's T prices: the schedule and the sync
+            runner.run(schedule)
+            with timer.phase(SYNC):
+                sync_gradients(comm, model, groups)
         optimizer.step()
         metrics = step_metrics(comm, runner, groups)
         history.append(report_step(step, config, layout, metrics, time.perf_counter() - start,
@@ -130,10 +136,14 @@ def train(job: Job, comm: Communicator) -> None:
 def report_step(step: int, config: RunConfig, layout: RankLayout, metrics: torch.Tensor,
                 wall_s: float, global_batch: int, rank: int) -> dict:
     tokens_s = global_batch * config.seq_len / wall_s
-    times = metrics[1:].view(-1, 2).tolist()
+    phases = len(STAGE_PHASES)
+    per_stage = metrics[1: 1 + phases * len(layout.stages)].view(-1, phases).tolist()
+    times = [(values[0], values[1]) for values in per_stage]
     record = {"step": step + 1, "loss": float(metrics[0]), "tokens_per_s": tokens_s, "wall_s": wall_s,
-              "stages": [{"pipeline": s.pipeline, "stage": s.stage, "forward_s": f, "backward_s": b}
-                         for s, (f, b) in zip(layout.stages, times)]}
+              "step_s": float(metrics[1 + phases * len(layout.stages):].max()),
+              "stages": [{"pipeline": s.pipeline, "stage": s.stage,
+                          **{f"{name}_s": value for name, value in zip(STAGE_PHASES, values)}}
+                         for s, values in zip(layout.stages, per_stage)]}
     if rank == 0 and config.out_dir:  # as it goes: a run cut short still shows its steps
         with (Path(config.out_dir) / STEPS_FILE).open("a") as handle:
             handle.write(json.dumps(record) + "\n")

@@ -1,0 +1,123 @@
+"""The run log (`hexiscale.runlog/1`, `runlog.json` in a run's out_dir): what a run measured,
+self-contained, for `hexiscale calibrate` (DESIGN.md §9). No torch.
+
+It names the problem the run was made for (name and sha256) and the cluster (sha256 of its
+canonical JSON), and carries the problem *as run* — that cluster, the model actually trained,
+the run's seq_len, micro-batch, recompute and schedule — so the cost model prices exactly what
+ran. Per step: the step time (schedule + gradient sync, the slowest rank: what T prices), the
+whole step's wall time (optimizer included, which the cost model does not price), and per
+stage the leader's forward, backward, communication (stage-to-stage receives and broadcasts,
+waits included) and gradient-sync seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from planner.base import Frozen
+from planner.calibration_runs import RunRecord
+from planner.hardware import Cluster
+from planner.layered.plan import Plan
+from planner.problem import Problem
+from planner.workload import TrainingSpec
+
+RUNLOG_FORMAT = "hexiscale.runlog/1"
+RUNLOG_FILE = "runlog.json"
+
+
+class StageTiming(Frozen):
+    pipeline: int = Field(ge=0, description="pipeline index")
+    stage: int = Field(ge=0, description="stage index in its pipeline")
+    forward_s: float = Field(ge=0, allow_inf_nan=False, description="forward passes, seconds")
+    backward_s: float = Field(ge=0, allow_inf_nan=False, description="backward passes, seconds")
+    comm_s: float = Field(ge=0, allow_inf_nan=False, description="stage-to-stage exchange, waits included")
+    sync_s: float = Field(ge=0, allow_inf_nan=False, description="data-parallel gradient sync, seconds")
+
+
+class StepTiming(Frozen):
+    step: int = Field(ge=1, description="step number, from 1")
+    step_s: float = Field(gt=0, allow_inf_nan=False, description="schedule + gradient sync, slowest rank")
+    wall_s: float = Field(gt=0, allow_inf_nan=False, description="the whole step on rank 0 (optimizer included)")
+    stages: tuple[StageTiming, ...] = Field(min_length=1, description="per stage, in plan order")
+
+
+def cluster_hash(cluster: Cluster) -> str:
+    return hashlib.sha256(cluster.model_dump_json().encode()).hexdigest()
+
+
+class RunLog(Frozen):
+    format: Literal["hexiscale.runlog/1"] = Field(default=RUNLOG_FORMAT, description="file format tag")
+    problem: str = Field(description="name of the problem the run was made for")
+    problem_hash: str = Field(min_length=64, max_length=64, description="sha256 of that problem")
+    cluster_hash: str = Field(min_length=64, max_length=64, description="sha256 of the cluster")
+    run_problem: Problem = Field(description="the problem as run: cluster, model trained, run settings")
+    plan: Plan = Field(description="the layered plan that ran")
+    steps: tuple[StepTiming, ...] = Field(min_length=1, description="every step, in order")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunLog:
+        if cluster_hash(self.run_problem.cluster) != self.cluster_hash:
+            raise ValueError("cluster_hash does not match the cluster the log carries (edited or corrupted)")
+        expected = [(p, k) for p, pipe in enumerate(self.plan.pipelines) for k in range(len(pipe.stages))]
+        for step in self.steps:
+            if [(s.pipeline, s.stage) for s in step.stages] != expected:
+                raise ValueError(f"step {step.step} lists stages that are not the plan's")
+        return self
+
+    def record(self, source: str, warmup: int = 1) -> RunRecord:
+        """Medians over the steps after `warmup` (all steps if there are no more): each stage's
+        forward + backward per micro-batch, and the step time."""
+        steps = self.steps[warmup:] or self.steps
+        micro = [p.batch // self.run_problem.training.micro_batch
+                 for p in self.plan.pipelines for _ in p.stages]
+        stage_s = tuple(statistics.median((s.stages[i].forward_s + s.stages[i].backward_s) / m for s in steps)
+                        for i, m in enumerate(micro))
+        return RunRecord(problem=self.run_problem, plan=self.plan, stage_s=stage_s,
+                         step_s=statistics.median(s.step_s for s in steps), source=source)
+
+
+def run_problem(problem: Problem, model, config) -> Problem:
+    """`problem` as a run executes it: the model trained and the run's own settings."""
+    training = TrainingSpec(**{**problem.training.model_dump(), "seq_len": config.seq_len,
+                               "micro_batch": config.micro_batch, "recompute": config.recompute,
+                               "schedule": config.schedule})
+    return Problem(name=problem.name, cluster=problem.cluster, model=model, training=training)
+
+
+def make_run_log(problem: Problem, problem_sha256: str, plan: Plan, config, steps: list[dict]) -> RunLog:
+    """The run log of a finished layered run: `steps` are its metrics' step records."""
+    timed = [StepTiming(step=s["step"], step_s=s["step_s"], wall_s=s["wall_s"],
+                        stages=tuple(StageTiming(**{k: st[k] for k in StageTiming.model_fields}) for st in s["stages"]))
+             for s in steps]
+    return RunLog(problem=problem.name, problem_hash=problem_sha256, cluster_hash=cluster_hash(problem.cluster),
+                  run_problem=run_problem(problem, config.model, config), plan=plan, steps=tuple(timed))
+
+
+def write_run_log(out_dir: str | Path, log: RunLog) -> Path:
+    path = Path(out_dir) / RUNLOG_FILE
+    path.write_text(log.model_dump_json(indent=1) + "\n")
+    return path
+
+
+def read_run_log(path: str | Path) -> RunLog:
+    """Parse a run log; ValueError (json or validation) for a truncated or corrupted file."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or data.get("format") != RUNLOG_FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"not a run log: format is {found!r}, expected {RUNLOG_FORMAT!r}")
+    return RunLog.model_validate(data)
+
+
+def log_run(problem: Problem, job, result) -> Path | None:
+    """Write the run log of a finished layered run into its out_dir (None for other kinds,
+    whose runs do not time their stages yet, or a run without steps)."""
+    if job.kind != "layered" or not result.steps or not result.out_dir:
+        return None
+    log = make_run_log(problem, job.problem_hash, job.plan, job.config, result.steps)
+    return write_run_log(result.out_dir, log)
