@@ -126,6 +126,19 @@ class Communicator:
             raise TimeoutError(f"no message from rank {src} within {self.timeout_s:g} s")
         return buffer
 
+    def exchange(self, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]],
+                 tag: int) -> None:
+        """Many point-to-point messages at once: post every send (tensor, dst rank) and every
+        receive (buffer, src rank, filled in place), then wait for all, each at most the
+        timeout. Posting everything before waiting is what keeps a ring from deadlocking."""
+        pending = [self.send(tensor, dst, tag) for tensor, dst in sends]
+        works = [(dist.irecv(buffer, src=src, tag=tag), src) for buffer, src in recvs]
+        for work, src in works:
+            if not work.wait(timedelta(seconds=self.timeout_s)):
+                raise TimeoutError(f"no message from rank {src} within {self.timeout_s:g} s")
+        for send in pending:
+            send.wait()
+
     # -- collectives ----------------------------------------------------------------------
     def broadcast(self, tensor: torch.Tensor, src: int, group: Group) -> torch.Tensor:
         """In place: every rank of `group` ends with rank `src`'s `tensor`."""
@@ -141,6 +154,19 @@ class Communicator:
         """Every rank's `tensor`, in the group's rank order."""
         out = [torch.empty_like(tensor) for _ in group.ranks]
         dist.all_gather(out, tensor.contiguous(), group=group.handle)
+        return out
+
+    def all_to_all(self, tensor: torch.Tensor, *, send_sizes: list[int], recv_sizes: list[int],
+                   group: Group) -> torch.Tensor:
+        """Uneven all-to-all of a 1-D `tensor` over `group` (ranks in ascending order): the
+        group's j-th rank gets the j-th run of `send_sizes[j]` elements; the result holds,
+        in group order, `recv_sizes[j]` elements from the j-th rank."""
+        if len(send_sizes) != group.size or len(recv_sizes) != group.size or sum(send_sizes) != tensor.numel():
+            raise ValueError(f"all_to_all over {group.size} ranks: sizes {send_sizes} / {recv_sizes} "
+                             f"for {tensor.numel()} elements")
+        out = tensor.new_empty(sum(recv_sizes))
+        dist.all_to_all_single(out, tensor.detach().contiguous(), output_split_sizes=list(recv_sizes),
+                               input_split_sizes=list(send_sizes), group=group.handle)
         return out
 
     def barrier(self) -> None:

@@ -27,6 +27,7 @@ def test_one_group_of_two_uneven_members():
     assert layout.positions_of(1).tolist() == [2, 3, 4, 5, 6, 7]
     assert layout.replicas[0].batch == 2 and layout.replicas[0].ranks == (0, 1)
     assert layout.hp_group_keys == [(0, 1)]
+    assert layout.ring_sends(0) == layout.ring_recvs(1) == []  # a ring of one group
 
 
 def test_ring_of_three_uneven_groups():
@@ -44,6 +45,11 @@ def test_ring_of_three_uneven_groups():
     assert [(g.prev, g.next) for g in ring] == [(2, 1), (0, 2), (1, 0)]
     assert [layout.positions_of(r).tolist() for r in range(4)] == [[0, 1, 10, 11], [2, 3], [4, 7, 8, 9], [5, 6]]
     assert [g.ranks for g in ring] == [(0,), (1, 2), (3,)]
+    # K/V travel g0 → g1 → g2 → g0, each piece to the next group's members that hold its kv heads
+    assert [layout.ring_sends(r) for r in range(4)] == [[(1, (0, 1)), (2, (1, 2))], [(3, (0, 1))],
+                                                        [(3, (1, 2))], [(0, (0, 2))]]
+    assert [layout.ring_recvs(r) for r in range(4)] == [[(3, (0, 2))], [(0, (0, 1))], [(0, (1, 2))],
+                                                        [(1, (0, 1)), (2, (1, 2))]]
 
 
 def test_two_replicas_number_ranks_in_plan_order():
@@ -90,5 +96,12 @@ def test_layout_partitions_tokens_and_heads(drawn):
                 spans = [getattr(m, field) for m in members]
                 assert spans[0][0] == 0 and spans[-1][1] == total
                 assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(spans, spans[1:] + [(total, total)]))
+            for r in group.ranks:  # ring pieces: what r receives tiles its kv heads, and is sent to it
+                recvs = layout.ring_recvs(r)
+                if len(replica.groups) > 1:
+                    assert [span for _, span in recvs][0][0] == layout.rank(r).kv[0]
+                    assert all(a[1] == b[0] for (_, a), (_, b) in zip(recvs, recvs[1:]))
+                    assert recvs[-1][1][1] == layout.rank(r).kv[1]
+                assert all((r, span) in layout.ring_sends(src) for src, span in recvs)
             for m in members:  # whole kv heads: kv_i = heads_i·k/a
                 assert (m.kv[1] - m.kv[0]) * layout.heads == (m.heads[1] - m.heads[0]) * layout.kv_heads

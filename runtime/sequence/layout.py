@@ -99,6 +99,24 @@ class SeqLayout(Frozen):
         start, stop = self.rank(rank).tokens
         return self.group_of(rank).positions()[start:stop]
 
+    def ring_sends(self, rank: int) -> list[tuple[int, Span]]:
+        """(rank, kv heads) of each member of the next group in the ring whose kv heads
+        overlap this rank's, with the overlap: what this rank forwards at each ring step.
+        Empty in a ring of one group."""
+        return self._overlaps(rank, self.rank(rank).group + 1)
+
+    def ring_recvs(self, rank: int) -> list[tuple[int, Span]]:
+        """(rank, kv heads) of each member of the previous group whose kv heads overlap this
+        rank's, in kv order: the pieces this rank assembles at each ring step."""
+        return self._overlaps(rank, self.rank(rank).group - 1)
+
+    def _overlaps(self, rank: int, other: int) -> list[tuple[int, Span]]:
+        ring, (lo, hi) = self.ring_of(rank), self.rank(rank).kv
+        if len(ring) == 1:
+            return []
+        peers = [self.rank(r) for r in ring[other % len(ring)].ranks]
+        return [(p.rank, (max(lo, p.kv[0]), min(hi, p.kv[1]))) for p in peers if max(lo, p.kv[0]) < min(hi, p.kv[1])]
+
     @cached_property
     def hp_group_keys(self) -> list[tuple[int, ...]]:
         """Rank sets of the head-parallel groups with more than one member, in rank order."""
