@@ -16,3 +16,5 @@ from hexiscale.cli import show as _show  # noqa: E402,F401
 from hexiscale.cli import run as _run  # noqa: E402,F401
 from hexiscale.cli import solve as _solve  # noqa: E402,F401
 from hexiscale.cli import replan as _replan  # noqa: E402,F401
+from hexiscale.cli import profile as _profile  # noqa: E402,F401
+from hexiscale.cli import calibrate as _calibrate  # noqa: E402,F401

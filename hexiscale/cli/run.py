@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
+from hexiscale.cli.calibrate import print_prediction
 from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
 from planner.io import load_plan, load_problem
 from runtime.checkpoint import CheckpointError
@@ -153,6 +154,8 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     if not result.ok:
         fail(f"the run failed (logs in {result.out_dir}):\n" + escape(result.failure_summary()), EXIT_RUN_FAILED)
     print_summary(result, the_plan)
+    if not elastic:  # an elastic run's plans changed on the way: no one prediction to compare
+        print_prediction(prob, job, result)
 
 
 def checkpoint_options(checkpoint_dir: Path | None, save_every: int, resume: Path | None, elastic: bool,

@@ -1,0 +1,117 @@
+"""`hexiscale calibrate`: refit η per GPU type and bandwidth per link class from run logs
+(DESIGN.md §9), and the predicted-against-measured view that `hexiscale run` prints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.table import Table
+
+from hexiscale.cli.app import app, console, fail, friendly_errors, writable_file
+from planner.calibration import CalibrationError
+from planner.calibration_runs import RunRecord, predicted_rows, refit
+from runtime.runlog import RunLog, log_run, read_run_log
+
+
+def load_log(path: Path) -> RunLog:
+    """A run log, or one line naming the file and what is wrong with it (exit 2)."""
+    try:
+        return read_run_log(path)
+    except OSError as exc:
+        fail(f"{path}: cannot read: {exc.strerror or exc}")
+    except json.JSONDecodeError as exc:
+        fail(f"{path}: not valid JSON (truncated or corrupted?): {exc.msg} at line {exc.lineno}")
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "file"
+        fail(f"{path}: corrupted run log: {where}: {first['msg']}")
+    except ValueError as exc:
+        fail(f"{path}: {exc}")
+
+
+def check_same_run_setup(logs: list[tuple[Path, RunLog]]) -> None:
+    """Every log must be of one problem on one cluster: mixing them is probably a mistake."""
+    first_path, first = logs[0]
+    for path, log in logs[1:]:
+        if log.cluster_hash != first.cluster_hash:
+            fail(f"{path}: ran on another cluster (sha256 {log.cluster_hash[:12]}) than {first_path} "
+                 f"({first.cluster_hash[:12]})")
+        if log.problem_hash != first.problem_hash:
+            fail(f"{path}: a run of problem {log.problem!r} (sha256 {log.problem_hash[:12]}), not of "
+                 f"{first.problem!r} (sha256 {first.problem_hash[:12]}) like {first_path}")
+
+
+def errors_of(record: RunRecord, cluster=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(measured rows, predicted rows, relative errors): each stage's τ, then the step time T."""
+    problem = record.problem if cluster is None else record.problem.model_copy(update={"cluster": cluster})
+    predicted = predicted_rows(problem, record.plan)
+    measured = np.array([*record.stage_s, record.step_s])
+    return measured, predicted, predicted / measured - 1.0
+
+
+def prediction_table(record: RunRecord, title: str) -> Table:
+    table = Table(title=title)
+    for column in ("pipeline", "stage", "devices", "layers", "TP", "measured ms", "predicted ms", "error"):
+        table.add_column(column, justify="right")
+    measured, predicted, error = errors_of(record)
+    stages = [(p, k, s) for p, pipe in enumerate(record.plan.pipelines) for k, s in enumerate(pipe.stages)]
+    for i, (p, k, stage) in enumerate(stages):
+        table.add_row(str(p), str(k), ",".join(map(str, stage.devices)), str(stage.layers), str(stage.tp),
+                      f"{measured[i] * 1e3:.2f}", f"{predicted[i] * 1e3:.2f}", f"{error[i]:+.1%}")
+    table.add_row("step", "", "", "", "", f"{measured[-1] * 1e3:.2f}", f"{predicted[-1] * 1e3:.2f}",
+                  f"{error[-1]:+.1%}")
+    return table
+
+
+def print_prediction(problem, job, result) -> None:
+    """After a layered run: write its run log and show predicted against measured times."""
+    path = log_run(problem, job, result)
+    if path is None:
+        return
+    record = read_run_log(path).record(str(path))
+    console.print(prediction_table(record, "predicted (cost model) against measured: stage τ per micro-batch "
+                                           "(forward + backward), step T (schedule + gradient sync)"))
+    if not any(g.name in {m.gpu for m in problem.cluster.machines} for g in problem.cluster.gpu_types):
+        console.print("note: the cluster's figures are catalog values, not this machine's: run "
+                      "`hexiscale profile` and plan on its cluster to compare like with like", highlight=False)
+    console.print(f"run log: {path} (for `hexiscale calibrate`)", highlight=False)
+
+
+def figures_table(figures) -> Table:
+    table = Table(title="refitted figures (least squares over every log's stage and step times)")
+    for column in ("figure", "of", "before", "after", "note"):
+        table.add_column(column, justify="right")
+    for f in figures:
+        unit = "" if f.kind == "efficiency" else " GB/s"
+        table.add_row("η" if f.kind == "efficiency" else "bandwidth", f.name, f"{f.before:.4g}{unit}",
+                      f"{f.after:.4g}{unit}", "" if f.exercised else "kept: no run depends on it")
+    return table
+
+
+@app.command()
+@friendly_errors
+def calibrate(run_logs: list[Path] = typer.Argument(..., help="runlog.json files of runs (hexiscale run --out)"),
+              output: Path = typer.Option(..., "-o", "--output", help="cluster file (YAML) to write"),
+              warmup: int = typer.Option(1, min=0, help="steps of each run left out as warm-up")) -> None:
+    """Refit η per GPU type and bandwidth per link class from run logs; write the cluster."""
+    writable_file(output, "--output")
+    logs = [(path, load_log(path)) for path in run_logs]
+    check_same_run_setup(logs)
+    records = [log.record(str(path), warmup) for path, log in logs]
+    try:
+        cluster, figures = refit(records)
+    except CalibrationError as exc:
+        fail(f"{exc}; {output} not written")
+    console.print(figures_table(figures))
+    before = np.concatenate([np.abs(errors_of(r)[2]) for r in records])
+    after = np.concatenate([np.abs(errors_of(r, cluster)[2]) for r in records])
+    console.print(f"|error| over {len(before)} stage and step times: mean {before.mean():.1%} → {after.mean():.1%}, "
+                  f"worst {before.max():.1%} → {after.max():.1%}", highlight=False)
+    header = f"# Refitted by `hexiscale calibrate` from {len(records)} run log(s) of problem {logs[0][1].problem}.\n"
+    output.write_text(header + yaml.safe_dump(cluster.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
+    console.print(f"wrote {output}", highlight=False)

@@ -1,0 +1,167 @@
+"""`hexiscale profile`: measure this machine's devices and links, write a cluster file (DESIGN.md §9)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import tempfile
+from pathlib import Path
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hexiscale.cli.app import app, console, fail, friendly_errors, writable_file
+from planner.calibration import CalibrationError
+from planner.io import load_model, load_problem
+
+EXIT_PROFILE_FAILED = 1
+HONESTY = ("one host: 'inter' links join processes of simulated machines; on CPU every pair of processes "
+           "talks over gloo's TCP loopback, so both classes measure the same path")
+
+
+def shapes_source(problem: str | None, model: str | None, seq_len: int | None, micro_batch: int | None):
+    """(model, seq_len, micro_batch) whose shapes are timed: the problem's, else the model's."""
+    if problem and model:
+        fail("--problem and --model: give one (the problem names its model)")
+    if problem:
+        prob = load_problem(problem)
+        return prob.model, seq_len or prob.training.seq_len, micro_batch or prob.training.micro_batch
+    return load_model(model or "tiny"), seq_len or 128, micro_batch or 1
+
+
+def split_processes(processes: int, machines: int) -> tuple[int, ...]:
+    if machines < 1 or processes % machines:
+        fail(f"--machines: {processes} processes do not split evenly over {machines} machines")
+    return (processes // machines,) * machines
+
+
+def gpu_type_name(device: str, name: str | None) -> str:
+    if name:
+        return name
+    if device == "cpu":
+        return "cpu"
+    import torch  # only for the device's name
+
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", torch.cuda.get_device_name(0)).strip("-")
+
+
+def check_device(device: str, processes: int) -> None:
+    if device not in ("cpu", "cuda"):
+        fail(f"--device must be cpu or cuda, got {device!r}")
+    if device == "cuda":
+        import torch  # only for this check: the CLI starts without torch
+
+        if not torch.cuda.is_available():
+            fail("--device cuda: this machine has no CUDA device")
+        if torch.cuda.device_count() < processes:
+            fail(f"--processes {processes}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
+def measure(spec, folder: Path):
+    from runtime.profile_launch import launch_profile  # starts processes: only when profiling
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("profiling", total=None)
+
+        def update(event: dict) -> None:
+            bar.update(task, completed=event["done"], total=event["total"], description=event["what"])
+
+        try:
+            return launch_profile(spec, folder, update)
+        except RuntimeError as exc:
+            fail(str(exc), EXIT_PROFILE_FAILED)
+
+
+@app.command()
+@friendly_errors
+def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster file (YAML) to write"),
+            device: str = typer.Option("cpu", help="cpu (gloo processes) | cuda (NCCL, one GPU per process)"),
+            processes: int = typer.Option(2, min=2, help="processes (devices) to measure at once"),
+            machines: int = typer.Option(1, min=1, help="simulated machines the processes split into"),
+            problem: str = typer.Option(None, help="take the GEMM shapes from this problem's model and training"),
+            model: str = typer.Option(None, help="take the shapes from this model (default: tiny)"),
+            seq_len: int = typer.Option(None, min=1, help="tokens per sequence (default: the problem's, or 128)"),
+            micro_batch: int = typer.Option(None, min=1, help="sequences per micro-batch (default: the problem's, or 1)"),
+            max_bytes: int = typer.Option(1 << 28, min=8, help="largest message, bytes (sizes from 2^10 double up to it)"),
+            repeats: int = typer.Option(5, min=1, help="timed repetitions of each measurement (the median counts)"),
+            warmup: int = typer.Option(2, min=0, help="untimed repetitions first"),
+            name: str = typer.Option(None, help="cluster name (default: profiled-HOST)"),
+            gpu_name: str = typer.Option(None, help="GPU type name (default: cpu, or the CUDA device's name)"),
+            timeout: float = typer.Option(120.0, min=1, help="seconds any process waits on a peer")) -> None:
+    """Measure achieved FLOP/s, attention time and link times here; write them as a cluster file."""
+    from runtime.profile_launch import ProfileSpec
+
+    writable_file(output, "--output")
+    if max_bytes < 2 * 1024:
+        fail(f"--max-bytes: {max_bytes} leaves fewer than two message sizes from 1024 B (a fit needs two)")
+    check_device(device, processes)
+    spec_model, seq, micro = shapes_source(problem, model, seq_len, micro_batch)
+    try:
+        spec = ProfileSpec(device=device, machines=split_processes(processes, machines), model=spec_model,
+                           seq_len=seq, micro_batch=micro, max_bytes=max_bytes, repeats=repeats, warmup=warmup,
+                           timeout_s=timeout)
+    except ValidationError as exc:
+        fail("; ".join(f"--{str(e['loc'][0]).replace('_', '-') if e['loc'] else 'settings'}: {e['msg']}"
+                       for e in exc.errors()))
+    console.print(f"profiling {processes} {device} processes on {machines} simulated machine(s), shapes of model "
+                  f"{spec_model.name} (seq {seq}, micro-batch {micro}), messages {spec.min_bytes}…{spec.max_bytes} B",
+                  highlight=False, soft_wrap=True)
+    result = measure(spec, Path(tempfile.mkdtemp(prefix="hexiscale-profile-")))
+    write_profile(result, output, name or f"profiled-{socket.gethostname()}", gpu_type_name(device, gpu_name))
+
+
+def write_profile(result, output: Path, name: str, gpu_name: str) -> None:
+    """Fit, show and write; a figure outside physical sense is refused and nothing is written."""
+    from runtime.profile_fit import profiled_cluster
+
+    try:
+        cluster, reports, notes = profiled_cluster(result, name=name, gpu_name=gpu_name, what=str(output))
+    except (CalibrationError, ValueError) as exc:
+        fail(f"{exc}; {output} not written")
+    console.print(compute_table(result, cluster.catalog[gpu_name]))
+    console.print(links_table(reports))
+    for note in [*notes, HONESTY if result.spec.device == "cpu" else ""]:
+        if note:
+            console.print(f"note: {note}", highlight=False, soft_wrap=True)
+    console.print(f"repeatability: median spread (max − min)/median {result.compute_spread:.1%} on compute, "
+                  + ", ".join(f"{c} links {r.spread:.1%}" for c, r in reports.items()), highlight=False)
+    header = (f"# Measured by `hexiscale profile` on {result.host}: {result.spec.processes} {result.spec.device} "
+              f"processes, {len(result.spec.machines)} simulated machine(s).\n# {HONESTY if result.spec.device == 'cpu' else ''}\n")
+    output.write_text(header + yaml.safe_dump(cluster.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
+    raw = output.with_suffix(".profile.json")
+    raw.write_text(result.model_dump_json(indent=1))
+    console.print(f"wrote {output} (raw measurements: {raw})", highlight=False)
+
+
+def compute_table(result, gpu) -> Table:
+    table = Table(title=f"compute per process ({gpu.name}: peak {gpu.peak_tflops * 1e3:.2f} GFLOP/s measured, "
+                        f"η {gpu.efficiency:.3f} on the model)")
+    for column in ("what", "shape", "ms", "GFLOP/s"):
+        table.add_column(column, justify="right")
+    for g in (result.square_gemm, *result.gemms):
+        table.add_row("GEMM fwd+bwd", f"{g.tokens}×{g.fan_in}×{g.fan_out}", f"{g.seconds * 1e3:.3f}",
+                      f"{g.flops_per_s / 1e9:.2f}")
+    table.add_row("model fwd+bwd", f"{result.spec.micro_batch}×{result.spec.seq_len} tokens",
+                  f"{result.model_seconds * 1e3:.3f}", f"{result.model_flops / result.model_seconds / 1e9:.2f}")
+    for a in result.attention:
+        table.add_row("attention fwd+bwd", f"seq {a.seq_len}", f"{a.seconds * 1e3:.3f}", "")
+    return table
+
+
+def links_table(reports: dict) -> Table:
+    table = Table(title="links: x/bw + α (cluster figure = the joint p2p + all-reduce fit)")
+    for column in ("class", "fit", "bw GB/s", "α µs", "rms rel. error", "points"):
+        table.add_column(column, justify="right")
+    for link_class, report in reports.items():
+        for label, fit in (("joint", report.joint), *report.per_op.items()):
+            if isinstance(fit, str):  # that operation's own fit was refused: say why
+                table.add_row(link_class, label, "—", "—", fit.split(": ")[-1], "")
+                continue
+            table.add_row(link_class, label, f"{fit.bw_gbps:.3f}", f"{fit.latency_us:.1f}",
+                          f"{fit.rms_rel_error:.1%}", str(fit.points))
+        table.add_row(link_class, f"direct p2p {report.direct_bytes} B", f"{report.direct_bw_gbps:.3f}", "", "", "1")
+    return table

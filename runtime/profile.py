@@ -1,0 +1,244 @@
+"""The measuring processes of `hexiscale profile`: `python -m runtime.profile SPEC.json RANK`.
+
+Every rank measures at once, so the figures hold the contention a run of that many processes
+has (on CPU, processes share the cores). Each figure is a median over `repeats` timed
+repetitions after `warmup` untimed ones; on CUDA each timing waits for the device.
+
+Compute: the model's GEMM shapes (forward and both backward GEMMs, at TP size 1), a large
+square GEMM (the type's best rate: its measured peak), the whole model's forward + backward
+on one micro-batch (the achieved rate η·peak the cost model uses), and causal attention
+against sequence length. Links: per class — inside a machine (the first machine's ranks),
+between machines (the first rank of each machine) — p2p (half a ping-pong), all-reduce and
+all-to-all over message sizes. Every exchange goes through the communicator. On one host
+there is no network: "between machines" means processes of two simulated machines, and on
+CPU every pair talks over gloo's TCP loopback, so the two classes measure the same path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from planner import cost
+from planner.workload import TrainingSpec
+from runtime.comm import Communicator, Group, RankPlace
+from runtime.model import ReferenceLlama, causal_attention
+from runtime.profile_launch import (AttentionTiming, GemmTiming, LinkTiming, ProfileResult, ProfileSpec)
+from runtime.timing import device_synchronizer
+from runtime.worker import die_with_parent
+
+SQUARE = 1024  # the square GEMM's side: large enough for the best rate, short on one core
+
+
+class Meter:
+    """Times callables on this rank: warm-up, repetitions, median; tallies the spreads."""
+
+    def __init__(self, spec: ProfileSpec, device: torch.device):
+        self.spec, self.sync, self.spreads = spec, device_synchronizer(device), []
+
+    def samples(self, fn: Callable[[], object], before: Callable[[], object] | None = None) -> list[float]:
+        for _ in range(self.spec.warmup):
+            fn()
+        times = []
+        for _ in range(self.spec.repeats):
+            if before is not None:
+                before()
+            if self.sync:
+                self.sync()
+            start = time.perf_counter()
+            fn()
+            if self.sync:
+                self.sync()
+            times.append(time.perf_counter() - start)
+        return times
+
+    def median(self, fn: Callable[[], object], before: Callable[[], object] | None = None) -> float:
+        times = self.samples(fn, before)
+        middle = statistics.median(times)
+        self.spreads.append((max(times) - min(times)) / middle)
+        return middle
+
+
+def gemm_shapes(spec: ProfileSpec) -> list[tuple[int, int]]:
+    """(fan_in, fan_out) of each distinct weight matrix of the model."""
+    m = spec.model
+    shapes = [(m.hidden, m.heads * m.head_dim), (m.hidden, m.num_kv_heads * m.head_dim),
+              (m.heads * m.head_dim, m.hidden), (m.hidden, m.ffn_hidden), (m.ffn_hidden, m.hidden),
+              (m.hidden, m.vocab)]
+    return list(dict.fromkeys(shapes))
+
+
+def time_gemm(meter: Meter, device, tokens: int, fan_in: int, fan_out: int) -> GemmTiming:
+    x, w = torch.randn(tokens, fan_in, device=device), torch.randn(fan_out, fan_in, device=device)
+    g = torch.randn(tokens, fan_out, device=device)
+    seconds = meter.median(lambda: (x @ w.T, g @ w, g.T @ x))
+    return GemmTiming(tokens=tokens, fan_in=fan_in, fan_out=fan_out, seconds=seconds)
+
+
+def model_pass_seconds(meter: Meter, spec: ProfileSpec, device) -> float:
+    """The whole model, forward + backward, on one micro-batch (what a one-stage run does)."""
+    model = ReferenceLlama(spec.model, spec.seq_len, seed=0).to(device)
+    tokens = torch.randint(0, spec.model.vocab, (spec.micro_batch, spec.seq_len), device=device)
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        model(tokens, tokens).backward()
+
+    return meter.median(step)
+
+
+def attention_timings(meter: Meter, spec: ProfileSpec, device) -> list[AttentionTiming]:
+    m, out = spec.model, []
+    for seq_len in sorted({max(16, spec.seq_len // 4), max(16, spec.seq_len // 2), spec.seq_len, 2 * spec.seq_len}):
+        q = torch.randn(spec.micro_batch, seq_len, m.heads, m.head_dim, device=device, requires_grad=True)
+        kv = [torch.randn(spec.micro_batch, seq_len, m.num_kv_heads, m.head_dim, device=device, requires_grad=True)
+              for _ in range(2)]
+        seconds = meter.median(lambda: causal_attention(q, *kv).sum().backward())
+        out.append(AttentionTiming(seq_len=seq_len, seconds=seconds))
+    return out
+
+
+class Progress:
+    """Rank 0 appends one JSON line per finished measurement to the progress file."""
+
+    def __init__(self, spec: ProfileSpec, rank: int, total: int):
+        self.path, self.total, self.done = Path(spec.progress) if rank == 0 and spec.progress else None, total, 0
+
+    def tick(self, what: str) -> None:
+        self.done += 1
+        if self.path is not None:
+            with self.path.open("a") as handle:
+                handle.write(json.dumps({"done": self.done, "total": self.total, "what": what}) + "\n")
+
+
+def link_groups(spec: ProfileSpec, comm: Communicator) -> dict[str, Group]:
+    """The measured group of each class that has two ranks; every rank creates every group."""
+    starts = [sum(spec.machines[:i]) for i in range(len(spec.machines))]
+    found = {}
+    if spec.machines[0] >= 2:
+        found["intra"] = comm.new_group(tuple(range(spec.machines[0])))
+    if len(spec.machines) >= 2:
+        found["inter"] = comm.new_group(tuple(starts))
+    return found
+
+
+def one_way_seconds(meter: Meter, comm: Communicator, pair: tuple[int, int], buffer: torch.Tensor) -> list[float]:
+    """Half of each ping-pong round trip between the pair (rank pair[0] times it)."""
+    a, b = pair
+
+    def ping_pong() -> None:
+        if comm.rank == a:
+            comm.send(buffer, b, 0).wait()
+            comm.recv(buffer, b, 1)
+        elif comm.rank == b:
+            comm.recv(buffer, a, 0)
+            comm.send(buffer, a, 1).wait()
+
+    return [t / 2 for t in meter.samples(ping_pong)]
+
+
+def collective_seconds(meter: Meter, comm: Communicator, op: str, group: Group, buffer: torch.Tensor) -> list[float]:
+    n = group.size
+    split = [buffer.numel() // n] * n
+    even = buffer[: sum(split)]  # each peer gets an equal block
+    run = {"all_reduce": lambda: comm.all_reduce(buffer, group),
+           "all_to_all": lambda: comm.all_to_all(even, send_sizes=split, recv_sizes=split, group=group)}[op]
+    return meter.samples(run, before=lambda: comm.all_reduce(torch.zeros(1, device=buffer.device), group))
+
+
+def slowest(comm: Communicator, times: list[float], device) -> list[float]:
+    """Each repetition's time on the slowest rank (ranks outside the group report 0)."""
+    values = torch.tensor(times, dtype=torch.float64, device=device)
+    return comm.all_reduce(values, comm.world, "max").cpu().tolist()
+
+
+def measure_link(meter: Meter, comm: Communicator, spec: ProfileSpec, link_class: str, group: Group,
+                 op: str, nbytes: int, device) -> LinkTiming:
+    buffer = torch.ones(nbytes // 4, device=device)
+    inside = comm.rank in group.ranks
+    if op == "p2p":
+        times = one_way_seconds(meter, comm, group.ranks[:2], buffer) if inside else [0.0] * spec.repeats
+    else:
+        times = collective_seconds(meter, comm, op, group, buffer) if inside else [0.0] * spec.repeats
+    times = slowest(comm, times, device)
+    middle = statistics.median(times)
+    return LinkTiming(link_class=link_class, op=op, ranks=2 if op == "p2p" else group.size, nbytes=nbytes,
+                      seconds=middle, spread=(max(times) - min(times)) / middle)
+
+
+def measure_links(meter: Meter, comm: Communicator, spec: ProfileSpec, progress: Progress, device) -> list[LinkTiming]:
+    out = []
+    for link_class, group in link_groups(spec, comm).items():
+        for op in ("p2p", "all_reduce", "all_to_all"):
+            for nbytes in spec.message_sizes():
+                out.append(measure_link(meter, comm, spec, link_class, group, op, nbytes, device))
+                progress.tick(f"{link_class} {op} {nbytes} B")
+    return out
+
+
+def measure_compute(meter: Meter, comm: Communicator, spec: ProfileSpec, progress: Progress, device) -> dict:
+    tokens = spec.micro_batch * spec.seq_len
+    comm.barrier()  # every rank computes at once: the contention of a run
+    square = time_gemm(meter, device, SQUARE, SQUARE, SQUARE)
+    progress.tick("square GEMM")
+    gemms = []
+    for fan_in, fan_out in gemm_shapes(spec):
+        gemms.append(time_gemm(meter, device, tokens, fan_in, fan_out))
+        progress.tick(f"GEMM {tokens}x{fan_in}x{fan_out}")
+    comm.barrier()
+    model_seconds = model_pass_seconds(meter, spec, device)
+    progress.tick("model forward + backward")
+    attention = attention_timings(meter, spec, device)
+    progress.tick("attention")
+    training = TrainingSpec(seq_len=spec.seq_len, global_batch=spec.micro_batch, micro_batch=spec.micro_batch)
+    per_token = spec.model.layers * cost.layer_flops_per_token(spec.model, training) + cost.head_flops_per_token(spec.model)
+    return {"square_gemm": square, "gemms": gemms, "model_seconds": model_seconds, "attention": attention,
+            "model_flops": 3.0 * tokens * per_token}
+
+
+def memory_gib(spec: ProfileSpec, device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory / 2**30
+    with open("/proc/meminfo") as info:
+        total_kib = next(int(line.split()[1]) for line in info if line.startswith("MemTotal:"))
+    return total_kib * 1024 / 2**30 / spec.processes
+
+
+def run(spec: ProfileSpec, rank: int) -> None:
+    device = torch.device("cuda", rank) if spec.device == "cuda" else torch.device("cpu")
+    if spec.device == "cuda":
+        torch.cuda.set_device(device)
+    torch.set_num_threads(spec.threads)
+    machine_of = [m for m, count in enumerate(spec.machines) for _ in range(count)]
+    comm = Communicator.start("nccl" if spec.device == "cuda" else "gloo", "127.0.0.1", os.environ["HEXISCALE_PORT"],
+                              rank, spec.processes, tuple(RankPlace(device=r, machine=machine_of[r])
+                                                          for r in range(spec.processes)), spec.timeout_s, device)
+    classes = (spec.machines[0] >= 2) + (len(spec.machines) >= 2)
+    meter = Meter(spec, device)
+    progress = Progress(spec, rank, 3 + len(gemm_shapes(spec)) + classes * 3 * len(spec.message_sizes()))
+    compute = measure_compute(meter, comm, spec, progress, device)
+    links = measure_links(meter, comm, spec, progress, device)
+    if rank == 0:
+        result = ProfileResult(spec=spec, host=socket.gethostname(), links=tuple(links), memory_gib=memory_gib(spec, device),
+                               compute_spread=statistics.median(meter.spreads), **compute)
+        Path(spec.out).write_text(result.model_dump_json(indent=1))
+    comm.close()
+
+
+def main(argv: list[str]) -> int:
+    die_with_parent()
+    spec = ProfileSpec.model_validate_json(Path(argv[0]).read_text())
+    run(spec, int(argv[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,97 @@
+"""From `profile`'s raw measurements to a cluster file (no torch): every link timing priced by
+the cost term that the planner prices that operation with (p2p: `cost.p2p_time`; all-reduce:
+`cost.allreduce_time`; all-to-all: the sequence plans' `exchange_time`), fitted to
+`x/bw + α` by `planner.calibration`. A class's figure in the cluster is the joint fit of its
+p2p and all-reduce timings (the operations layered plans price); each operation's own fit
+and the direct large-message bandwidth are reported beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner import cost
+from planner.calibration import CalibrationError, LinkFit, MeasuredDevice, fit_link, measured_cluster, term_regressors
+from planner.hardware import Cluster
+from planner.sequence.cost import exchange_time
+from runtime.profile_launch import LinkTiming, ProfileResult
+
+JOINT_OPS = ("p2p", "all_reduce")
+
+
+def priced_term(timing: LinkTiming):
+    """The cost model's time of one measured operation, as a function of (bw, α)."""
+    n, x = timing.ranks, float(timing.nbytes)
+    if timing.op == "p2p":
+        return lambda bw, lat: cost.p2p_time(x, bw, lat)
+    if timing.op == "all_reduce":
+        return lambda bw, lat: cost.allreduce_time(n, x, bw, lat)
+    return lambda bw, lat: exchange_time(x * (n - 1) / n, n, bw, lat)
+
+
+def fit_timings(timings: list[LinkTiming], what: str) -> LinkFit:
+    inv_bw, lat = np.array([term_regressors(priced_term(t)) for t in timings]).T
+    return fit_link(inv_bw, lat, [t.seconds for t in timings], what)
+
+
+def reported_fit(timings: list[LinkTiming], what: str) -> LinkFit | str:
+    """One operation's own fit, shown beside the written figure; where it makes no physical
+    sense the reason is shown instead (it is not written anywhere)."""
+    try:
+        return fit_timings(timings, what)
+    except CalibrationError as exc:
+        return str(exc)
+
+
+@dataclass(frozen=True)
+class ClassReport:
+    """One link class: the figure written, each operation's own fit, the direct measurement."""
+
+    link_class: str
+    joint: LinkFit
+    per_op: dict[str, LinkFit | str]  # a reason where an operation's own fit is refused
+    direct_bw_gbps: float  # largest p2p message / its one-way time
+    direct_bytes: int
+    spread: float  # median (max − min)/median of the class's repetitions
+
+
+def class_report(result: ProfileResult, link_class: str, what: str) -> ClassReport | None:
+    timings = [t for t in result.links if t.link_class == link_class]
+    if not timings:
+        return None
+    per_op = {op: reported_fit([t for t in timings if t.op == op], f"{link_class} {op}")
+              for op in dict.fromkeys(t.op for t in timings)}
+    joint = fit_timings([t for t in timings if t.op in JOINT_OPS], f"{what}: {link_class} links")
+    largest = max((t for t in timings if t.op == "p2p"), key=lambda t: t.nbytes)
+    return ClassReport(link_class=link_class, joint=joint, per_op=per_op,
+                       direct_bw_gbps=largest.nbytes / largest.seconds / 1e9, direct_bytes=largest.nbytes,
+                       spread=float(np.median([t.spread for t in timings])))
+
+
+def measured_device(result: ProfileResult, name: str) -> MeasuredDevice:
+    """The device type: peak = the best rate of any timed GEMM; achieved = the whole model's."""
+    peak = max(g.flops_per_s for g in (result.square_gemm, *result.gemms))
+    return MeasuredDevice(name=name, peak_flops=peak, model_flops=result.model_flops / result.model_seconds,
+                          memory_gib=result.memory_gib)
+
+
+def profiled_cluster(result: ProfileResult, *, name: str, gpu_name: str,
+                     what: str = "profile") -> tuple[Cluster, dict[str, ClassReport], list[str]]:
+    """The cluster file's contents, the per-class reports, and notes on what was not measured
+    (a class without two processes takes the other class's figure; said, not hidden)."""
+    reports = {c: class_report(result, c, what) for c in ("intra", "inter")}
+    notes = []
+    for missing, other, why in (("intra", "inter", "no machine has two processes"),
+                                ("inter", "intra", "one machine only")):
+        if reports[missing] is None:
+            notes.append(f"{missing} links not measured ({why}): written as the measured {other} figure")
+    measured = {c: r.joint for c, r in reports.items() if r is not None}
+    if not measured:
+        raise ValueError(f"{what}: no link was measured (profile at least two processes)")
+    intra = measured.get("intra", measured.get("inter"))
+    inter = measured.get("inter", intra)
+    cluster = measured_cluster(name=name, device=measured_device(result, gpu_name),
+                               machines=list(result.spec.machines), intra=intra, inter=inter)
+    return cluster, {c: r for c, r in reports.items() if r is not None}, notes

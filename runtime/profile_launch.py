@@ -1,0 +1,149 @@
+"""`hexiscale profile`'s settings, raw results and launcher (no torch here).
+
+The launcher starts one process per measured device (`python -m runtime.profile SPEC RANK`),
+on this machine, and waits for them within a bound; rank 0 writes the raw measurements
+(`ProfileResult`) and a progress file the caller may watch. The fit lives in
+`runtime.profile_fit`, the measuring in `runtime.profile`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Literal
+
+from pydantic import Field, model_validator
+
+from planner.base import Frozen
+from planner.workload import ModelSpec
+
+ProfileDevice = Literal["cpu", "cuda"]
+LinkClassName = Literal["intra", "inter"]
+OpName = Literal["p2p", "all_reduce", "all_to_all"]
+GRACE_S = 15.0
+
+
+class ProfileSpec(Frozen):
+    device: ProfileDevice = Field(default="cpu", description="cpu: gloo processes; cuda: NCCL, one GPU each")
+    machines: tuple[int, ...] = Field(min_length=1, description="processes per simulated machine")
+    model: ModelSpec = Field(description="the model whose shapes are timed")
+    seq_len: int = Field(ge=1, description="tokens per sequence of the timed shapes")
+    micro_batch: int = Field(ge=1, description="sequences per micro-batch of the timed shapes")
+    min_bytes: int = Field(default=1 << 10, ge=4, description="smallest message, bytes")
+    max_bytes: int = Field(default=1 << 28, ge=8, description="largest message, bytes")
+    warmup: int = Field(default=2, ge=0, description="untimed repetitions before each measurement")
+    repeats: int = Field(default=5, ge=1, description="timed repetitions (the median counts)")
+    threads: int = Field(default=1, ge=1, description="torch threads per process (a run uses 1)")
+    timeout_s: float = Field(default=120.0, gt=0, description="bound on any collective's wait")
+    out: str = Field(default="", description="where rank 0 writes the ProfileResult JSON")
+    progress: str = Field(default="", description="where rank 0 appends progress lines")
+
+    @model_validator(mode="after")
+    def _sizes(self) -> ProfileSpec:
+        if self.max_bytes < 2 * self.min_bytes:
+            raise ValueError(f"max_bytes {self.max_bytes} must be at least twice min_bytes {self.min_bytes} "
+                             f"(a fit needs two message sizes)")
+        return self
+
+    @property
+    def processes(self) -> int:
+        return sum(self.machines)
+
+    def message_sizes(self) -> list[int]:
+        sizes, x = [], self.min_bytes
+        while x <= self.max_bytes:
+            sizes.append(x)
+            x *= 2
+        return sizes
+
+
+class GemmTiming(Frozen):
+    tokens: int = Field(ge=1, description="rows of the activation")
+    fan_in: int = Field(ge=1, description="input features")
+    fan_out: int = Field(ge=1, description="output features")
+    seconds: float = Field(gt=0, description="forward + both backward GEMMs, median")
+
+    @property
+    def flops_per_s(self) -> float:
+        return 6.0 * self.tokens * self.fan_in * self.fan_out / self.seconds
+
+
+class AttentionTiming(Frozen):
+    seq_len: int = Field(ge=1, description="tokens per sequence")
+    seconds: float = Field(gt=0, description="causal attention forward + backward of one micro-batch, median")
+
+
+class LinkTiming(Frozen):
+    link_class: LinkClassName = Field(description="intra: inside a machine; inter: between machines")
+    op: OpName = Field(description="p2p (one way, from a ping-pong), all_reduce or all_to_all")
+    ranks: int = Field(ge=2, description="processes taking part")
+    nbytes: int = Field(ge=1, description="message bytes (all-to-all: each rank's whole buffer)")
+    seconds: float = Field(gt=0, description="median time")
+    spread: float = Field(ge=0, description="(max − min)/median over the repetitions")
+
+
+class ProfileResult(Frozen):
+    spec: ProfileSpec
+    host: str = Field(description="where it ran")
+    square_gemm: GemmTiming = Field(description="a large square GEMM: the device's best rate")
+    gemms: tuple[GemmTiming, ...] = Field(description="the model's GEMM shapes (TP size 1)")
+    model_seconds: float = Field(gt=0, description="the whole model's forward + backward on one micro-batch")
+    model_flops: float = Field(gt=0, description="the cost model's FLOPs of that forward + backward")
+    attention: tuple[AttentionTiming, ...] = Field(description="attention time against sequence length")
+    links: tuple[LinkTiming, ...] = Field(description="every link measurement")
+    memory_gib: float = Field(gt=0, description="memory per device, GiB")
+    compute_spread: float = Field(ge=0, description="median (max − min)/median of the compute timings")
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def launch_profile(spec: ProfileSpec, folder: Path, on_progress: Callable[[dict], None] | None = None) -> ProfileResult:
+    """Run the measurement processes; returns rank 0's result or raises RuntimeError with the
+    first failing rank's last error line."""
+    from runtime.launch import free_port  # the run launcher's port picker (no torch)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = spec.model_copy(update={"out": str(folder / "profile.json"), "progress": str(folder / "progress.jsonl")})
+    Path(spec.progress).write_text("")
+    (folder / "spec.json").write_text(spec.model_dump_json())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo_root()), os.environ.get("PYTHONPATH", "")]),
+           "HEXISCALE_PORT": str(free_port())}
+    procs = [subprocess.Popen([sys.executable, "-m", "runtime.profile", str(folder / "spec.json"), str(rank)],
+                              env=env, cwd=repo_root(), stdout=(folder / f"rank{rank}.log").open("w"),
+                              stderr=subprocess.STDOUT) for rank in range(spec.processes)]
+    _wait(procs, spec, on_progress)
+    failed = [r for r, p in enumerate(procs) if p.returncode != 0]
+    if failed:
+        lines = (folder / f"rank{failed[0]}.log").read_text().strip().splitlines()
+        raise RuntimeError(f"profile rank {failed[0]} failed: {lines[-1] if lines else 'no output'} "
+                           f"(logs in {folder})")
+    return ProfileResult.model_validate_json(Path(spec.out).read_text())
+
+
+def _wait(procs: list[subprocess.Popen], spec: ProfileSpec, on_progress) -> None:
+    """Poll the children and the progress file; after a failure give the rest the timeout
+    plus a grace period, then kill them."""
+    seen, deadline = 0, None
+    while any(p.poll() is None for p in procs):
+        lines = Path(spec.progress).read_text().splitlines()
+        for line in lines[seen:]:
+            if on_progress is not None and line.strip():
+                on_progress(json.loads(line))
+        seen = len(lines)
+        if deadline is None and any(p.returncode not in (None, 0) for p in procs):
+            deadline = time.monotonic() + spec.timeout_s + GRACE_S
+        if deadline is not None and time.monotonic() > deadline:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.1)
+    lines = Path(spec.progress).read_text().splitlines()
+    for line in lines[seen:]:
+        if on_progress is not None and line.strip():
+            on_progress(json.loads(line))

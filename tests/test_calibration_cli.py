@@ -1,0 +1,147 @@
+"""`hexiscale profile`, `hexiscale calibrate` and the run log: bad input is one line naming the
+file and the reason (exit 2); a figure outside physical sense is refused and nothing written;
+a tiny real profile and run produce a cluster the planner reads and a log calibrate reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from hexiscale.cli import app
+from planner.calibration_runs import predicted_rows
+from planner.io import load_cluster
+from planner.layered.plan import Plan
+from planner.problem import Problem
+from runtime.config import RunConfig
+from runtime.runlog import make_run_log, write_run_log
+from tests.test_calibration_fit import cluster, plan_of, small_model, small_training
+
+RUNNER = CliRunner()
+
+
+def invoke(*args: str):
+    return RUNNER.invoke(app, list(args))
+
+
+def synthetic_log(folder: Path, name: str, plan: Plan, *, slowdown: float = 1.0, model=None, believed=None,
+                  truth=None) -> Path:
+    """A run log whose times are the cost model's at `truth` figures (times `slowdown`), as a run
+    on `believed` (the cluster the log names) would have recorded them."""
+    truth, believed = truth or cluster(0.3, 1.5, 0.5), believed or cluster(0.5, 4.0, 2.5)
+    model = model or small_model()
+    run = Problem(name="calib", cluster=truth, model=model, training=small_training())
+    rows = predicted_rows(run, plan) * slowdown
+    micro = [p.batch // run.training.micro_batch for p in plan.pipelines for _ in p.stages]
+    stages = [{"pipeline": p, "stage": k, "forward_s": rows[i] * micro[i] / 2, "backward_s": rows[i] * micro[i] / 2,
+               "comm_s": 0.0, "sync_s": 0.0}
+              for i, (p, k) in enumerate((p, k) for p, pipe in enumerate(plan.pipelines) for k in range(len(pipe.stages)))]
+    steps = [{"step": s, "step_s": float(rows[-1]), "wall_s": float(rows[-1]) * 1.1, "stages": stages} for s in (1, 2, 3)]
+    config = RunConfig(model=model, seq_len=128, micro_batch=2)
+    problem = run.model_copy(update={"cluster": believed})
+    (folder / name).mkdir()
+    return write_run_log(folder / name, make_run_log(problem, "a" * 64 if model.name == "small" else "b" * 64,
+                                                     plan, config, steps))
+
+
+PLANS = [((8,), [[((0, 1), 4)]]), ((8,), [[((0,), 2), ((2,), 2)]]), ((4, 4), [[((0,), 4)], [((2, 3), 4)]]),
+         ((8,), [[((0, 1), 3), ((2,), 1)]])]
+
+
+@pytest.fixture()
+def logs(tmp_path) -> list[Path]:
+    return [synthetic_log(tmp_path, f"run{i}", plan_of(*p)) for i, p in enumerate(PLANS)]
+
+
+def one_error_line(result, *needles: str) -> str:
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_calibrate_writes_the_refitted_cluster(tmp_path, logs):
+    out = tmp_path / "fitted.yaml"
+    result = invoke("calibrate", *map(str, logs), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    fitted = load_cluster(out)
+    assert fitted.catalog["cpu"].efficiency == pytest.approx(0.3, rel=0.01)
+    assert fitted.inter_bw_gbps == pytest.approx(0.5, rel=0.01)
+
+
+def test_truncated_and_corrupted_logs(tmp_path, logs):
+    out = tmp_path / "x.yaml"
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text(logs[0].read_text()[:200])
+    one_error_line(invoke("calibrate", str(truncated), "-o", str(out)), str(truncated), "truncated")
+    data = json.loads(logs[1].read_text())
+    data["run_problem"]["cluster"]["inter_bw_gbps"] = 99.0  # edited after the run
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    one_error_line(invoke("calibrate", str(logs[0]), str(edited), "-o", str(out)), str(edited), "cluster_hash")
+    data = json.loads(logs[1].read_text())
+    data["steps"][0]["step_s"] = -1.0
+    negative = tmp_path / "negative.json"
+    negative.write_text(json.dumps(data))
+    one_error_line(invoke("calibrate", str(negative), "-o", str(out)), str(negative), "step_s")
+    one_error_line(invoke("calibrate", str(tmp_path / "missing.json"), "-o", str(out)), "missing.json")
+    assert not out.exists()
+
+
+def test_logs_of_another_problem_or_cluster(tmp_path, logs):
+    out = tmp_path / "x.yaml"
+    other_model = small_model().model_copy(update={"name": "other", "hidden": 128, "ffn_hidden": 352})
+    other = synthetic_log(tmp_path, "other-problem", plan_of(*PLANS[0]), model=other_model)
+    one_error_line(invoke("calibrate", str(logs[0]), str(other), "-o", str(out)), str(other), "problem")
+    moved = synthetic_log(tmp_path, "other-cluster", plan_of(*PLANS[0]), believed=cluster(0.5, 4.0, 3.0))
+    one_error_line(invoke("calibrate", str(logs[0]), str(moved), "-o", str(out)), str(moved), "another cluster")
+    assert not out.exists()
+
+
+def test_too_few_points_and_unphysical_figures(tmp_path, logs):
+    out = tmp_path / "x.yaml"
+    # one TP stage: its τ and the step time are one measurement twice (T = m·τ): η and the
+    # intra bandwidth cannot be told apart
+    one_error_line(invoke("calibrate", str(logs[0]), "-o", str(out)), str(logs[0]), "cannot tell")
+    fast = [synthetic_log(tmp_path, f"fast{i}", plan_of(*p), slowdown=0.1, truth=cluster(1.0, 1.5, 0.5))
+            for i, p in enumerate(PLANS)]
+    one_error_line(invoke("calibrate", *map(str, fast), "-o", str(out)), "efficiency", "not written")
+    assert not out.exists()
+
+
+def test_profile_bad_options(tmp_path):
+    out = str(tmp_path / "c.yaml")
+    one_error_line(invoke("profile", "-o", out, "--processes", "3", "--machines", "2"), "--machines")
+    one_error_line(invoke("profile", "-o", out, "--max-bytes", "1024"), "max-bytes")
+    one_error_line(invoke("profile", "-o", out, "--device", "tpu"), "--device")
+
+
+def test_profile_then_run_then_calibrate(tmp_path):
+    """A real, tiny profile (2 processes, 2 simulated machines, small messages) writes a cluster
+    the planner reads; a run on it prints predicted against measured and writes its run log."""
+    out = tmp_path / "profiled.yaml"
+    result = invoke("profile", "-o", str(out), "--processes", "2", "--machines", "2", "--model", "tiny",
+                    "--seq-len", "32", "--max-bytes", "8192", "--repeats", "2", "--warmup", "1")
+    assert result.exit_code == 0, result.output
+    profiled = load_cluster(out)
+    gpu = profiled.catalog["cpu"]
+    assert 0 < gpu.efficiency <= 1 and len(profiled.machines) == 2 and profiled.num_devices == 2
+    raw = json.loads(out.with_suffix(".profile.json").read_text())
+    assert {(t["link_class"], t["op"]) for t in raw["links"]} == {("inter", op) for op in ("p2p", "all_reduce", "all_to_all")}
+    assert "intra links not measured" in result.output and "loopback" in result.output
+    problem = tmp_path / "p.yaml"
+    problem.write_text(f"name: p\ncluster: {out}\nmodel: tiny\ntraining: {{seq_len: 32, global_batch: 4, "
+                       f"micro_batch: 1, recompute: false, act_bytes: 4, grad_bytes: 4, reserved_gib: 0}}\n")
+    plan = tmp_path / "plan.json"
+    plan.write_text(Plan(problem="p", pipelines=plan_of((4,), [[((0,), 2), ((1,), 2)]]).pipelines).to_json())
+    ran = invoke("run", str(problem), str(plan), "--model", "problem", "--steps", "2", "--out", str(tmp_path / "run"))
+    assert ran.exit_code == 0, ran.output
+    assert "predicted" in ran.output and "step" in ran.output
+    log = json.loads((tmp_path / "run" / "runlog.json").read_text())
+    assert log["format"] == "hexiscale.runlog/1" and len(log["steps"]) == 2
+    assert np.all([s["step_s"] > 0 for s in log["steps"]])
