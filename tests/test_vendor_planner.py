@@ -11,6 +11,8 @@ import pytest
 from planner import Cluster, GpuType, Machine, ModelSpec, Plan, Problem, TrainingSpec
 from planner.base import US
 from planner.kinds import evaluate, iteration_time, validate
+from planner.layered.bridge import layered_bridge_traffic
+from planner.sequence.bridge import sequence_bridge_traffic
 from planner.sequence import SeqPlan
 from solvers.common import SolverOptions
 from solvers.layered.exact import brute, cpsat, milp
@@ -105,6 +107,14 @@ def test_hand_checked_mixed_layered_plan():
         assert close(p.stages[0].pp_s, pp0) and close(p.time_s, t_pipe)
     assert close(est.dp_s, t_dp) and close(est.iteration_s, t_pipe + t_dp)
     assert close(iteration_time(problem, plan), t_pipe + t_dp)
+    # over the bridge: each pipeline's boundary carries 2·A a micro-batch, m = 2: 2·(2·16384·2);
+    # every unit's two holders span V = 2 vendors: V·(V−1)·P·γ = 4·P over
+    # P_total = 4·41088 + 16384 + 16448 = 197184
+    traffic = layered_bridge_traffic(problem, plan)
+    assert traffic.bytes_by_kind == {"pp": 2 * 2 * 16384 * 2, "dp": 4 * 197184}
+    # bridge-bound seconds: the slowest pipeline's fill/drain T_pp and its steady term (both the
+    # crossing T_pp0), and all of T_dp (every layer's holders cross)
+    assert close(traffic.bridge_s, 2 * pp0 + t_dp) and close(traffic.iteration_s, t_pipe + t_dp)
 
 
 # Sequence: the cluster of tests/test_sequence_handcheck.py with vendors: m0 = 2×G100 (nvidia,
@@ -144,6 +154,13 @@ def test_hand_checked_mixed_sequence_plan():
     t_mb = 2 * (layer + z_layer) + head + z_ends
     assert close(rep.layer_s, layer) and close(rep.zero_layer_s, z_layer) and rep.zero_bw_gbps == 4
     assert close(rep.micro_batch_s, t_mb) and close(iteration_time(problem, plan), 2 * t_mb)
+    # over the bridge: g0 (after g2) and g2 (after g1) cross; a pass carries (s − T_g)·b·2·kv·d·β =
+    # 256·128 and 384·128 bytes, ρ = 4 passes, L = 2, m = 2; ZeRO over V = 2 vendors:
+    # (V − 1)·((c − 1)·β + γ)·(L·P_layer + P_emb + P_head) = 8·(2·36992 + 32832) a micro-batch
+    traffic = sequence_bridge_traffic(problem, plan)
+    assert traffic.bytes_by_kind == {"ring": (256 + 384) * 128 * 4 * 2 * 2, "zero": 8 * 106816 * 2, "dp": 0}
+    catt_max = 4 * 4 * 64 * 64 * 513 / 20e12  # device 2's attention (π = 20e12), the largest
+    assert close(traffic.bridge_s, 2 * 2 * (4 * ring[2] - catt_max) + 2 * (2 * z_layer + z_ends))
 
 
 def test_vendor_rules_name_the_vendors():
