@@ -68,6 +68,23 @@ class PendingSend:
         self.work.wait(timedelta(seconds=self.timeout_s))
 
 
+@dataclass
+class PendingExchange:
+    """The posted sends and receives of one `Communicator.exchange`."""
+
+    sends: list[PendingSend]
+    recvs: list[tuple[object, int]]  # (work, src rank)
+    timeout_s: float
+
+    def wait(self) -> None:
+        """Wait for every receive (each at most the timeout), then for every send."""
+        for work, src in self.recvs:
+            if not work.wait(timedelta(seconds=self.timeout_s)):
+                raise TimeoutError(f"no message from rank {src} within {self.timeout_s:g} s")
+        for send in self.sends:
+            send.wait()
+
+
 @dataclass(frozen=True)
 class Communicator:
     """This process's rank in the world and every operation it exchanges with other ranks."""
@@ -127,17 +144,15 @@ class Communicator:
         return buffer
 
     def exchange(self, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]],
-                 tag: int) -> None:
+                 tag: int) -> PendingExchange:
         """Many point-to-point messages at once: post every send (tensor, dst rank) and every
-        receive (buffer, src rank, filled in place), then wait for all, each at most the
-        timeout. Posting everything before waiting is what keeps a ring from deadlocking."""
-        pending = [self.send(tensor, dst, tag) for tensor, dst in sends]
-        works = [(dist.irecv(buffer, src=src, tag=tag), src) for buffer, src in recvs]
-        for work, src in works:
-            if not work.wait(timedelta(seconds=self.timeout_s)):
-                raise TimeoutError(f"no message from rank {src} within {self.timeout_s:g} s")
-        for send in pending:
-            send.wait()
+        receive (buffer, src rank, filled in place) and return at once; `wait()` on the result
+        before reading the buffers. Posting everything before waiting is what keeps a ring
+        from deadlocking, and what lets it overlap the transfer with compute."""
+        return PendingExchange(
+            sends=[self.send(tensor, dst, tag) for tensor, dst in sends],
+            recvs=[(dist.irecv(buffer, src=src, tag=tag), src) for buffer, src in recvs],
+            timeout_s=self.timeout_s)
 
     # -- collectives ----------------------------------------------------------------------
     def broadcast(self, tensor: torch.Tensor, src: int, group: Group) -> torch.Tensor:
@@ -154,6 +169,13 @@ class Communicator:
         """Every rank's `tensor`, in the group's rank order."""
         out = [torch.empty_like(tensor) for _ in group.ranks]
         dist.all_gather(out, tensor.contiguous(), group=group.handle)
+        return out
+
+    def reduce_scatter(self, tensor: torch.Tensor, group: Group) -> torch.Tensor:
+        """The sum over the ranks of `group` of this rank's block of `tensor` (dim 0 cut into
+        group.size equal blocks, in the group's rank order); ZeRO-3's gradient collective."""
+        out = tensor.new_empty(tensor.shape[0] // group.size, *tensor.shape[1:])
+        dist.reduce_scatter_tensor(out, tensor.detach().contiguous(), group=group.handle)
         return out
 
     def all_to_all(self, tensor: torch.Tensor, *, send_sizes: list[int], recv_sizes: list[int],

@@ -28,10 +28,29 @@ from typing import Literal
 
 import torch
 
-from runtime.comm import Communicator
+from runtime.comm import Communicator, PendingExchange
 
 KernelName = Literal["flash_cpu", "math"]
-RING_TAG = 4100  # p2p tags of the ring; hop tags are RING_TAG + 2·step (+1 in the backward)
+RING_TAG = 4100  # p2p tags of the ring: RING_TAG + 4·step + what (see `_tag`)
+HopKind = Literal["kv", "kv_again", "grad"]  # forward K/V, backward K/V, backward K/V gradients
+
+
+def _tag(step: int, kind: HopKind) -> int:
+    """Distinct tags for the hops that may be in flight together between the same two ranks."""
+    return RING_TAG + 4 * step + ("kv", "kv_again", "grad").index(kind)
+
+
+@dataclass
+class Hop:
+    """A posted ring hop: the pieces arriving from the previous group."""
+
+    pending: PendingExchange
+    buffers: list[torch.Tensor]
+
+    def result(self) -> torch.Tensor:
+        """Wait for the pieces; the assembled block, kv heads in order."""
+        self.pending.wait()
+        return torch.cat(self.buffers, dim=3)
 
 
 def causal_bias(query_pos: torch.Tensor, key_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -83,14 +102,15 @@ class RingSpec:
     def steps(self) -> int:
         return len(self.positions)
 
-    def hop(self, blocks: torch.Tensor, step: int, tag: int) -> torch.Tensor:
-        """Send [c, b, T_s, kv_i, d] (block `step`) on to the next group, get block step+1 (cyclic)."""
+    def hop(self, blocks: torch.Tensor, step: int, kind: HopKind) -> Hop:
+        """Post the send of [c, b, T_s, kv_i, d] (block `step`) on to the next group and the
+        receive of block step+1 (cyclic) from the previous one; returns at once."""
         c, b, _, _, d = blocks.shape
         length = len(self.positions[(step + 1) % self.steps])
         buffers = [blocks.new_empty(c, b, length, width, d) for _, width in self.recvs]
-        self.comm.exchange([(blocks[:, :, :, lo:hi], dst) for dst, lo, hi in self.sends],
-                           [(buf, src) for buf, (src, _) in zip(buffers, self.recvs)], tag)
-        return torch.cat(buffers, dim=3)
+        pending = self.comm.exchange([(blocks[:, :, :, lo:hi], dst) for dst, lo, hi in self.sends],
+                                     [(buf, src) for buf, (src, _) in zip(buffers, self.recvs)], _tag(step, kind))
+        return Hop(pending, buffers)
 
     def _expand(self, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[2, b, T, kv_i, d] → k, v as [b, h_i, T, d] (each kv head repeated for its query heads)."""
@@ -131,9 +151,10 @@ class RingAttention(torch.autograd.Function):
     def forward(fn_ctx, q: torch.Tensor, kv: torch.Tensor, ring: RingSpec) -> torch.Tensor:
         out, lse, block = None, None, kv
         for step in range(ring.steps):
+            incoming = ring.hop(block, step, "kv") if step + 1 < ring.steps else None  # overlaps the block
             out, lse = _merge(out, lse, *ring.block_forward(q, block, step))
-            if step + 1 < ring.steps:
-                block = ring.hop(block, step, RING_TAG + 2 * step)
+            if incoming is not None:
+                block = incoming.result()
         fn_ctx.save_for_backward(q, kv, out, lse)
         fn_ctx.ring = ring
         return out
@@ -144,11 +165,12 @@ class RingAttention(torch.autograd.Function):
         ring, grad = fn_ctx.ring, grad.contiguous()
         dq, block, dblock = torch.zeros_like(q), kv, torch.zeros_like(kv)
         for step in range(ring.steps):
+            last = step + 1 == ring.steps
+            incoming = None if last else ring.hop(block, step, "kv_again")  # overlaps the block
             dq_step, dkv_step = ring.block_backward(grad, q, block, out, lse, step)
             dq, dblock = dq + dq_step, dblock + dkv_step
-            if step + 1 < ring.steps:  # the gradient travels with its block
-                both = ring.hop(torch.cat([block, dblock]), step, RING_TAG + 2 * step + 1)
-                block, dblock = both[:2], both[2:]
-        if ring.steps > 1:  # the block held last is the next group's own: one hop home
-            dblock = ring.hop(dblock, ring.steps - 1, RING_TAG + 2 * ring.steps + 1)
+            if ring.steps > 1:  # the gradient follows its block; the last hop takes it home
+                dblock = ring.hop(dblock, step, "grad").result()
+            if incoming is not None:
+                block = incoming.result()
         return dq, dblock, None
