@@ -110,8 +110,9 @@ def linearise(records: list[RunRecord], base: Cluster, names: list[tuple[str, st
 
 def _check_same_cluster(records: list[RunRecord]) -> Cluster:
     base = records[0].problem.cluster
+    canonical = base.model_dump_json()  # not `==`: a priced cluster caches numpy arrays
     for r in records[1:]:
-        if r.problem.cluster != base:
+        if r.problem.cluster.model_dump_json() != canonical:
             raise CalibrationError(f"{r.source}: ran on another cluster than {records[0].source}")
     return base
 

@@ -4,6 +4,8 @@ seeded noise where a fit must average), and the fit must recover the figures to 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -120,7 +122,15 @@ def synthetic_records(truth: Cluster, believed: Cluster) -> list[RunRecord]:
 
 def test_refit_recovers_eta_and_bandwidths_from_runs():
     truth, believed = cluster(0.37, 1.9, 0.6), cluster(0.5, 4.0, 2.5)
-    fitted, figures = refit(synthetic_records(truth, believed))
+    records = synthetic_records(truth, believed)
+    # as read from separate logs: equal clusters, distinct objects, already priced once
+    records = [replace(r, problem=r.problem.model_copy(update={"cluster": cluster(0.5, 4.0, 2.5)})) for r in records]
+    for r in records:
+        predicted_rows(r.problem, r.plan)
+    with pytest.raises(CalibrationError, match="another cluster"):
+        refit(records + [replace(records[0], problem=records[0].problem.model_copy(
+            update={"cluster": cluster(0.5, 4.0, 2.0)}), source="moved")])
+    fitted, figures = refit(records)
     assert fitted.catalog["cpu"].efficiency == pytest.approx(0.37, rel=0.01)
     assert fitted.machine_intra_bw == pytest.approx([1.9, 1.9], rel=0.01)
     assert fitted.inter_bw_gbps == pytest.approx(0.6, rel=0.01)
