@@ -2,7 +2,12 @@
 plain single-process training and torch DDP on the same 2 processes — same model, same
 global batch, same data. Target: the runtime within 15% of DDP.
 
+Sequence plans (DESIGN §7): a 2-process ring (2 groups of 1 member, half the sequence
+each) against the same runtime on 1 process holding the whole sequence, and each
+process's peak memory against its token share (an uneven ring, 1:3, without recompute).
+
     .venv/bin/python benchmarks/bench_runtime.py [--steps 8] [--hidden 256] [--seq-len 128]
+    .venv/bin/python benchmarks/bench_runtime.py --sequence-only [--ring-seq-len 2048]
 
 Tokens/s are medians over the steps after the first two (warm-up). Each process uses one
 thread (OMP), so two processes use the machine's two cores; the single-process baseline is
@@ -26,6 +31,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from planner.layered.plan import Pipeline, Plan, Stage  # noqa: E402
+from planner.sequence.plan import SeqPlan  # noqa: E402
 from planner.workload import ModelSpec  # noqa: E402
 from runtime.config import Job, RunConfig  # noqa: E402
 from runtime.data import BatchLoader, make_source  # noqa: E402
@@ -99,6 +105,46 @@ def runtime(config: RunConfig, batch: int) -> float:
     return statistics.median(s["tokens_per_s"] for s in result.steps[WARMUP:])
 
 
+def sequence_run(config: RunConfig, batch: int, shares: list[int]) -> tuple[float, list[dict]]:
+    """Median tokens/s and the last step's per-member records of a ring of one-member groups
+    holding `shares` tokens each (all heads), one process per group."""
+    heads = config.model.heads
+    plan = SeqPlan.from_rings(problem="", batches=[batch], rings=[[[(d, heads, t)] for d, t in enumerate(shares)]])
+    result = launch_local(Job(plan=plan, kind="sequence", config=config), threads=1, echo=False)
+    if not result.ok:
+        raise SystemExit("sequence run failed:\n" + result.failure_summary())
+    steps = result.steps[WARMUP:] or result.steps
+    return statistics.median(s["tokens_per_s"] for s in steps), result.steps[-1]["members"]
+
+
+def sequence_tables(args, console: Console) -> None:
+    base = make_config(args)
+    s = args.ring_seq_len
+    config = base.model_copy(update={"seq_len": s, "micro_batch": 1, "recompute": False,
+                                     "steps": max(args.sequence_steps, WARMUP + 1)})
+    one, _ = sequence_run(config, args.ring_batch, [s])
+    ring, _ = sequence_run(config, args.ring_batch, [s // 2, s // 2])
+    table = Table(title=f"sequence plans: ring vs one process, L={args.layers} h={args.hidden} seq {s} "
+                        f"B={args.ring_batch}, median of steps {WARMUP + 1}..{config.steps}")
+    for column in ("training", "processes", "tokens/s", "vs 1 process"):
+        table.add_column(column, justify="right")
+    table.add_row("1 group of 1 member (whole sequence)", "1", f"{one:,.0f}", "1.00×")
+    table.add_row("ring of 2 groups of 1 (half each)", "2", f"{ring:,.0f}", f"{ring / one:.2f}×")
+    console.print(table)
+    shares = [s // 4, 3 * s // 4]
+    _, members = sequence_run(config.model_copy(update={"steps": 2}), args.ring_batch, shares)
+    _, whole = sequence_run(config.model_copy(update={"steps": 2}), args.ring_batch, [s])
+    memory = Table(title="peak memory per process vs token share (max RSS above the post-setup RSS; "
+                         "no recompute)")
+    for column in ("plan", "member", "tokens", "share", "peak MiB", "MiB per 1k tokens"):
+        memory.add_column(column, justify="right")
+    for label, records in (("ring 1:3", members), ("1 process", whole)):
+        for m in records:
+            memory.add_row(label, f"g{m['group']}m{m['member']}", str(m["tokens"]), f"{m['tokens'] / s:.2f}",
+                           f"{m['peak_mib']:,.0f}", f"{m['peak_mib'] / m['tokens'] * 1e3:,.0f}")
+    console.print(memory)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
@@ -106,7 +152,14 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch", type=int, default=16, help="global batch (sequences), even")
+    parser.add_argument("--ring-seq-len", type=int, default=2048, help="sequence plans: tokens per sequence")
+    parser.add_argument("--ring-batch", type=int, default=2, help="sequence plans: global batch")
+    parser.add_argument("--sequence-steps", type=int, default=4, help="sequence plans: steps per run")
+    parser.add_argument("--sequence-only", action="store_true", help="only the sequence-plan tables")
     args = parser.parse_args()
+    if args.sequence_only:
+        sequence_tables(args, Console())
+        return
     config = make_config(args)
     rows = [("runtime, 2 pipelines × TP 1", 2, runtime(config, args.batch)),
             ("torch DDP (gloo)", 2, ddp(config, args.batch)),
@@ -124,6 +177,7 @@ def main() -> None:
     ratio = rows[0][2] / ddp_rate
     console.print(f"runtime / DDP tokens/s = {ratio:.2f} (target ≥ 0.85, within 15% of DDP): "
                   f"{'[green]met' if ratio >= 0.85 else '[red]not met'}")
+    sequence_tables(args, console)
 
 
 if __name__ == "__main__":

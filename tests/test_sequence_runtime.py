@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from planner.hardware import Cluster, Machine
@@ -22,6 +23,7 @@ from runtime.config import Job, RunConfig
 from runtime.errors import RunError
 from runtime.failure import FailureInjection
 from runtime.launch import launch_local, make_job
+from runtime.model import ReferenceLlama
 from runtime.reference import train_reference
 from runtime.sequence.worker import load_replica_params
 
@@ -49,7 +51,8 @@ def assert_equivalent(plan: SeqPlan, tmp_path, *, model: ModelSpec = MHA, micro_
     assert len(losses) == 3
     for loss, ref in zip(losses, ref_losses):
         assert abs(loss - ref) <= RTOL * abs(ref), (losses, ref_losses)
-    assert ref_losses[-1] < ref_losses[0]  # the model did train
+    initial = ReferenceLlama(model, seq_len, config.seed).full_state()
+    assert all(not torch.equal(initial[n], ref) for n, ref in ref_state.items())  # every tensor trained
     replicas = load_replica_params(tmp_path)
     assert len(replicas) == len(plan.replicas)
     for params in replicas:
@@ -62,8 +65,33 @@ def assert_equivalent(plan: SeqPlan, tmp_path, *, model: ModelSpec = MHA, micro_
     assert [m["tokens"] for m in members] == [m.tokens for r in plan.replicas for g in r.ring for m in g.members]
 
 
-def test_two_replicas_of_one_device_with_3_to_1_batches(tmp_path):
-    assert_equivalent(plan_of([3, 1], [[[(0, 4, 8)]], [[(1, 4, 8)]]]), tmp_path)
+# (a) one group of 2 members, uneven heads (3 + 1 of 4, MHA) and tokens (12 + 4 of 16): pure
+# Ulysses, ZeRO-3 over 2 ranks; 2 micro-batches of 2 accumulate.
+def test_a_one_group_of_two_uneven_members(tmp_path):
+    assert_equivalent(plan_of([4], [[[(0, 3, 12), (1, 1, 4)]]]), tmp_path, micro_batch=2)
+
+
+# (b) a ring of 3 groups with uneven shards 2 | 6 | 8 of 16 tokens (mirrored halves 1, 3, 4),
+# the middle one a 2-member group with uneven heads: ring and Ulysses together, 4 processes.
+def test_b_a_ring_of_three_uneven_groups(tmp_path):
+    assert_equivalent(plan_of([2], [[[(0, 4, 2)], [(1, 1, 2), (2, 3, 4)], [(3, 4, 8)]]]), tmp_path)
+
+
+# (c) two replicas with batches 3:1 (3 and 1 micro-batches) and different structures — a ring
+# of 2 groups over 3 ranks beside one group of 2 members — so ZeRO-3 cuts every unit into 3
+# blocks in one replica and 2 in the other, and the sync meets them segment by segment.
+def test_c_two_replicas_with_3_to_1_batches_and_different_structures(tmp_path):
+    plan = plan_of([3, 1], [[[(0, 2, 4), (1, 2, 2)], [(2, 4, 10)]], [[(3, 1, 6), (4, 3, 10)]]])
+    assert_equivalent(plan, tmp_path)
+
+
+# (d) GQA (4 heads, 2 kv heads: every member holds whole kv heads) with recompute on and off.
+GQA_RING = plan_of([2], [[[(0, 2, 6), (1, 2, 4)], [(2, 4, 6)]]])
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+def test_d_gqa_ring_with_and_without_recompute(tmp_path, recompute: bool):
+    assert_equivalent(GQA_RING, tmp_path, model=GQA, recompute=recompute)
 
 
 def two_machine_problem(model: ModelSpec, *, seq_len: int = 1024, global_batch: int = 2) -> Problem:
@@ -114,15 +142,17 @@ def test_a_plan_that_does_not_match_the_problem_is_refused_before_any_process(tm
 
 
 def test_a_killed_rank_ends_every_other_rank_with_one_line(tmp_path):
-    plan = plan_of([1, 1], [[[(0, 4, 8)]], [[(1, 4, 8)]]])
-    config = RunConfig(model=MHA, seq_len=8, micro_batch=1, steps=3, timeout_s=20, out_dir=str(tmp_path))
-    result = launch_local(Job(plan=plan, kind="sequence", config=config), echo=False,
-                          failure=FailureInjection(rank=1, step=1, mode="kill"))
-    assert result.returncodes[1] == -9
-    for rank in (0,):
+    """Rank 2 (the ring's second group) dies mid-step 1, after one forward: the 2-member group
+    waits on it in the ring exchange and the ZeRO-3 collectives."""
+    config = RunConfig(model=GQA, seq_len=16, micro_batch=1, steps=3, timeout_s=20, out_dir=str(tmp_path))
+    result = launch_local(Job(plan=GQA_RING, kind="sequence", config=config), echo=False,
+                          failure=FailureInjection(rank=2, step=1, mode="kill"))
+    assert result.returncodes[2] == -9
+    for rank in (0, 1):
         assert result.returncodes[rank] == 1, result.logs[rank]
-        assert result.exit_s[rank] - result.exit_s[1] < 60, result.exit_s
+        assert result.exit_s[rank] - result.exit_s[2] < 60, result.exit_s
         lines = [ln for ln in result.logs[rank].splitlines() if ln.startswith("error:")]
         assert len(lines) == 1 and re.match(rf"error: rank {rank} \(replica \d+, group \d+, member \d+\): "
                                             r"stopping after a failure", lines[0]), result.logs[rank]
     assert "killed by signal 9" in result.failure_summary()
+

@@ -10,8 +10,10 @@ on the blocks (element-wise, so AdamW on blocks equals AdamW on the full tensors
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from runtime.config import Job, RunConfig
 from runtime.data import BatchLoader, make_source
 from runtime.errors import ConfigError
 from runtime.failure import FailureInjection
-from runtime.model import causal_attention
+from runtime.sequence.attention import AttentionContext, sequence_attention
 from runtime.sequence.groups import SeqGroups, create_groups
 from runtime.sequence.job import run_violations
 from runtime.sequence.layout import LayoutError, SeqLayout, seq_rank_layout
@@ -79,10 +81,27 @@ def rank_places(job: Job) -> tuple[RankPlace, ...]:
 
 
 def make_attention(layout: SeqLayout, comm: Communicator, groups: SeqGroups):
-    """This member's attention: its rows of full causal attention over the sequence."""
-    if any(len(r.groups) > 1 or len(r.groups[0].ranks) > 1 for r in layout.replicas):
-        raise ConfigError("ring and head-parallel attention are not available yet")
-    return causal_attention
+    """This member's attention: its rows of full causal attention over the sequence (Ulysses
+    inside its group, the ring between groups; a one-member, one-group replica goes through
+    the same function, whose exchanges are then empty)."""
+    ctx = AttentionContext.build(layout=layout, rank=comm.rank, comm=comm, hp_group=groups.hp)
+    return functools.partial(sequence_attention, ctx=ctx)
+
+
+def current_mib(device: torch.device) -> float:
+    """Memory in use now, MiB (allocated on a GPU; resident set on CPU)."""
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device) / 2**20
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def memory_mib(device: torch.device) -> float:
+    """This process's memory high-water mark, MiB: the CUDA allocator's peak on a GPU; on
+    CPU the peak resident set (getrusage max RSS, which includes torch itself)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
 class Member:
@@ -106,6 +125,7 @@ class Member:
                                            weight_decay=config.weight_decay, foreach=False)
         self.loader = BatchLoader(make_source(config.data, config.model.vocab, config.seed), config.seq_len)
         self.global_batch = sum(r.batch for r in job.plan.replicas)
+        self.setup_mib = current_mib(comm.device)  # model, optimizer, groups: before any step
 
     def micro_batches(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(tokens, labels) at this member's positions of each micro-batch of its replica."""
@@ -118,7 +138,8 @@ class Member:
         return out
 
     def step(self, step: int, failure: FailureInjection | None) -> torch.Tensor:
-        """One optimizer step; returns [loss share, forward s, backward s] of this member."""
+        """One optimizer step; returns [loss share, forward s, backward s, peak MiB above the
+        setup] of this member."""
         scale = 1.0 / (self.global_batch * self.job.config.seq_len)
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum, forward_s, backward_s = 0.0, 0.0, 0.0
@@ -133,25 +154,26 @@ class Member:
             loss_sum += loss.item()
         sync_gradients(self.comm, self.groups, self.states, self.segments)
         self.optimizer.step()
-        return torch.tensor([loss_sum, forward_s, backward_s], dtype=torch.float64)
+        peak = memory_mib(self.comm.device) - self.setup_mib
+        return torch.tensor([loss_sum, forward_s, backward_s, peak], dtype=torch.float64)
 
 
 def step_metrics(comm: Communicator, own: torch.Tensor) -> torch.Tensor:
-    """[global loss, then forward and backward seconds of every rank]."""
-    metrics = torch.zeros(1 + 2 * comm.world_size, dtype=torch.float64)
+    """[global loss, then forward s, backward s and peak MiB of every rank]."""
+    metrics = torch.zeros(1 + 3 * comm.world_size, dtype=torch.float64)
     metrics[0] = own[0]
-    metrics[1 + 2 * comm.rank:3 + 2 * comm.rank] = own[1:]
+    metrics[1 + 3 * comm.rank:4 + 3 * comm.rank] = own[1:]
     return comm.all_reduce(metrics.to(comm.device), comm.world).cpu()
 
 
 def report_step(step: int, config: RunConfig, layout: SeqLayout, metrics: torch.Tensor, wall_s: float,
                 global_batch: int, rank: int) -> dict:
     tokens_s = global_batch * config.seq_len / wall_s
-    times = metrics[1:].view(-1, 2).tolist()
+    times = metrics[1:].view(-1, 3).tolist()
     record = {"step": step + 1, "loss": float(metrics[0]), "tokens_per_s": tokens_s, "wall_s": wall_s,
               "members": [{"replica": r.replica, "group": r.group, "member": r.member, "device": r.device,
-                           "tokens": r.num_tokens, "forward_s": f, "backward_s": b}
-                          for r, (f, b) in zip(layout.ranks, times)]}
+                           "tokens": r.num_tokens, "forward_s": f, "backward_s": b, "peak_mib": m}
+                          for r, (f, b, m) in zip(layout.ranks, times)]}
     if rank == 0 and config.out_dir:  # as it goes: a run cut short still shows its steps
         with (Path(config.out_dir) / STEPS_FILE).open("a") as handle:
             handle.write(json.dumps(record) + "\n")
