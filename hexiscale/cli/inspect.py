@@ -95,9 +95,9 @@ def evaluate(problem: str = typer.Argument(..., help="problem file or bundled na
     views = views_for(the_plan)
     for view in views.estimate_views(prob, est, full):
         console.print(view)
-    idle = views.idle_view(prob, the_plan, est)
-    if idle is not None:
-        console.print(idle)
+    for extra in (views.idle_view(prob, the_plan, est), views.bridge_view(prob, the_plan, est)):
+        if extra is not None:
+            console.print(extra)
     over = [v for v in validate_plan(prob, the_plan) if v.rule == "memory"]
     for v in over:
         console.print(f"[red]✗ out of memory[/] {escape(str(v))}", highlight=False)

@@ -7,7 +7,9 @@ from __future__ import annotations
 from rich import box
 from rich.table import Table
 
+from hexiscale.cli.vendor_views import bridge_table
 from planner.base import format_seconds
+from planner.layered.bridge import layered_bridge_traffic
 from planner.layered.estimate import Estimate
 from planner.layered.plan import Plan
 from planner.problem import Problem
@@ -134,7 +136,15 @@ def estimate_views(problem: Problem, est: Estimate, full: bool | None = None) ->
     return [stage_table_view(est) if full else pipeline_table_view(est), summary_view(problem, est)]
 
 
+def bridge_view(problem: Problem, plan: Plan, est: Estimate) -> Table | None:
+    """On a cluster that mixes nvidia and amd: what of T and which bytes cross the bridge."""
+    if not problem.cluster.mixes_vendors:
+        return None
+    return bridge_table(problem, layered_bridge_traffic(problem, plan))
+
+
 def solved_views(problem: Problem, plan: Plan, est: Estimate) -> list[Table]:
-    """What `hexiscale solve` prints before the solver's status: the plan, and why devices idle."""
-    idle = idle_view(problem, plan, est)
-    return [plan_table(problem, plan, est)] + ([idle] if idle is not None else [])
+    """What `hexiscale solve` prints before the solver's status: the plan, why devices idle,
+    and the cross-vendor traffic on a mixed-vendor cluster."""
+    extra = [idle_view(problem, plan, est), bridge_view(problem, plan, est)]
+    return [plan_table(problem, plan, est)] + [view for view in extra if view is not None]

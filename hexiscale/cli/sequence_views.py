@@ -8,8 +8,10 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.layered_views import format_devices, time_unit
+from hexiscale.cli.vendor_views import bridge_table
 from planner.base import format_seconds as seconds
 from planner.problem import Problem
+from planner.sequence.bridge import sequence_bridge_traffic
 from planner.sequence.estimate import SeqEstimate
 from planner.sequence.plan import SeqPlan
 
@@ -131,7 +133,15 @@ def idle_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table | None
     return table
 
 
+def bridge_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table | None:
+    """On a cluster that mixes nvidia and amd: what of T and which bytes cross the bridge."""
+    if not problem.cluster.mixes_vendors:
+        return None
+    return bridge_table(problem, sequence_bridge_traffic(problem, plan))
+
+
 def solved_views(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> list[Table]:
-    """What `hexiscale solve` prints before the solver's status: the plan, and idle devices."""
-    idle = idle_view(problem, plan, est)
-    return [plan_table(problem, plan, est)] + ([idle] if idle is not None else [])
+    """What `hexiscale solve` prints before the solver's status: the plan, idle devices, and
+    the cross-vendor traffic on a mixed-vendor cluster."""
+    extra = [idle_view(problem, plan, est), bridge_view(problem, plan, est)]
+    return [plan_table(problem, plan, est)] + [view for view in extra if view is not None]

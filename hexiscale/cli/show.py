@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from hexiscale.cli.app import WorkLog, app, check_plan_is_for, console, fail, friendly_errors, writable_folder
+from hexiscale.cli.views import views_for
 from planner.io import load_plan, load_problem
 from planner.kinds import validate
 
@@ -39,4 +40,7 @@ def show(problem: str = typer.Argument(..., help="problem file or bundled name")
         fail(f"{plan}: cannot draw an invalid plan: " + "; ".join(str(v) for v in structural))
     for path in draw_plan(prob, the_plan, out, prefix, on_step=work.step):
         console.print(f"[green]wrote[/] {path}")
+    bridge = views_for(the_plan).bridge_view(prob, the_plan, None)  # mixed-vendor clusters only
+    if bridge is not None:
+        console.print(bridge)
     work.finish()
