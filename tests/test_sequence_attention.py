@@ -1,8 +1,8 @@
 """Ring + Ulysses attention of sequence plans equals full causal attention (DESIGN.md §7.1):
-output and the gradients of q, k and v, to 1e-6 in fp32, on random inputs, uneven tokens and
-heads, GQA included. Each test starts one gloo world of processes and runs several layouts
-in it; every rank compares its own rows with `runtime.model.causal_attention` over the whole
-sequence, computed in that process."""
+output and the gradients of q, k and v, to 1e-6 relative (fp32, in norm over the sequence),
+on random inputs, uneven tokens and heads, GQA included. One gloo world of WORLD processes
+serves every layout of the module; every rank compares its own rows with
+`runtime.model.causal_attention` over the whole sequence, computed in that process."""
 
 from __future__ import annotations
 
@@ -21,8 +21,12 @@ TOLERANCE = 1e-6
 Case = tuple[str, int, str]  # (plan JSON, kv heads, kernel)
 
 
-def _errors(layout, rank: int, comm, groups: dict, kernel: str, seed: int) -> dict[str, float]:
-    """Largest |distributed − reference| of the output and the q, k, v gradients on `rank`'s rows."""
+def _errors(layout, rank: int, comm, groups: dict, kernel: str, seed: int) -> dict[str, tuple[float, float]]:
+    """(‖distributed − reference‖², ‖reference‖²) over `rank`'s rows, for the output and the
+    q, k, v gradients. The reference is computed in fp64 from the same fp32 inputs: the
+    exact answer. Norms, not elements: one-process fp32 attention itself is up to 6e-7 off
+    the exact answer in ‖·‖ (measured over 1800 draws) but up to 1.4e-6 in its worst element
+    (relative to the largest), so an elementwise 1e-6 would test fp32, not the ring."""
     import torch
 
     from runtime.model import causal_attention
@@ -34,16 +38,15 @@ def _errors(layout, rank: int, comm, groups: dict, kernel: str, seed: int) -> di
     q, k, v = (torch.randn(b, s, n, d, generator=gen) for n in (layout.heads, layout.kv_heads, layout.kv_heads))
     weight = torch.randn(b, s, layout.heads * d, generator=gen)
     full = [x.double().requires_grad_() for x in (q, k, v)]  # the exact answer, to fp32's precision
-    (causal_attention(*full) * weight.double()).sum().backward()
+    reference = causal_attention(*full)
+    (reference * weight.double()).sum().backward()
     rows = torch.as_tensor(layout.positions_of(rank))
     mine = [x[:, rows].clone().requires_grad_() for x in (q, k, v)]
     ctx = AttentionContext.build(layout=layout, rank=rank, comm=comm, hp_group=groups.get(group.ranks), kernel=kernel)
     out = sequence_attention(*mine, ctx=ctx)
     (out * weight[:, rows]).sum().backward()
-    with torch.no_grad():
-        reference = causal_attention(*(x.double() for x in (q, k, v)))[:, rows]
-    pairs = {"out": (out, reference)} | {f"d{n}": (m.grad, f.grad[:, rows]) for n, m, f in zip("qkv", mine, full)}
-    return {name: float((got.detach() - want).abs().max() / max(1.0, float(want.abs().max())))
+    pairs = {"out": (out, reference.detach()[:, rows])} | {f"d{n}": (m.grad, f.grad[:, rows]) for n, m, f in zip("qkv", mine, full)}
+    return {name: (float((got.detach() - want).square().sum()), float(want.square().sum()))
             for name, (got, want) in pairs.items()}
 
 
@@ -62,7 +65,8 @@ def _worker(rank: int, port: int, cases, results) -> None:
             layout = seq_rank_layout(SeqPlan.model_validate_json(plan_json), kv_heads=kv_heads)
             groups = {key: comm.new_group(key) for key in layout.hp_group_keys}  # every rank, one order
             if rank < layout.world_size:
-                results.put((index, rank, _errors(layout, rank, comm, groups, kernel, seed=index)))
+                replica = layout.rank(rank).replica
+                results.put((index, rank, (replica, _errors(layout, rank, comm, groups, kernel, seed=index))))
         comm.close()
     except Exception as error:  # the parent reports it; the other ranks time out on their own
         results.put((-1, rank, f"{type(error).__name__}: {error}"))
@@ -84,8 +88,8 @@ class _World:
             proc.start()
         self.sent = 0
 
-    def run(self, cases: list[Case]) -> dict[tuple[int, int], dict[str, float]]:
-        """Every (case, rank)'s errors (case numbered inside `cases`)."""
+    def run(self, cases: list[Case]) -> dict[tuple[int, int], tuple[int, dict[str, tuple[float, float]]]]:
+        """Every (case, rank)'s replica and squared norms (case numbered inside `cases`)."""
         first, self.sent = self.sent, self.sent + len(cases)
         for index, case in enumerate(cases, start=first):
             for q in self.queues:
@@ -125,13 +129,20 @@ def _case(rings, *, kv_heads: int, kernel: str = "auto", batches=None) -> Case:
     return plan.to_json(), kv_heads, kernel
 
 
+def _relative_errors(found: dict) -> dict[tuple[int, int, str], float]:
+    """‖distributed − reference‖ / ‖reference‖ of each (case, replica, tensor), over the
+    whole sequence: the rows of every rank of the replica together."""
+    sums = {}
+    for (index, _), (replica, norms) in found.items():
+        for name, (diff, ref) in norms.items():
+            total = sums.setdefault((index, replica, name), [0.0, 0.0])
+            total[0], total[1] = total[0] + diff, total[1] + ref
+    return {key: (diff / ref) ** 0.5 for key, (diff, ref) in sums.items()}
+
+
 def _assert_exact(found: dict) -> None:
-    worst = {}
-    for (index, rank), errors in found.items():
-        for name, error in errors.items():
-            worst[index, name] = max(worst.get((index, name), 0.0), error)
-    bad = {key: error for key, error in worst.items() if not error <= TOLERANCE}
-    assert not bad, f"errors above {TOLERANCE:g} (case, tensor): {bad}"
+    bad = {key: error for key, error in _relative_errors(found).items() if not error <= TOLERANCE}
+    assert not bad, f"relative errors above {TOLERANCE:g} (case, replica, tensor): {bad}"
 
 
 NAMED = [
