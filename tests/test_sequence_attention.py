@@ -18,16 +18,17 @@ from seq_layouts import seq_plans
 
 WORLD = 6
 TOLERANCE = 1e-6
-Case = tuple[str, int, str]  # (plan JSON, kv heads, kernel)
+Case = tuple[str, int, str, bool]  # (plan JSON, kv heads, kernel, recompute)
 
 
-def _errors(layout, rank: int, comm, groups: dict, kernel: str, seed: int) -> dict[str, tuple[float, float]]:
+def _errors(layout, rank: int, comm, groups: dict, case: Case, seed: int) -> dict[str, tuple[float, float]]:
     """(‖distributed − reference‖², ‖reference‖²) over `rank`'s rows, for the output and the
     q, k, v gradients. The reference is computed in fp64 from the same fp32 inputs: the
     exact answer. Norms, not elements: one-process fp32 attention itself is up to 6e-7 off
     the exact answer in ‖·‖ (measured over 1800 draws) but up to 1.4e-6 in its worst element
     (relative to the largest), so an elementwise 1e-6 would test fp32, not the ring."""
     import torch
+    from torch.utils.checkpoint import checkpoint
 
     from runtime.model import causal_attention
     from runtime.sequence.attention import AttentionContext, sequence_attention
@@ -42,8 +43,12 @@ def _errors(layout, rank: int, comm, groups: dict, kernel: str, seed: int) -> di
     (reference * weight.double()).sum().backward()
     rows = torch.as_tensor(layout.positions_of(rank))
     mine = [x[:, rows].clone().requires_grad_() for x in (q, k, v)]
+    _, _, kernel, recompute = case
     ctx = AttentionContext.build(layout=layout, rank=rank, comm=comm, hp_group=groups.get(group.ranks), kernel=kernel)
-    out = sequence_attention(*mine, ctx=ctx)
+    if recompute:  # as the training step runs it with recompute on: the forward (and its ring) twice
+        out = checkpoint(lambda *x: sequence_attention(*x, ctx=ctx), *mine, use_reentrant=False)
+    else:
+        out = sequence_attention(*mine, ctx=ctx)
     (out * weight[:, rows]).sum().backward()
     pairs = {"out": (out, reference.detach()[:, rows])} | {f"d{n}": (m.grad, f.grad[:, rows]) for n, m, f in zip("qkv", mine, full)}
     return {name: (float((got.detach() - want).square().sum()), float(want.square().sum()))
@@ -61,12 +66,12 @@ def _worker(rank: int, port: int, cases, results) -> None:
     comm = Communicator.start("gloo", "127.0.0.1", port, rank, WORLD, tuple(RankPlace(r) for r in range(WORLD)),
                               60.0, torch.device("cpu"))
     try:
-        for index, (plan_json, kv_heads, kernel) in iter(cases.get, None):
-            layout = seq_rank_layout(SeqPlan.model_validate_json(plan_json), kv_heads=kv_heads)
+        for index, case in iter(cases.get, None):
+            layout = seq_rank_layout(SeqPlan.model_validate_json(case[0]), kv_heads=case[1])
             groups = {key: comm.new_group(key) for key in layout.hp_group_keys}  # every rank, one order
             if rank < layout.world_size:
                 replica = layout.rank(rank).replica
-                results.put((index, rank, (replica, _errors(layout, rank, comm, groups, kernel, seed=index))))
+                results.put((index, rank, (replica, _errors(layout, rank, comm, groups, case, seed=index))))
         comm.close()
     except Exception as error:  # the parent reports it; the other ranks time out on their own
         results.put((-1, rank, f"{type(error).__name__}: {error}"))
@@ -124,9 +129,9 @@ def _world_of(case: Case) -> int:
     return len(SeqPlan.model_validate_json(case[0]).devices)
 
 
-def _case(rings, *, kv_heads: int, kernel: str = "auto", batches=None) -> Case:
+def _case(rings, *, kv_heads: int, kernel: str = "auto", recompute: bool = False, batches=None) -> Case:
     plan = SeqPlan.from_rings(problem="t", batches=batches or [1] * len(rings), rings=rings)
-    return plan.to_json(), kv_heads, kernel
+    return plan.to_json(), kv_heads, kernel, recompute
 
 
 def _relative_errors(found: dict) -> dict[tuple[int, int, str], float]:
@@ -152,6 +157,8 @@ NAMED = [
     _case([[[(0, 6, 4)], [(1, 4, 3), (2, 2, 7)], [(3, 2, 1), (4, 2, 2), (5, 2, 3)]]], kv_heads=3),
     # the same ring on the matmul kernel (the one used off CPU)
     _case([[[(0, 6, 4)], [(1, 4, 3), (2, 2, 7)], [(3, 2, 1), (4, 2, 2), (5, 2, 3)]]], kv_heads=3, kernel="math"),
+    # the same ring recomputed (activation checkpointing): its sends run twice in the forward
+    _case([[[(0, 6, 4)], [(1, 4, 3), (2, 2, 7)], [(3, 2, 1), (4, 2, 2), (5, 2, 3)]]], kv_heads=3, recompute=True),
     # a single member: plain attention, GQA a = 4, k = 2
     _case([[[(0, 4, 8)]]], kv_heads=2),
     # two replicas, 3:1 batches: one of two groups (first of two members), one of a single device;
@@ -168,5 +175,5 @@ def test_named_layouts_equal_full_attention(world):
           suppress_health_check=[HealthCheck.too_slow])
 @given(drawn=st.lists(seq_plans(max_ranks=WORLD), min_size=2, max_size=2))
 def test_random_uneven_layouts_equal_full_attention(world, drawn):
-    cases = [(plan.to_json(), kv_heads, "auto") for plan, kv_heads in drawn]
+    cases = [(plan.to_json(), kv_heads, "auto", False) for plan, kv_heads in drawn]
     _assert_exact(world.run(cases))
