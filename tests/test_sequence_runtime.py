@@ -156,3 +156,64 @@ def test_a_killed_rank_ends_every_other_rank_with_one_line(tmp_path):
                                             r"stopping after a failure", lines[0]), result.logs[rank]
     assert "killed by signal 9" in result.failure_summary()
 
+
+
+def test_torchrun_prints_one_command_per_machine_and_workers_find_their_rank(tmp_path, monkeypatch):
+    """longctx-tiny: devices 0, 1 on machine 0, device 2 on machine 1, device 3 on machine 2."""
+    from hexiscale.cli import app
+    from runtime.sequence.worker import plan_rank
+
+    result = CliRunner().invoke(app, ["run", "longctx-tiny", "longctx-tiny", "--torchrun", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    commands = [ln for ln in result.output.splitlines() if "torchrun" in ln and "--node-rank" in ln]
+    assert [c.split("--nproc-per-node=")[1].split()[0] for c in commands] == ["2", "1", "1"]
+    job = Job.model_validate_json((tmp_path / "job.json").read_text())
+    assert job.kind == "sequence" and job.config.seq_len == 16
+    for (machine, local), rank in {(0, 0): 0, (0, 1): 1, (1, 0): 2, (2, 0): 3}.items():
+        monkeypatch.setenv("LOCAL_RANK", str(local))
+        assert plan_rank(job, machine) == rank
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_zero3_gathers_every_unit_again_for_backward(monkeypatch, recompute: bool):
+    """One process as a 1-rank ZeRO-3 group (so every gather and reduce-scatter runs): the
+    forward pass gathers the L+2 units once each; backward gathers the L layers and the head
+    again (re-gathered by the saved-tensor hook, or by checkpoint's recomputed forward: the
+    forward's gathered weights are not kept), never the embedding (its backward needs no
+    weight), and reduce-scatters each unit's gradient once. The gradients equal the
+    one-process model's."""
+    import numpy as np
+
+    from runtime.comm import Communicator, RankPlace
+    from runtime.data import BatchLoader, make_source
+    from runtime.launch import free_port
+    from runtime.model import causal_attention
+    from runtime.sequence.member import MemberModel
+    from runtime.sequence.shards import unit_catalogues
+    from runtime.sequence.zero import ZeroStates
+
+    calls = {"all_gather": 0, "reduce_scatter": 0}
+    for name in calls:
+        def counted(self, *args, _name=name, _method=getattr(Communicator, name), **kwargs):
+            calls[_name] += 1
+            return _method(self, *args, **kwargs)
+        monkeypatch.setattr(Communicator, name, counted)
+    comm = Communicator.start("gloo", "127.0.0.1", free_port(), 0, 1, (RankPlace(device=0),), 30.0,
+                              torch.device("cpu"))
+    try:
+        states = ZeroStates(unit_catalogues(MHA), seed=0, comm=comm, group=comm.new_group((0,)), index=0)
+        model = MemberModel(MHA, states, causal_attention, positions=np.arange(8), seq_len=8, recompute=recompute)
+        tokens, labels = BatchLoader(make_source("synthetic", 256, 0), 8).batch(0, 0, 2)
+        loss = model(tokens, labels, 1 / 16)
+        assert calls == {"all_gather": MHA.layers + 2, "reduce_scatter": 0}
+        loss.backward()
+        assert calls == {"all_gather": 2 * MHA.layers + 3, "reduce_scatter": MHA.layers + 2}
+        assert states.regathered == {}  # dropped once each unit's gradient was scattered
+    finally:
+        comm.close()
+    reference = ReferenceLlama(MHA, 8, 0)
+    reference(tokens, labels).backward()
+    for unit, catalogue in enumerate(states.catalogues):
+        for name, (shape, (start, stop)) in catalogue.params.items():
+            expected = reference.p(name).grad
+            assert torch.allclose(states.blocks[unit].grad[start:stop].view(shape), expected, rtol=1e-5, atol=1e-7)
