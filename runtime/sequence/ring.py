@@ -155,6 +155,7 @@ class RingAttention(torch.autograd.Function):
             out, lse = _merge(out, lse, *ring.block_forward(q, block, step))
             if incoming is not None:
                 block = incoming.result()
+        out = out.to(q.dtype)  # merged in the lse's precision (fp32 for bf16 inputs)
         fn_ctx.save_for_backward(q, kv, out, lse)
         fn_ctx.ring = ring
         return out
@@ -163,7 +164,8 @@ class RingAttention(torch.autograd.Function):
     def backward(fn_ctx, grad: torch.Tensor):
         q, kv, out, lse = fn_ctx.saved_tensors
         ring, grad = fn_ctx.ring, grad.contiguous()
-        dq, block, dblock = torch.zeros_like(q), kv, torch.zeros_like(kv)
+        # gradients summed over blocks in fp32 whatever the inputs' precision
+        dq, block, dblock = torch.zeros_like(q, dtype=torch.float32), kv, torch.zeros_like(kv, dtype=torch.float32)
         for step in range(ring.steps):
             last = step + 1 == ring.steps
             incoming = None if last else ring.hop(block, step, "kv_again")  # overlaps the block
@@ -173,4 +175,4 @@ class RingAttention(torch.autograd.Function):
                 dblock = ring.hop(dblock, step, "grad").result()
             if incoming is not None:
                 block = incoming.result()
-        return dq, dblock, None
+        return dq.to(q.dtype), dblock.to(kv.dtype), None
