@@ -177,3 +177,32 @@ def test_named_layouts_equal_full_attention(world):
 def test_random_uneven_layouts_equal_full_attention(world, drawn):
     cases = [(plan.to_json(), kv_heads, "auto", False) for plan, kv_heads in drawn]
     _assert_exact(world.run(cases))
+
+
+def _lone_comm():
+    """A communicator that never joined a world: enough for a group of one in a ring of one,
+    which sends nothing."""
+    import torch
+
+    from runtime.comm import Communicator, RankPlace
+
+    return Communicator(rank=0, world_size=1, places=(RankPlace(0),), timeout_s=1.0, device=torch.device("cpu"))
+
+
+def test_context_and_call_refuse_what_does_not_match_the_layout():
+    import torch
+
+    from runtime.sequence.attention import AttentionContext, sequence_attention
+    from runtime.sequence.layout import seq_rank_layout
+
+    pair = seq_rank_layout(SeqPlan.from_rings(problem="t", batches=[1], rings=[[[(0, 3, 2), (1, 1, 10)]]]),
+                           kv_heads=4)
+    with pytest.raises(ValueError, match=r"HP group must be ranks \(0, 1\)"):
+        AttentionContext.build(layout=pair, rank=1, comm=_lone_comm(), hp_group=None)
+    lone = seq_rank_layout(SeqPlan.from_rings(problem="t", batches=[1], rings=[[[(0, 4, 8)]]]), kv_heads=2)
+    ctx = AttentionContext.build(layout=lone, rank=0, comm=_lone_comm(), hp_group=None)
+    q, kv = torch.zeros(1, 8, 4, 3), torch.zeros(1, 8, 2, 3)
+    assert sequence_attention(q, kv, kv, ctx=ctx).shape == (1, 8, 12)
+    for bad_q, bad_kv in ((torch.zeros(1, 6, 4, 3), kv), (q, torch.zeros(1, 8, 4, 3))):
+        with pytest.raises(ValueError, match="for 8 tokens, 4 heads, 2 kv heads"):
+            sequence_attention(bad_q, bad_kv, bad_kv, ctx=ctx)
