@@ -14,13 +14,23 @@ cannot determine a figure (too few points, columns that cannot be told apart) ra
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Literal
 
 import numpy as np
 from pydantic import Field
 
 from planner.base import TFLOPS, US, Frozen
 from planner.hardware import Cluster, GpuType, Machine, Vendor
+
+# Which summary of repeated timings counts: the median (the default: what a typical repetition
+# takes) or the fastest (on shared cores, the repetition least disturbed by other work).
+Statistic = Literal["median", "min"]
+
+
+def summarize(samples, statistic: Statistic) -> float:
+    values = np.asarray(samples, dtype=float)
+    return float(np.median(values) if statistic == "median" else values.min())
+
 
 # A design matrix whose smallest singular value, relative to its largest, is below this
 # cannot tell its figures apart: the fit would be noise, so it is refused.

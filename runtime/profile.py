@@ -60,11 +60,12 @@ class Meter:
             times.append(time.perf_counter() - start)
         return times
 
-    def median(self, fn: Callable[[], object], before: Callable[[], object] | None = None) -> float:
+    def measure(self, fn: Callable[[], object], before: Callable[[], object] | None = None) -> tuple[float, float]:
+        """(median, fastest) of the timed repetitions."""
         times = self.samples(fn, before)
         middle = statistics.median(times)
         self.spreads.append((max(times) - min(times)) / middle)
-        return middle
+        return middle, min(times)
 
 
 def gemm_shapes(spec: ProfileSpec) -> list[tuple[int, int]]:
@@ -79,11 +80,11 @@ def gemm_shapes(spec: ProfileSpec) -> list[tuple[int, int]]:
 def time_gemm(meter: Meter, device, tokens: int, fan_in: int, fan_out: int) -> GemmTiming:
     x, w = torch.randn(tokens, fan_in, device=device), torch.randn(fan_out, fan_in, device=device)
     g = torch.randn(tokens, fan_out, device=device)
-    seconds = meter.median(lambda: (x @ w.T, g @ w, g.T @ x))
-    return GemmTiming(tokens=tokens, fan_in=fan_in, fan_out=fan_out, seconds=seconds)
+    seconds, fastest = meter.measure(lambda: (x @ w.T, g @ w, g.T @ x))
+    return GemmTiming(tokens=tokens, fan_in=fan_in, fan_out=fan_out, seconds=seconds, fastest_s=fastest)
 
 
-def model_pass_seconds(meter: Meter, spec: ProfileSpec, device) -> float:
+def model_pass_seconds(meter: Meter, spec: ProfileSpec, device) -> tuple[float, float]:
     """The whole model, forward + backward, on one micro-batch (what a one-stage run does)."""
     model = ReferenceLlama(spec.model, spec.seq_len, seed=0).to(device)
     tokens = torch.randint(0, spec.model.vocab, (spec.micro_batch, spec.seq_len), device=device)
@@ -92,7 +93,7 @@ def model_pass_seconds(meter: Meter, spec: ProfileSpec, device) -> float:
         model.zero_grad(set_to_none=True)
         model(tokens, tokens).backward()
 
-    return meter.median(step)
+    return meter.measure(step)
 
 
 def attention_timings(meter: Meter, spec: ProfileSpec, device) -> list[AttentionTiming]:
@@ -101,7 +102,7 @@ def attention_timings(meter: Meter, spec: ProfileSpec, device) -> list[Attention
         q = torch.randn(spec.micro_batch, seq_len, m.heads, m.head_dim, device=device, requires_grad=True)
         kv = [torch.randn(spec.micro_batch, seq_len, m.num_kv_heads, m.head_dim, device=device, requires_grad=True)
               for _ in range(2)]
-        seconds = meter.median(lambda: causal_attention(q, *kv).sum().backward())
+        seconds, _ = meter.measure(lambda: causal_attention(q, *kv).sum().backward())
         out.append(AttentionTiming(seq_len=seq_len, seconds=seconds))
     return out
 
@@ -171,7 +172,7 @@ def measure_link(meter: Meter, comm: Communicator, spec: ProfileSpec, link_class
     times = slowest(comm, times, device)
     middle = statistics.median(times)
     return LinkTiming(link_class=link_class, op=op, ranks=2 if op == "p2p" else group.size, nbytes=nbytes,
-                      seconds=middle, spread=(max(times) - min(times)) / middle)
+                      seconds=middle, fastest_s=min(times), spread=(max(times) - min(times)) / middle)
 
 
 def measure_links(meter: Meter, comm: Communicator, spec: ProfileSpec, progress: Progress, device) -> list[LinkTiming]:
@@ -194,13 +195,14 @@ def measure_compute(meter: Meter, comm: Communicator, spec: ProfileSpec, progres
         gemms.append(time_gemm(meter, device, tokens, fan_in, fan_out))
         progress.tick(f"GEMM {tokens}x{fan_in}x{fan_out}")
     comm.barrier()
-    model_seconds = model_pass_seconds(meter, spec, device)
+    model_seconds, model_fastest = model_pass_seconds(meter, spec, device)
     progress.tick("model forward + backward")
     attention = attention_timings(meter, spec, device)
     progress.tick("attention")
     training = TrainingSpec(seq_len=spec.seq_len, global_batch=spec.micro_batch, micro_batch=spec.micro_batch)
     per_token = spec.model.layers * cost.layer_flops_per_token(spec.model, training) + cost.head_flops_per_token(spec.model)
-    return {"square_gemm": square, "gemms": gemms, "model_seconds": model_seconds, "attention": attention,
+    return {"square_gemm": square, "gemms": gemms, "model_seconds": model_seconds, "model_fastest_s": model_fastest,
+            "attention": attention,
             "model_flops": 3.0 * tokens * per_token}
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner import cost
-from planner.calibration import CalibrationError, LinkFit, MeasuredDevice, fit_link, measured_cluster, term_regressors
+from planner.calibration import CalibrationError, LinkFit, Statistic, MeasuredDevice, fit_link, measured_cluster, term_regressors
 from planner.hardware import Cluster
 from planner.sequence.cost import exchange_time
 from runtime.profile_launch import LinkTiming, ProfileResult
@@ -31,16 +31,20 @@ def priced_term(timing: LinkTiming):
     return lambda bw, lat: exchange_time(x * (n - 1) / n, n, bw, lat)
 
 
-def fit_timings(timings: list[LinkTiming], what: str) -> LinkFit:
+def timing_seconds(timing: LinkTiming, statistic: Statistic) -> float:
+    return timing.seconds if statistic == "median" else timing.fastest_s
+
+
+def fit_timings(timings: list[LinkTiming], what: str, statistic: Statistic = "median") -> LinkFit:
     inv_bw, lat = np.array([term_regressors(priced_term(t)) for t in timings]).T
-    return fit_link(inv_bw, lat, [t.seconds for t in timings], what)
+    return fit_link(inv_bw, lat, [timing_seconds(t, statistic) for t in timings], what)
 
 
-def reported_fit(timings: list[LinkTiming], what: str) -> LinkFit | str:
+def reported_fit(timings: list[LinkTiming], what: str, statistic: Statistic) -> LinkFit | str:
     """One operation's own fit, shown beside the written figure; where it makes no physical
     sense the reason is shown instead (it is not written anywhere)."""
     try:
-        return fit_timings(timings, what)
+        return fit_timings(timings, what, statistic)
     except CalibrationError as exc:
         return str(exc)
 
@@ -57,31 +61,33 @@ class ClassReport:
     spread: float  # median (max − min)/median of the class's repetitions
 
 
-def class_report(result: ProfileResult, link_class: str, what: str) -> ClassReport | None:
+def class_report(result: ProfileResult, link_class: str, what: str, statistic: Statistic) -> ClassReport | None:
     timings = [t for t in result.links if t.link_class == link_class]
     if not timings:
         return None
-    per_op = {op: reported_fit([t for t in timings if t.op == op], f"{link_class} {op}")
+    per_op = {op: reported_fit([t for t in timings if t.op == op], f"{link_class} {op}", statistic)
               for op in dict.fromkeys(t.op for t in timings)}
-    joint = fit_timings([t for t in timings if t.op in JOINT_OPS], f"{what}: {link_class} links")
+    joint = fit_timings([t for t in timings if t.op in JOINT_OPS], f"{what}: {link_class} links", statistic)
     largest = max((t for t in timings if t.op == "p2p"), key=lambda t: t.nbytes)
     return ClassReport(link_class=link_class, joint=joint, per_op=per_op,
-                       direct_bw_gbps=largest.nbytes / largest.seconds / 1e9, direct_bytes=largest.nbytes,
+                       direct_bw_gbps=largest.nbytes / timing_seconds(largest, statistic) / 1e9,
+                       direct_bytes=largest.nbytes,
                        spread=float(np.median([t.spread for t in timings])))
 
 
-def measured_device(result: ProfileResult, name: str) -> MeasuredDevice:
+def measured_device(result: ProfileResult, name: str, statistic: Statistic = "median") -> MeasuredDevice:
     """The device type: peak = the best rate of any timed GEMM; achieved = the whole model's."""
-    peak = max(g.flops_per_s for g in (result.square_gemm, *result.gemms))
-    return MeasuredDevice(name=name, peak_flops=peak, model_flops=result.model_flops / result.model_seconds,
+    peak = max(g.rate(statistic) for g in (result.square_gemm, *result.gemms))
+    seconds = result.model_seconds if statistic == "median" else result.model_fastest_s
+    return MeasuredDevice(name=name, peak_flops=peak, model_flops=result.model_flops / seconds,
                           memory_gib=result.memory_gib)
 
 
-def profiled_cluster(result: ProfileResult, *, name: str, gpu_name: str,
-                     what: str = "profile") -> tuple[Cluster, dict[str, ClassReport], list[str]]:
+def profiled_cluster(result: ProfileResult, *, name: str, gpu_name: str, what: str = "profile",
+                     statistic: Statistic = "median") -> tuple[Cluster, dict[str, ClassReport], list[str]]:
     """The cluster file's contents, the per-class reports, and notes on what was not measured
     (a class without two processes takes the other class's figure; said, not hidden)."""
-    reports = {c: class_report(result, c, what) for c in ("intra", "inter")}
+    reports = {c: class_report(result, c, what, statistic) for c in ("intra", "inter")}
     notes = []
     for missing, other, why in (("intra", "inter", "no machine has two processes"),
                                 ("inter", "intra", "one machine only")):
@@ -92,6 +98,6 @@ def profiled_cluster(result: ProfileResult, *, name: str, gpu_name: str,
         raise ValueError(f"{what}: no link was measured (profile at least two processes)")
     intra = measured.get("intra", measured.get("inter"))
     inter = measured.get("inter", intra)
-    cluster = measured_cluster(name=name, device=measured_device(result, gpu_name),
+    cluster = measured_cluster(name=name, device=measured_device(result, gpu_name, statistic),
                                machines=list(result.spec.machines), intra=intra, inter=inter)
     return cluster, {c: r for c, r in reports.items() if r is not None}, notes

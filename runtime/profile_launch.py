@@ -66,10 +66,14 @@ class GemmTiming(Frozen):
     fan_in: int = Field(ge=1, description="input features")
     fan_out: int = Field(ge=1, description="output features")
     seconds: float = Field(gt=0, description="forward + both backward GEMMs, median")
+    fastest_s: float = Field(gt=0, description="the fastest repetition")
 
     @property
     def flops_per_s(self) -> float:
-        return 6.0 * self.tokens * self.fan_in * self.fan_out / self.seconds
+        return self.rate("median")
+
+    def rate(self, statistic: str) -> float:
+        return 6.0 * self.tokens * self.fan_in * self.fan_out / (self.seconds if statistic == "median" else self.fastest_s)
 
 
 class AttentionTiming(Frozen):
@@ -83,6 +87,7 @@ class LinkTiming(Frozen):
     ranks: int = Field(ge=2, description="processes taking part")
     nbytes: int = Field(ge=1, description="message bytes (all-to-all: each rank's whole buffer)")
     seconds: float = Field(gt=0, description="median time")
+    fastest_s: float = Field(gt=0, description="the fastest repetition")
     spread: float = Field(ge=0, description="(max − min)/median over the repetitions")
 
 
@@ -91,7 +96,8 @@ class ProfileResult(Frozen):
     host: str = Field(description="where it ran")
     square_gemm: GemmTiming = Field(description="a large square GEMM: the device's best rate")
     gemms: tuple[GemmTiming, ...] = Field(description="the model's GEMM shapes (TP size 1)")
-    model_seconds: float = Field(gt=0, description="the whole model's forward + backward on one micro-batch")
+    model_seconds: float = Field(gt=0, description="the whole model's forward + backward on one micro-batch, median")
+    model_fastest_s: float = Field(gt=0, description="its fastest repetition")
     model_flops: float = Field(gt=0, description="the cost model's FLOPs of that forward + backward")
     attention: tuple[AttentionTiming, ...] = Field(description="attention time against sequence length")
     links: tuple[LinkTiming, ...] = Field(description="every link measurement")

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from planner.base import Frozen
+from planner.calibration import Statistic, summarize
 from planner.calibration_runs import RunRecord
 from planner.hardware import Cluster
 from planner.layered.plan import Plan
@@ -70,16 +70,16 @@ class RunLog(Frozen):
                 raise ValueError(f"step {step.step} lists stages that are not the plan's")
         return self
 
-    def record(self, source: str, warmup: int = 1) -> RunRecord:
-        """Medians over the steps after `warmup` (all steps if there are no more): each stage's
-        forward + backward per micro-batch, and the step time."""
+    def record(self, source: str, warmup: int = 1, statistic: Statistic = "median") -> RunRecord:
+        """The `statistic` (median, or fastest) over the steps after `warmup` (all steps if
+        there are no more): each stage's forward + backward per micro-batch, and the step time."""
         steps = self.steps[warmup:] or self.steps
         micro = [p.batch // self.run_problem.training.micro_batch
                  for p in self.plan.pipelines for _ in p.stages]
-        stage_s = tuple(statistics.median((s.stages[i].forward_s + s.stages[i].backward_s) / m for s in steps)
+        stage_s = tuple(summarize([(s.stages[i].forward_s + s.stages[i].backward_s) / m for s in steps], statistic)
                         for i, m in enumerate(micro))
         return RunRecord(problem=self.run_problem, plan=self.plan, stage_s=stage_s,
-                         step_s=statistics.median(s.step_s for s in steps), source=source)
+                         step_s=summarize([s.step_s for s in steps], statistic), source=source)
 
 
 def run_problem(problem: Problem, model, config) -> Problem:

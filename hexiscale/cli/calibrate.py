@@ -97,12 +97,16 @@ def figures_table(figures) -> Table:
 @friendly_errors
 def calibrate(run_logs: list[Path] = typer.Argument(..., help="runlog.json files of runs (hexiscale run --out)"),
               output: Path = typer.Option(..., "-o", "--output", help="cluster file (YAML) to write"),
-              warmup: int = typer.Option(1, min=0, help="steps of each run left out as warm-up")) -> None:
+              warmup: int = typer.Option(1, min=0, help="steps of each run left out as warm-up"),
+              statistic: str = typer.Option("median", help="median | min over each run's steps (min: the least "
+                                            "disturbed, on shared cores)")) -> None:
     """Refit η per GPU type and bandwidth per link class from run logs; write the cluster."""
     writable_file(output, "--output")
+    if statistic not in ("median", "min"):
+        fail(f"--statistic must be median or min, got {statistic!r}")
     logs = [(path, load_log(path)) for path in run_logs]
     check_same_run_setup(logs)
-    records = [log.record(str(path), warmup) for path, log in logs]
+    records = [log.record(str(path), warmup, statistic) for path, log in logs]
     try:
         cluster, figures = refit(records)
     except CalibrationError as exc:

@@ -91,11 +91,15 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
             warmup: int = typer.Option(2, min=0, help="untimed repetitions first"),
             name: str = typer.Option(None, help="cluster name (default: profiled-HOST)"),
             gpu_name: str = typer.Option(None, help="GPU type name (default: cpu, or the CUDA device's name)"),
+            statistic: str = typer.Option("median", help="median | min: which summary of the repetitions the fit "
+                                          "uses (min: the least disturbed, on shared cores)"),
             timeout: float = typer.Option(120.0, min=1, help="seconds any process waits on a peer")) -> None:
     """Measure achieved FLOP/s, attention time and link times here; write them as a cluster file."""
     from runtime.profile_launch import ProfileSpec
 
     writable_file(output, "--output")
+    if statistic not in ("median", "min"):
+        fail(f"--statistic must be median or min, got {statistic!r}")
     if max_bytes < 2 * 1024:
         fail(f"--max-bytes: {max_bytes} leaves fewer than two message sizes from 1024 B (a fit needs two)")
     check_device(device, processes)
@@ -111,15 +115,17 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
                   f"{spec_model.name} (seq {seq}, micro-batch {micro}), messages {spec.min_bytes}…{spec.max_bytes} B",
                   highlight=False, soft_wrap=True)
     result = measure(spec, Path(tempfile.mkdtemp(prefix="hexiscale-profile-")))
-    write_profile(result, output, name or f"profiled-{socket.gethostname()}", gpu_type_name(device, gpu_name))
+    write_profile(result, output, name or f"profiled-{socket.gethostname()}", gpu_type_name(device, gpu_name),
+                  statistic)
 
 
-def write_profile(result, output: Path, name: str, gpu_name: str) -> None:
+def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str = "median") -> None:
     """Fit, show and write; a figure outside physical sense is refused and nothing is written."""
     from runtime.profile_fit import profiled_cluster
 
     try:
-        cluster, reports, notes = profiled_cluster(result, name=name, gpu_name=gpu_name, what=str(output))
+        cluster, reports, notes = profiled_cluster(result, name=name, gpu_name=gpu_name, what=str(output),
+                                                   statistic=statistic)
     except (CalibrationError, ValueError) as exc:
         fail(f"{exc}; {output} not written")
     console.print(compute_table(result, cluster.catalog[gpu_name]))
