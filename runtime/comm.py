@@ -6,16 +6,20 @@ that talks to other ranks, and owns every send, receive and collective and the c
 every process group (`new_group`). It knows where each rank runs — its plan device, machine
 and GPU vendor (`RankPlace`) — and each `Group` carries its ranks' vendors.
 
-The seam of DESIGN.md §8: routing a collective by the vendors of its ranks (one vendor → its
-backend; several → reduce inside each vendor, all-reduce among the vendor leaders over the
-bridge, broadcast back; point-to-point across vendors over the bridge) changes the bodies
-of `send`, `recv`, `broadcast`, `all_reduce` and `all_gather` here and nothing else. Today
-every call goes to the one backend the world was started with.
+Vendor routing (DESIGN.md §8, HetCCL): no collective library spans NVIDIA and AMD, so a
+group whose ranks hold both is made of one subgroup per vendor (`Group.parts`, on the world's
+backend: gloo on CPU, nccl on CUDA, which is RCCL in a ROCm build) and the vendor leaders'
+bridge group (`Group.bridge`, gloo over host memory). A collective over it runs inside each
+vendor first and only the leaders talk over the bridge (all-reduce: reduce to the leader,
+leaders exchange partials, broadcast back); point-to-point between the two vendors goes
+over the bridge too. `BridgeMeter` counts the bytes this rank sends over the bridge. No
+single-backend call is ever made on a group that holds both vendors (`_handle` refuses it).
+On CPU every backend is gloo and the vendors are labels, so all of this runs anywhere.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Literal
 
@@ -26,6 +30,14 @@ from planner.hardware import Vendor
 
 ReduceOpName = Literal["sum", "max", "min"]
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+_COMBINE = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum}
+VENDOR_ORDER = (Vendor.nvidia, Vendor.amd, Vendor.other)  # order of a mixed group's vendor parts
+BRIDGE_BACKEND = "gloo"  # DESIGN.md §8: the bridge runs over host memory
+
+
+def spans_vendors(vendors) -> bool:
+    """True when ranks of these vendors hold both nvidia and amd (`other` is never bridged)."""
+    return {Vendor.nvidia, Vendor.amd} <= set(vendors)
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,9 @@ class Group:
     ranks: tuple[int, ...]
     vendors: tuple[Vendor, ...]
     handle: object | None  # None: the default (world) group
+    parts: tuple[Group, ...] = ()  # a group over both vendors: one subgroup per vendor (VENDOR_ORDER)
+    bridge: Group | None = None  # ... and its parts' leaders (first ranks) over gloo
+    is_bridge: bool = False  # the leaders' group itself: the one group allowed to span vendors
 
     @property
     def size(self) -> int:
@@ -53,7 +68,21 @@ class Group:
     @property
     def mixes_vendors(self) -> bool:
         """True when the group holds both nvidia and amd ranks (DESIGN.md §8 bridge)."""
-        return {Vendor.nvidia, Vendor.amd} <= set(self.vendors)
+        return spans_vendors(self.vendors)
+
+    def part_of(self, rank: int) -> Group:
+        """The vendor part of a mixed group that holds `rank`."""
+        return next(p for p in self.parts if rank in p.ranks)
+
+
+@dataclass
+class BridgeMeter:
+    """Bytes this rank has sent over the cross-vendor bridge since it started: point-to-point
+    payloads to a rank of the other vendor, and its sends in the leaders' collectives (an
+    all-gather among V leaders sends a leader's tensor to the V − 1 others). The per-step
+    difference is what planner.layered.bridge prices."""
+
+    sent: int = 0
 
 
 @dataclass
@@ -75,14 +104,18 @@ class PendingExchange:
     sends: list[PendingSend]
     recvs: list[tuple[object, int]]  # (work, src rank)
     timeout_s: float
+    staged: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # (host buffer, target)
 
     def wait(self) -> None:
-        """Wait for every receive (each at most the timeout), then for every send."""
+        """Wait for every receive (each at most the timeout), then for every send; copy
+        what came over the bridge into host buffers to its targets."""
         for work, src in self.recvs:
             if not work.wait(timedelta(seconds=self.timeout_s)):
                 raise TimeoutError(f"no message from rank {src} within {self.timeout_s:g} s")
         for send in self.sends:
             send.wait()
+        for host, target in self.staged:
+            target.copy_(host)
 
 
 @dataclass(frozen=True)
@@ -94,17 +127,25 @@ class Communicator:
     places: tuple[RankPlace, ...]  # by rank
     timeout_s: float
     device: torch.device
+    world_group: Group | None = None  # set by `start` when the world spans vendors
+    meter: BridgeMeter = field(default_factory=BridgeMeter)
 
     @classmethod
     def start(cls, backend: str, address: str | None, port: int | str | None, rank: int, world_size: int,
               places: tuple[RankPlace, ...], timeout_s: float, device: torch.device) -> Communicator:
         """Join the world (every rank calls this once, before any other operation): through
         a store at tcp://address:port (rank 0 hosts it), or, with `port` None, through the
-        `env://` rendezvous (MASTER_ADDR/MASTER_PORT; under torchrun, the agent's store)."""
+        `env://` rendezvous (MASTER_ADDR/MASTER_PORT; under torchrun, the agent's store).
+        A world over both vendors gets gloo beside nccl (bridge tensors are on the host) and
+        its vendor parts and bridge, made here so that every rank makes them first."""
         init_method = "env://" if port is None else f"tcp://{address}:{port}"
+        mixed = spans_vendors(p.vendor for p in places)
+        if mixed and backend != BRIDGE_BACKEND:
+            backend = f"cpu:{BRIDGE_BACKEND},cuda:{backend}"
         dist.init_process_group(backend, init_method=init_method, rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout_s))
-        return cls(rank, world_size, tuple(places), timeout_s, device)
+        comm = cls(rank, world_size, tuple(places), timeout_s, device)
+        return replace(comm, world_group=comm._mixed_group(tuple(range(world_size)), None)) if mixed else comm
 
     def close(self) -> None:
         """Wait for every rank, then leave the world cleanly."""
@@ -120,28 +161,76 @@ class Communicator:
 
     @property
     def world(self) -> Group:
+        if self.world_group is not None:
+            return self.world_group
         ranks = tuple(range(self.world_size))
         return Group(ranks, tuple(self.vendor_of(r) for r in ranks), None)
+
+    def crosses(self, other: int) -> bool:
+        """Whether a message between this rank and `other` crosses the bridge."""
+        return spans_vendors((self.vendor_of(self.rank), self.vendor_of(other)))
 
     # -- groups ---------------------------------------------------------------------------
     def new_group(self, ranks: tuple[int, ...]) -> Group:
         """Create a process group. Every rank must call this for every group, in one order,
-        even for groups it is not part of; this is the runtime's only `new_group` call."""
-        handle = dist.new_group(ranks=list(ranks), timeout=timedelta(seconds=self.timeout_s))
-        return Group(tuple(ranks), tuple(self.vendor_of(r) for r in ranks), handle)
+        even for groups it is not part of; this is the runtime's only group creation. A group
+        over both vendors is made of its vendor parts and their leaders' bridge."""
+        ranks = tuple(ranks)
+        vendors = tuple(self.vendor_of(r) for r in ranks)
+        if spans_vendors(vendors):
+            return self._mixed_group(ranks, None)
+        return Group(ranks, vendors, self._make(ranks))
+
+    def _make(self, ranks: tuple[int, ...], backend: str | None = None) -> object:
+        return dist.new_group(ranks=list(ranks), timeout=timedelta(seconds=self.timeout_s), backend=backend)
+
+    def _mixed_group(self, ranks: tuple[int, ...], handle: object | None) -> Group:
+        """One subgroup per vendor on the world's backend, then the leaders' bridge on gloo,
+        created in this order on every rank."""
+        vendors = tuple(self.vendor_of(r) for r in ranks)
+        parts = []
+        for vendor in VENDOR_ORDER:
+            own = tuple(r for r, v in zip(ranks, vendors) if v == vendor)
+            if own:
+                parts.append(Group(own, (vendor,) * len(own), self._make(own)))
+        leaders = tuple(p.ranks[0] for p in parts)
+        bridge = Group(leaders, tuple(p.vendors[0] for p in parts), self._make(leaders, BRIDGE_BACKEND),
+                       is_bridge=True)
+        return Group(ranks, vendors, handle, tuple(parts), bridge)
+
+    @staticmethod
+    def _handle(group: Group) -> object | None:
+        """The backend handle of a single-backend group. Refuses a group that holds both
+        vendors (no collective library spans them, DESIGN.md §8), bar the leaders' bridge."""
+        if group.mixes_vendors and not group.is_bridge:
+            raise RuntimeError(f"a single-backend collective over ranks {list(group.ranks)} would span "
+                               f"nvidia and amd; such groups are routed through their vendor parts")
+        return group.handle
+
+    def _host(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` itself on the host, else a pinned host copy: the bridge runs over host memory."""
+        if tensor.device.type == "cpu":
+            return tensor
+        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        return host.copy_(tensor)
 
     # -- point to point -------------------------------------------------------------------
     def send(self, tensor: torch.Tensor, dst: int, tag: int) -> PendingSend:
-        """Post a non-blocking send of `tensor` (detached, contiguous) to rank `dst`."""
+        """Post a non-blocking send of `tensor` (detached, contiguous) to rank `dst`; to a
+        rank of the other vendor from host memory, over the bridge."""
         payload = tensor.detach().contiguous()
+        if self.crosses(dst):
+            payload = self._host(payload)
+            self.meter.sent += payload.numel() * payload.element_size()
         return PendingSend(dist.isend(payload, dst=dst, tag=tag), payload, self.timeout_s)
 
     def recv(self, buffer: torch.Tensor, src: int, tag: int) -> torch.Tensor:
         """Receive into `buffer` from rank `src`, waiting at most the timeout."""
-        work = dist.irecv(buffer, src=src, tag=tag)
+        landing = self._host(buffer) if self.crosses(src) else buffer
+        work = dist.irecv(landing, src=src, tag=tag)
         if not work.wait(timedelta(seconds=self.timeout_s)):
             raise TimeoutError(f"no message from rank {src} within {self.timeout_s:g} s")
-        return buffer
+        return buffer if landing is buffer else buffer.copy_(landing)
 
     def exchange(self, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]],
                  tag: int) -> PendingExchange:
@@ -149,47 +238,141 @@ class Communicator:
         receive (buffer, src rank, filled in place) and return at once; `wait()` on the result
         before reading the buffers. Posting everything before waiting is what keeps a ring
         from deadlocking, and what lets it overlap the transfer with compute."""
+        landings = [(self._host(buffer) if self.crosses(src) else buffer, buffer, src) for buffer, src in recvs]
         return PendingExchange(
             sends=[self.send(tensor, dst, tag) for tensor, dst in sends],
-            recvs=[(dist.irecv(buffer, src=src, tag=tag), src) for buffer, src in recvs],
-            timeout_s=self.timeout_s)
+            recvs=[(dist.irecv(landing, src=src, tag=tag), src) for landing, _, src in landings],
+            timeout_s=self.timeout_s,
+            staged=[(landing, buffer) for landing, buffer, _ in landings if landing is not buffer])
 
     # -- collectives ----------------------------------------------------------------------
     def broadcast(self, tensor: torch.Tensor, src: int, group: Group) -> torch.Tensor:
         """In place: every rank of `group` ends with rank `src`'s `tensor`."""
-        dist.broadcast(tensor, src=src, group=group.handle)
+        if not group.parts:
+            dist.broadcast(tensor, src=src, group=self._handle(group))
+            return tensor
+        origin, part = group.part_of(src), group.part_of(self.rank)
+        if part is origin and part.size > 1:
+            dist.broadcast(tensor, src=src, group=self._handle(part))
+        self._bridge_broadcast(tensor, origin.ranks[0], group)
+        if part is not origin and part.size > 1:
+            dist.broadcast(tensor, src=part.ranks[0], group=self._handle(part))
         return tensor
 
+    def _bridge_broadcast(self, tensor: torch.Tensor, root: int, group: Group) -> None:
+        """Leader `root` sends `tensor` to the other leaders of `group` over the bridge."""
+        if self.rank not in group.bridge.ranks:
+            return
+        host = self._host(tensor)
+        dist.broadcast(host, src=root, group=self._handle(group.bridge))
+        if self.rank == root:
+            self.meter.sent += (group.bridge.size - 1) * host.numel() * host.element_size()
+        elif host is not tensor:
+            tensor.copy_(host)
+
+    def _bridge_all_gather(self, tensor: torch.Tensor, group: Group) -> list[torch.Tensor]:
+        """Every leader's `tensor`, in part order; each leader sends its own to every other."""
+        host = self._host(tensor.contiguous())
+        out = [torch.empty_like(host) for _ in group.bridge.ranks]
+        dist.all_gather(out, host, group=self._handle(group.bridge))
+        self.meter.sent += (group.bridge.size - 1) * host.numel() * host.element_size()
+        return [o.to(tensor.device) for o in out]
+
     def all_reduce(self, tensor: torch.Tensor, group: Group, op: ReduceOpName = "sum") -> torch.Tensor:
-        """In place: `tensor` becomes the reduction over the ranks of `group`."""
-        dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=group.handle)
+        """In place: `tensor` becomes the reduction over the ranks of `group`. Over both
+        vendors: reduced to each vendor's leader, the leaders' partials exchanged over the
+        bridge and combined in part order (so every leader gets the same bits), then broadcast
+        back inside each vendor."""
+        if not group.parts:
+            dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self._handle(group))
+            return tensor
+        part = group.part_of(self.rank)
+        leader = part.ranks[0]
+        if part.size > 1:
+            dist.reduce(tensor, dst=leader, op=_REDUCE_OPS[op], group=self._handle(part))
+        if self.rank == leader:
+            partials = self._bridge_all_gather(tensor, group)
+            combined = partials[0]
+            for partial in partials[1:]:
+                combined = _COMBINE[op](combined, partial)
+            tensor.copy_(combined)
+        if part.size > 1:
+            dist.broadcast(tensor, src=leader, group=self._handle(part))
         return tensor
 
     def all_gather(self, tensor: torch.Tensor, group: Group) -> list[torch.Tensor]:
-        """Every rank's `tensor`, in the group's rank order."""
-        out = [torch.empty_like(tensor) for _ in group.ranks]
-        dist.all_gather(out, tensor.contiguous(), group=group.handle)
-        return out
+        """Every rank's `tensor`, in the group's rank order. Over both vendors: gathered
+        inside each vendor, then each leader sends its vendor's blocks to the other leaders
+        over the bridge, and they are broadcast inside each vendor."""
+        if not group.parts:
+            out = [torch.empty_like(tensor) for _ in group.ranks]
+            dist.all_gather(out, tensor.contiguous(), group=self._handle(group))
+            return out
+        part = group.part_of(self.rank)
+        mine = [torch.empty_like(tensor) for _ in part.ranks]
+        dist.all_gather(mine, tensor.contiguous(), group=self._handle(part))
+        blocks = dict(zip(part.ranks, mine))
+        for other in group.parts:
+            stacked = torch.stack(mine) if other is part else tensor.new_empty((other.size, *tensor.shape))
+            self._bridge_broadcast(stacked, other.ranks[0], group)
+            if other is not part:
+                if part.size > 1:
+                    dist.broadcast(stacked, src=part.ranks[0], group=self._handle(part))
+                blocks.update(zip(other.ranks, stacked.unbind(0)))
+        return [blocks[r] for r in group.ranks]
 
     def reduce_scatter(self, tensor: torch.Tensor, group: Group) -> torch.Tensor:
         """The sum over the ranks of `group` of this rank's block of `tensor` (dim 0 cut into
-        group.size equal blocks, in the group's rank order); ZeRO-3's gradient collective."""
-        out = tensor.new_empty(tensor.shape[0] // group.size, *tensor.shape[1:])
-        dist.reduce_scatter_tensor(out, tensor.detach().contiguous(), group=group.handle)
+        group.size equal blocks, in the group's rank order); ZeRO-3's gradient collective.
+        Over both vendors: summed to each vendor's leader, each vendor's blocks summed over
+        the bridge at its leader, then broadcast inside the vendor."""
+        size = tensor.shape[0] // group.size
+        if not group.parts:
+            out = tensor.new_empty(size, *tensor.shape[1:])
+            dist.reduce_scatter_tensor(out, tensor.detach().contiguous(), group=self._handle(group))
+            return out
+        part = group.part_of(self.rank)
+        total = tensor.detach().clone().contiguous()
+        if part.size > 1:
+            dist.reduce(total, dst=part.ranks[0], group=self._handle(part))
+        block = {r: total.narrow(0, i * size, size) for i, r in enumerate(group.ranks)}
+        for other in group.parts:
+            blocks = torch.cat([block[r] for r in other.ranks])
+            if self.rank in group.bridge.ranks:
+                self._bridge_reduce(blocks, other.ranks[0], group)
+            if other is part:
+                if part.size > 1:
+                    dist.broadcast(blocks, src=part.ranks[0], group=self._handle(part))
+                out = blocks.narrow(0, part.ranks.index(self.rank) * size, size).clone()
         return out
+
+    def _bridge_reduce(self, tensor: torch.Tensor, root: int, group: Group) -> None:
+        """In place at leader `root`: the sum of every leader's `tensor`, over the bridge."""
+        host = self._host(tensor)
+        dist.reduce(host, dst=root, group=self._handle(group.bridge))
+        if self.rank != root:
+            self.meter.sent += host.numel() * host.element_size()
+        elif host is not tensor:
+            tensor.copy_(host)
 
     def all_to_all(self, tensor: torch.Tensor, *, send_sizes: list[int], recv_sizes: list[int],
                    group: Group) -> torch.Tensor:
         """Uneven all-to-all of a 1-D `tensor` over `group` (ranks in ascending order): the
         group's j-th rank gets the j-th run of `send_sizes[j]` elements; the result holds,
-        in group order, `recv_sizes[j]` elements from the j-th rank."""
+        in group order, `recv_sizes[j]` elements from the j-th rank. HP groups never span
+        vendors (DESIGN.md §7.1 rule 2), so a group that does is refused."""
         if len(send_sizes) != group.size or len(recv_sizes) != group.size or sum(send_sizes) != tensor.numel():
             raise ValueError(f"all_to_all over {group.size} ranks: sizes {send_sizes} / {recv_sizes} "
                              f"for {tensor.numel()} elements")
         out = tensor.new_empty(sum(recv_sizes))
         dist.all_to_all_single(out, tensor.detach().contiguous(), output_split_sizes=list(recv_sizes),
-                               input_split_sizes=list(send_sizes), group=group.handle)
+                               input_split_sizes=list(send_sizes), group=self._handle(group))
         return out
 
     def barrier(self) -> None:
-        dist.barrier()
+        """Every rank waits for every other (over the vendor parts and the bridge when the
+        world spans vendors: no single-backend barrier over both)."""
+        if self.world_group is None:
+            dist.barrier()
+        else:
+            self.all_reduce(torch.zeros(1, device=self.device), self.world_group)

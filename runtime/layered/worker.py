@@ -78,12 +78,14 @@ def micro_batches(job: Job, pipeline: int, step: int, loader: BatchLoader, devic
     return batches
 
 
-def step_metrics(comm: Communicator, runner: StepRunner, groups: RankGroups) -> torch.Tensor:
+def step_metrics(comm: Communicator, runner: StepRunner, groups: RankGroups, bridge_bytes: int = 0) -> torch.Tensor:
     """[global loss, then each stage's seconds per phase (STAGE_PHASES), then each rank's step
-    seconds], summed over ranks: each stage's leader contributes its own phases, every rank
-    its step time, last-stage leaders their loss share."""
+    seconds, then the bytes sent over the cross-vendor bridge in the step], summed over ranks:
+    each stage's leader contributes its own phases, every rank its step time and bridge bytes,
+    last-stage leaders their loss share."""
     layout, stage, phases = groups.layout, groups.stage, len(STAGE_PHASES)
-    metrics = torch.zeros(1 + phases * len(layout.stages) + layout.world_size, dtype=torch.float64)
+    metrics = torch.zeros(1 + phases * len(layout.stages) + layout.world_size + 1, dtype=torch.float64)
+    metrics[-1] = bridge_bytes
     if groups.is_leader:
         index = layout.stages.index(stage)
         metrics[1 + phases * index: 1 + phases * (index + 1)] = torch.tensor(
@@ -120,12 +122,13 @@ def train(job: Job, comm: Communicator) -> None:
                             1.0 / (global_batch * config.seq_len), timer)
         if failure and failure.strikes(rank, step):
             failure.strike(first=lambda: runner.forward(0))
+        bridge_start = comm.meter.sent  # what the step sends over the vendor bridge (§8)
         with timer.phase(STEP):  # what the cost model's T prices: the schedule and the sync
             runner.run(schedule)
             with timer.phase(SYNC):
                 sync_gradients(comm, model, groups)
         optimizer.step()
-        metrics = step_metrics(comm, runner, groups)
+        metrics = step_metrics(comm, runner, groups, comm.meter.sent - bridge_start)
         history.append(report_step(step, config, layout, metrics, time.perf_counter() - start,
                                    global_batch, rank))
         if config.save_every and (step + 1) % config.save_every == 0:
@@ -140,7 +143,8 @@ def report_step(step: int, config: RunConfig, layout: RankLayout, metrics: torch
     per_stage = metrics[1: 1 + phases * len(layout.stages)].view(-1, phases).tolist()
     times = [(values[0], values[1]) for values in per_stage]
     record = {"step": step + 1, "loss": float(metrics[0]), "tokens_per_s": tokens_s, "wall_s": wall_s,
-              "step_s": float(metrics[1 + phases * len(layout.stages):].max()),
+              "step_s": float(metrics[1 + phases * len(layout.stages): -1].max()),
+              "bridge_bytes": float(metrics[-1]),
               "stages": [{"pipeline": s.pipeline, "stage": s.stage,
                           **{f"{name}_s": value for name, value in zip(STAGE_PHASES, values)}}
                          for s, values in zip(layout.stages, per_stage)]}

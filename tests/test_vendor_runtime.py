@@ -1,0 +1,55 @@
+"""The communicator's vendor routing on CPU (DESIGN.md §8; vendors are labels, every backend
+gloo): a layered plan whose pipelines and DP chunk groups cross the nvidia–amd bridge trains
+like one process, and the bytes it sends over the bridge per step are the planner's count."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from planner.io import load_cluster, load_plan
+from planner.layered.bridge import layered_bridge_bytes
+from planner.layered.table import stage_table
+from planner.problem import Problem
+from planner.workload import ModelSpec, TrainingSpec
+from runtime.config import Job, RunConfig
+from runtime.launch import launch_local
+from runtime.reference import load_pipeline_params, train_reference
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+RTOL = 1e-5
+GQA = ModelSpec(name="gqa", layers=4, hidden=32, heads=4, kv_heads=2, ffn_hidden=64, vocab=256)
+
+
+def test_mixed_vendor_plan_trains_like_one_process_and_meters_the_bridge(tmp_path):
+    """tiny-mixed-4: pipeline 0 = nv-0 [0] → amd-0 [2], pipeline 1 = amd-1 [3, 4] (TP 2) → nv-1
+    [5]; both stage boundaries and both layer groups' DP chunks cross the bridge."""
+    cluster, plan = load_cluster("tiny-mixed-4"), load_plan("tiny-mixed-4")
+    config = RunConfig(model=GQA, seq_len=16, micro_batch=2, steps=3, recompute=True, dump_params=True,
+                       out_dir=str(tmp_path), timeout_s=60)
+    result = launch_local(Job(plan=plan, config=config, cluster=cluster), echo=False)
+    assert result.ok, result.failure_summary() + "\n".join(result.logs)
+    ref_losses, ref_state = train_reference(config, 8)
+    losses = [s["loss"] for s in result.steps]
+    assert len(losses) == 3 and ref_losses[-1] < ref_losses[0]
+    for loss, ref in zip(losses, ref_losses):
+        assert abs(loss - ref) <= RTOL * abs(ref), (losses, ref_losses)
+    pipelines = load_pipeline_params(tmp_path)
+    for params in pipelines:
+        for name, ref in ref_state.items():
+            assert (params[name] - ref).norm() <= RTOL * ref.norm(), name
+    assert all(torch.equal(pipelines[1][n], pipelines[0][n]) for n in ref_state)
+    assert result.replicas_identical is True
+    # Bytes over the bridge per step, by hand (fp32 on the wire: β = γ = 4 bytes):
+    #   PP: 2 pipelines × 1 crossing boundary × (activation + gradient) × m = 2 micro-batches
+    #       × b·s·h·4 = 2·16·32·4 = 4096 bytes  → 2·2·2·4096 = 32768
+    #   DP: every unit's two holders are one nvidia and one amd rank (V = 2): each sends its
+    #       chunks to the other, V·(V−1)·P·4 over P_total = 4·P_layer + P_emb + P_head with
+    #       P_layer = 32·(32 + 2·2·8) + 32² + 3·32·64 + 2·32 = 9280, P_emb = 8192, P_head = 8224
+    #       → P_total = 53536 (the reference model's own count, below) → 2·53536·4 = 428288
+    assert sum(t.numel() for t in ref_state.values()) == 53536
+    assert [s["bridge_bytes"] for s in result.steps] == [32768 + 428288] * 3
+    problem = Problem(cluster=cluster, model=GQA, training=TrainingSpec(
+        seq_len=16, global_batch=8, micro_batch=2, act_bytes=4, grad_bytes=4))
+    assert layered_bridge_bytes(problem, stage_table(problem, plan)) == {"pp": 32768, "dp": 428288}
