@@ -208,8 +208,6 @@ def run_plan(problem: Problem, plan: Any, model: str = "tiny", steps: int = 3, e
     start from a forkserver that never re-imports the calling script). Each worker also
     ends if this process dies, even by SIGKILL."""
     job, step = make_job(problem, plan, model, steps=steps, **settings), None
-    if resume is not None and job.kind == "sequence":
-        raise RunError("resume: checkpoints of sequence plans are not supported yet")
     if resume is not None:
         job, manifest = resume_job(job, resume)
         step = manifest.step

@@ -7,13 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from runtime.checkpoint import CheckpointError, Manifest, check_resumable, complete_steps, latest_checkpoint
-from runtime.config import Job, check_model_fits
+from runtime.config import Job
+from runtime.errors import RunError
+from runtime.kinds import runtime_kind
 
 
 def job_settings(job: Job) -> dict:
-    config = job.config
+    config, plan = job.config, job.plan
+    batches = plan.pipelines if job.kind == "layered" else plan.replicas
     return {"seq_len": config.seq_len, "seed": config.seed, "data": config.data,
-            "global_batch": sum(p.batch for p in job.plan.pipelines)}
+            "global_batch": sum(p.batch for p in batches)}
 
 
 def resume_job(job: Job, checkpoint: str | Path) -> tuple[Job, Manifest]:
@@ -21,15 +24,15 @@ def resume_job(job: Job, checkpoint: str | Path) -> tuple[Job, Manifest]:
     checkpoint folder): its shards verified, its model (whatever the plan that wrote it)
     split by this plan's TP sizes. Raises CheckpointError naming the bad file."""
     folder, manifest = latest_checkpoint(checkpoint)
-    try:
-        check_model_fits(manifest.model, [s.tp for p in job.plan.pipelines for s in p.stages])
-    except ValueError as exc:
+    try:  # the kind's own rule (TP sizes, or head shares) for splitting another model
+        job = runtime_kind(job.kind).with_model(job, manifest.model)
+    except (ValueError, RunError) as exc:
         raise CheckpointError(f"{folder}: this plan cannot split the checkpoint's model: {exc}") from None
     check_resumable(manifest, folder, manifest.model, job_settings(job))
     if manifest.step >= job.config.steps:
         raise CheckpointError(f"{folder}: the checkpoint is at step {manifest.step}; "
                               f"--steps {job.config.steps} leaves nothing to run")
-    config = job.config.model_copy(update={"model": manifest.model, "resume_from": str(folder)})
+    config = job.config.model_copy(update={"resume_from": str(folder)})
     return job.model_copy(update={"config": config}), manifest
 
 

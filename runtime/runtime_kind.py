@@ -29,6 +29,8 @@ class RuntimeKind:
     make_job: Callable[..., Any]  # (problem, plan, model, **settings) -> Job; checks the plan
     devices: Callable[[Any], list[int]]  # the plan's devices in rank order, one process each
     worker: str  # module name of the per-rank entry points (see above)
+    with_model: Callable[[Any, Any], Any]  # (job, model) -> the job training that model (a
+    # checkpoint's); ValueError if the plan cannot split it
 
     def worker_module(self) -> ModuleType:
         return import_module(self.worker)

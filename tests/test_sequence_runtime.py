@@ -125,8 +125,6 @@ def test_a_plan_that_does_not_match_the_problem_is_refused_before_any_process(tm
     short = plan_of([2], [[[(0, 4, 512)]]])  # 512 tokens of a 1024-token sequence
     with pytest.raises(RunError, match="invalid for this problem.*sum to 512 tokens"):
         make_job(problem, short)
-    with pytest.raises(RunError, match="checkpoint_dir: checkpoints of sequence plans are not supported"):
-        make_job(problem, plan_of([2], [[[(0, 4, 1024)]]]), checkpoint_dir=str(tmp_path))
     (tmp_path / "p.yaml").write_text(
         "name: two\ncluster: {machines: [{name: a, gpu: H100, count: 2, intra_bw_gbps: 400}], inter_bw_gbps: 25}\n"
         "model: {name: gqa, layers: 2, hidden: 32, heads: 4, kv_heads: 2, ffn_hidden: 64, vocab: 256}\n"
@@ -217,3 +215,34 @@ def test_zero3_gathers_every_unit_again_for_backward(monkeypatch, recompute: boo
         for name, (shape, (start, stop)) in catalogue.params.items():
             expected = reference.p(name).grad
             assert torch.allclose(states.blocks[unit].grad[start:stop].view(shape), expected, rtol=1e-5, atol=1e-7)
+
+
+def test_checkpoints_pass_between_sequence_and_layered_plans(tmp_path):
+    """Steps 1–2 under a 2-member group (ZeRO-3 blocks cut across rows), saved; steps 3–4
+    resumed under a layered TP-2 plan, saved; step 5 resumed under a ring of 2 groups: every
+    loss and the final parameters equal 5 steps of one-process training."""
+    from planner.layered.plan import Pipeline, Plan, Stage
+    from runtime.resume import resume_job
+
+    config = RunConfig(model=GQA, seq_len=16, micro_batch=2, steps=2, save_every=2, timeout_s=60)
+    runs = [(plan_of([4], [[[(0, 2, 10), (1, 2, 6)]]]), 2, "sequence"),
+            (Plan(pipelines=[Pipeline(batch=4, stages=[Stage(devices=[0, 1], layers=2)])]), 4, "layered"),
+            (plan_of([4], [[[(0, 4, 6)], [(1, 4, 10)]]]), 5, "sequence")]
+    losses = []
+    for index, (plan, steps, kind) in enumerate(runs):
+        settings = {"steps": steps, "out_dir": str(tmp_path / f"out{index}"),
+                    "checkpoint_dir": str(tmp_path / f"ck{index}"), "dump_params": index == 2}
+        job = Job(plan=plan, kind=kind, config=config.model_copy(update=settings))
+        if index:
+            job, manifest = resume_job(job, tmp_path / f"ck{index - 1}")
+            assert manifest.plan_kind == runs[index - 1][2]
+        result = launch_local(job, echo=False)
+        assert result.ok, result.failure_summary() + "\n".join(result.logs)
+        losses += [s["loss"] for s in result.steps]
+    ref_losses, ref_state = train_reference(config.model_copy(update={"steps": 5}), 4)
+    assert len(losses) == 5
+    for loss, ref in zip(losses, ref_losses):
+        assert abs(loss - ref) <= RTOL * abs(ref), (losses, ref_losses)
+    (params,) = load_replica_params(tmp_path / "out2")
+    for name, ref in ref_state.items():
+        assert (params[name] - ref).norm() <= RTOL * ref.norm(), name

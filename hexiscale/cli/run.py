@@ -179,15 +179,13 @@ def checkpoint_options(checkpoint_dir: Path | None, save_every: int, resume: Pat
 def start_from_checkpoint(job, resume: Path | None):
     """The job resumed from `resume` (shards verified first), or fresh; either way it must not
     write over newer checkpoints. A bad checkpoint is one line naming the file (exit 2)."""
-    if resume is not None and job.kind == "sequence":
-        fail("--resume: checkpoints of sequence plans are not supported yet")
     try:
         step = None
         if resume is not None:
             job, manifest = resume_job(job, resume)
             step = manifest.step
-            console.print(f"resuming at step {step} from {job.config.resume_from} (saved by a plan of "
-                          f"{len(manifest.plan['pipelines'])} pipeline(s); model {manifest.model.name})",
+            console.print(f"resuming at step {step} from {job.config.resume_from} (saved by a {manifest.plan_kind} "
+                          f"plan on {len(manifest.files)} rank(s); model {manifest.model.name})",
                           highlight=False, soft_wrap=True)
         check_fresh_dir(job, step)
     except CheckpointError as exc:

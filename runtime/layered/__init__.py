@@ -7,11 +7,11 @@ actions; leader-to-leader exchange) → `grad_sync` (asymmetric finest-shard DP 
 `worker` (trains one rank; imports torch). `KIND` registers it in `runtime.kinds`.
 """
 
-from runtime.layered.job import make_layered_job, rank_devices, tiny_model
+from runtime.layered.job import make_layered_job, rank_devices, tiny_model, with_model
 from runtime.layered.layout import LayoutError, RankLayout, rank_layout
 from runtime.runtime_kind import RuntimeKind
 
 KIND = RuntimeKind(name="layered", make_job=make_layered_job, devices=rank_devices,
-                   worker="runtime.layered.worker")
+                   worker="runtime.layered.worker", with_model=with_model)
 
 __all__ = ["KIND", "LayoutError", "RankLayout", "make_layered_job", "rank_devices", "rank_layout", "tiny_model"]

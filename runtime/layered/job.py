@@ -65,3 +65,10 @@ def make_layered_job(problem: Problem, plan: Plan, model: str | ModelSpec = "tin
 def rank_devices(plan: Plan) -> list[int]:
     """The plan's devices in rank order (one process each)."""
     return [d for stage in rank_layout(plan).stages for d in stage.devices]
+
+
+def with_model(job: Job, model: ModelSpec) -> Job:
+    """The job training `model` instead (a checkpoint's); ValueError if a TP size cannot split it."""
+    check_model_fits(model, [s.tp for p in job.plan.pipelines for s in p.stages])
+    return job.model_copy(update={"config": job.config.model_copy(update={"model": model})})
+

@@ -4,6 +4,7 @@ and tokens.
 
 Modules from the bottom up: `layout` (plan → ranks, heads, tokens, true positions; pure) →
 `job` (the job of a plan for a problem, the tiny model and the scaled plan; no torch) →
+`checkpoint` (ZeRO-3 blocks ↔ the plan-independent checkpoint's chunks) →
 `shards` (ZeRO-3 block and cross-replica segment arithmetic) → `groups` (creates this rank's
 process groups through the communicator) → `attention` (Ulysses + ring attention) → `zero`
 (ZeRO-3 gather/reduce-scatter) → `member` (one member's model) → `sync` (cross-replica
@@ -12,9 +13,9 @@ gradient sync) → `worker` (trains one rank; imports torch). `KIND` registers i
 """
 
 from runtime.runtime_kind import RuntimeKind
-from runtime.sequence.job import make_sequence_job, sequence_devices
+from runtime.sequence.job import make_sequence_job, sequence_devices, with_model
 
 KIND = RuntimeKind(name="sequence", make_job=make_sequence_job, devices=sequence_devices,
-                   worker="runtime.sequence.worker")
+                   worker="runtime.sequence.worker", with_model=with_model)
 
 __all__ = ["KIND", "make_sequence_job", "sequence_devices"]

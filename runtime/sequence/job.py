@@ -106,9 +106,6 @@ def make_sequence_job(problem: Problem, plan: SeqPlan, model: str | ModelSpec = 
     """The job for `plan`: rules 1–4 checked against the problem, the model chosen (`tiny`,
     the problem's own, or a given spec — a checkpoint's), the plan scaled to it; seq_len,
     micro-batch and recompute default to the problem's training (seq_len: the tiny one)."""
-    unsupported = [k for k in ("checkpoint_dir", "save_every", "resume_from") if settings.get(k)]
-    if unsupported:  # refused, not ignored: a run that was asked to save must not quietly not save
-        raise RunError(f"{unsupported[0]}: checkpoints of sequence plans are not supported yet")
     violations = structural_violations(problem, MemberTable.of(plan))
     if violations:
         raise RunError("the plan is invalid for this problem: " + "; ".join(str(v) for v in violations))
@@ -133,3 +130,16 @@ def make_sequence_job(problem: Problem, plan: SeqPlan, model: str | ModelSpec = 
 def sequence_devices(plan: SeqPlan) -> list[int]:
     """The plan's devices in rank order (replica → group → member), one process each."""
     return plan.devices
+
+
+def with_model(job: Job, model: ModelSpec) -> Job:
+    """The job training `model` instead (a checkpoint's, same seq_len): the plan's head shares
+    scaled to its kv heads; RunError if a share does not scale to whole kv heads."""
+    config = job.config
+    scaled = scale_plan(job.plan, source=config.model, target=model, source_len=config.seq_len,
+                        target_len=config.seq_len)
+    problems = run_violations(scaled, model, config.seq_len)
+    if problems:
+        raise RunError("; ".join(problems))
+    return job.model_copy(update={"plan": scaled, "config": config.model_copy(update={"model": model})})
+

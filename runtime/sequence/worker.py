@@ -19,11 +19,14 @@ from pathlib import Path
 
 import torch
 
+from runtime.checkpoint import clear_partials, commit, partial_dir
+from runtime.checkpoint_io import write_shard
 from runtime.comm import Communicator, RankPlace
 from runtime.config import Job, RunConfig
 from runtime.data import BatchLoader, make_source
 from runtime.errors import ConfigError
 from runtime.failure import FailureInjection
+from runtime.sequence.checkpoint import build_manifest, load_rank, rank_tensors
 from runtime.sequence.attention import AttentionContext, sequence_attention
 from runtime.sequence.groups import SeqGroups, create_groups
 from runtime.sequence.job import run_violations
@@ -188,14 +191,44 @@ def report_step(step: int, config: RunConfig, layout: SeqLayout, metrics: torch.
 def train(job: Job, comm: Communicator) -> None:
     config, member = job.config, Member(job, comm)
     failure, history = FailureInjection.from_env(), []
-    comm.barrier()
-    for step in range(config.steps):
+    first = start_checkpoints(job, comm, member)
+    for step in range(first, config.steps):
         start = time.perf_counter()
         own = member.step(step, failure)
         metrics = step_metrics(comm, own)
         history.append(report_step(step, config, member.layout, metrics, time.perf_counter() - start,
                                    member.global_batch, comm.rank))
+        if config.save_every and (step + 1) % config.save_every == 0:
+            save_checkpoint(job, comm, member, step + 1, failure)
     finish(job, comm, member, history)
+
+
+def start_checkpoints(job: Job, comm: Communicator, member: Member) -> int:
+    """Rank 0 clears checkpoints cut mid-write; every rank loads its blocks of the resumed
+    checkpoint (written by any plan). Returns the first step to run (0 without --resume)."""
+    config = job.config
+    if config.checkpoint_dir and comm.rank == 0:
+        clear_partials(config.checkpoint_dir)
+    first = load_rank(config.resume_from, member.states, member.optimizer) if config.resume_from else 0
+    if comm.rank == 0 and config.resume_from:
+        print(f"resumed from {config.resume_from} at step {first}", flush=True)
+    comm.barrier()
+    return first
+
+
+def save_checkpoint(job: Job, comm: Communicator, member: Member, step: int,
+                    failure: FailureInjection | None) -> None:
+    """Replica 0's ranks write their chunks; once all have, rank 0 commits (runtime.checkpoint)."""
+    root = job.config.checkpoint_dir
+    if failure and failure.strikes_saving(comm.rank, step - 1):
+        failure.cut_write(partial_dir(root, step) / f"rank{comm.rank}.pt")
+    tensors = rank_tensors(member.states, member.optimizer, replica=member.record.replica)
+    if tensors:
+        write_shard(root, step, comm.rank, tensors)
+    comm.barrier()
+    if comm.rank == 0:
+        final = commit(root, build_manifest(job, member.layout, step))
+        print(f"saved checkpoint {final}", flush=True)
 
 
 def finish(job: Job, comm: Communicator, member: Member, history: list[dict]) -> None:
