@@ -6,18 +6,25 @@ blocks have the lengths of their groups, and since groups split the kv heads dif
 every hop a rank sends each member of the next group only the kv heads they share
 (`SeqLayout.ring_sends`) and assembles its own from the previous group's pieces. Each
 (query shard, key shard) pair is masked by true positions (query pos ≥ key pos); partial
-results merge by log-sum-exp.
+results merge by log-sum-exp. A query row that sees no key of a block (the low half of a
+group against a later group's shard) gets that block's lse −inf and weight exactly 0; the
+merge starts from the rank's own block, where every row sees itself, so no −inf − −inf
+ever happens. Each hop is posted before the block's attention and awaited after it.
 
 The backward pass is explicit, as in ring-flash-attention (zhuzilin) and Megatron's context
-parallelism, rather than autograd through the sends: it keeps only this rank's own K/V (the
-ring buffers of DESIGN.md §7.3), sends K/V round the ring again with their gradients
-travelling beside them, and sends each block's gradient one last hop home. Each block's
-gradient comes from the flash backward given the *merged* output and log-sum-exp, which is
-exactly that block's share of the whole softmax's gradient.
+parallelism, rather than autograd through the sends: autograd would have to keep every
+received block until the backward (all s tokens' K/V), where this keeps only the rank's own
+K/V (the ring buffers of DESIGN.md §7.3). The backward sends K/V round the ring again; each
+block's gradient follows one hop behind it, summing every group's share, and the last hop
+takes it home (ρ = 3 ring passes, 4 with recompute, as §7.2 prices). Each block's share
+comes from the flash backward given the *merged* output and log-sum-exp, which is exactly
+that block's part of the whole softmax's gradient.
 
 Block kernel: the aten CPU flash-attention op behind `scaled_dot_product_attention` (it returns
 the log-sum-exp, which the public SDPA does not); on other devices a plain matmul +
-logsumexp kernel with the same contract (the CUDA flash kernels take no arbitrary mask).
+logsumexp kernel with the same contract (on CUDA the memory-efficient SDPA kernel, which
+takes a bias and returns the lse, would be the one to wire in; not done without a GPU to
+test it on).
 """
 
 from __future__ import annotations
