@@ -246,3 +246,17 @@ def test_checkpoints_pass_between_sequence_and_layered_plans(tmp_path):
     (params,) = load_replica_params(tmp_path / "out2")
     for name, ref in ref_state.items():
         assert (params[name] - ref).norm() <= RTOL * ref.norm(), name
+
+
+def test_cli_runs_a_sequence_plan_and_prints_every_member(tmp_path):
+    from hexiscale.cli import app
+
+    result = CliRunner().invoke(app, ["run", "longctx-tiny", "longctx-tiny", "--steps", "2", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "per-member times" in result.output and "replicas identical: True" in result.output
+    rows = [ln.split("│")[1:6] for ln in result.output.splitlines() if ln.count("│") == 8]
+    assert [[c.strip() for c in row] for row in rows] == [["0", "0", "0", "0", "5"], ["0", "0", "1", "1", "5"],
+                                                          ["0", "1", "0", "2", "6"], ["1", "0", "0", "3", "16"]]
+    elastic = CliRunner().invoke(app, ["run", "longctx-tiny", "longctx-tiny", "--elastic", "--save-every", "1",
+                                       "--checkpoint-dir", str(tmp_path / "ck")])
+    assert elastic.exit_code == 2 and "--elastic: re-planning sequence plans" in elastic.output

@@ -138,6 +138,8 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         fail(settings_error(exc))
     except (RunError, ValueError) as exc:
         fail(str(exc))
+    if elastic and job.kind == "sequence":
+        fail("--elastic: re-planning sequence plans after a lost device is not supported yet")
     job = start_from_checkpoint(job, resume)
     if job.config.schedule != prob.training.schedule:
         console.print(f"note: memory was priced for the problem's schedule {prob.training.schedule}; "
