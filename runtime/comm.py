@@ -186,7 +186,9 @@ class Communicator:
 
     def _mixed_group(self, ranks: tuple[int, ...], handle: object | None) -> Group:
         """One subgroup per vendor on the world's backend, then the leaders' bridge on gloo,
-        created in this order on every rank."""
+        created in this order on every rank. Ranks in ascending order: torch's group order,
+        which all-gather and reduce-scatter blocks follow."""
+        ranks = tuple(sorted(ranks))
         vendors = tuple(self.vendor_of(r) for r in ranks)
         parts = []
         for vendor in VENDOR_ORDER:
