@@ -125,6 +125,8 @@ def test_a_plan_that_does_not_match_the_problem_is_refused_before_any_process(tm
     short = plan_of([2], [[[(0, 4, 512)]]])  # 512 tokens of a 1024-token sequence
     with pytest.raises(RunError, match="invalid for this problem.*sum to 512 tokens"):
         make_job(problem, short)
+    with pytest.raises(RunError, match="schedule: a sequence plan has no pipeline schedule"):
+        make_job(problem, plan_of([2], [[[(0, 4, 1024)]]]), schedule="gpipe")
     (tmp_path / "p.yaml").write_text(
         "name: two\ncluster: {machines: [{name: a, gpu: H100, count: 2, intra_bw_gbps: 400}], inter_bw_gbps: 25}\n"
         "model: {name: gqa, layers: 2, hidden: 32, heads: 4, kv_heads: 2, ffn_hidden: 64, vocab: 256}\n"

@@ -217,9 +217,11 @@ def run_elastically(prob, job):
 
 def describe_job(job) -> str:
     spec, config = job.config.model, job.config
+    layered = job.kind == "layered"
+    schedule = f"{config.schedule}, " if layered else ""  # a sequence plan has no pipeline schedule
+    batch = sum(p.batch for p in (job.plan.pipelines if layered else job.plan.replicas))
     return (f"model {spec.name} (L={spec.layers}, h={spec.hidden}, heads={spec.heads}/{spec.num_kv_heads}), "
-            f"{config.schedule}, recompute={config.recompute}, seq {config.seq_len}, "
-            f"B={sum(p.batch for p in getattr(job.plan, 'pipelines', None) or job.plan.replicas)}")
+            f"{schedule}recompute={config.recompute}, seq {config.seq_len}, B={batch}")
 
 
 def print_torchrun(job, prob, the_plan, master_addr: str, out: Path | None) -> None:

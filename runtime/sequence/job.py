@@ -116,7 +116,9 @@ def make_sequence_job(problem: Problem, plan: SeqPlan, model: str | ModelSpec = 
                         if model == "tiny" else training.seq_len)
     settings.setdefault("micro_batch", training.micro_batch)
     settings.setdefault("recompute", training.recompute)
-    settings.setdefault("schedule", training.schedule)  # not used (no pipeline): only so no note is printed
+    if "schedule" in settings:  # refused, not ignored: a sequence plan has no pipeline to schedule
+        raise RunError("schedule: a sequence plan has no pipeline schedule")
+    settings["schedule"] = training.schedule  # unused; the problem's, so nothing reports an override
     config = RunConfig(model=spec, **settings)
     scaled = scale_plan(plan, source=problem.model, target=spec, source_len=training.seq_len,
                         target_len=config.seq_len)

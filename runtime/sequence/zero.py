@@ -2,14 +2,17 @@
 over the replica's ranks (`runtime.sequence.shards`); a unit's weights are all-gathered just
 before use and its gradients reduce-scattered back onto the shards.
 
-*Own code, not torch FSDP2 (`fully_shard`).* The communicator must own every collective of
-the runtime (`runtime.comm`): FSDP2 issues its all-gathers and reduce-scatters itself, on
-the process groups of a DeviceMesh, from DTensor hooks that the communicator never sees —
-and issue 13 routes a replica that spans NVIDIA and AMD devices through a bridge
-(hierarchical collectives in `Communicator`), which FSDP2's own process groups cannot take.
-FSDP2 would also have to split the sequence of one member differently from its parameters'
-DTensor placement and give up the one flat block per unit that the cross-replica sync of
-unequal replicas (N_r differs between replicas) is built on. The explicit version is small:
+*Own code, not torch FSDP2 (`fully_shard`).* FSDP2 does run on CPU/gloo here (checked with
+torch 2.13: two processes, `fully_shard` per layer on a `DeviceMesh("cpu")`), but:
+- the communicator must own every collective of the runtime (`runtime.comm`): FSDP2 issues
+  its all-gathers and reduce-scatters itself, on the process groups of a DeviceMesh, from
+  DTensor hooks the communicator never sees — and issue 13 routes a replica that spans
+  NVIDIA and AMD devices through a bridge (hierarchical collectives inside `Communicator`),
+  which FSDP2's own process groups cannot take;
+- replicas of a sequence plan have different sizes N_r, so their shards do not line up: FSDP2's
+  replicated sharding (HSDP) needs a 2-D mesh of equal replicas, while the cross-replica sync
+  here works on segments between every replica's block boundaries (`runtime.sequence.sync`).
+The explicit version is small:
 - `gather(unit)`: one all-gather of the unit's blocks (an autograd function whose backward is
   the reduce-scatter of the unit's gradient, summed over the replica's members);
 - `regathering(unit, flat)`: without recompute, the gathered weights are not kept for the
