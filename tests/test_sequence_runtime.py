@@ -13,6 +13,8 @@ import re
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from planner.hardware import Cluster, Machine
@@ -262,3 +264,34 @@ def test_cli_runs_a_sequence_plan_and_prints_every_member(tmp_path):
     elastic = CliRunner().invoke(app, ["run", "longctx-tiny", "longctx-tiny", "--elastic", "--save-every", "1",
                                        "--checkpoint-dir", str(tmp_path / "ck")])
     assert elastic.exit_code == 2 and "--elastic: re-planning sequence plans" in elastic.output
+
+
+@settings(max_examples=40, deadline=None)
+@given(size=st.integers(1, 300), replica_sizes=st.lists(st.integers(1, 7), min_size=1, max_size=4))
+def test_sync_segments_tile_every_unit_with_one_owner_per_replica(size: int, replica_sizes: list[int]):
+    """Brute force: element e of a unit belongs to block ⌊e/c_r⌋ of replica r; the segments
+    tile [0, size) in order and name exactly those owners."""
+    from runtime.sequence.shards import block_size, sync_segments
+
+    ranks, first = [], 0
+    for n in replica_sizes:
+        ranks.append(tuple(range(first, first + n)))
+        first += n
+    segments = sync_segments([size], ranks)
+    assert [e for s in segments for e in range(*s.span)] == list(range(size))
+    for s in segments:
+        for e in range(*s.span):
+            assert s.owners == tuple(r[e // block_size(size, len(r))] for r in ranks)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 6), cols=st.integers(1, 6), data=st.data())
+def test_a_block_range_is_at_most_three_rectangles_of_the_tensor(rows: int, cols: int, data):
+    from runtime.sequence.checkpoint import flat_regions
+
+    start = data.draw(st.integers(0, rows * cols - 1))
+    stop = data.draw(st.integers(start + 1, rows * cols))
+    full = torch.arange(rows * cols).view(rows, cols)
+    regions = flat_regions((rows, cols), start, stop)
+    pieces = [full[r:r + h, c:c + w].flatten() for (r, c), (h, w), _, _ in regions]
+    assert len(regions) <= 3 and torch.equal(torch.cat(pieces), torch.arange(start, stop))
