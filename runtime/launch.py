@@ -176,19 +176,33 @@ def launch_local(job: Job, threads: int = 1, echo: bool = True, world_size: int 
 
 def torchrun_commands(job_path: str, plan: Any, problem: Problem, master_addr: str, port: int) -> list[str]:
     """One torchrun command per machine that the plan uses (run each on its machine, from a
-    folder where `runtime` imports). Workers join through torchrun's own store at
-    master_addr:port (env:// rendezvous): no second port."""
+    folder where `runtime` imports), each after a `#` line naming the torch build the machine
+    needs (DESIGN.md §8: CUDA on nvidia, ROCm on amd). Workers join through torchrun's own
+    store at master_addr:port (env:// rendezvous): no second port."""
     devices = runtime_of(plan).devices(plan)
     cluster, used = problem.cluster, set(devices)
     commands = []
     machines = [m for m in range(len(cluster.machines)) if used & set(cluster.devices_of(m))]
     for node, machine in enumerate(machines):
         local = len(used & set(cluster.devices_of(machine)))
+        commands.append(torch_build_note(cluster, machine))
         commands.append(
             f"torchrun --nnodes={len(machines)} "
             f"--node-rank={node} --nproc-per-node={local} --master-addr={master_addr} "
             f"--master-port={port} -m runtime.worker {shlex.quote(job_path)} --machine {machine}")
     return commands
+
+
+TORCH_BUILDS = {"nvidia": "a CUDA build of torch (backend nccl inside the vendor)",
+                "amd": "a ROCm build of torch (backend nccl, which is RCCL there, inside the vendor)",
+                "other": "a torch build for its GPUs (vendor unknown: never bridged)"}
+
+
+def torch_build_note(cluster, machine: int) -> str:
+    """The `#` line before a machine's torchrun command: which torch build it needs."""
+    vendor = cluster.gpu_of(machine).vendor.value
+    bridge = "; traffic to the other vendor goes over gloo in host memory" if cluster.mixes_vendors else ""
+    return f"# machine {cluster.machines[machine].name} ({vendor}): {TORCH_BUILDS[vendor]}{bridge}"
 
 
 def make_job(problem: Problem, plan: Any, model: str = "tiny", **settings) -> Job:
