@@ -42,11 +42,11 @@ def plan_of(batches: list[int], rings) -> SeqPlan:
 
 
 def assert_equivalent(plan: SeqPlan, tmp_path, *, model: ModelSpec = MHA, micro_batch: int = 1,
-                      recompute: bool = False) -> None:
+                      recompute: bool = False, cluster: Cluster | None = None) -> None:
     seq_len = plan.replicas[0].tokens
     config = RunConfig(model=model, seq_len=seq_len, micro_batch=micro_batch, steps=3, recompute=recompute,
                        dump_params=True, out_dir=str(tmp_path), timeout_s=60)
-    result = launch_local(Job(plan=plan, kind="sequence", config=config), echo=False)
+    result = launch_local(Job(plan=plan, kind="sequence", config=config, cluster=cluster), echo=False)
     assert result.ok, result.failure_summary() + "\n".join(result.logs)
     ref_losses, ref_state = train_reference(config, sum(r.batch for r in plan.replicas))
     losses = [s["loss"] for s in result.steps]
@@ -94,6 +94,17 @@ GQA_RING = plan_of([2], [[[(0, 2, 6), (1, 2, 4)], [(2, 4, 6)]]])
 @pytest.mark.parametrize("recompute", [True, False])
 def test_d_gqa_ring_with_and_without_recompute(tmp_path, recompute: bool):
     assert_equivalent(GQA_RING, tmp_path, model=GQA, recompute=recompute)
+
+
+def test_a_replica_spanning_nvidia_and_amd_through_the_bridge(tmp_path):
+    """mixed-h100-mi300x: an H100 group of 2 (devices 0, 1) and an MI300X group (device 16) in
+    one ring: ZeRO-3 over both vendors and the ring hop between them go through the
+    communicator's bridge routing (issue 13); the numbers are those of one process."""
+    from planner.io import load_problem
+
+    cluster = load_problem("longctx-h100-mi300x-llama3-8b-128k").cluster
+    plan = plan_of([2], [[[(0, 2, 6), (1, 2, 4)], [(16, 4, 6)]]])
+    assert_equivalent(plan, tmp_path, model=GQA, cluster=cluster)
 
 
 def two_machine_problem(model: ModelSpec, *, seq_len: int = 1024, global_batch: int = 2) -> Problem:
