@@ -155,8 +155,14 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         result = launch_local(job)
     if not result.ok:
         fail(f"the run failed (logs in {result.out_dir}):\n" + escape(result.failure_summary()), EXIT_RUN_FAILED)
+    report_run(prob, job, result, the_plan, elastic)
+
+
+def report_run(prob, job, result: RunResult, the_plan, elastic: bool) -> None:
+    """The run's summary, then (for one plan) predicted against measured times and its run log;
+    an elastic run's plans changed on the way: no one prediction to compare."""
     print_summary(result, the_plan)
-    if not elastic:  # an elastic run's plans changed on the way: no one prediction to compare
+    if not elastic:
         print_prediction(prob, job, result)
 
 
