@@ -1,5 +1,6 @@
-"""`make bench`: the solver comparison on the paper's settings, the scaling run, and a
-markdown report with tables and plots in benchmarks/report/ (README.md + PNGs).
+"""`make bench`: the solver comparison on the paper's settings, the scaling run, the
+mixed-vendor tables (bench_vendor: vendor.json), and a markdown report with tables and plots
+in benchmarks/report/ (README.md + PNGs).
 
     .venv/bin/python benchmarks/run_all.py [--quick] [--time-limit 60] [--sizes 64,128,256,512,1024]
 
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_compare  # noqa: E402
 import bench_sequence  # noqa: E402
 import bench_seqlen  # noqa: E402
+import bench_vendor  # noqa: E402
 from hexiscale.cli.compare import ComparisonRow  # noqa: E402
 import scaling_report  # noqa: E402
 from report_figures import draw_plan_pictures, draw_scaling, draw_speedups  # noqa: E402
@@ -83,6 +85,8 @@ def main() -> None:
         (args.out / "scaling.json").write_text(json.dumps([r.model_dump() for r in scaling], indent=2) + "\n")
         sequence = sequence_runs(args.quick, args.time_limit)
         (args.out / "sequence.json").write_text(json.dumps(sequence, indent=2) + "\n")
+        vendor = bench_vendor.run(min(args.time_limit, 20.0), [1.0] if args.quick else [1.0, 16.0])
+        (args.out / "vendor.json").write_text(json.dumps(vendor, indent=2) + "\n")
     figures = {
         "speedups": draw_speedups(rows, args.out / "speedup.png"),
         "scaling": draw_scaling(scaling, args.out / "scaling.png"),

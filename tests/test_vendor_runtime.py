@@ -68,3 +68,14 @@ def test_torchrun_commands_name_each_machines_torch_build(tmp_path):
     assert "(nvidia): a CUDA build" in builds["nv-0"] and "(nvidia): a CUDA build" in builds["nv-1"]
     assert "(amd): a ROCm build" in builds["amd-0"] and "RCCL" in builds["amd-1"]
     assert all("over gloo in host memory" in note for note in notes)
+
+
+def test_sequence_plan_across_the_bridge_trains_like_one_process(tmp_path):
+    """longctx-tiny-4 (H100 devices 0, 1, A100 2, MI250X 3): replica 0 is a ring H100 → MI250X
+    (the ring hop and ZeRO-3 cross the bridge), replica 1 an H100 + A100 group; the
+    cross-replica sync pairs device 3 (amd) with device 2 (nvidia). tests/test_sequence_runtime.py
+    covers one replica over both vendors; this adds the DP sync across the bridge."""
+    from test_sequence_runtime import MHA, assert_equivalent, plan_of
+
+    plan = plan_of([1, 1], [[[(0, 4, 8)], [(3, 4, 8)]], [[(1, 2, 8), (2, 2, 8)]]])
+    assert_equivalent(plan, tmp_path, model=MHA, cluster=load_cluster("longctx-tiny-4"))

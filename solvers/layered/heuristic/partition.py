@@ -19,6 +19,12 @@ they are left out: the graph stays sparse at thousands of devices. Above
 tenth of the vertices and no device-pair edges), with every link slower than the default
 contracted first: such a link between two pools would set bw_min of the DP sync (§3.4) for
 every layer its machines hold, while inside a pool the stage order steps around it.
+
+Mixed vendors (DESIGN.md §8): every bandwidth read here is the bridged one (`Cluster.pair_bw`),
+so a rack or link pair between an nvidia and an amd machine weighs what the bridge allows,
+and the other cross-vendor pairs, at or below the default, carry no edge at all (weight 0,
+the lightest): the partitioner never protects a bridge link. Which side of the bridge a
+pool's pipelines or DP groups should sit on is left to the pricing of every candidate (§3).
 """
 
 from __future__ import annotations
