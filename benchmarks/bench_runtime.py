@@ -143,6 +143,11 @@ def sequence_tables(args, console: Console) -> None:
             memory.add_row(label, f"g{m['group']}m{m['member']}", str(m["tokens"]), f"{m['tokens'] / s:.2f}",
                            f"{m['peak_mib']:,.0f}", f"{m['peak_mib'] / m['tokens'] * 1e3:,.0f}")
     console.print(memory)
+    points = [(m["tokens"], m["peak_mib"]) for m in members + whole]
+    slope, intercept = statistics.linear_regression(*zip(*points))
+    console.print(f"peak MiB ≈ {intercept:,.0f} + {slope * 1e3:,.0f}·(tokens/1000) (least squares over the "
+                  f"{len(points)} processes): memory follows the token share; the constant is what every "
+                  f"member holds whatever its share (gathered weights, the other groups' K/V in the ring)")
 
 
 def main() -> None:
