@@ -224,3 +224,21 @@ def test_exact_sequence_solvers_price_the_bridge():
         assert result.objective_s == pytest.approx(truth.objective_s, rel=1e-5)
     assert len(truth.plan.devices) == 2
     assert seq_brute.solve(problem(1000, 0)).objective_s < truth.objective_s * 0.6
+
+
+def test_the_partitioner_sees_bridged_bandwidths():
+    """A rack of nvidia and amd machines: the heuristic's device graph weighs the rack pairs
+    across vendors by the bridged bandwidth (the lightest inter-machine edges), and the pairs
+    inside a vendor by the rack's."""
+    from planner.hardware import Rack
+    from solvers.layered.heuristic.partition import _device_graph, _machine_pairs
+    machines = tuple(Machine(name=f"m{i}", gpu=g, count=1, intra_bw_gbps=100) for i, g in enumerate("NANA"))
+    machines = tuple(m.model_copy(update={"gpu": {"N": "NV", "A": "AM"}[m.gpu]}) for m in machines)
+    cluster = Cluster(machines=machines, gpu_types=(NV, AM), inter_bw_gbps=1, cross_vendor_bw_gbps=2,
+                      racks=(Rack(machines=("m0", "m1", "m2", "m3"), bw_gbps=50),))
+    i, j = _machine_pairs(cluster)
+    assert sorted(zip(i.tolist(), j.tolist())) == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    xadj, adjncy, weights = _device_graph(cluster)
+    weight = {(a, int(b)): int(w) for a in range(4) for b, w in zip(adjncy[xadj[a]:xadj[a + 1]], weights[xadj[a]:xadj[a + 1]])}
+    cross, same = weight[(0, 1)], weight[(0, 2)]  # m0–m1 nvidia–amd at min(50, 2) = 2 GB/s; m0–m2 both nvidia
+    assert cross < same and weight[(1, 3)] == same and weight[(2, 3)] == cross
