@@ -33,8 +33,8 @@ Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 class MemberModel(nn.Module):
     """`attention(q, k, v)`: q [b, t_i, a, d], k/v [b, t_i, k, d] (rotary applied) → [b, t_i, a·d]."""
 
-    def __init__(self, spec: ModelSpec, states: ZeroStates, attention: Attention, *, positions: np.ndarray,
-                 seq_len: int, recompute: bool):
+    def __init__(self, spec: ModelSpec, states: ZeroStates, attention: Attention, *,
+                 positions: np.ndarray | torch.Tensor, seq_len: int, recompute: bool):
         super().__init__()
         self.spec, self.states, self.attention, self.recompute = spec, states, attention, recompute
         cos, sin = rope_tables(seq_len, spec.head_dim)

@@ -122,7 +122,7 @@ class Member:
                                  index=self.groups.replica_index).to(comm.device)
         self.positions = torch.as_tensor(self.layout.positions_of(comm.rank), dtype=torch.int64)
         self.model = MemberModel(config.model, self.states, make_attention(self.layout, comm, self.groups),
-                                 positions=self.layout.positions_of(comm.rank), seq_len=config.seq_len,
+                                 positions=self.positions, seq_len=config.seq_len,
                                  recompute=config.recompute).to(comm.device)
         self.optimizer = torch.optim.AdamW(self.states.parameters(), lr=config.lr,
                                            weight_decay=config.weight_decay, foreach=False)
