@@ -306,3 +306,12 @@ def test_a_block_range_is_at_most_three_rectangles_of_the_tensor(rows: int, cols
     regions = flat_regions((rows, cols), start, stop)
     pieces = [full[r:r + h, c:c + w].flatten() for (r, c), (h, w), _, _ in regions]
     assert len(regions) <= 3 and torch.equal(torch.cat(pieces), torch.arange(start, stop))
+
+
+def test_a_world_that_differs_from_the_plan_stops_every_rank_with_one_line():
+    config = RunConfig(model=GQA, seq_len=16, micro_batch=1, steps=1)
+    result = launch_local(Job(plan=GQA_RING, kind="sequence", config=config), echo=False, world_size=2)
+    assert result.returncodes == [2, 2]
+    for rank, log in enumerate(result.logs):
+        lines = [ln for ln in log.splitlines() if ln.startswith("error:")]
+        assert lines == [f"error: rank {rank}: the plan uses 3 devices (one process each) but the world has 2 processes"]
