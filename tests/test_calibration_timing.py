@@ -1,0 +1,46 @@
+"""The run's timing pieces: the phase timer (nesting, accumulation, the device wait at each
+boundary) and the run log's summary of steps (medians or the fastest, warm-up left out)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from planner.problem import Problem
+from runtime.config import RunConfig
+from runtime.runlog import make_run_log, read_run_log, write_run_log
+from runtime.timing import FORWARD, STEP, PhaseTimer
+from tests.test_calibration_fit import cluster, plan_of, small_model, small_training
+
+
+def test_phases_accumulate_and_nest():
+    waits = []
+    timer = PhaseTimer(synchronize=lambda: waits.append(1))
+    with timer.phase(STEP):
+        for _ in range(2):
+            with timer.phase(FORWARD):
+                time.sleep(0.01)
+    assert timer.seconds(FORWARD) >= 0.02
+    assert timer.seconds(STEP) >= timer.seconds(FORWARD)
+    assert timer.seconds("backward") == 0.0
+    assert len(waits) == 6  # before and after each of the three phases
+
+
+def test_run_log_summaries(tmp_path):
+    plan = plan_of((8,), [[((0,), 2), ((2,), 2)]])
+    problem = Problem(name="p", cluster=cluster(0.5, 4.0, 2.5), model=small_model(), training=small_training())
+    step_times = [9.0, 1.0, 3.0, 2.0]  # step 1 is the warm-up
+    steps = [{"step": i + 1, "step_s": t, "wall_s": t + 0.5,
+              "stages": [{"pipeline": 0, "stage": k, "forward_s": t * (k + 1), "backward_s": t, "comm_s": 0.1,
+                          "sync_s": 0.0} for k in range(2)]}
+             for i, t in enumerate(step_times)]
+    path = write_run_log(tmp_path, make_run_log(problem, "c" * 64, plan, RunConfig(model=small_model(), seq_len=128,
+                                                                                   micro_batch=2), steps))
+    log = read_run_log(path)
+    median, fastest = log.record("x"), log.record("x", statistic="min")
+    assert median.step_s == 2.0 and fastest.step_s == 1.0
+    micro = 8 // 2
+    assert median.stage_s == pytest.approx((2.0 * 2 / micro, 2.0 * 3 / micro))  # (f + b) per micro-batch
+    assert log.record("x", warmup=0).step_s == 2.5
+    assert log.run_problem.training.micro_batch == 2 and log.run_problem.model == small_model()
