@@ -7,6 +7,13 @@ a signal the launcher did not send (SIGKILL, a crash); a rank that exits with an
 its own (a bad setting, a bug) is not a lost device, and the run fails as before. Each
 attempt has its own folder (`attempt-N`) for the job file and logs; each event is logged,
 with the old and the new plan's T, and kept in `RunResult`-like `ElasticResult.events`.
+
+Any plan kind: the loop maps lost ranks to devices by the kind's rank order
+(`RuntimeKind.devices`) and re-plans the problem's plan, which a sequence job does not carry
+(its plan is scaled to the tiny model and sequence, runtime/sequence/job.py): the caller
+passes it as `plan`. Each restart makes the new plan's job with the same model and sequence
+(a sequence plan is scaled to them again), so the re-planner must return a plan that can run
+them (`hexiscale run --elastic` asks `solvers.replan` for one).
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ class ElasticResult:
     result: RunResult  # the last attempt's
     steps: list[dict]  # every step once: those before each restart's checkpoint, then the redone ones
     events: list[ElasticEvent] = field(default_factory=list)
-    problem: Problem | None = None  # the problem and plan the run ended on
+    problem: Problem | None = None  # the problem and plan (the problem's, not scaled) the run ended on
     plan: Any = None
 
 
@@ -65,9 +72,10 @@ def lost_ranks(result: RunResult) -> list[int]:
 
 
 def restart_job(job: Job, problem: Problem, plan: Any) -> tuple[Job, int]:
-    """The job of `plan` with the same model and settings, from the newest checkpoint (step 0
-    when there is none yet)."""
-    settings = job.config.model_dump(exclude={"model", "out_dir", "resume_from", "dump_params"})
+    """The job of `plan` (of `problem`) with the same model and settings, from the newest
+    checkpoint (step 0 when there is none yet)."""
+    dropped = {"model", "out_dir", "resume_from", "dump_params"} | ({"schedule"} if job.kind == "sequence" else set())
+    settings = job.config.model_dump(exclude=dropped)  # a sequence job refuses a schedule
     settings["dump_params"] = job.config.dump_params
     new = make_job(problem, plan, job.config.model, **settings)
     if not complete_steps(job.config.checkpoint_dir):
@@ -76,11 +84,13 @@ def restart_job(job: Job, problem: Problem, plan: Any) -> tuple[Job, int]:
     return new, manifest.step
 
 
-def run_elastic(problem: Problem, job: Job, replanner: Replanner, *, echo: bool = True,
+def run_elastic(problem: Problem, job: Job, replanner: Replanner, *, plan: Any = None, echo: bool = True,
                 failure: FailureInjection | None = None, log: Callable[[str], None] = print,
                 max_restarts: int = MAX_RESTARTS) -> ElasticResult:
-    """Run `job` (made for `problem`) to its steps, re-planning after each lost device.
+    """Run `job` (made for `problem` from `plan`; default: the job's own plan, which is the
+    problem's for a layered job) to its steps, re-planning after each lost device.
     `failure` (tests only) strikes in the first attempt."""
+    plan = job.plan if plan is None else plan
     if not job.config.checkpoint_dir or not job.config.save_every:
         raise RunError("an elastic run needs checkpoints: set a checkpoint folder and save_every")
     base = Path(job.config.out_dir or Path(job.config.checkpoint_dir) / "runs")
@@ -92,12 +102,12 @@ def run_elastic(problem: Problem, job: Job, replanner: Replanner, *, echo: bool 
                               failure=failure if attempt == 0 else None, end_others=True)
         steps.update({s["step"]: s for s in result.steps})
         if result.ok:
-            return ElasticResult(result, [steps[k] for k in sorted(steps)], events, problem, job.plan)
+            return ElasticResult(result, [steps[k] for k in sorted(steps)], events, problem, plan)
         lost = lost_ranks(result)
         if not lost or attempt == max_restarts:
             raise RunError("the run failed:\n" + result.failure_summary())
-        devices = runtime_kind(job.kind).devices(job.plan)
-        new_problem, new_plan, old_s, new_s = replanner(problem, job.plan, [devices[r] for r in lost])
+        devices = runtime_kind(job.kind).devices(job.plan)  # rank order (a scaled plan keeps its devices)
+        new_problem, new_plan, old_s, new_s = replanner(problem, plan, [devices[r] for r in lost])
         job, resumed = restart_job(job, new_problem, new_plan)
         steps = {k: v for k, v in steps.items() if k <= resumed}
         events.append(ElasticEvent(attempt, [devices[r] for r in lost], resumed, old_s, new_s,
@@ -105,5 +115,5 @@ def run_elastic(problem: Problem, job: Job, replanner: Replanner, *, echo: bool 
         log(events[-1].line())
         with (base / "elastic.jsonl").open("a") as handle:
             handle.write(json.dumps(events[-1].__dict__) + "\n")
-        problem = new_problem
+        problem, plan = new_problem, new_plan
     raise AssertionError("unreachable")

@@ -14,6 +14,10 @@ over the pipelines by their priced times (`rebalance`). The fresh solve is any r
 solver (`solvers.registry.solve`), given the repaired plan as its hint (CP-SAT and MILP
 warm-start from it; the heuristic ignores hints, which is why the repaired plan is also a
 candidate of its own). The faster valid plan wins.
+
+That is the layered repair; a sequence plan (`planner.kinds.kind_of`) is repaired, polished
+and solved afresh by `solvers.sequence.replan`, and the rest — survivors, id map, the
+choice, what changed — is shared.
 """
 
 from __future__ import annotations
@@ -25,14 +29,16 @@ from pydantic import Field
 
 from planner.base import Frozen, format_seconds
 from planner.hardware import Cluster
-from planner.kinds import evaluate, validate
+from planner.kinds import evaluate, kind_of, validate
 from planner.layered.plan import Plan
 from planner.problem import Problem
+from planner.sequence.plan import SeqPlan
 from planner.workload import ModelSpec
-from solvers.common import SolverOptions
+from solvers.common import SolveResult, SolverOptions
 from solvers.layered.heuristic.options import HeuristicOptions
 from solvers.layered.heuristic.search import solve_with
 from solvers.registry import solve
+from solvers.sequence import replan as sequence_replan
 
 
 class ReplanError(ValueError):
@@ -41,7 +47,7 @@ class ReplanError(ValueError):
 
 class ReplanResult(Frozen):
     problem: Problem = Field(description="the survivors' problem (new device ids)")
-    plan: Plan = Field(description="the new plan, in the new problem's ids")
+    plan: Plan | SeqPlan = Field(description="the new plan (the old plan's kind), in the new problem's ids")
     lost: tuple[int, ...] = Field(description="the lost devices, old ids")
     old_to_new: dict[int, int] = Field(description="old device id → new id, for every survivor")
     old_s: float | None = Field(description="the old plan's T on the old problem")
@@ -203,26 +209,53 @@ def _fresh_within_tp(problem: Problem, options: SolverOptions, trained: ModelSpe
     return solve_with(problem, options, HeuristicOptions(tp_caps=(cap,)), name=f"heuristic (TP ≤ {cap})")
 
 
-def replan(problem: Problem, plan: Plan, lost=(), *, lost_machines=(), solver: str = "heuristic",
-           options: SolverOptions | None = None, trained: ModelSpec | None = None) -> ReplanResult:
-    """Remove the lost devices (ids of `problem`) or machines, re-solve with the repaired old
-    plan as the warm start, and keep the better of it and the fresh solve. With `trained`
-    (an elastic run's model), a fresh plan whose TP sizes cannot split it is not chosen; the
-    repaired plan only shrinks TP by powers of two, so it splits whatever the old plan did."""
-    start = time.perf_counter()
-    gone = lost_devices(problem, lost, lost_machines)
-    new, mapping = survivors(problem, gone)
-    repaired, changes = repair(problem, plan, new, mapping)
-    repaired, repaired_s = _best_repair(new, repaired)
-    options = (options or SolverOptions()).model_copy(update={"hint": repaired if repaired_s else None})
+def _layered_fresh(new: Problem, solver: str, options: SolverOptions, hint: Plan | None,
+                   trained: ModelSpec | None) -> tuple[SolveResult, list[str]]:
+    """The fresh solve of a layered plan, warm-started from the repaired one; a plan whose TP
+    sizes cannot split the trained model is set aside for the TP-capped heuristic."""
+    options = options.model_copy(update={"hint": hint})
     fresh, notes = solve(new, solver, options), []
     if fresh.plan is not None and misfit_tp(fresh.plan, trained):
         notes.append(f"the fresh {solver} plan was set aside: {misfit_tp(fresh.plan, trained)}")
         fresh = _fresh_within_tp(new, options, trained)
+    return fresh, notes
+
+
+def _candidates(problem: Problem, plan: Plan | SeqPlan, new: Problem, mapping: dict[int, int], *, solver: str,
+                options: SolverOptions, trained: ModelSpec | None, trained_seq_len: int | None, start: float):
+    """(repaired plan, its T or None, what the repair changed, the fresh solve, notes), by the
+    plan's kind: each kind repairs its own structure."""
+    if kind_of(plan).name == "sequence":
+        fit = sequence_replan.RunFit.of(problem, trained, trained_seq_len)
+        repaired, repaired_s, changes = sequence_replan.best_repair(
+            problem, plan, new, mapping, fit, start + options.time_limit_s)
+        return (repaired, repaired_s, changes, *sequence_replan.fresh_solve(new, solver, options, fit))
+    repaired, changes = repair(problem, plan, new, mapping)
+    repaired, repaired_s = _best_repair(new, repaired)
+    return (repaired, repaired_s, changes,
+            *_layered_fresh(new, solver, options, repaired if repaired_s else None, trained))
+
+
+def replan(problem: Problem, plan: Plan | SeqPlan, lost=(), *, lost_machines=(), solver: str = "heuristic",
+           options: SolverOptions | None = None, trained: ModelSpec | None = None,
+           trained_seq_len: int | None = None) -> ReplanResult:
+    """Remove the lost devices (ids of `problem`) or machines, re-solve with the repaired old
+    plan as the warm start (layered) or beside it (sequence), and keep the better of it and the
+    fresh solve. With `trained` (an elastic run's model) and, for sequence plans,
+    `trained_seq_len` (its sequence), a plan that cannot run that model is not chosen: a
+    layered plan's TP sizes must split it; a sequence plan's shares must scale to it
+    (`solvers.sequence.replan.RunFit`). The layered repair only shrinks TP by powers of two,
+    so it splits whatever the old plan did."""
+    start = time.perf_counter()
+    gone = lost_devices(problem, lost, lost_machines)
+    new, mapping = survivors(problem, gone)
+    repaired, repaired_s, changes, fresh, notes = _candidates(
+        problem, plan, new, mapping, solver=solver, options=options or SolverOptions(), trained=trained,
+        trained_seq_len=trained_seq_len, start=start)
     fresh_s = _priced(new, fresh.plan)
     if repaired_s is None and fresh_s is None:
         raise ReplanError(f"no valid plan on the {new.cluster.num_devices} surviving devices "
-                          f"({misfit_tp(fresh.plan, trained) if fresh.plan else fresh.message or fresh.status.value})")
+                          f"({'; '.join(notes) or fresh.message or fresh.status.value})")
     use_repaired = fresh_s is None or (repaired_s is not None and repaired_s <= fresh_s)
     chosen_plan, new_s = (repaired, repaired_s) if use_repaired else (fresh.plan, fresh_s)
     old_s = _priced(problem, plan)
@@ -232,11 +265,17 @@ def replan(problem: Problem, plan: Plan, lost=(), *, lost_machines=(), solver: s
                         changes=tuple(summary(plan, chosen_plan, (changes if use_repaired else []) + notes, old_s, new_s)))
 
 
-def summary(old: Plan, new: Plan, repairs: list[str], old_s: float | None, new_s: float) -> list[str]:
+def shape(plan: Plan | SeqPlan) -> str:
+    """The plan's structure in one phrase."""
+    if isinstance(plan, SeqPlan):
+        return sequence_replan.shape(plan)
+    return (f"D={len(plan.pipelines)}, {plan.num_stages} stages, {len(plan.devices)} devices, "
+            f"TP {'/'.join(str(s.tp) for p in plan.pipelines for s in p.stages)}")
+
+
+def summary(old: Plan | SeqPlan, new: Plan | SeqPlan, repairs: list[str], old_s: float | None,
+            new_s: float) -> list[str]:
     """What changed, one line each: the shape of the plan, the repairs, and T."""
-    def shape(plan: Plan) -> str:
-        return (f"D={len(plan.pipelines)}, {plan.num_stages} stages, {len(plan.devices)} devices, "
-                f"TP {'/'.join(str(s.tp) for p in plan.pipelines for s in p.stages)}")
 
     lines = [f"plan: {shape(old)} → {shape(new)}", *repairs]
     if old_s is not None:

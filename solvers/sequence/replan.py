@@ -1,0 +1,224 @@
+"""Re-planning a sequence plan after lost devices (DESIGN.md §7.1, §10): the old plan repaired
+onto the survivors, that repair polished, and a fresh solve of the sequence solver.
+`solvers.replan` takes the survivors' problem and id map, and keeps the better candidate.
+
+The repair (device ids mapped to the survivors' first) keeps the old replicas, rings and
+member order where they survived:
+- a group that lost some members deals their heads (whole kv heads) and tokens (token
+  blocks) to its remaining members, one unit at a time to the member whose share per unit of
+  speed grows least (§7.2 prices a member's linear work by t_i/π_i, its attention by
+  heads_i/π_i): Σ heads = a still holds;
+- a group that lost every member is dropped; its shard goes, 2q tokens at a time, to the
+  other groups of its replica by the same rule over their speeds (every T_g stays a multiple
+  of 2q, Σ_g T_g = s still holds), and inside each to its members;
+- a replica that lost every group is dropped; its sequences go, one micro-batch at a time, to
+  the other replicas by the same rule.
+Memory (rule 5) may break: survivors hold bigger shards and ZeRO-3 splits the states over
+fewer devices. So the repair is also polished (`solvers.sequence.polish`, whose first
+criterion is the memory overflow; it splits the batches again by the rings' times).
+
+No sequence solver reads a hint (`SolverOptions.hint` is a layered plan), so the repaired
+plan is a candidate of its own beside the fresh solve.
+
+A run resumed from a checkpoint keeps its model and sequence (`RunFit`): the runtime scales
+a sequence plan to them (runtime/sequence/job.py), so each member's kv heads times the
+trained model's kv heads must be a whole multiple of the problem's, each member's tokens
+must scale to whole tokens of the run's sequence and each group's shard to an even count.
+Repair and polish deal in those units; a fresh plan that misses them is solved again with the
+coarser token block, and set aside if it still misses.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+from pydantic import Field
+
+from planner.base import Frozen
+from planner.kinds import evaluate, validate
+from planner.problem import Problem
+from planner.sequence.plan import Replica, SeqPlan
+from planner.workload import ModelSpec
+from solvers.common import SolveResult, SolverOptions
+from solvers.registry import solve
+from solvers.sequence.coarse import device_speed
+from solvers.sequence.polish import polish
+from solvers.sequence.space import plan_of
+
+Mapping = dict[int, int]
+Ring = list[list[list[int]]]  # groups of [device, heads, tokens], being repaired
+
+
+class RunFit(Frozen):
+    """The units a sequence plan must keep to run a given model and sequence (see the module
+    text): the problem's own (a/k heads, q tokens) when no run is being resumed."""
+    head_unit: int = Field(ge=1, description="query heads per unit dealt (whole kv heads of the trained model)")
+    token_unit: int = Field(ge=1, description="tokens per unit dealt (token blocks that scale to whole tokens)")
+    trained_kv_heads: int | None = Field(default=None, ge=1, description="kv heads of the model being trained")
+    trained_seq_len: int | None = Field(default=None, ge=1, description="the run's sequence length")
+
+    @classmethod
+    def of(cls, problem: Problem, trained: ModelSpec | None = None, seq_len: int | None = None) -> RunFit:
+        model, s, q = problem.model, problem.training.seq_len, problem.training.token_block
+        per_kv, k = model.heads // model.num_kv_heads, model.num_kv_heads
+        kv_step = k // gcd(k, trained.num_kv_heads) if trained else 1
+        step = s // gcd(s, seq_len) if seq_len else 1
+        return cls(head_unit=per_kv * kv_step, token_unit=q * step // gcd(q, step),
+                   trained_kv_heads=trained.num_kv_heads if trained else None, trained_seq_len=seq_len)
+
+    def misfit(self, problem: Problem, plan: SeqPlan) -> str:
+        """Why the run cannot train `plan` (the first reason), or "" when it can."""
+        model, s = problem.model, problem.training.seq_len
+        per_kv, k, run_s = model.heads // model.num_kv_heads, model.num_kv_heads, self.trained_seq_len
+        for r, replica in enumerate(plan.replicas):
+            for g, group in enumerate(replica.ring):
+                where = f"replica {r} group {g}"
+                if run_s and (group.tokens * run_s // s) % 2:
+                    return f"{where}: its {group.tokens}-token shard scales to an odd count of the run's {run_s} tokens"
+                for i, m in enumerate(group.members):
+                    if self.trained_kv_heads and (m.heads // per_kv * self.trained_kv_heads) % k:
+                        return (f"{where} member {i}: {m.heads} heads are not whole kv heads of the trained "
+                                f"model ({self.trained_kv_heads} kv heads for the problem's {k})")
+                    if run_s and (m.tokens * run_s) % s:
+                        return f"{where} member {i}: {m.tokens} tokens do not scale to the run's {run_s}-token sequence"
+        return ""
+
+
+def deal(loads: list[int], speeds: list[float], total: int, unit: int) -> list[int]:
+    """`loads` grown by `total`: one `unit` at a time to the load whose share per unit of
+    speed after it is least (ties: the first); a rest under one unit goes where the next unit
+    would have gone."""
+    out = list(loads)
+    for _ in range(total // unit):
+        out[_next(out, speeds, unit)] += unit
+    if total % unit:
+        out[_next(out, speeds, unit)] += total % unit
+    return out
+
+
+def _next(loads: list[int], speeds: list[float], unit: int) -> int:
+    return min(range(len(loads)), key=lambda j: ((loads[j] + unit) / speeds[j], j))
+
+
+def _repair_group(members, mapping: Mapping, speed, fit: RunFit) -> list[list[int]] | None:
+    """The group's surviving members (new ids) with the lost members' heads and tokens dealt
+    to them; None when every member is lost."""
+    alive = [[mapping[m.device], m.heads, m.tokens] for m in members if m.device in mapping]
+    if not alive:
+        return None
+    speeds = [float(speed[m[0]]) for m in alive]
+    heads = deal([m[1] for m in alive], speeds, sum(m.heads for m in members) - sum(m[1] for m in alive),
+                 fit.head_unit)
+    tokens = deal([m[2] for m in alive], speeds, sum(m.tokens for m in members) - sum(m[2] for m in alive),
+                  fit.token_unit)
+    return [[m[0], h, t] for m, h, t in zip(alive, heads, tokens)]
+
+
+def _give_tokens(group: list[list[int]], extra: int, speed, fit: RunFit) -> None:
+    """`extra` tokens of a dropped group dealt to this group's members (in place)."""
+    tokens = deal([m[2] for m in group], [float(speed[m[0]]) for m in group], extra, fit.token_unit)
+    for m, t in zip(group, tokens):
+        m[2] = t
+
+
+def _repair_ring(replica: Replica, r: int, mapping: Mapping, speed, fit: RunFit, changes: list[str]) -> Ring:
+    """The replica's repaired ring (empty when every group is lost)."""
+    ring, dropped = [], []
+    for g, group in enumerate(replica.ring):
+        fixed = _repair_group(group.members, mapping, speed, fit)
+        lost = [m.device for m in group.members if m.device not in mapping]
+        if fixed is None:
+            dropped.append((g, group.tokens))
+            continue
+        ring.append(fixed)
+        if lost:
+            changes.append(f"replica {r} group {g}: lost device{'s' if len(lost) > 1 else ''} "
+                           f"{', '.join(map(str, lost))}; heads {'/'.join(str(m[1]) for m in fixed)}, "
+                           f"tokens {'/'.join(str(m[2]) for m in fixed)} (new ids {', '.join(str(m[0]) for m in fixed)})")
+    if ring and dropped:
+        shards = [sum(m[2] for m in g) for g in ring]
+        grown = deal(shards, [sum(float(speed[m[0]]) for m in g) for g in ring], sum(t for _, t in dropped),
+                     2 * fit.token_unit)
+        for group, before, after in zip(ring, shards, grown):
+            _give_tokens(group, after - before, speed, fit)
+        changes += [f"replica {r} group {g} dropped (lost every member); its {t} tokens went to the ring's "
+                    f"other groups (shards now {'/'.join(map(str, grown))})" for g, t in dropped]
+    return ring
+
+
+def repair(old: Problem, plan: SeqPlan, new: Problem, mapping: Mapping,
+           fit: RunFit | None = None) -> tuple[SeqPlan | None, list[str]]:
+    """The old plan on the survivors (see the module text), and what the repair changed;
+    None when every replica lost everything."""
+    fit, speed = fit or RunFit.of(old), device_speed(new)
+    rings, batches, moved, changes = [], [], 0, []
+    for r, replica in enumerate(plan.replicas):
+        ring = _repair_ring(replica, r, mapping, speed, fit, changes)
+        if ring:
+            rings.append(ring)
+            batches.append(replica.batch)
+        else:
+            moved += replica.batch
+            changes.append(f"replica {r} dropped (lost every device); its {replica.batch} sequences moved")
+    if not rings:
+        return None, changes
+    replica_speed = [sum(float(speed[m[0]]) for g in ring for m in g) for ring in rings]
+    batches = deal(batches, replica_speed, moved, old.training.micro_batch)
+    return SeqPlan.from_rings(problem=new.name, batches=batches, rings=rings), changes
+
+
+def coarser(problem: Problem, fit: RunFit) -> Problem | None:
+    """The problem with the token block of `fit` (every plan of it keeps the run's token
+    units; §7.2's cost does not depend on q), or None when s is no multiple of its 2q."""
+    training = problem.training
+    if fit.token_unit == training.token_block or training.seq_len % (2 * fit.token_unit):
+        return None
+    return problem.model_copy(update={"training": training.model_copy(update={"token_block": fit.token_unit})})
+
+
+def priced(problem: Problem, plan: SeqPlan | None, fit: RunFit) -> float | None:
+    """T of a valid plan that the run can train, else None."""
+    if plan is None or validate(problem, plan) or fit.misfit(problem, plan):
+        return None
+    return evaluate(problem, plan).iteration_s
+
+
+def best_repair(old: Problem, plan: SeqPlan, new: Problem, mapping: Mapping, fit: RunFit,
+                deadline: float) -> tuple[SeqPlan | None, float | None, list[str]]:
+    """The repaired plan or its polished version, whichever is valid, trainable and faster."""
+    repaired, changes = repair(old, plan, new, mapping, fit)
+    if repaired is None:
+        return None, None, changes
+    rings = [[[tuple(m) for m in g] for g in ring] for ring in
+             [[[(m.device, m.heads, m.tokens) for m in g.members] for g in r.ring] for r in repaired.replicas]]
+    state = polish(coarser(new, fit) or new, rings, deadline)
+    polished = plan_of(new, state.batches, state.rings)
+    candidates = [(priced(new, p, fit), i, p) for i, p in enumerate((repaired, polished))]
+    found = [c for c in candidates if c[0] is not None]
+    if not found:
+        reason = validate(new, repaired) or [fit.misfit(new, repaired)]
+        return repaired, None, changes + [f"the repaired plan is not usable: {reason[0]}"]
+    best_s, index, best = min(found, key=lambda c: (c[0], c[1]))
+    return best, best_s, changes + (["polished: heads, tokens and batches moved"] if index else [])
+
+
+def fresh_solve(new: Problem, solver: str, options: SolverOptions, fit: RunFit) -> tuple[SolveResult, list[str]]:
+    """The sequence solver on the survivors; a plan the run cannot train is solved again on
+    the coarser token block, and set aside (plan None, the reason as its message) if needed."""
+    options, notes = options.model_copy(update={"hint": None}), []
+    fresh = solve(new, solver, options, kind="sequence")
+    why = fit.misfit(new, fresh.plan) if fresh.plan else ""
+    if why and coarser(new, fit) is not None:
+        notes.append(f"the fresh {solver} plan was set aside: {why}; solved again in blocks of {fit.token_unit} tokens")
+        fresh = solve(coarser(new, fit), solver, options, kind="sequence")
+        why = fit.misfit(new, fresh.plan) if fresh.plan else ""
+    if why:
+        notes.append(f"the fresh {solver} plan was set aside: {why}")
+        fresh = fresh.model_copy(update={"plan": None, "message": why})
+    return fresh, notes
+
+
+def shape(plan: SeqPlan) -> str:
+    """The plan's structure in one phrase (for the summary of what changed)."""
+    hp = "/".join(str(len(g.members)) for r in plan.replicas for g in r.ring)
+    return f"D={len(plan.replicas)}, {plan.num_groups} groups, {len(plan.devices)} devices, HP {hp}"
