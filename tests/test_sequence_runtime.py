@@ -125,12 +125,19 @@ def test_the_tiny_job_keeps_every_share_of_heads_and_tokens():
     assert (job.config.model.heads, job.config.model.num_kv_heads, job.config.model.hidden) == (4, 2, 32)
     shares = [[[(m.device, m.heads, m.tokens) for m in g.members] for g in r.ring] for r in job.plan.replicas]
     assert shares == [[[(0, 2, 5), (1, 2, 5)], [(2, 4, 6)]], [[(3, 4, 16)]]]
-    # shares of 4 | 4 | 8 and 16 blocks: dividing by 4 would leave a 1-token (odd) shard, so
-    # the divisor is 2: 2 | 2 | 4 and 8 tokens of an 8-token sequence
-    ring = plan_of([1, 1], [[[(0, 4, 256)], [(1, 4, 256)], [(2, 4, 512)]], [[(3, 4, 1024)]]])
-    job = make_job(two_machine_problem(GQA), ring)
-    assert job.config.seq_len == 8
-    assert [g.tokens for r in job.plan.replicas for g in r.ring] == [2, 2, 4, 8]
+    # s = 4096 (64 blocks), shares of 12 | 20 | 32 and 64 blocks: dividing by their common 4
+    # would leave an odd shard (3 tokens), so the divisor is 2: 6 | 10 | 16 and 32 of 32 tokens
+    ring = plan_of([1, 1], [[[(0, 4, 768)], [(1, 4, 1280)], [(2, 4, 2048)]], [[(3, 4, 4096)]]])
+    job = make_job(two_machine_problem(GQA, seq_len=4096), ring)
+    assert job.config.seq_len == 32
+    assert [g.tokens for r in job.plan.replicas for g in r.ring] == [6, 10, 16, 32]
+    # shares with no common divisor (192 | 320 and 255 + 257 of 512 blocks): the exact tiny
+    # sequence would be 512 tokens, so it is 256 with the shares apportioned: 3:5 → 96 | 160,
+    # 255:257 → 127.5 + 128.5 → 128 + 128
+    coprime = plan_of([1, 1], [[[(0, 4, 192 * 64)], [(1, 4, 320 * 64)]], [[(2, 2, 255 * 64), (3, 2, 257 * 64)]]])
+    job = make_job(two_machine_problem(GQA, seq_len=32768), coprime)
+    assert job.config.seq_len == 256
+    assert [[m.tokens for m in g.members] for r in job.plan.replicas for g in r.ring] == [[96], [160], [128, 128]]
 
 
 def test_a_plan_that_does_not_match_the_problem_is_refused_before_any_process(tmp_path):

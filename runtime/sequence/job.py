@@ -8,7 +8,10 @@ share of the heads and of the tokens — on a small model and a short sequence:
   problem's, capped at 2; head dim 8, at least 32 hidden units (kv heads doubled if needed);
 - tokens: t_i/q (token blocks) divided by the largest common divisor that keeps every group's
   shard even (the mirrored halves of §7.1 exist), so the scaled token block is 1 token and
-  the scaled sequence is s' = Σ_g T_g'.
+  the scaled sequence is s' = Σ_g T_g' (at least 16 tokens) — exact shares. When that s' exceeds 256 tokens (shares
+  with no large common divisor), the sequence is 256 tokens and the shares are apportioned
+  (largest remainders: each shard even, each member ≥ 1 token); so is any other seq_len
+  asked for (`--seq-len`) that the exact ratios do not divide.
 The job carries the scaled plan; the workers never see the original one.
 """
 
@@ -27,6 +30,8 @@ from runtime.errors import RunError
 
 TINY_HEAD_DIM = 8
 TINY_MIN_HIDDEN = 32
+TINY_MIN_SEQ_LEN = 16  # below it a tiny run says little (one or two tokens per member)
+TINY_MAX_SEQ_LEN = 256  # the exact tiny sequence of a plan with coprime shares can be long
 
 
 def kv_shares(plan: SeqPlan, model: ModelSpec) -> list[int]:
@@ -50,15 +55,16 @@ def tiny_sequence_model(model: ModelSpec, plan: SeqPlan) -> ModelSpec:
 
 
 def tiny_seq_len(plan: SeqPlan, *, seq_len: int, token_block: int) -> int:
-    """The shortest sequence that keeps every member's token share exactly: s/q token blocks
-    divided by the largest common divisor of the members' blocks that leaves every group's
-    shard even."""
+    """The shortest sequence (but ≥ 16 tokens, or s/q if fewer) that keeps every member's
+    token share exactly: s/q token blocks divided by the largest common divisor of the
+    members' blocks that leaves every group's shard even."""
     blocks = [[m.tokens // token_block for m in g.members] for r in plan.replicas for g in r.ring]
     common = 0
     for n in (n for group in blocks for n in group):
         common = gcd(common, n)
-    divisor = max(d for d in range(1, common + 1)
-                  if common % d == 0 and all((sum(group) // d) % 2 == 0 for group in blocks))
+    shortest = min(TINY_MIN_SEQ_LEN, seq_len // token_block)
+    divisor = max(d for d in range(1, common + 1) if common % d == 0 and seq_len // token_block // d >= shortest
+                  and all((sum(group) // d) % 2 == 0 for group in blocks))
     return seq_len // token_block // divisor
 
 
@@ -80,23 +86,47 @@ def run_violations(plan: SeqPlan, model: ModelSpec, seq_len: int) -> list[str]:
     return out
 
 
+def apportion(weights: list[int], total: int, minima: list[int]) -> list[int]:
+    """Whole numbers ≥ `minima` summing to `total`, as near the shares of `weights` as the
+    largest-remainder method gets (Σ minima ≤ total)."""
+    exact = [w * total / sum(weights) for w in weights]
+    out = [max(int(e), m) for e, m in zip(exact, minima)]
+    while sum(out) < total:
+        out[max(range(len(out)), key=lambda i: exact[i] - out[i])] += 1
+    while sum(out) > total:
+        out[max((i for i in range(len(out)) if out[i] > minima[i]), key=lambda i: out[i] - exact[i])] -= 1
+    return out
+
+
+def ring_tokens(ring, *, source_len: int, target_len: int) -> list[list[int]]:
+    """Every member's tokens of one replica's ring at `target_len`: the exact ratio when it
+    gives whole tokens and even shards; otherwise apportioned (each shard even, each member
+    at least one token)."""
+    exact = [[m.tokens * target_len / source_len for m in g.members] for g in ring]
+    if all(t.is_integer() for group in exact for t in group) and all(sum(group) % 2 == 0 for group in exact):
+        return [[int(t) for t in group] for group in exact]
+    halves = apportion([g.tokens for g in ring], target_len // 2, [-(-len(g.members) // 2) for g in ring])
+    return [apportion([m.tokens for m in g.members], 2 * half, [1] * len(g.members))
+            for g, half in zip(ring, halves)]
+
+
 def scale_plan(plan: SeqPlan, *, source: ModelSpec, target: ModelSpec, source_len: int, target_len: int) -> SeqPlan:
     """The plan with every member's heads and tokens scaled from (source model, source_len) to
-    (target model, target_len); a share that does not scale to whole kv heads or whole
-    tokens is a RunError naming it."""
+    (target model, target_len) (`ring_tokens`); a head share that does not scale to whole kv
+    heads is a RunError naming it."""
     kv_scale, rings = (target.num_kv_heads, source.num_kv_heads), []
     per_kv_source, per_kv_target = source.heads // source.num_kv_heads, target.heads // target.num_kv_heads
     for r, replica in enumerate(plan.replicas):
         ring = []
+        tokens = ring_tokens(replica.ring, source_len=source_len, target_len=target_len)
         for g, group in enumerate(replica.ring):
             members = []
             for i, m in enumerate(group.members):
-                kv, tokens = m.heads // per_kv_source * kv_scale[0], m.tokens * target_len
-                if kv % kv_scale[1] or tokens % source_len:
-                    raise RunError(f"replica {r} group {g} member {i}: its share ({m.heads} heads, {m.tokens} "
-                                   f"tokens) does not scale to the model {target.name!r} with "
-                                   f"{target.num_kv_heads} kv heads and seq_len {target_len}")
-                members.append((m.device, kv // kv_scale[1] * per_kv_target, tokens // source_len))
+                kv = m.heads // per_kv_source * kv_scale[0]
+                if kv % kv_scale[1]:
+                    raise RunError(f"replica {r} group {g} member {i}: its {m.heads} heads do not scale to "
+                                   f"whole kv heads of the model {target.name!r} ({target.num_kv_heads} kv heads)")
+                members.append((m.device, kv // kv_scale[1] * per_kv_target, tokens[g][i]))
             ring.append(members)
         rings.append(ring)
     return SeqPlan.from_rings(problem=plan.problem, batches=[r.batch for r in plan.replicas], rings=rings)
@@ -114,6 +144,9 @@ def make_sequence_job(problem: Problem, plan: SeqPlan, model: str | ModelSpec = 
         tiny_sequence_model(problem.model, plan) if model == "tiny" else problem.model)
     settings.setdefault("seq_len", tiny_seq_len(plan, seq_len=training.seq_len, token_block=training.token_block)
                         if model == "tiny" else training.seq_len)
+    if model == "tiny" and settings["seq_len"] > TINY_MAX_SEQ_LEN:  # shares then only approximately kept
+        settings["seq_len"] = max(TINY_MAX_SEQ_LEN, max(2 * sum(-(-len(g.members) // 2) for g in r.ring)
+                                                        for r in plan.replicas))
     settings.setdefault("micro_batch", training.micro_batch)
     settings.setdefault("recompute", training.recompute)
     if "schedule" in settings:  # refused, not ignored: a sequence plan has no pipeline to schedule
