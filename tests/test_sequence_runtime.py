@@ -9,6 +9,7 @@ whose gradient is near Adam's ε moves by an amount set by its last bits).
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -279,6 +280,11 @@ def test_cli_runs_a_sequence_plan_and_prints_every_member(tmp_path):
     rows = [ln.split("│")[1:6] for ln in result.output.splitlines() if ln.count("│") == 8]
     assert [[c.strip() for c in row] for row in rows] == [["0", "0", "0", "0", "5"], ["0", "0", "1", "1", "5"],
                                                           ["0", "1", "0", "2", "6"], ["1", "0", "0", "3", "16"]]
+    import hexiscale as hx
+
+    api = hx.run_plan(hx.load_problem("longctx-tiny"), hx.load_plan("longctx-tiny"), steps=1, echo=False)
+    cli_steps = json.loads((tmp_path / "metrics.json").read_text())["steps"]
+    assert api.steps[0]["loss"] == cli_steps[0]["loss"]  # the same job either way, bit for bit
     elastic = CliRunner().invoke(app, ["run", "longctx-tiny", "longctx-tiny", "--elastic", "--save-every", "1",
                                        "--checkpoint-dir", str(tmp_path / "ck")])
     assert elastic.exit_code == 2 and "--elastic: re-planning sequence plans" in elastic.output
