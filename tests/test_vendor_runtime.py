@@ -79,3 +79,23 @@ def test_sequence_plan_across_the_bridge_trains_like_one_process(tmp_path):
 
     plan = plan_of([1, 1], [[[(0, 4, 8)], [(3, 4, 8)]], [[(1, 2, 8), (2, 2, 8)]]])
     assert_equivalent(plan, tmp_path, model=MHA, cluster=load_cluster("longctx-tiny-4"))
+
+
+def test_sequence_replicas_on_two_vendors_send_the_planners_bridge_bytes(tmp_path):
+    """Two one-device replicas, H100 (device 0) and MI250X (device 3) of longctx-tiny-4: no ring
+    and no ZeRO-3 cross the bridge, the cross-replica sync does, all of it. By hand (fp32,
+    γ = 4): each replica's device sends its whole gradient to the other once a step,
+    V·(V − 1)·P_total·4 with P_total = 2·P_layer + P_emb + P_head, P_layer = 32·(32 + 2·4·8)
+    + 32² + 3·32·64 + 2·32 = 10304, P_emb = 8192, P_head = 8224 → 2·37024·4 = 296192."""
+    from planner.sequence.bridge import sequence_bridge_traffic
+    from test_sequence_runtime import MHA, plan_of
+
+    cluster = load_cluster("longctx-tiny-4")
+    plan = plan_of([1, 1], [[[(0, 4, 16)]], [[(3, 4, 16)]]])
+    config = RunConfig(model=MHA, seq_len=16, micro_batch=1, steps=2, out_dir=str(tmp_path), timeout_s=60)
+    result = launch_local(Job(plan=plan, kind="sequence", config=config, cluster=cluster), echo=False)
+    assert result.ok, result.failure_summary() + "\n".join(result.logs)
+    assert [s["bridge_bytes"] for s in result.steps] == [296192] * 2
+    problem = Problem(cluster=cluster, model=MHA, training=TrainingSpec(
+        seq_len=16, global_batch=2, micro_batch=1, token_block=8, act_bytes=4, grad_bytes=4))
+    assert sequence_bridge_traffic(problem, plan).bytes_by_kind == {"ring": 0, "zero": 0, "dp": 296192}

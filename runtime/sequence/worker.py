@@ -142,8 +142,9 @@ class Member:
 
     def step(self, step: int, failure: FailureInjection | None) -> torch.Tensor:
         """One optimizer step; returns [loss share, forward s, backward s, peak MiB above the
-        setup] of this member."""
+        setup, bytes sent over the cross-vendor bridge (DESIGN.md §8)] of this member."""
         scale = 1.0 / (self.global_batch * self.job.config.seq_len)
+        bridge_start = self.comm.meter.sent
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum, forward_s, backward_s = 0.0, 0.0, 0.0
         for index, (tokens, labels) in enumerate(self.micro_batches(step)):
@@ -158,22 +159,25 @@ class Member:
         sync_gradients(self.comm, self.groups, self.states, self.segments)
         self.optimizer.step()
         peak = memory_mib(self.comm.device) - self.setup_mib
-        return torch.tensor([loss_sum, forward_s, backward_s, peak], dtype=torch.float64)
+        bridge = self.comm.meter.sent - bridge_start
+        return torch.tensor([loss_sum, forward_s, backward_s, peak, bridge], dtype=torch.float64)
 
 
 def step_metrics(comm: Communicator, own: torch.Tensor) -> torch.Tensor:
-    """[global loss, then forward s, backward s and peak MiB of every rank]."""
-    metrics = torch.zeros(1 + 3 * comm.world_size, dtype=torch.float64)
-    metrics[0] = own[0]
-    metrics[1 + 3 * comm.rank:4 + 3 * comm.rank] = own[1:]
+    """[global loss, then forward s, backward s and peak MiB of every rank, then the bytes
+    sent over the bridge by all ranks]."""
+    metrics = torch.zeros(1 + 3 * comm.world_size + 1, dtype=torch.float64)
+    metrics[0], metrics[-1] = own[0], own[4]
+    metrics[1 + 3 * comm.rank:4 + 3 * comm.rank] = own[1:4]
     return comm.all_reduce(metrics.to(comm.device), comm.world).cpu()
 
 
 def report_step(step: int, config: RunConfig, layout: SeqLayout, metrics: torch.Tensor, wall_s: float,
                 global_batch: int, rank: int) -> dict:
     tokens_s = global_batch * config.seq_len / wall_s
-    times = metrics[1:].view(-1, 3).tolist()
+    times = metrics[1:-1].view(-1, 3).tolist()
     record = {"step": step + 1, "loss": float(metrics[0]), "tokens_per_s": tokens_s, "wall_s": wall_s,
+              "bridge_bytes": float(metrics[-1]),
               "members": [{"replica": r.replica, "group": r.group, "member": r.member, "device": r.device,
                            "tokens": r.num_tokens, "forward_s": f, "backward_s": b, "peak_mib": m}
                           for r, (f, b, m) in zip(layout.ranks, times)]}
