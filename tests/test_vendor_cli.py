@@ -39,3 +39,14 @@ def test_solve_on_a_mixed_sequence_problem_marks_the_bridge():
     out = invoke("solve", "longctx-h100-mi300x-llama3-8b-128k", "--kind", "sequence", "--time-limit", "5")
     assert TITLE in out and "per iteration over the bridge (ring" in out
     assert format_bytes(131072) == "131.1 kB" and format_bytes(12) == "12 B"
+
+
+def test_evaluate_a_sequence_plan_on_a_mixed_cluster(tmp_path):
+    """longctx-tiny-4 holds an MI250X: the bundled plan's replicas sync across the bridge."""
+    from planner.sequence.bridge import sequence_bridge_traffic
+    traffic = sequence_bridge_traffic(load_problem("longctx-tiny"), load_plan("longctx-tiny"))
+    assert traffic.bytes_by_kind["dp"] > 0 and traffic.bytes_by_kind["ring"] == 0
+    for out in (invoke("evaluate", "longctx-tiny", "longctx-tiny"),
+                invoke("show", "longctx-tiny", "longctx-tiny", "--out", str(tmp_path))):
+        assert f"({traffic.share:.1%}) in bridge-bound terms" in out
+        assert f"(ring 0 B, zero 0 B, dp {format_bytes(traffic.bytes_by_kind['dp'])})" in out
