@@ -24,6 +24,7 @@ from solvers.sequence.replan import RunFit, deal, repair
 
 RTOL = 1e-5
 QUICK = SolverOptions(time_limit_s=5)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 MODEL = ModelSpec(name="small", layers=2, hidden=512, heads=8, kv_heads=4, ffn_hidden=1024, vocab=1000)
 
 
@@ -87,10 +88,12 @@ def test_replan_chooses_a_valid_plan_never_slower_than_the_fresh_solve():
     assert result.changes[0].startswith("plan: D=2, 3 groups, 6 devices, HP 3/2/1 → ")
 
 
-@pytest.mark.parametrize("trained_kv, seq_len", [(2, 32), (4, 16), (1, 64)])
+@pytest.mark.parametrize("trained_kv, seq_len", [(2, 32), (1, 64), (4, 4), (2, 4)])
 def test_run_fit_agrees_with_the_runtime_scaling(trained_kv: int, seq_len: int):
     """RunFit.misfit (the planner's view) and make_job (the runtime scaling the plan to the
-    trained model and sequence) accept and refuse the same plans."""
+    trained model and sequence) accept and refuse the same plans: heads must be whole kv heads
+    of the trained model; a 4-token run cannot hold groups of 3 and 2 members (even shards of
+    at least 4 and 2 tokens); token shares that do not scale exactly are apportioned."""
     problem = six_h100()
     trained = ModelSpec(name="t", layers=2, hidden=16 * trained_kv, heads=2 * trained_kv, kv_heads=trained_kv,
                         ffn_hidden=32, vocab=256)
@@ -106,7 +109,7 @@ def test_run_fit_agrees_with_the_runtime_scaling(trained_kv: int, seq_len: int):
         try:
             make_job(problem, plan, trained, seq_len=seq_len)
             runs = True
-        except RunError:
+        except (RunError, ValueError):
             runs = False
         assert (fit.misfit(problem, plan) == "") == runs, (plan, fit.misfit(problem, plan))
         verdicts.append(runs)
@@ -114,9 +117,9 @@ def test_run_fit_agrees_with_the_runtime_scaling(trained_kv: int, seq_len: int):
 
 
 def test_replan_with_a_trained_model_returns_a_plan_that_runs_it():
-    """Trained: 2 kv heads (the problem has 4) at 32 tokens (of 2048): members hold heads in
-    steps of 4 (one trained kv head is two of the problem's) and tokens in blocks of 64 (one
-    token of the run each); the chosen plan makes a job of that model and sequence."""
+    """Trained: 2 kv heads (the problem has 4) at 32 tokens: members hold heads in steps of 4
+    (one trained kv head is two of the problem's); the chosen plan makes a job of that model
+    and sequence."""
     problem = six_h100()
     trained = ModelSpec(name="t", layers=2, hidden=32, heads=4, kv_heads=2, ffn_hidden=32, vocab=256)
     old = SeqPlan.from_rings(problem="six", batches=[2, 2], rings=[
@@ -125,35 +128,6 @@ def test_replan_with_a_trained_model_returns_a_plan_that_runs_it():
     result = replan(problem, old, [1, 4], options=QUICK, trained=trained, trained_seq_len=32)
     job = make_job(result.problem, result.plan, trained, seq_len=32)
     assert job.config.seq_len == 32 and RunFit.of(problem, trained, 32).misfit(result.problem, result.plan) == ""
-
-
-def test_elastic_sequence_run_replans_resumes_and_matches_the_reference(tmp_path):
-    """longctx-tiny (ranks 0, 1 | 2 and 3): rank 1 dies in step 4 of 8 (checkpoints every 2);
-    the survivors' plan resumes from step 2 on fewer devices; the 8 losses equal one process."""
-    from runtime.elastic import run_elastic
-    from runtime.failure import FailureInjection
-    from runtime.reference import train_reference
-
-    problem, plan = load_problem("longctx-tiny"), load_plan("longctx-tiny")
-    job = make_job(problem, plan, "tiny", steps=8, save_every=2, timeout_s=30,
-                   checkpoint_dir=str(tmp_path / "ckpt"), out_dir=str(tmp_path / "run"))
-
-    def replanner(prob, old, lost):
-        result = replan(prob, old, lost, options=QUICK, trained=job.config.model, trained_seq_len=job.config.seq_len)
-        return result.problem, result.plan, result.old_s, result.new_s
-
-    lines = []
-    run = run_elastic(problem, job, replanner, plan=plan, echo=False, log=lines.append,
-                      failure=FailureInjection(rank=1, step=3))
-    (event,) = run.events
-    assert event.lost == [1] and event.resumed_step == 2 and event.devices_after < 4
-    assert "re-planned 4 → " in lines[0] and event.old_s > 0 and event.new_s > 0
-    assert [s["step"] for s in run.steps] == list(range(1, 9))
-    ref_losses, _ = train_reference(job.config, 2)
-    losses = [s["loss"] for s in run.steps]
-    assert all(abs(a - b) <= RTOL * abs(b) for a, b in zip(losses, ref_losses)), (losses, ref_losses)
-    assert isinstance(run.plan, SeqPlan) and len(run.plan.devices) == event.devices_after
-    assert hx.validate(run.problem, run.plan) == []
 
 
 def test_cli_replan_on_a_sequence_plan_file(tmp_path):
@@ -168,3 +142,39 @@ def test_cli_replan_on_a_sequence_plan_file(tmp_path):
     bad = CliRunner().invoke(app, ["replan", "longctx-tiny", "longctx-tiny", "--lost", "9"])
     assert bad.exit_code == 2 and len(bad.output.strip().splitlines()) == 1, bad.output
     assert "device 9 is not in the cluster" in bad.output
+
+
+def test_cli_elastic_sequence_run_replans_resumes_and_matches_the_reference(tmp_path, monkeypatch):
+    """`hexiscale run --elastic` on longctx-tiny (ranks 0, 1 | 2 and 3): rank 1 dies in step
+    4 of 8 (checkpoints every 2; the failure is injected by wrapping the loop, injection is no
+    CLI option); the survivors' plan, re-planned for the run's tiny model and sequence,
+    resumes from step 2 on fewer devices; the 8 losses equal one-process training."""
+    import hexiscale.cli.run as cli_run
+    from runtime.elastic import run_elastic
+    from runtime.failure import FailureInjection
+    from runtime.reference import train_reference
+
+    runs = []
+
+    def injected(problem, job, replanner, **kwargs):
+        runs.append((job, run_elastic(problem, job, replanner, failure=FailureInjection(rank=1, step=3), **kwargs)))
+        return runs[-1][1]
+
+    monkeypatch.setattr(cli_run, "run_elastic", injected)
+    result = CliRunner().invoke(app, ["run", "longctx-tiny", "longctx-tiny", "--steps", "8", "--elastic",
+                                      "--checkpoint-dir", str(tmp_path / "ck"), "--save-every", "2",
+                                      "--timeout", "30", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "elastic: lost device 1; re-planned 4 → " in result.output and "resuming at step 2" in result.output
+    assert "over 8 steps" in result.output and (tmp_path / "out" / "elastic.jsonl").is_file()
+    ((job, run),) = runs
+    (event,) = run.events
+    assert event.lost == [1] and event.resumed_step == 2 and event.devices_after < 4 and event.new_s > 0
+    assert [s["step"] for s in run.steps] == list(range(1, 9))
+    ref_losses, _ = train_reference(job.config, 2)
+    losses = [s["loss"] for s in run.steps]
+    assert all(abs(a - b) <= RTOL * abs(b) for a, b in zip(losses, ref_losses)), (losses, ref_losses)
+    assert isinstance(run.plan, SeqPlan) and len(run.plan.devices) == event.devices_after
+    assert hx.validate(run.problem, run.plan) == []
+    rows = [ln for ln in result.output.splitlines() if ln.count("│") == 8]
+    assert len(rows) == event.devices_after  # the summary shows the final plan's members only

@@ -71,9 +71,16 @@ def summary_table(result: RunResult, plan) -> Table:
     return table
 
 
+def member_shares(step: dict) -> list[tuple]:
+    """A step record's members (replica, group, member, device, tokens): which plan ran it."""
+    return [tuple(m[k] for k in ("replica", "group", "member", "device", "tokens")) for m in step["members"]]
+
+
 def member_table(result: RunResult) -> Table:
-    """Sequence plans: per-member mean forward/backward time over the steps after the first."""
-    steps = result.steps[1:] or result.steps
+    """Sequence plans: per-member mean forward/backward time over the steps after the first
+    of the plan the run ended on (an elastic run's earlier plans had other members)."""
+    final = [s for s in result.steps if member_shares(s) == member_shares(result.steps[-1])]
+    steps = final[1:] or final
     table = Table(title="run summary (per-member times: mean over steps after the first)")
     for column in ("replica", "group", "member", "device", "tokens", "forward ms", "backward ms"):
         table.add_column(column, justify="right")
@@ -138,8 +145,6 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         fail(settings_error(exc))
     except (RunError, ValueError) as exc:
         fail(str(exc))
-    if elastic and job.kind == "sequence":
-        fail("--elastic: re-planning sequence plans after a lost device is not supported yet")
     job = start_from_checkpoint(job, resume)
     if job.config.schedule != prob.training.schedule:
         console.print(f"note: memory was priced for the problem's schedule {prob.training.schedule}; "
@@ -150,7 +155,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     count = len(the_plan.devices)
     console.print(f"running {count} process{'es' if count > 1 else ''}: {describe_job(job)}", highlight=False)
     if elastic:
-        result, the_plan = run_elastically(prob, job)
+        result, the_plan = run_elastically(prob, job, the_plan)
     else:
         result = launch_local(job)
     if not result.ok:
@@ -201,18 +206,19 @@ def start_from_checkpoint(job, resume: Path | None):
     return job
 
 
-def run_elastically(prob, job):
-    """run_elastic with solvers.replan as the re-planner; returns the last attempt's result
-    (with every step) and the plan the run ended on."""
+def run_elastically(prob, job, the_plan):
+    """run_elastic with solvers.replan as the re-planner (new plans must run the job's model
+    and sequence); returns the last attempt's result (with every step) and the plan the run
+    ended on. `the_plan` is the problem's plan (a sequence job carries it scaled)."""
     def replanner(problem, plan, lost):
-        result = replan(problem, plan, lost, trained=job.config.model)
+        result = replan(problem, plan, lost, trained=job.config.model, trained_seq_len=job.config.seq_len)
         return result.problem, result.plan, result.old_s, result.new_s
 
     def log(line: str) -> None:
         console.print(line, highlight=False, soft_wrap=True)
 
     try:
-        run = run_elastic(prob, job, replanner, log=log)
+        run = run_elastic(prob, job, replanner, plan=the_plan, log=log)
     except CheckpointError as exc:
         fail(str(exc))
     except (RunError, ReplanError) as exc:

@@ -22,10 +22,11 @@ plan is a candidate of its own beside the fresh solve.
 
 A run resumed from a checkpoint keeps its model and sequence (`RunFit`): the runtime scales
 a sequence plan to them (runtime/sequence/job.py), so each member's kv heads times the
-trained model's kv heads must be a whole multiple of the problem's, each member's tokens
-must scale to whole tokens of the run's sequence and each group's shard to an even count.
-Repair and polish deal in those units; a fresh plan that misses them is solved again with the
-coarser token block, and set aside if it still misses.
+trained model's kv heads must be a whole multiple of the problem's (the repair deals heads in
+those units), and the run's sequence must hold every replica's groups — each shard even,
+each member at least one token; token shares themselves need not scale exactly (the runtime
+apportions them, and any split trains the same numbers). A fresh plan that misses is set
+aside, and so is a polished repair.
 """
 
 from __future__ import annotations
@@ -50,37 +51,35 @@ Ring = list[list[list[int]]]  # groups of [device, heads, tokens], being repaire
 
 
 class RunFit(Frozen):
-    """The units a sequence plan must keep to run a given model and sequence (see the module
-    text): the problem's own (a/k heads, q tokens) when no run is being resumed."""
+    """What a resumed run needs of a sequence plan (see the module text); nothing more than
+    the problem's own rules when no run is being resumed."""
     head_unit: int = Field(ge=1, description="query heads per unit dealt (whole kv heads of the trained model)")
-    token_unit: int = Field(ge=1, description="tokens per unit dealt (token blocks that scale to whole tokens)")
+    token_unit: int = Field(ge=1, description="tokens per unit dealt: the token block q")
     trained_kv_heads: int | None = Field(default=None, ge=1, description="kv heads of the model being trained")
     trained_seq_len: int | None = Field(default=None, ge=1, description="the run's sequence length")
 
     @classmethod
     def of(cls, problem: Problem, trained: ModelSpec | None = None, seq_len: int | None = None) -> RunFit:
-        model, s, q = problem.model, problem.training.seq_len, problem.training.token_block
+        model = problem.model
         per_kv, k = model.heads // model.num_kv_heads, model.num_kv_heads
         kv_step = k // gcd(k, trained.num_kv_heads) if trained else 1
-        step = s // gcd(s, seq_len) if seq_len else 1
-        return cls(head_unit=per_kv * kv_step, token_unit=q * step // gcd(q, step),
-                   trained_kv_heads=trained.num_kv_heads if trained else None, trained_seq_len=seq_len)
+        return cls(head_unit=per_kv * kv_step, token_unit=problem.training.token_block,
+                   trained_kv_heads=trained.num_kv_heads if trained else None,
+                   trained_seq_len=seq_len)
 
     def misfit(self, problem: Problem, plan: SeqPlan) -> str:
         """Why the run cannot train `plan` (the first reason), or "" when it can."""
-        model, s = problem.model, problem.training.seq_len
-        per_kv, k, run_s = model.heads // model.num_kv_heads, model.num_kv_heads, self.trained_seq_len
+        model, run_s = problem.model, self.trained_seq_len
+        per_kv, k = model.heads // model.num_kv_heads, model.num_kv_heads
         for r, replica in enumerate(plan.replicas):
+            least = sum(2 * -(-len(g.members) // 2) for g in replica.ring)  # even shards, ≥ 1 token a member
+            if run_s and run_s < least:
+                return f"replica {r}: its groups need at least {least} tokens of the run's {run_s}-token sequence"
             for g, group in enumerate(replica.ring):
-                where = f"replica {r} group {g}"
-                if run_s and (group.tokens * run_s // s) % 2:
-                    return f"{where}: its {group.tokens}-token shard scales to an odd count of the run's {run_s} tokens"
                 for i, m in enumerate(group.members):
                     if self.trained_kv_heads and (m.heads // per_kv * self.trained_kv_heads) % k:
-                        return (f"{where} member {i}: {m.heads} heads are not whole kv heads of the trained "
-                                f"model ({self.trained_kv_heads} kv heads for the problem's {k})")
-                    if run_s and (m.tokens * run_s) % s:
-                        return f"{where} member {i}: {m.tokens} tokens do not scale to the run's {run_s}-token sequence"
+                        return (f"replica {r} group {g} member {i}: {m.heads} heads are not whole kv heads of the "
+                                f"trained model ({self.trained_kv_heads} kv heads for the problem's {k})")
         return ""
 
 
@@ -167,15 +166,6 @@ def repair(old: Problem, plan: SeqPlan, new: Problem, mapping: Mapping,
     return SeqPlan.from_rings(problem=new.name, batches=batches, rings=rings), changes
 
 
-def coarser(problem: Problem, fit: RunFit) -> Problem | None:
-    """The problem with the token block of `fit` (every plan of it keeps the run's token
-    units; §7.2's cost does not depend on q), or None when s is no multiple of its 2q."""
-    training = problem.training
-    if fit.token_unit == training.token_block or training.seq_len % (2 * fit.token_unit):
-        return None
-    return problem.model_copy(update={"training": training.model_copy(update={"token_block": fit.token_unit})})
-
-
 def priced(problem: Problem, plan: SeqPlan | None, fit: RunFit) -> float | None:
     """T of a valid plan that the run can train, else None."""
     if plan is None or validate(problem, plan) or fit.misfit(problem, plan):
@@ -191,7 +181,7 @@ def best_repair(old: Problem, plan: SeqPlan, new: Problem, mapping: Mapping, fit
         return None, None, changes
     rings = [[[tuple(m) for m in g] for g in ring] for ring in
              [[[(m.device, m.heads, m.tokens) for m in g.members] for g in r.ring] for r in repaired.replicas]]
-    state = polish(coarser(new, fit) or new, rings, deadline)
+    state = polish(new, rings, deadline)
     polished = plan_of(new, state.batches, state.rings)
     candidates = [(priced(new, p, fit), i, p) for i, p in enumerate((repaired, polished))]
     found = [c for c in candidates if c[0] is not None]
@@ -203,19 +193,13 @@ def best_repair(old: Problem, plan: SeqPlan, new: Problem, mapping: Mapping, fit
 
 
 def fresh_solve(new: Problem, solver: str, options: SolverOptions, fit: RunFit) -> tuple[SolveResult, list[str]]:
-    """The sequence solver on the survivors; a plan the run cannot train is solved again on
-    the coarser token block, and set aside (plan None, the reason as its message) if needed."""
-    options, notes = options.model_copy(update={"hint": None}), []
-    fresh = solve(new, solver, options, kind="sequence")
+    """The sequence solver on the survivors; a plan the run cannot train is set aside (plan
+    None, the reason as its message): the solvers have no knob for whole trained kv heads."""
+    fresh = solve(new, solver, options.model_copy(update={"hint": None}), kind="sequence")
     why = fit.misfit(new, fresh.plan) if fresh.plan else ""
-    if why and coarser(new, fit) is not None:
-        notes.append(f"the fresh {solver} plan was set aside: {why}; solved again in blocks of {fit.token_unit} tokens")
-        fresh = solve(coarser(new, fit), solver, options, kind="sequence")
-        why = fit.misfit(new, fresh.plan) if fresh.plan else ""
-    if why:
-        notes.append(f"the fresh {solver} plan was set aside: {why}")
-        fresh = fresh.model_copy(update={"plan": None, "message": why})
-    return fresh, notes
+    if not why:
+        return fresh, []
+    return fresh.model_copy(update={"plan": None, "message": why}), [f"the fresh {solver} plan was set aside: {why}"]
 
 
 def shape(plan: SeqPlan) -> str:
