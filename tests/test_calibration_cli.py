@@ -119,6 +119,12 @@ def test_profile_bad_options(tmp_path):
     one_error_line(invoke("profile", "-o", out, "--processes", "3", "--machines", "2"), "--machines")
     one_error_line(invoke("profile", "-o", out, "--max-bytes", "1024"), "max-bytes")
     one_error_line(invoke("profile", "-o", out, "--device", "tpu"), "--device")
+    one_error_line(invoke("profile", "-o", out, "--statistic", "mean"), "--statistic")
+    one_error_line(invoke("calibrate", out, "-o", out, "--statistic", "mean"), "--statistic")
+    import torch
+
+    if not torch.cuda.is_available():
+        one_error_line(invoke("profile", "-o", out, "--device", "cuda"), "--device cuda", "no CUDA")
 
 
 def test_profile_then_run_then_calibrate(tmp_path):
