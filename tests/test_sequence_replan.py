@@ -77,6 +77,17 @@ def test_repair_by_hand_a_replica_that_loses_everything_gives_its_batch_away():
     assert hx.validate(new, fixed) == [] and any("replica 1 dropped" in c for c in changes)
 
 
+def test_repair_by_hand_an_idle_survivor_of_the_same_machine_takes_a_lost_members_place():
+    """Devices 2 (m0) and 4, 5 idle. Lose 1 and 3: idle 2 (new id 1) takes 1's place, idle 4
+    (new id 2 after 1 and 3 go) takes 3's; shares unchanged."""
+    problem = six_h100()
+    old = SeqPlan.from_rings(problem="six", batches=[2, 2], rings=[[[(0, 4, 1024), (1, 4, 1024)]], [[(3, 8, 2048)]]])
+    new, mapping = survivors(problem, {1, 3})
+    fixed, changes = repair(problem, old, new, mapping)
+    assert shares(fixed) == [(2, [[(0, 4, 1024), (1, 4, 1024)]]), (2, [[(2, 8, 2048)]])]
+    assert hx.validate(new, fixed) == [] and len(changes) == 2 and "replaced by idle device 1" in changes[0]
+
+
 def test_replan_chooses_a_valid_plan_never_slower_than_the_fresh_solve():
     problem = six_h100()
     result = replan(problem, OLD, [1, 3, 4], options=QUICK)

@@ -1,5 +1,6 @@
 """`hexiscale replan`: remove lost devices (or machines) from a problem, re-plan on the
-survivors with the old plan as the warm start, and say what changed and the new T."""
+survivors with the old plan as the warm start, and say what changed and the new T. Either
+plan kind: the plan file's kind picks the repair and the solvers (`solvers.replan`)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def replan(problem: str = typer.Argument(..., help="problem file or bundled name
            plan: str = typer.Argument(..., help="the plan that lost devices"),
            lost: str = typer.Option("", help="lost device ids, comma-separated (the problem's ids)"),
            lost_machines: str = typer.Option("", help="lost machines (names or indices), comma-separated"),
-           solver: str = typer.Option("heuristic", help="solver of the fresh solve (cpsat/milp take the warm start)"),
+           solver: str = typer.Option("heuristic", help="solver of the fresh solve, of the plan's kind (layered cpsat/milp take the warm start)"),
            time_limit: float = typer.Option(60.0, help="the fresh solve's budget, s"),
            output: Path = typer.Option(None, "--output", "-o", help="write the new plan (new device ids) here"),
            problem_out: Path = typer.Option(None, help="write the survivors' problem (its ids) here"),

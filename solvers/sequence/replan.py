@@ -4,6 +4,8 @@ onto the survivors, that repair polished, and a fresh solve of the sequence solv
 
 The repair (device ids mapped to the survivors' first) keeps the old replicas, rings and
 member order where they survived:
+- a lost member's place goes to a survivor the plan left idle on the same machine, while
+  there are any (the shares unchanged); else
 - a group that lost some members deals their heads (whole kv heads) and tokens (token
   blocks) to its remaining members, one unit at a time to the member whose share per unit of
   speed grows least (§7.2 prices a member's linear work by t_i/π_i, its attention by
@@ -145,12 +147,31 @@ def _repair_ring(replica: Replica, r: int, mapping: Mapping, speed, fit: RunFit,
     return ring
 
 
+def stand_ins(old: Problem, plan: SeqPlan, new: Problem, mapping: Mapping, changes: list[str]) -> Mapping:
+    """`mapping` with each lost member of the plan mapped to a survivor the plan left idle on
+    the same machine (same GPU, same links), while there are any: it takes the member's place
+    and shares as they were."""
+    used = {mapping[d] for d in plan.devices if d in mapping}
+    idle: dict[str, list[int]] = {}
+    for d in range(new.cluster.num_devices):
+        if d not in used:
+            idle.setdefault(new.cluster.machines[int(new.cluster.machine_of_device[d])].name, []).append(d)
+    placed = dict(mapping)
+    for d in plan.devices:
+        spare = idle.get(old.cluster.machines[int(old.cluster.machine_of_device[d])].name)
+        if d not in mapping and spare:
+            placed[d] = spare.pop(0)
+            changes.append(f"lost device {d} replaced by idle device {placed[d]} (new id) of the same machine")
+    return placed
+
+
 def repair(old: Problem, plan: SeqPlan, new: Problem, mapping: Mapping,
            fit: RunFit | None = None) -> tuple[SeqPlan | None, list[str]]:
     """The old plan on the survivors (see the module text), and what the repair changed;
     None when every replica lost everything."""
-    fit, speed = fit or RunFit.of(old), device_speed(new)
-    rings, batches, moved, changes = [], [], 0, []
+    fit, speed, changes = fit or RunFit.of(old), device_speed(new), []
+    mapping = stand_ins(old, plan, new, mapping, changes)
+    rings, batches, moved = [], [], 0
     for r, replica in enumerate(plan.replicas):
         ring = _repair_ring(replica, r, mapping, speed, fit, changes)
         if ring:
