@@ -7,6 +7,8 @@ equals the uninterrupted one-process reference; `hexiscale replan` on a sequence
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import hexiscale as hx
@@ -15,6 +17,8 @@ from planner.hardware import Cluster, Machine
 from planner.io import load_plan, load_problem
 from planner.problem import Problem
 from planner.sequence.plan import SeqPlan
+from planner.sequence.rules import structural_violations
+from planner.sequence.table import MemberTable
 from planner.workload import ModelSpec, TrainingSpec
 from runtime.errors import RunError
 from runtime.launch import make_job
@@ -88,9 +92,30 @@ def test_repair_by_hand_an_idle_survivor_of_the_same_machine_takes_a_lost_member
     assert hx.validate(new, fixed) == [] and len(changes) == 2 and "replaced by idle device 1" in changes[0]
 
 
+RING_OF_THREE = SeqPlan.from_rings(problem="six", batches=[4], rings=[
+    [[(0, 2, 256), (1, 4, 384), (2, 2, 256)], [(3, 6, 384), (4, 2, 256)], [(5, 8, 512)]]])
+
+
+@settings(max_examples=25, deadline=None)
+@given(plan=st.sampled_from([OLD, RING_OF_THREE]), lost=st.sets(st.integers(0, 5), min_size=1, max_size=5))
+def test_every_repair_keeps_rules_1_to_4_and_every_survivor(plan: SeqPlan, lost: set[int]):
+    """Whatever is lost: the repair is None only when every device of the plan is lost; else
+    rules 1–4 hold on the survivors (Σ heads = a, whole kv heads, token blocks, Σ T_g = s,
+    T_g multiples of 2q, Σ B_r = B), and every surviving member is still in the plan."""
+    problem = six_h100()
+    assert hx.validate(problem, plan) == []
+    new, mapping = survivors(problem, lost)
+    fixed, _ = repair(problem, plan, new, mapping)
+    if fixed is None:
+        assert set(plan.devices) <= lost
+        return
+    assert structural_violations(new, MemberTable.of(fixed)) == []
+    assert {mapping[d] for d in plan.devices if d not in lost} <= set(fixed.devices)
+
+
 def test_replan_chooses_a_valid_plan_never_slower_than_the_fresh_solve():
     problem = six_h100()
-    result = replan(problem, OLD, [1, 3, 4], options=QUICK)
+    result = hx.replan(problem, OLD, [1, 3, 4], options=QUICK)
     assert isinstance(result.plan, SeqPlan) and hx.validate(result.problem, result.plan) == []
     assert max(result.plan.devices) < 3 and result.problem.cluster.num_devices == 3
     assert result.new_s == pytest.approx(hx.evaluate(result.problem, result.plan).iteration_s)
