@@ -200,9 +200,8 @@ def best_repair(old: Problem, plan: SeqPlan, new: Problem, mapping: Mapping, fit
     repaired, changes = repair(old, plan, new, mapping, fit)
     if repaired is None:
         return None, None, changes
-    rings = [[[tuple(m) for m in g] for g in ring] for ring in
-             [[[(m.device, m.heads, m.tokens) for m in g.members] for g in r.ring] for r in repaired.replicas]]
-    state = polish(new, rings, deadline)
+    rings = [[[(m.device, m.heads, m.tokens) for m in g.members] for g in r.ring] for r in repaired.replicas]
+    state = polish(new, rings, deadline)  # memory overflow first, then T; batches split again
     polished = plan_of(new, state.batches, state.rings)
     candidates = [(priced(new, p, fit), i, p) for i, p in enumerate((repaired, polished))]
     found = [c for c in candidates if c[0] is not None]
