@@ -5,6 +5,7 @@
     result = hx.solve(problem, solver="heuristic")
     print(hx.evaluate(problem, result.plan).iteration_s)
     run = hx.run_plan(problem, result.plan, model="tiny", steps=3)   # a layered or a sequence plan
+    new = hx.replan(problem, result.plan, [3, 7])   # lost devices 3, 7: new.plan in the survivors' ids
 """
 
 from planner import (
