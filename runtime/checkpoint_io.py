@@ -8,11 +8,12 @@ from __future__ import annotations
 import base64
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from runtime.checkpoint import CheckpointError, Manifest, partial_dir
+from runtime.checkpoint import CheckpointError, Manifest, commit, partial_dir
 
 
 def write_shard(root: str | Path, step: int, rank: int, tensors: dict[str, torch.Tensor]) -> Path:
@@ -25,6 +26,20 @@ def write_shard(root: str | Path, step: int, rank: int, tensors: dict[str, torch
         handle.flush()
         os.fsync(handle.fileno())
     return path
+
+
+def save_step(*, root: str | Path, step: int, comm, tensors: dict[str, torch.Tensor],
+              manifest: Callable[[], Manifest], failure=None) -> None:
+    """Every rank with chunks (one replica's ranks: the others hold copies) writes them; after
+    a barrier, rank 0 commits the step with `manifest()` (runtime.checkpoint: atomic rename).
+    `failure` (tests only) may cut this rank's file mid-write first."""
+    if failure and failure.strikes_saving(comm.rank, step - 1):
+        failure.cut_write(partial_dir(root, step) / f"rank{comm.rank}.pt")
+    if tensors:
+        write_shard(root, step, comm.rank, tensors)
+    comm.barrier()
+    if comm.rank == 0:
+        print(f"saved checkpoint {commit(root, manifest())}", flush=True)
 
 
 def rng_state() -> dict[str, str]:

@@ -18,8 +18,8 @@ from runtime.config import Job, RunConfig, check_model_fits
 from runtime.data import BatchLoader, make_source
 from runtime.errors import ConfigError
 from runtime.failure import FailureInjection
-from runtime.checkpoint import clear_partials, commit, partial_dir
-from runtime.checkpoint_io import write_shard
+from runtime.checkpoint import clear_partials
+from runtime.checkpoint_io import save_step
 from runtime.layered.checkpoint import build_manifest, load_rank, rank_tensors
 from runtime.layered.grad_sync import replicas_identical, sync_gradients
 from runtime.layered.groups import RankGroups, create_groups
@@ -175,16 +175,8 @@ def start_checkpoints(job: Job, comm: Communicator, model: StageModel, optimizer
 def save_checkpoint(job: Job, comm: Communicator, model: StageModel, optimizer, groups: RankGroups,
                     step: int, failure: FailureInjection | None) -> None:
     """Pipeline 0's ranks write their chunks; once all have, rank 0 commits (runtime.checkpoint)."""
-    root = job.config.checkpoint_dir
-    if failure and failure.strikes_saving(comm.rank, step - 1):
-        failure.cut_write(partial_dir(root, step) / f"rank{comm.rank}.pt")
-    tensors = rank_tensors(model, optimizer, groups)
-    if tensors:
-        write_shard(root, step, comm.rank, tensors)
-    comm.barrier()
-    if comm.rank == 0:
-        final = commit(root, build_manifest(job, groups.layout, step))
-        print(f"saved checkpoint {final}", flush=True)
+    save_step(root=job.config.checkpoint_dir, step=step, comm=comm, failure=failure,
+              tensors=rank_tensors(model, optimizer, groups), manifest=lambda: build_manifest(job, groups.layout, step))
 
 
 def check_replicas(comm: Communicator, model: StageModel, groups: RankGroups) -> bool:

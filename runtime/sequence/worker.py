@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from runtime.checkpoint import clear_partials, commit, partial_dir
-from runtime.checkpoint_io import write_shard
+from runtime.checkpoint import clear_partials
+from runtime.checkpoint_io import save_step
 from runtime.comm import Communicator, RankPlace
 from runtime.config import Job, RunConfig
 from runtime.data import BatchLoader, make_source
@@ -223,16 +223,9 @@ def start_checkpoints(job: Job, comm: Communicator, member: Member) -> int:
 def save_checkpoint(job: Job, comm: Communicator, member: Member, step: int,
                     failure: FailureInjection | None) -> None:
     """Replica 0's ranks write their chunks; once all have, rank 0 commits (runtime.checkpoint)."""
-    root = job.config.checkpoint_dir
-    if failure and failure.strikes_saving(comm.rank, step - 1):
-        failure.cut_write(partial_dir(root, step) / f"rank{comm.rank}.pt")
-    tensors = rank_tensors(member.states, member.optimizer, replica=member.record.replica)
-    if tensors:
-        write_shard(root, step, comm.rank, tensors)
-    comm.barrier()
-    if comm.rank == 0:
-        final = commit(root, build_manifest(job, member.layout, step))
-        print(f"saved checkpoint {final}", flush=True)
+    save_step(root=job.config.checkpoint_dir, step=step, comm=comm, failure=failure,
+              tensors=rank_tensors(member.states, member.optimizer, replica=member.record.replica),
+              manifest=lambda: build_manifest(job, member.layout, step))
 
 
 def finish(job: Job, comm: Communicator, member: Member, history: list[dict]) -> None:
