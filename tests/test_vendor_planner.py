@@ -154,11 +154,15 @@ def test_hand_checked_mixed_sequence_plan():
     t_mb = 2 * (layer + z_layer) + head + z_ends
     assert close(rep.layer_s, layer) and close(rep.zero_layer_s, z_layer) and rep.zero_bw_gbps == 4
     assert close(rep.micro_batch_s, t_mb) and close(iteration_time(problem, plan), 2 * t_mb)
-    # over the bridge: g0 (after g2) and g2 (after g1) cross; a pass carries (s − T_g)·b·2·kv·d·β =
-    # 256·128 and 384·128 bytes, ρ = 4 passes, L = 2, m = 2; ZeRO over V = 2 vendors:
-    # (V − 1)·((c − 1)·β + γ)·(L·P_layer + P_emb + P_head) = 8·(2·36992 + 32832) a micro-batch
+    # over the bridge (the runtime's bytes, planner.sequence.bridge): g0 (after g2) and g2 (after
+    # g1) cross; a K/V pass carries (s − T_g)·b·2·kv·d·β = 256·128 and 384·128 bytes, ρ − 1 = 3
+    # passes, and the gradient pass all s = 512 rows (each block's gradient hops home), L = 2,
+    # m = 2; ZeRO over N = 3, V = 2: (V − 1)·(gathers·β + γ)·3·⌈P_u/3⌉ a micro-batch, the
+    # embedding (16384 → 16386) gathered once, each layer (36992 → 36993) and the head
+    # (16448 → 16449) twice: 4·16386 + 2·6·36993 + 6·16449 = 608154
     traffic = sequence_bridge_traffic(problem, plan)
-    assert traffic.bytes_by_kind == {"ring": (256 + 384) * 128 * 4 * 2 * 2, "zero": 8 * 106816 * 2, "dp": 0}
+    ring_rows = (3 * 256 + 512) + (3 * 384 + 512)
+    assert traffic.bytes_by_kind == {"ring": ring_rows * 128 * 2 * 2, "zero": 608154 * 2, "dp": 0}
     catt_max = 4 * 4 * 64 * 64 * 513 / 20e12  # device 2's attention (π = 20e12), the largest
     assert close(traffic.bridge_s, 2 * 2 * (4 * ring[2] - catt_max) + 2 * (2 * z_layer + z_ends))
 

@@ -97,3 +97,42 @@ def test_sequence_replicas_on_two_vendors_train_like_one_process_and_meter_the_b
     problem = Problem(cluster=cluster, model=MHA, training=TrainingSpec(
         seq_len=16, global_batch=2, micro_batch=1, token_block=8, act_bytes=4, grad_bytes=4))
     assert sequence_bridge_traffic(problem, plan).bytes_by_kind == {"ring": 0, "zero": 0, "dp": 296192}
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_a_sequence_ring_and_zero3_across_the_bridge_send_the_planners_bytes(tmp_path, recompute: bool):
+    """longctx-tiny-4: replica 0 is a ring of an nvidia group (H100s, devices 0 and 1: 2 heads,
+    6 and 4 tokens) and an amd group (MI250X, device 3: 4 heads, 6 tokens), m = 2; replica 1
+    is the A100 (device 2, all 16 tokens), m = 1. Its ring, its ZeRO-3 and the sync cross the
+    bridge; bytes per step equal planner.sequence.bridge's count, derived here by hand (fp32:
+    β = γ = 4; GQA: L 2, h 32, a 4, k 2, d 8; s 16, b 1).
+    Ring (both hops cross): one token row of one kv head, K and V, is b·2·d·β = 64 B. Devices
+      0 and 1 hold kv head 0 and 1 and get it from device 3; device 3 gets head 0 from device 0
+      and head 1 from device 1. A K/V pass brings s − T_g rows (6 into group 0, 10 into group 1),
+      ρ − 1 passes a layer; the gradient pass brings all s = 16 rows (each block's gradient
+      hops home at the end, module doc of planner.sequence.bridge):
+      64·(2·((ρ−1)·6 + 16) + 2·((ρ−1)·10 + 16)) = 64·(32·(ρ − 1) + 64) a layer and micro-batch
+      → ρ = 3: 8192, ρ = 4: 10240; × L·m = 4 → 32768 / 40960.
+    ZeRO-3 over N = 3 ranks of V = 2 vendors: each unit moves 3·⌈P_u/3⌉ elements, (V − 1) times:
+      P_emb 8192 → 8193, P_layer 9280 → 9282, P_head 8224 → 8226; per micro-batch the embedding
+      is gathered once, a layer and the head twice (with recompute too: the recomputed forward's
+      gather serves the backward), each unit reduce-scattered once:
+      (4 + 4)·8193 + 2·(2·4 + 4)·9282 + (2·4 + 4)·8226 = 387024, × m = 2 → 774048.
+    Sync: replica 0's third block of every unit (device 3, amd) meets device 2 (nvidia):
+      P_u − 2·⌈P_u/3⌉ = 2730, 3092 (× 2 layers), 2740 → 11654 elements, V·(V − 1)·4 = 8 B each
+      → 93232."""
+    from planner.sequence.bridge import sequence_bridge_traffic
+    from test_sequence_runtime import GQA as SEQ_GQA
+    from test_sequence_runtime import plan_of
+
+    cluster = load_cluster("longctx-tiny-4")
+    plan = plan_of([2, 1], [[[(0, 2, 6), (1, 2, 4)], [(3, 4, 6)]], [[(2, 4, 16)]]])
+    config = RunConfig(model=SEQ_GQA, seq_len=16, micro_batch=1, steps=2, recompute=recompute,
+                       out_dir=str(tmp_path), timeout_s=60)
+    result = launch_local(Job(plan=plan, kind="sequence", config=config, cluster=cluster), echo=False)
+    assert result.ok, result.failure_summary() + "\n".join(result.logs)
+    ring = 40960 if recompute else 32768
+    assert [s["bridge_bytes"] for s in result.steps] == [ring + 774048 + 93232] * 2
+    problem = Problem(cluster=cluster, model=SEQ_GQA, training=TrainingSpec(
+        seq_len=16, global_batch=3, micro_batch=1, token_block=1, act_bytes=4, grad_bytes=4, recompute=recompute))
+    assert sequence_bridge_traffic(problem, plan).bytes_by_kind == {"ring": ring, "zero": 774048, "dp": 93232}
