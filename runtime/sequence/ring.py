@@ -16,7 +16,9 @@ parallelism, rather than autograd through the sends: autograd would have to keep
 received block until the backward (all s tokens' K/V), where this keeps only the rank's own
 K/V (the ring buffers of DESIGN.md §7.3). The backward sends K/V round the ring again; each
 block's gradient follows one hop behind it, summing every group's share, and the last hop
-takes it home (ρ = 3 ring passes, 4 with recompute, as §7.2 prices). Each block's share
+takes it home (ρ = 3 ring passes, 4 with recompute, as §7.2 counts them; but the gradient
+pass carries all s rows to each member — the own block's gradient comes home on the last
+hop — where §7.2 prices s − T_g: planner/sequence/bridge.py counts what is sent). Each block's share
 comes from the flash backward given the *merged* output and log-sum-exp, which is exactly
 that block's part of the whole softmax's gradient.
 
