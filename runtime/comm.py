@@ -331,7 +331,7 @@ class Communicator:
         size = tensor.shape[0] // group.size
         if not group.parts:
             out = tensor.new_empty(size, *tensor.shape[1:])
-            dist.reduce_scatter_tensor(out, tensor.detach().contiguous(), group=self._handle(group))
+            dist.reduce_scatter_single(out, tensor.detach().contiguous(), group=self._handle(group))
             return out
         part = group.part_of(self.rank)
         total = tensor.detach().clone().contiguous()
