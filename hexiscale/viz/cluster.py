@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
 
 from planner.layered.plan import Plan  # noqa: E402
@@ -39,30 +40,46 @@ def device_positions(problem: Problem, centres: np.ndarray) -> np.ndarray:
     return pos
 
 
+MESH_MACHINES = 16  # up to this many machines every pair is drawn (bent around boxes, labelled ≤ 6)
+MAX_DRAWN_LINKS = 500  # above it: the fastest non-default pairs only, as straight lines
+
+
 def _draw_links(ax, problem: Problem, centres: np.ndarray) -> None:
-    """Machine-to-machine links, line width by bandwidth (drawn only where they differ or few)."""
+    """Machine-to-machine links, line width by bandwidth. Up to MESH_MACHINES machines every
+    pair; above, only the pairs that differ from the default inter-machine bandwidth (racks,
+    listed links) — a full mesh would only hide the plan, and 10^4 bent patches take minutes."""
     cluster = problem.cluster
     n = len(cluster.machines)
-    if n > 16 and not cluster.links and not cluster.racks:
-        return  # all-to-all at one speed: a full mesh would only hide the plan
     i, j = np.triu_indices(n, k=1)
-    bw = np.zeros((n, n))  # drawn clusters have a few dozen machines: the pairs are few
-    bw[i, j] = bw[j, i] = cluster.pair_bw(i, j)
-    top = float(bw[i, j].max()) if n > 1 else 1.0
-    for i in range(n):
-        for j in range(i + 1, n):
-            a, b = centres[i], centres[j]
-            # a straight line through another machine's box would hide under it: bend it
-            rad = 0.3 if _passes_through(a, b, centres, (i, j)) else 0.0
-            ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-", connectionstyle=f"arc3,rad={rad}",
-                                         color="#BBBBBB", zorder=0, linewidth=0.5 + 3.0 * bw[i, j] / top))
-            if n <= 6:
-                mid = (a + b) / 2 + rad * np.array([b[1] - a[1], a[0] - b[0]]) / 2  # on the arc
-                # above the machine boxes (zorder 1), on a white patch: a label between two
-                # neighbouring boxes is wider than the gap and was half hidden under them
-                ax.text(mid[0], mid[1], f"{bw[i, j]:g} GB/s", fontsize=6, color="#555555", ha="center",
-                        va="center", zorder=2.5, bbox=dict(boxstyle="round,pad=0.15", facecolor="white",
-                                                           edgecolor="#BBBBBB", linewidth=0.4))
+    bw = np.asarray(cluster.pair_bw(i, j), dtype=float)
+    if n > MESH_MACHINES:
+        keep = np.flatnonzero(bw != float(cluster.inter_bw_gbps))
+        keep = keep[np.argsort(-bw[keep], kind="stable")[:MAX_DRAWN_LINKS]]
+        i, j, bw = i[keep], j[keep], bw[keep]
+    if len(bw) == 0:
+        return
+    top = float(bw.max())
+    if n > MESH_MACHINES:
+        segments = np.stack([centres[i], centres[j]], axis=1)
+        ax.add_collection(LineCollection(segments, colors="#BBBBBB", zorder=0, linewidths=0.5 + 3.0 * bw / top))
+        return
+    for a_index, b_index, value in zip(i, j, bw):
+        _draw_mesh_link(ax, centres, (int(a_index), int(b_index)), value, top, labelled=n <= 6)
+
+
+def _draw_mesh_link(ax, centres: np.ndarray, pair: tuple[int, int], bw: float, top: float, labelled: bool) -> None:
+    a, b = centres[pair[0]], centres[pair[1]]
+    # a straight line through another machine's box would hide under it: bend it
+    rad = 0.3 if _passes_through(a, b, centres, pair) else 0.0
+    ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-", connectionstyle=f"arc3,rad={rad}",
+                                 color="#BBBBBB", zorder=0, linewidth=0.5 + 3.0 * bw / top))
+    if labelled:
+        mid = (a + b) / 2 + rad * np.array([b[1] - a[1], a[0] - b[0]]) / 2  # on the arc
+        # above the machine boxes (zorder 1), on a white patch: a label between two
+        # neighbouring boxes is wider than the gap and was half hidden under them
+        ax.text(mid[0], mid[1], f"{bw:g} GB/s", fontsize=6, color="#555555", ha="center",
+                va="center", zorder=2.5, bbox=dict(boxstyle="round,pad=0.15", facecolor="white",
+                                                   edgecolor="#BBBBBB", linewidth=0.4))
 
 
 def _passes_through(a: np.ndarray, b: np.ndarray, centres: np.ndarray, skip: tuple[int, int]) -> bool:

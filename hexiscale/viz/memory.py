@@ -38,6 +38,21 @@ def device_memory(problem: Problem, estimate: Estimate) -> dict[str, np.ndarray]
     return out
 
 
+BAR_DEVICES = 256  # above this many devices a bar is under a pixel wide: steps, not 10^3 patches
+
+
+def _stacked_bars(ax, x: np.ndarray, mem: dict[str, np.ndarray]) -> None:
+    """State, activations and reserve stacked per device: bars, or for many devices the same
+    stack as filled steps (one polygon per part; 4·10^3 bar patches take ~10 s to draw)."""
+    bottom = np.zeros(len(x))
+    for part, shade in (("state", "#4C72B0"), ("activation", "#DD8452"), ("reserve", "#AAAAAA")):
+        if len(x) <= BAR_DEVICES:
+            ax.bar(x, mem[part], bottom=bottom, color=shade, label=part, width=0.8)
+        else:
+            ax.fill_between(x, bottom, bottom + mem[part], step="mid", color=shade, label=part, linewidth=0)
+        bottom = bottom + mem[part]
+
+
 def draw_memory(problem: Problem, estimate: Estimate, path, title: str = "") -> None:
     """Write the memory bars to `path` (PNG)."""
     mem = device_memory(problem, estimate)
@@ -45,15 +60,12 @@ def draw_memory(problem: Problem, estimate: Estimate, path, title: str = "") -> 
     x = np.arange(n)
     colours = pipeline_colours(max(1, len(estimate.pipelines)))
     fig, ax = plt.subplots(figsize=(min(20, 3 + n * 0.22), 4.2))
-    bottom = np.zeros(n)
-    for part, shade in (("state", "#4C72B0"), ("activation", "#DD8452"), ("reserve", "#AAAAAA")):
-        ax.bar(x, mem[part], bottom=bottom, color=shade, label=part, width=0.8)
-        bottom += mem[part]
+    _stacked_bars(ax, x, mem)
     ax.scatter(x, mem["capacity"], marker="_", s=140, color="black", linewidths=2, label="capacity", zorder=3)
     # a strip under the bars: which pipeline each device works for (grey: idle)
     top = float(max(mem["capacity"].max(), mem["total"].max()))
     strip = [colours[p] if p >= 0 else "#DDDDDD" for p in mem["pipeline"]]
-    ax.bar(x, top * 0.03, bottom=-top * 0.045, color=strip, width=1.0)
+    ax.broken_barh([(d - 0.5, 1.0) for d in x], (-top * 0.045, top * 0.03), facecolors=strip)
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_ylim(-top * 0.06, top * 1.08)
     over = mem["total"] > mem["capacity"]
