@@ -219,7 +219,7 @@ def test_batch_split_of_a_huge_batch_is_quick():
 def test_solve_with_a_global_batch_of_1e12_returns():
     problem = generated_problem(generate_cluster(64, MIX, 0), "llama2-7b", seq_len=1024, global_batch=10**12)
     start = time.perf_counter()
-    result = solve(problem, "heuristic", SolverOptions(time_limit_s=20, seed=0))
+    result = solve(problem, "heuristic", SolverOptions(time_limit_s=5, seed=0))
     assert time.perf_counter() - start < 60
     assert result.plan is not None and sum(p.batch for p in result.plan.pipelines) == 10**12
     assert validate(problem, result.plan) == []
