@@ -1,7 +1,8 @@
 """The exact CP-SAT solver of sequence plans (solvers/sequence/exact, docs/formulation.md
 §7.1) against the brute-force oracle: equal feasibility and equal T on seeded tiny problems
 (memory-tight and infeasible ones included), every plan valid and priced by the planner, the
-proven bound below T by no more than the stated rounding; model sizes, time limit, registry."""
+proven bound below T by no more than the stated rounding; model sizes; for CP-SAT and the
+MILP both: time limit, size refusal, registry."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from planner.solver_info import SolveStatus
 from solvers import registry
 from solvers.common import SolverOptions
 from solvers.sequence import brute, heuristic
-from solvers.sequence.exact import cpsat
+from solvers.sequence.exact import cpsat, milp
 from solvers.sequence.exact.model import build_model, scale_of, tables_of
 from solvers.sequence.exact.structure import canonical_devices, structures
 from test_sequence_solvers import GENERATORS, SUITE, check_result, hetero_seq, tiny_seq
@@ -104,21 +105,27 @@ def test_cpsat_beyond_brute_force_is_optimal_and_no_worse_than_the_heuristic(bas
     assert res.objective_s <= heur.objective_s * (1 + 1e-9) and res.bound_s <= heur.objective_s
 
 
-def test_time_limit_never_claims_optimality():
-    res = cpsat.solve(tiny_seq(0), SolverOptions(time_limit_s=0.02))
+EXACT_SOLVERS = pytest.mark.parametrize("solver", [cpsat, milp], ids=["cpsat", "milp"])
+
+
+@EXACT_SOLVERS
+def test_time_limit_never_claims_optimality(solver):
+    res = solver.solve(tiny_seq(0), SolverOptions(time_limit_s=0.02))
     assert res.status in (SolveStatus.feasible, SolveStatus.unknown)
     check_result(tiny_seq(0), res)
     assert res.bound_s is None or res.bound_s <= brute.solve(tiny_seq(0)).objective_s * (1 + 1e-12)
 
 
-def test_refuses_large_problems():
-    res = cpsat.solve(load_problem("longctx-sim-32-llama3-8b-128k"))
+@EXACT_SOLVERS
+def test_refuses_large_problems(solver):
+    res = solver.solve(load_problem("longctx-sim-32-llama3-8b-128k"))
     assert res.status == SolveStatus.unknown and "exact sequence model handles" in res.message
 
 
-def test_registry_reaches_the_sequence_cpsat():
+@pytest.mark.parametrize("name", ["cpsat", "milp"])
+def test_registry_reaches_the_sequence_exact_solvers(name):
     problem = load_problem("longctx-tiny")
-    res = registry.solve(problem, "cpsat", kind="sequence")
+    res = registry.solve(problem, name, kind="sequence")
     check_result(problem, res)
     oracle = brute.solve(problem)
     assert res.status == oracle.status

@@ -1,8 +1,8 @@
 """The exact MILP solver of sequence plans (solvers/sequence/exact/milp.py, docs/formulation.md
 §7.1.1) against the brute-force oracle and the CP-SAT model: equal feasibility and equal T
 (to 1e-6) on seeded tiny problems (memory-tight and infeasible ones included), every plan valid
-and priced by the planner, the bound below T; the one-hot look-ups, model sizes, time limit,
-registry."""
+and priced by the planner, the bound below T; the one-hot look-ups, model sizes (time limit,
+size refusal and registry: tests/test_sequence_exact.py, for both exact solvers)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,12 @@ import time
 import numpy as np
 import pytest
 
-from planner.io import load_problem
 from planner.solver_info import SolveStatus
-from solvers import registry
-from solvers.common import SolverOptions
-from solvers.sequence import brute
 from solvers.sequence.exact import milp
 from solvers.sequence.exact.model import tables_of
 from solvers.sequence.exact.structure import canonical_devices, structures
 from test_sequence_exact import EXACT_SUITE, _memory_tight, judged
-from test_sequence_solvers import GENERATORS, check_result, hetero_seq, tiny_seq
+from test_sequence_solvers import GENERATORS, check_result, hetero_seq
 
 
 @pytest.fixture(scope="module")
@@ -90,25 +86,3 @@ def test_every_table_is_affine_so_the_default_model_has_no_look_up_binaries():
         assert len(binaries) == k * n  # only the one-hot of every member's kv heads [M-S1]
         assert len(v.blocks) == n and len(v.shard) == len(spec.groups)
         assert len(milp.build_milp(problem, spec, tb, unit, onehot=True)[0].variables()) > len(lp.variables())
-
-
-def test_time_limit_never_claims_optimality():
-    res = milp.solve(tiny_seq(0), SolverOptions(time_limit_s=0.02))
-    assert res.status in (SolveStatus.feasible, SolveStatus.unknown)
-    check_result(tiny_seq(0), res)
-    assert res.bound_s is None or res.bound_s <= brute.solve(tiny_seq(0)).objective_s * (1 + 1e-12)
-
-
-def test_refuses_large_problems():
-    res = milp.solve(load_problem("longctx-sim-32-llama3-8b-128k"))
-    assert res.status == SolveStatus.unknown and "exact sequence model handles" in res.message
-
-
-def test_registry_reaches_the_sequence_milp():
-    problem = load_problem("longctx-tiny")
-    res = registry.solve(problem, "milp", kind="sequence")
-    check_result(problem, res)
-    oracle = brute.solve(problem)
-    assert res.status == oracle.status
-    if oracle.objective_s is not None:
-        assert res.objective_s == pytest.approx(oracle.objective_s, rel=1e-6)
