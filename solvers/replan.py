@@ -123,17 +123,6 @@ def _repair_stage(devices, mapping, pool: list[int], where: str, changes: list[s
     return kept
 
 
-def _spread(batches: list[int], extra: int, b: int) -> list[int]:
-    """Give `extra` sequences, one micro-batch at a time, to the pipeline whose batch grows
-    least relative to its own: in proportion to the batches, which the old plan balanced
-    against each pipeline's speed."""
-    grown = list(batches)
-    for _ in range(extra // b):
-        i = min(range(len(grown)), key=lambda p: (grown[p] + b) / batches[p])
-        grown[i] += b
-    return grown
-
-
 def repair(old: Problem, plan: Plan, new: Problem, mapping: dict[int, int]) -> tuple[Plan | None, list[str]]:
     """The old plan on the survivors (see the module text), and what the repair changed."""
     idle, cluster = _idle_by_machine(new, plan, mapping), old.cluster
@@ -150,7 +139,9 @@ def repair(old: Problem, plan: Plan, new: Problem, mapping: dict[int, int]) -> t
             changes.append(f"pipeline {p} dropped (a stage lost every device); its {pipe.batch} sequences moved")
     if not kept:
         return None, changes
-    batches = _spread(batches, dropped, old.training.micro_batch)
+    # the dropped sequences go one micro-batch at a time in proportion to the batches, which
+    # the old plan balanced against each pipeline's speed
+    batches = sequence_replan.deal(batches, [float(b) for b in batches], dropped, old.training.micro_batch)
     return Plan.from_stages(problem=new.name, batches=batches, stages=kept), changes
 
 
