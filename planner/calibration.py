@@ -22,14 +22,17 @@ from pydantic import Field
 from planner.base import TFLOPS, US, Frozen
 from planner.hardware import Cluster, GpuType, Machine, Vendor
 
-# Which summary of repeated timings counts: the median (the default: what a typical repetition
-# takes) or the fastest (on shared cores, the repetition least disturbed by other work).
-Statistic = Literal["median", "min"]
+# Which summary of repeated timings counts: the mean (the default: a step adds up many
+# operations, and a sum's typical value is the sum of their means — on shared cores a
+# collective's times have a long tail that the median leaves out), the median (what a
+# typical repetition takes) or the fastest (the repetition least disturbed by other work).
+Statistic = Literal["mean", "median", "min"]
+STATISTICS: tuple[Statistic, ...] = ("mean", "median", "min")
 
 
 def summarize(samples, statistic: Statistic) -> float:
     values = np.asarray(samples, dtype=float)
-    return float(np.median(values) if statistic == "median" else values.min())
+    return float({"mean": np.mean, "median": np.median, "min": np.min}[statistic](values))
 
 
 # A design matrix whose smallest singular value, relative to its largest, is below this

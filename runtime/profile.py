@@ -1,15 +1,17 @@
 """The measuring processes of `hexiscale profile`: `python -m runtime.profile SPEC.json RANK`.
 
 Every rank measures at once, so the figures hold the contention a run of that many processes
-has (on CPU, processes share the cores). Each figure is a median over `repeats` timed
-repetitions after `warmup` untimed ones; on CUDA each timing waits for the device.
+has (on CPU, processes share the cores). Each figure keeps the mean, median and fastest of
+`repeats` timed repetitions after `warmup` untimed ones; on CUDA each timing waits for the device.
 
 Compute: the model's GEMM shapes (forward and both backward GEMMs, at TP size 1), a large
 square GEMM (the type's best rate: its measured peak), the whole model's forward + backward
-on one micro-batch (the achieved rate η·peak the cost model uses), and causal attention
-against sequence length. Links: per class — inside a machine (the first machine's ranks),
+per micro-batch as the runtime runs it (the achieved rate η·peak the cost model uses), and
+causal attention against sequence length. Links: per class — inside a machine (the first machine's ranks),
 between machines (the first rank of each machine) — p2p (half a ping-pong), all-reduce and
-all-to-all over message sizes. Every exchange goes through the communicator. On one host
+all-to-all over message sizes, each after the compute a run does between two collectives
+(`compute_gap`), averaged over the ranks that time it. Every exchange goes through the
+communicator. On one host
 there is no network: "between machines" means processes of two simulated machines, and on
 CPU every pair talks over gloo's TCP loopback, so the two classes measure the same path.
 """
@@ -30,8 +32,11 @@ import torch
 from planner import cost
 from planner.workload import TrainingSpec
 from runtime.comm import Communicator, Group, RankPlace
-from runtime.model import ReferenceLlama, causal_attention
-from runtime.profile_launch import (AttentionTiming, GemmTiming, LinkTiming, ProfileResult, ProfileSpec)
+from runtime.layered.layout import StageRanks
+from runtime.layered.stage import StageModel
+from runtime.model import causal_attention
+from runtime.profile_launch import (MIN_SECONDS, AttentionTiming, GemmTiming, LinkTiming, ProfileResult, ProfileSpec,
+                                    Repeated)
 from runtime.timing import device_synchronizer
 from runtime.worker import die_with_parent
 
@@ -39,7 +44,7 @@ SQUARE = 512  # the square GEMM's side: at its best rate on a CPU core, and shor
 
 
 class Meter:
-    """Times callables on this rank: warm-up, repetitions, median; tallies the spreads."""
+    """Times callables on this rank: warm-up, then timed repetitions; tallies the spreads."""
 
     def __init__(self, spec: ProfileSpec, device: torch.device):
         self.spec, self.sync, self.spreads = spec, device_synchronizer(device), []
@@ -60,12 +65,11 @@ class Meter:
             times.append(time.perf_counter() - start)
         return times
 
-    def measure(self, fn: Callable[[], object], before: Callable[[], object] | None = None) -> tuple[float, float]:
-        """(median, fastest) of the timed repetitions."""
-        times = self.samples(fn, before)
-        middle = statistics.median(times)
-        self.spreads.append((max(times) - min(times)) / middle)
-        return middle, min(times)
+    def measure(self, fn: Callable[[], object], scale: float = 1.0) -> list[float]:
+        """The timed repetitions (each times `scale`), their spread tallied."""
+        times = [t * scale for t in self.samples(fn)]
+        self.spreads.append((max(times) - min(times)) / statistics.median(times))
+        return times
 
 
 def gemm_shapes(spec: ProfileSpec) -> list[tuple[int, int]]:
@@ -80,20 +84,26 @@ def gemm_shapes(spec: ProfileSpec) -> list[tuple[int, int]]:
 def time_gemm(meter: Meter, device, tokens: int, fan_in: int, fan_out: int) -> GemmTiming:
     x, w = torch.randn(tokens, fan_in, device=device), torch.randn(fan_out, fan_in, device=device)
     g = torch.randn(tokens, fan_out, device=device)
-    seconds, fastest = meter.measure(lambda: (x @ w.T, g @ w, g.T @ x))
-    return GemmTiming(tokens=tokens, fan_in=fan_in, fan_out=fan_out, seconds=seconds, fastest_s=fastest)
+    return GemmTiming.of(meter.measure(lambda: (x @ w.T, g @ w, g.T @ x)), tokens=tokens, fan_in=fan_in,
+                         fan_out=fan_out)
 
 
-def model_pass_seconds(meter: Meter, spec: ProfileSpec, device) -> tuple[float, float]:
-    """The whole model, forward + backward, on one micro-batch (what a one-stage run does)."""
-    model = ReferenceLlama(spec.model, spec.seq_len, seed=0).to(device)
+def model_pass(meter: Meter, spec: ProfileSpec, device) -> Repeated:
+    """The whole model as a run executes it — the runtime's own stage holding every layer —
+    forward + backward per micro-batch, `spec.accumulate` micro-batches accumulating their
+    gradients as a step's do (the adds are part of what training achieves)."""
+    whole = StageRanks(pipeline=0, stage=0, ranks=(0,), devices=(0,), layer_start=0, layer_end=spec.model.layers,
+                       first=True, last=True)
+    model = StageModel(spec.model, whole, 0, None, spec.seq_len, seed=0).to(device)
     tokens = torch.randint(0, spec.model.vocab, (spec.micro_batch, spec.seq_len), device=device)
+    scale = 1.0 / tokens.numel()
 
     def step() -> None:
         model.zero_grad(set_to_none=True)
-        model(tokens, tokens).backward()
+        for _ in range(spec.accumulate):
+            model(tokens, tokens, scale).backward()
 
-    return meter.measure(step)
+    return Repeated.of(meter.measure(step, scale=1.0 / spec.accumulate))
 
 
 def attention_timings(meter: Meter, spec: ProfileSpec, device) -> list[AttentionTiming]:
@@ -102,8 +112,8 @@ def attention_timings(meter: Meter, spec: ProfileSpec, device) -> list[Attention
         q = torch.randn(spec.micro_batch, seq_len, m.heads, m.head_dim, device=device, requires_grad=True)
         kv = [torch.randn(spec.micro_batch, seq_len, m.num_kv_heads, m.head_dim, device=device, requires_grad=True)
               for _ in range(2)]
-        seconds, _ = meter.measure(lambda: causal_attention(q, *kv).sum().backward())
-        out.append(AttentionTiming(seq_len=seq_len, seconds=seconds))
+        times = meter.measure(lambda: causal_attention(q, *kv).sum().backward())
+        out.append(AttentionTiming(seq_len=seq_len, seconds=statistics.median(times)))
     return out
 
 
@@ -131,8 +141,37 @@ def link_groups(spec: ProfileSpec, comm: Communicator) -> dict[str, Group]:
     return found
 
 
-def one_way_seconds(meter: Meter, comm: Communicator, pair: tuple[int, int], buffer: torch.Tensor) -> list[float]:
-    """Half of each ping-pong round trip between the pair (rank pair[0] times it)."""
+def profile_training(spec: ProfileSpec) -> TrainingSpec:
+    """The training settings of the timed shapes (one micro-batch, no recompute)."""
+    return TrainingSpec(seq_len=spec.seq_len, global_batch=spec.micro_batch, micro_batch=spec.micro_batch)
+
+
+def compute_gap(spec: ProfileSpec, group_size: int, device) -> Callable[[], object]:
+    """The compute a run does between two of its collectives, as one GEMM of the model's width:
+    the cost model's forward + backward of one layer (c·b·s·F_layer) at TP size `group_size`,
+    shared among the layer's r all-reduces. Timing each exchange after it, as a TP run meets
+    it, keeps what back-to-back repetitions hide: the ranks' skew at the sync point (it grows
+    with the compute before it) and the wake-up of a process that was computing."""
+    training, tokens = profile_training(spec), spec.micro_batch * spec.seq_len
+    flops = (cost.pass_multiplier(training) * tokens * cost.layer_flops_per_token(spec.model, training)
+             / (group_size * cost.tp_rounds(training)))
+    width = max(1, round(flops / (2 * tokens * spec.model.hidden)))
+    x, w = torch.randn(tokens, spec.model.hidden, device=device), torch.randn(spec.model.hidden, width, device=device)
+    return lambda: x @ w
+
+
+def added_seconds(meter: Meter, fn: Callable[[], object], gap: Callable[[], object]) -> list[float]:
+    """Each repetition's time of the compute gap then `fn`, less the gap's own mean time when
+    run alone: what the exchange adds to a run, the compute it slows included (on shared
+    cores a GEMM next to collectives runs markedly slower than one next to GEMMs)."""
+    alone = statistics.fmean(meter.samples(gap))
+    return [t - alone for t in meter.samples(lambda: (gap(), fn()))]
+
+
+def one_way_seconds(meter: Meter, comm: Communicator, pair: tuple[int, int], buffer: torch.Tensor,
+                    gap: Callable[[], object]) -> list[float]:
+    """Half of what each ping-pong round trip between the pair adds after the compute gap on
+    both ranks (rank pair[0] times it)."""
     a, b = pair
 
     def ping_pong() -> None:
@@ -143,36 +182,46 @@ def one_way_seconds(meter: Meter, comm: Communicator, pair: tuple[int, int], buf
             comm.recv(buffer, a, 0)
             comm.send(buffer, a, 1).wait()
 
-    return [t / 2 for t in meter.samples(ping_pong)]
+    return [t / 2 for t in added_seconds(meter, ping_pong, gap)]
 
 
-def collective_seconds(meter: Meter, comm: Communicator, op: str, group: Group, buffer: torch.Tensor) -> list[float]:
+def collective_seconds(meter: Meter, comm: Communicator, op: str, group: Group, buffer: torch.Tensor,
+                       gap: Callable[[], object]) -> list[float]:
+    """What each collective adds on this rank, from its arrival after the compute gap."""
     n = group.size
     split = [buffer.numel() // n] * n
     even = buffer[: sum(split)]  # each peer gets an equal block
     run = {"all_reduce": lambda: comm.all_reduce(buffer, group),
            "all_to_all": lambda: comm.all_to_all(even, send_sizes=split, recv_sizes=split, group=group)}[op]
-    return meter.samples(run, before=lambda: comm.all_reduce(torch.zeros(1, device=buffer.device), group))
+    return added_seconds(meter, run, gap)
 
 
-def slowest(comm: Communicator, times: list[float], device) -> list[float]:
-    """Each repetition's time on the slowest rank (ranks outside the group report 0)."""
-    values = torch.tensor(times, dtype=torch.float64, device=device)
-    return comm.all_reduce(values, comm.world, "max").cpu().tolist()
+def mean_of_timers(comm: Communicator, times: list[float] | None, timers: int, repeats: int,
+                   device) -> list[float]:
+    """Each repetition's time averaged over the ranks that timed it (`times` None elsewhere).
+    At a sync point the rank that arrives last waits least; the mean over the ranks is what
+    the exchange adds to a run's mean rank, skew included."""
+    own = times if times is not None else [0.0] * repeats
+    values = torch.tensor(own, dtype=torch.float64, device=device)
+    return (comm.all_reduce(values, comm.world, "sum") / timers).cpu().tolist()
 
 
 def measure_link(meter: Meter, comm: Communicator, spec: ProfileSpec, link_class: str, group: Group,
                  op: str, nbytes: int, device) -> LinkTiming:
     buffer = torch.ones(nbytes // 4, device=device)
     inside = comm.rank in group.ranks
+    gap = compute_gap(spec, group.size, device)
     if op == "p2p":
-        times = one_way_seconds(meter, comm, group.ranks[:2], buffer) if inside else [0.0] * spec.repeats
+        pair = group.ranks[:2]
+        times = one_way_seconds(meter, comm, pair, buffer, gap) if comm.rank in pair else None
+        times = times if comm.rank == pair[0] else None
+        timers = 1
     else:
-        times = collective_seconds(meter, comm, op, group, buffer) if inside else [0.0] * spec.repeats
-    times = slowest(comm, times, device)
-    middle = statistics.median(times)
-    return LinkTiming(link_class=link_class, op=op, ranks=2 if op == "p2p" else group.size, nbytes=nbytes,
-                      seconds=middle, fastest_s=min(times), spread=(max(times) - min(times)) / middle)
+        times = collective_seconds(meter, comm, op, group, buffer, gap) if inside else None
+        timers = group.size
+    times = mean_of_timers(comm, times, timers, spec.repeats, device)
+    return LinkTiming.of(times, link_class=link_class, op=op, ranks=2 if op == "p2p" else group.size, nbytes=nbytes,
+                         spread=(max(times) - min(times)) / max(statistics.median(times), MIN_SECONDS))
 
 
 def measure_links(meter: Meter, comm: Communicator, spec: ProfileSpec, progress: Progress, device) -> list[LinkTiming]:
@@ -195,14 +244,13 @@ def measure_compute(meter: Meter, comm: Communicator, spec: ProfileSpec, progres
         gemms.append(time_gemm(meter, device, tokens, fan_in, fan_out))
         progress.tick(f"GEMM {tokens}x{fan_in}x{fan_out}")
     comm.barrier()
-    model_seconds, model_fastest = model_pass_seconds(meter, spec, device)
+    model = model_pass(meter, spec, device)
     progress.tick("model forward + backward")
     attention = attention_timings(meter, spec, device)
     progress.tick("attention")
-    training = TrainingSpec(seq_len=spec.seq_len, global_batch=spec.micro_batch, micro_batch=spec.micro_batch)
+    training = profile_training(spec)
     per_token = spec.model.layers * cost.layer_flops_per_token(spec.model, training) + cost.head_flops_per_token(spec.model)
-    return {"square_gemm": square, "gemms": gemms, "model_seconds": model_seconds, "model_fastest_s": model_fastest,
-            "attention": attention,
+    return {"square_gemm": square, "gemms": gemms, "model": model, "attention": attention,
             "model_flops": 3.0 * tokens * per_token}
 
 

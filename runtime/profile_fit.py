@@ -1,9 +1,13 @@
 """From `profile`'s raw measurements to a cluster file (no torch): every link timing priced by
 the cost term that the planner prices that operation with (p2p: `cost.p2p_time`; all-reduce:
 `cost.allreduce_time`; all-to-all: the sequence plans' `exchange_time`), fitted to
-`x/bw + α` by `planner.calibration`. A class's figure in the cluster is the joint fit of its
-p2p and all-reduce timings (the operations layered plans price); each operation's own fit
-and the direct large-message bandwidth are reported beside it.
+`x/bw + α` by `planner.calibration`. A class's figure in the cluster is the fit of its
+all-reduce timings: the operation of the TP and data-parallel terms, whose α a layered plan
+pays r·n times per micro-batch. On shared CPU cores, with every exchange timed after compute
+as a run meets it, a collective's α (wake-ups, skew) is several times a ping-pong's, so a
+joint fit with p2p would price every TP all-reduce too cheap; the p2p a plan prices once per
+stage boundary then carries that α too. Each operation's own fit and each operation's direct
+large-message bandwidth are reported beside it.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from planner.hardware import Cluster
 from planner.sequence.cost import exchange_time
 from runtime.profile_launch import LinkTiming, ProfileResult
 
-JOINT_OPS = ("p2p", "all_reduce")
+WRITTEN_OP = "all_reduce"  # the operation whose fit the cluster file carries
 
 
 def priced_term(timing: LinkTiming):
@@ -31,13 +35,9 @@ def priced_term(timing: LinkTiming):
     return lambda bw, lat: exchange_time(x * (n - 1) / n, n, bw, lat)
 
 
-def timing_seconds(timing: LinkTiming, statistic: Statistic) -> float:
-    return timing.seconds if statistic == "median" else timing.fastest_s
-
-
-def fit_timings(timings: list[LinkTiming], what: str, statistic: Statistic = "median") -> LinkFit:
+def fit_timings(timings: list[LinkTiming], what: str, statistic: Statistic = "mean") -> LinkFit:
     inv_bw, lat = np.array([term_regressors(priced_term(t)) for t in timings]).T
-    return fit_link(inv_bw, lat, [timing_seconds(t, statistic) for t in timings], what)
+    return fit_link(inv_bw, lat, [t.summary(statistic) for t in timings], what)
 
 
 def reported_fit(timings: list[LinkTiming], what: str, statistic: Statistic) -> LinkFit | str:
@@ -49,15 +49,21 @@ def reported_fit(timings: list[LinkTiming], what: str, statistic: Statistic) -> 
         return str(exc)
 
 
+def direct_bw_gbps(timing: LinkTiming, statistic: Statistic) -> float:
+    """The bandwidth one measurement shows by itself: the bytes the cost model moves per 1/bw
+    (its term's coefficient) over the measured time, latency ignored."""
+    inv_bw, _ = term_regressors(priced_term(timing))
+    return float(inv_bw) / timing.summary(statistic)
+
+
 @dataclass(frozen=True)
 class ClassReport:
-    """One link class: the figure written, each operation's own fit, the direct measurement."""
+    """One link class: the figure written, each operation's own fit, the direct measurements."""
 
     link_class: str
-    joint: LinkFit
+    written: LinkFit  # the fit of WRITTEN_OP, in the cluster file
     per_op: dict[str, LinkFit | str]  # a reason where an operation's own fit is refused
-    direct_bw_gbps: float  # largest p2p message / its one-way time
-    direct_bytes: int
+    direct: dict[str, tuple[float, int]]  # per operation: (bw GB/s of its largest message, its bytes)
     spread: float  # median (max − min)/median of the class's repetitions
 
 
@@ -65,26 +71,24 @@ def class_report(result: ProfileResult, link_class: str, what: str, statistic: S
     timings = [t for t in result.links if t.link_class == link_class]
     if not timings:
         return None
-    per_op = {op: reported_fit([t for t in timings if t.op == op], f"{link_class} {op}", statistic)
-              for op in dict.fromkeys(t.op for t in timings)}
-    joint = fit_timings([t for t in timings if t.op in JOINT_OPS], f"{what}: {link_class} links", statistic)
-    largest = max((t for t in timings if t.op == "p2p"), key=lambda t: t.nbytes)
-    return ClassReport(link_class=link_class, joint=joint, per_op=per_op,
-                       direct_bw_gbps=largest.nbytes / timing_seconds(largest, statistic) / 1e9,
-                       direct_bytes=largest.nbytes,
+    ops = list(dict.fromkeys(t.op for t in timings))
+    per_op = {op: reported_fit([t for t in timings if t.op == op], f"{link_class} {op}", statistic) for op in ops}
+    written = fit_timings([t for t in timings if t.op == WRITTEN_OP], f"{what}: {link_class} links", statistic)
+    largest = {op: max((t for t in timings if t.op == op), key=lambda t: t.nbytes) for op in ops}
+    return ClassReport(link_class=link_class, written=written, per_op=per_op,
+                       direct={op: (direct_bw_gbps(t, statistic), t.nbytes) for op, t in largest.items()},
                        spread=float(np.median([t.spread for t in timings])))
 
 
-def measured_device(result: ProfileResult, name: str, statistic: Statistic = "median") -> MeasuredDevice:
+def measured_device(result: ProfileResult, name: str, statistic: Statistic = "mean") -> MeasuredDevice:
     """The device type: peak = the best rate of any timed GEMM; achieved = the whole model's."""
     peak = max(g.rate(statistic) for g in (result.square_gemm, *result.gemms))
-    seconds = result.model_seconds if statistic == "median" else result.model_fastest_s
-    return MeasuredDevice(name=name, peak_flops=peak, model_flops=result.model_flops / seconds,
+    return MeasuredDevice(name=name, peak_flops=peak, model_flops=result.model_flops / result.model.summary(statistic),
                           memory_gib=result.memory_gib)
 
 
 def profiled_cluster(result: ProfileResult, *, name: str, gpu_name: str, what: str = "profile",
-                     statistic: Statistic = "median") -> tuple[Cluster, dict[str, ClassReport], list[str]]:
+                     statistic: Statistic = "mean") -> tuple[Cluster, dict[str, ClassReport], list[str]]:
     """The cluster file's contents, the per-class reports, and notes on what was not measured
     (a class without two processes takes the other class's figure; said, not hidden)."""
     reports = {c: class_report(result, c, what, statistic) for c in ("intra", "inter")}
@@ -93,7 +97,7 @@ def profiled_cluster(result: ProfileResult, *, name: str, gpu_name: str, what: s
                                 ("inter", "intra", "one machine only")):
         if reports[missing] is None:
             notes.append(f"{missing} links not measured ({why}): written as the measured {other} figure")
-    measured = {c: r.joint for c, r in reports.items() if r is not None}
+    measured = {c: r.written for c, r in reports.items() if r is not None}
     if not measured:
         raise ValueError(f"{what}: no link was measured (profile at least two processes)")
     intra = measured.get("intra", measured.get("inter"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from typing import Callable, Literal
 from pydantic import Field, model_validator
 
 from planner.base import Frozen
+from planner.calibration import Statistic
 from planner.workload import ModelSpec
 
 ProfileDevice = Literal["cpu", "cuda"]
@@ -33,10 +35,11 @@ class ProfileSpec(Frozen):
     model: ModelSpec = Field(description="the model whose shapes are timed")
     seq_len: int = Field(ge=1, description="tokens per sequence of the timed shapes")
     micro_batch: int = Field(ge=1, description="sequences per micro-batch of the timed shapes")
+    accumulate: int = Field(default=4, ge=1, description="micro-batches accumulating gradients in each timed model pass")
     min_bytes: int = Field(default=1 << 10, ge=4, description="smallest message, bytes")
     max_bytes: int = Field(default=1 << 28, ge=8, description="largest message, bytes")
     warmup: int = Field(default=2, ge=0, description="untimed repetitions before each measurement")
-    repeats: int = Field(default=5, ge=1, description="timed repetitions (the median counts)")
+    repeats: int = Field(default=15, ge=1, description="timed repetitions (the median counts)")
     threads: int = Field(default=1, ge=1, description="torch threads per process (a run uses 1)")
     timeout_s: float = Field(default=120.0, gt=0, description="bound on any collective's wait")
     out: str = Field(default="", description="where rank 0 writes the ProfileResult JSON")
@@ -61,19 +64,39 @@ class ProfileSpec(Frozen):
         return sizes
 
 
-class GemmTiming(Frozen):
+class Repeated(Frozen):
+    """Summaries of one measurement's timed repetitions."""
+
+    seconds: float = Field(gt=0, description="median")
+    fastest_s: float = Field(gt=0, description="the fastest repetition")
+    mean_s: float = Field(gt=0, description="mean (what a sum of many such operations averages)")
+
+    def summary(self, statistic: Statistic) -> float:
+        return {"mean": self.mean_s, "median": self.seconds, "min": self.fastest_s}[statistic]
+
+    @classmethod
+    def of(cls, times: list[float], **fields) -> Repeated:
+        """From the repetitions' times; a time at or below 0 (a difference of two noisy
+        times, see `runtime.profile.measure_link`) counts as MIN_SECONDS."""
+        times = [max(t, MIN_SECONDS) for t in times]
+        return cls(seconds=statistics.median(times), fastest_s=min(times), mean_s=statistics.fmean(times), **fields)
+
+
+MIN_SECONDS = 1e-7  # below any operation's real cost on any device
+
+
+class GemmTiming(Repeated):
     tokens: int = Field(ge=1, description="rows of the activation")
     fan_in: int = Field(ge=1, description="input features")
     fan_out: int = Field(ge=1, description="output features")
-    seconds: float = Field(gt=0, description="forward + both backward GEMMs, median")
-    fastest_s: float = Field(gt=0, description="the fastest repetition")
 
     @property
     def flops_per_s(self) -> float:
         return self.rate("median")
 
-    def rate(self, statistic: str) -> float:
-        return 6.0 * self.tokens * self.fan_in * self.fan_out / (self.seconds if statistic == "median" else self.fastest_s)
+    def rate(self, statistic: Statistic) -> float:
+        """FLOP/s of forward + both backward GEMMs."""
+        return 6.0 * self.tokens * self.fan_in * self.fan_out / self.summary(statistic)
 
 
 class AttentionTiming(Frozen):
@@ -81,13 +104,11 @@ class AttentionTiming(Frozen):
     seconds: float = Field(gt=0, description="causal attention forward + backward of one micro-batch, median")
 
 
-class LinkTiming(Frozen):
+class LinkTiming(Repeated):
     link_class: LinkClassName = Field(description="intra: inside a machine; inter: between machines")
     op: OpName = Field(description="p2p (one way, from a ping-pong), all_reduce or all_to_all")
     ranks: int = Field(ge=2, description="processes taking part")
     nbytes: int = Field(ge=1, description="message bytes (all-to-all: each rank's whole buffer)")
-    seconds: float = Field(gt=0, description="median time")
-    fastest_s: float = Field(gt=0, description="the fastest repetition")
     spread: float = Field(ge=0, description="(max − min)/median over the repetitions")
 
 
@@ -96,8 +117,7 @@ class ProfileResult(Frozen):
     host: str = Field(description="where it ran")
     square_gemm: GemmTiming = Field(description="a large square GEMM: the device's best rate")
     gemms: tuple[GemmTiming, ...] = Field(description="the model's GEMM shapes (TP size 1)")
-    model_seconds: float = Field(gt=0, description="the whole model's forward + backward on one micro-batch, median")
-    model_fastest_s: float = Field(gt=0, description="its fastest repetition")
+    model: Repeated = Field(description="the whole model's forward + backward per micro-batch")
     model_flops: float = Field(gt=0, description="the cost model's FLOPs of that forward + backward")
     attention: tuple[AttentionTiming, ...] = Field(description="attention time against sequence length")
     links: tuple[LinkTiming, ...] = Field(description="every link measurement")

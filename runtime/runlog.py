@@ -70,8 +70,8 @@ class RunLog(Frozen):
                 raise ValueError(f"step {step.step} lists stages that are not the plan's")
         return self
 
-    def record(self, source: str, warmup: int = 1, statistic: Statistic = "median") -> RunRecord:
-        """The `statistic` (median, or fastest) over the steps after `warmup` (all steps if
+    def record(self, source: str, warmup: int = 1, statistic: Statistic = "mean") -> RunRecord:
+        """The `statistic` (mean, median or fastest) over the steps after `warmup` (all steps if
         there are no more): each stage's forward + backward per micro-batch, and the step time."""
         steps = self.steps[warmup:] or self.steps
         micro = [p.batch // self.run_problem.training.micro_batch

@@ -1,5 +1,5 @@
 """The run's timing pieces: the phase timer (nesting, accumulation, the device wait at each
-boundary) and the run log's summary of steps (medians or the fastest, warm-up left out)."""
+boundary) and the run log's summary of steps (means, medians or the fastest, warm-up left out)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,10 @@ def test_run_log_summaries(tmp_path):
     path = write_run_log(tmp_path, make_run_log(problem, "c" * 64, plan, RunConfig(model=small_model(), seq_len=128,
                                                                                    micro_batch=2), steps))
     log = read_run_log(path)
-    median, fastest = log.record("x"), log.record("x", statistic="min")
-    assert median.step_s == 2.0 and fastest.step_s == 1.0
+    mean, median, fastest = (log.record("x", statistic=s) for s in ("mean", "median", "min"))
+    assert mean.step_s == 2.0 and median.step_s == 2.0 and fastest.step_s == 1.0
+    assert log.record("x") == mean  # the mean is the default
     micro = 8 // 2
     assert median.stage_s == pytest.approx((2.0 * 2 / micro, 2.0 * 3 / micro))  # (f + b) per micro-batch
-    assert log.record("x", warmup=0).step_s == 2.5
+    assert log.record("x", warmup=0).step_s == 3.75 and log.record("x", warmup=0, statistic="median").step_s == 2.5
     assert log.run_problem.training.micro_batch == 2 and log.run_problem.model == small_model()

@@ -112,6 +112,19 @@ def check_plan_is_for(problem, plan, plan_path, force: bool) -> None:
              f"(pass --force to use it anyway)")
 
 
+STATISTIC_HELP = ("mean | median | min of the repetitions (and of a run's steps) the fit uses: mean (a step adds "
+                  "up many operations), median, min (the least disturbed, on shared cores)")
+
+
+def checked_statistic(value: str) -> str:
+    """`--statistic`, one of planner.calibration.STATISTICS, or one line and exit 2."""
+    from planner.calibration import STATISTICS
+
+    if value not in STATISTICS:
+        fail(f"--statistic must be one of {', '.join(STATISTICS)}, got {value!r}")
+    return value
+
+
 def writable_file(path: Path | None, option: str) -> Path | None:
     """Check, before any long work, that `path` can be written: its folder exists and is
     writable, and it is not itself a folder. Fails with the option's name."""

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hexiscale.cli.app import app, console, fail, friendly_errors, writable_file
+from hexiscale.cli.app import STATISTIC_HELP, app, checked_statistic, console, fail, friendly_errors, writable_file
 from planner.calibration import CalibrationError
 from planner.io import load_model, load_problem
 
@@ -87,19 +87,17 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
             seq_len: int = typer.Option(None, min=1, help="tokens per sequence (default: the problem's, or 128)"),
             micro_batch: int = typer.Option(None, min=1, help="sequences per micro-batch (default: the problem's, or 1)"),
             max_bytes: int = typer.Option(1 << 28, min=8, help="largest message, bytes (sizes from 2^10 double up to it)"),
-            repeats: int = typer.Option(5, min=1, help="timed repetitions of each measurement (the median counts)"),
+            repeats: int = typer.Option(15, min=1, help="timed repetitions of each measurement"),
             warmup: int = typer.Option(2, min=0, help="untimed repetitions first"),
             name: str = typer.Option(None, help="cluster name (default: profiled-HOST)"),
             gpu_name: str = typer.Option(None, help="GPU type name (default: cpu, or the CUDA device's name)"),
-            statistic: str = typer.Option("median", help="median | min: which summary of the repetitions the fit "
-                                          "uses (min: the least disturbed, on shared cores)"),
+            statistic: str = typer.Option("mean", help=STATISTIC_HELP),
             timeout: float = typer.Option(120.0, min=1, help="seconds any process waits on a peer")) -> None:
     """Measure achieved FLOP/s, attention time and link times here; write them as a cluster file."""
     from runtime.profile_launch import ProfileSpec
 
     writable_file(output, "--output")
-    if statistic not in ("median", "min"):
-        fail(f"--statistic must be median or min, got {statistic!r}")
+    checked_statistic(statistic)
     if max_bytes < 2 * 1024:
         fail(f"--max-bytes: {max_bytes} leaves fewer than two message sizes from 1024 B (a fit needs two)")
     check_device(device, processes)
@@ -119,7 +117,7 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
                   statistic)
 
 
-def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str = "median") -> None:
+def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str = "mean") -> None:
     """Fit, show and write; a figure outside physical sense is refused and nothing is written."""
     from runtime.profile_fit import profiled_cluster
 
@@ -152,22 +150,27 @@ def compute_table(result, gpu) -> Table:
         table.add_row("GEMM fwd+bwd", f"{g.tokens}×{g.fan_in}×{g.fan_out}", f"{g.seconds * 1e3:.3f}",
                       f"{g.flops_per_s / 1e9:.2f}")
     table.add_row("model fwd+bwd", f"{result.spec.micro_batch}×{result.spec.seq_len} tokens",
-                  f"{result.model_seconds * 1e3:.3f}", f"{result.model_flops / result.model_seconds / 1e9:.2f}")
+                  f"{result.model.seconds * 1e3:.3f}", f"{result.model_flops / result.model.seconds / 1e9:.2f}")
     for a in result.attention:
         table.add_row("attention fwd+bwd", f"seq {a.seq_len}", f"{a.seconds * 1e3:.3f}", "")
     return table
 
 
 def links_table(reports: dict) -> Table:
-    table = Table(title="links: x/bw + α (cluster figure = the joint p2p + all-reduce fit)")
+    from runtime.profile_fit import WRITTEN_OP
+
+    table = Table(title=f"links: x/bw + α (cluster figure = the {WRITTEN_OP} fit; collectives timed after "
+                        f"compute, as a run meets them)")
     for column in ("class", "fit", "bw GB/s", "α µs", "rms rel. error", "points"):
         table.add_column(column, justify="right")
     for link_class, report in reports.items():
-        for label, fit in (("joint", report.joint), *report.per_op.items()):
+        for label, fit in report.per_op.items():
+            label = f"{label} (written)" if label == WRITTEN_OP else label
             if isinstance(fit, str):  # that operation's own fit was refused: say why
                 table.add_row(link_class, label, "—", "—", fit.split(": ")[-1], "")
                 continue
             table.add_row(link_class, label, f"{fit.bw_gbps:.3f}", f"{fit.latency_us:.1f}",
                           f"{fit.rms_rel_error:.1%}", str(fit.points))
-        table.add_row(link_class, f"direct p2p {report.direct_bytes} B", f"{report.direct_bw_gbps:.3f}", "", "", "1")
+        for op, (bw, nbytes) in report.direct.items():
+            table.add_row(link_class, f"direct {op} {nbytes} B", f"{bw:.3f}", "", "", "1")
     return table

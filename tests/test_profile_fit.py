@@ -1,0 +1,75 @@
+"""From `profile`'s raw timings to the cluster file (runtime.profile_fit, no processes): the
+timings are made by the cost model's own terms at known figures, one (bw, α) per operation,
+as on shared CPU cores where a collective's α is several times a ping-pong's."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner import cost
+from planner.base import US
+from planner.sequence.cost import exchange_time
+from planner.workload import ModelSpec
+from runtime.profile_fit import WRITTEN_OP, direct_bw_gbps, profiled_cluster
+from runtime.profile_launch import MIN_SECONDS, GemmTiming, LinkTiming, ProfileResult, ProfileSpec, Repeated
+
+MODEL = ModelSpec(name="small", layers=2, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=256)
+FIGURES = {"p2p": (3.0, 150.0), "all_reduce": (0.8, 600.0), "all_to_all": (0.5, 400.0)}  # (GB/s, µs) per op
+
+
+def op_time(op: str, n: int, x: float) -> float:
+    bw, lat = FIGURES[op][0], FIGURES[op][1] * US
+    if op == "p2p":
+        return float(cost.p2p_time(x, bw, lat))
+    if op == "all_reduce":
+        return float(cost.allreduce_time(n, x, bw, lat))
+    return float(exchange_time(x * (n - 1) / n, n, bw, lat))
+
+
+def result(machines: tuple[int, ...]) -> ProfileResult:
+    spec = ProfileSpec(machines=machines, model=MODEL, seq_len=32, micro_batch=1, max_bytes=1 << 24)
+    classes = [("intra", machines[0])] * (machines[0] >= 2) + [("inter", len(machines))] * (len(machines) >= 2)
+    links = tuple(LinkTiming.of([op_time(op, 2 if op == "p2p" else n, x)], link_class=c, op=op,
+                                ranks=2 if op == "p2p" else n, nbytes=x, spread=0.0)
+                  for c, n in classes for op in FIGURES for x in spec.message_sizes())
+    gemm = GemmTiming.of([1e-3], tokens=32, fan_in=64, fan_out=64)
+    return ProfileResult(spec=spec, host="test", square_gemm=gemm, gemms=(gemm,), model=Repeated.of([0.01]),
+                         model_flops=0.3 * gemm.flops_per_s * 0.01, attention=(), links=links, memory_gib=4.0,
+                         compute_spread=0.0)
+
+
+def test_the_cluster_carries_the_all_reduce_fit_and_reports_each_operation():
+    cluster, reports, notes = profiled_cluster(result((2, 2)), name="x", gpu_name="cpu")
+    bw, lat = FIGURES[WRITTEN_OP]
+    assert list(cluster.machine_intra_bw) == pytest.approx([bw, bw], rel=0.01)
+    assert cluster.inter_bw_gbps == pytest.approx(bw, rel=0.01)
+    assert cluster.intra_latency_us == pytest.approx(lat, rel=0.01)
+    assert cluster.inter_latency_us == pytest.approx(lat, rel=0.01)
+    assert cluster.catalog["cpu"].efficiency == pytest.approx(0.3)
+    for op, (op_bw, op_lat) in FIGURES.items():  # each operation's own fit, beside the written one
+        assert reports["inter"].per_op[op].bw_gbps == pytest.approx(op_bw, rel=0.01)
+        assert reports["inter"].per_op[op].latency_us == pytest.approx(op_lat, rel=0.01)
+    assert notes == []
+
+
+def test_direct_bandwidth_is_the_terms_bytes_over_the_time():
+    x, t = float(1 << 24), 0.02
+    two = LinkTiming.of([t], link_class="intra", op="all_reduce", ranks=2, nbytes=1 << 24, spread=0)
+    four = two.model_copy(update={"ranks": 4})
+    ping = two.model_copy(update={"op": "p2p"})
+    assert direct_bw_gbps(two, "median") == pytest.approx(x / t / 1e9)  # 2(n−1)/n = 1 at n = 2
+    assert direct_bw_gbps(four, "median") == pytest.approx(1.5 * x / t / 1e9)
+    assert direct_bw_gbps(ping, "median") == pytest.approx(x / t / 1e9)
+
+
+def test_a_class_not_measured_takes_the_other_and_says_so():
+    cluster, reports, notes = profiled_cluster(result((1, 1)), name="x", gpu_name="cpu")
+    assert set(reports) == {"inter"}
+    assert cluster.machine_intra_bw[0] == pytest.approx(cluster.inter_bw_gbps)
+    assert notes == ["intra links not measured (no machine has two processes): written as the measured inter figure"]
+
+
+def test_repetitions_keep_mean_median_and_fastest():
+    timed = Repeated.of([0.004, 0.001, 0.001, -0.0002])  # a difference of noisy times can fall below 0
+    assert (timed.summary("median"), timed.summary("min")) == (pytest.approx(0.001), MIN_SECONDS)
+    assert timed.summary("mean") == pytest.approx((0.004 + 0.001 + 0.001 + MIN_SECONDS) / 4)
