@@ -2,12 +2,13 @@
 
 A run record holds what a layered plan's run measured: each stage's forward + backward time
 per micro-batch (the cost model's τ = C + T_tp) and the step time (its T). The unknowns are
-scale factors: one per GPU type on 1/η (compute time ∝ 1/η) and one per link class on 1/bw
-("intra": every machine's own links; "inter": the links between machines). Every priced
+scale factors: one per GPU type on 1/η (compute time ∝ 1/η), and per link class ("intra":
+every machine's own links; "inter": the links between machines) one on 1/bw and one on the
+latency α (on shared CPU cores a collective's cost is mostly its α: the wake-up of the
+processes it waits for and their skew at the sync point, which only runs show). Every priced
 figure of a plan is the cost model's breakdown (`planner.layered.pricing`); it is linear in
 those factors wherever no max or min of §3 changes its argument, so each row's regressors are
-the breakdown's own slopes, taken by re-pricing the plan with one factor moved, and the
-latency terms (not refitted) are what is left. A few Gauss-Newton rounds re-linearise where
+the breakdown's own slopes, taken by re-pricing the plan with one factor moved. A few Gauss-Newton rounds re-linearise where
 a max moved. Least squares on relative error; no second formula of the cost model.
 """
 
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.calibration import CalibrationError, checked_efficiency, least_squares
+from planner.base import US
+from planner.calibration import CONDITION_LIMIT, CalibrationError, checked_efficiency, least_squares
 from planner.hardware import Cluster
 from planner.layered.plan import Plan
 from planner.layered.pricing import breakdown
@@ -27,6 +29,12 @@ from planner.problem import Problem
 LINK_CLASSES = ("intra", "inter")
 ROUNDS = 4
 STEP = 1e-3  # relative move of one factor when taking a slope (the terms are piecewise linear)
+# A figure whose standard error (from the fit's residuals) exceeds this fraction of its value
+# is not determined by the records: they are consistent with values from near 0 to twice it.
+UNDETERMINED = 0.5
+# Figures whose estimates correlate beyond this with an undetermined one are tangled with it:
+# the runs only see their combination (e.g. bandwidth and latency on one message size).
+TANGLED = 0.9
 
 
 @dataclass(frozen=True)
@@ -45,11 +53,12 @@ class RunRecord:
 class Figure:
     """One refitted figure: which, its value before and after."""
 
-    kind: str  # "efficiency" (of a GPU type) or "bandwidth" (of a link class)
+    kind: str  # "efficiency" (of a GPU type), "bandwidth" or "latency" (of a link class)
     name: str
     before: float
     after: float
     exercised: bool  # False: no record depends on it; kept as it was
+    kept_why: str = ""  # exercised but not determined by the records: kept as it was, and why
 
 
 def predicted_rows(problem: Problem, plan: Plan) -> np.ndarray:
@@ -68,22 +77,38 @@ def used_gpu_types(records: list[RunRecord]) -> list[str]:
     return sorted(names)
 
 
-def scaled_cluster(cluster: Cluster, compute: dict[str, float], links: dict[str, float]) -> Cluster:
-    """`cluster` with η of each named GPU type divided by its factor and each link class's
-    bandwidths divided by its factor (latencies unchanged). Built and validated afresh."""
-    data = cluster.model_dump()
+def scaled_cluster(cluster: Cluster, compute: dict[str, float], links: dict[str, float],
+                   latencies: dict[str, float] | None = None) -> Cluster:
+    """`cluster` with η of each named GPU type divided by its factor, each link class's
+    bandwidths divided by its factor and its latencies multiplied by its factor in
+    `latencies`. Built and validated afresh."""
+    data, latencies = cluster.model_dump(), latencies or {}
     own = {g["name"]: g for g in data["gpu_types"]}
     for name, factor in compute.items():
         entry = own.get(name) or cluster.catalog[name].model_dump()
         own[name] = {**entry, "efficiency": entry["efficiency"] / factor}
     data["gpu_types"] = list(own.values())
+    intra_lat, inter_lat = latencies.get("intra", 1.0), latencies.get("inter", 1.0)
+    data["intra_latency_us"] *= intra_lat
     for machine in data["machines"]:
         machine["intra_bw_gbps"] /= links.get("intra", 1.0)
+        if machine["intra_latency_us"] is not None:
+            machine["intra_latency_us"] *= intra_lat
     inter = links.get("inter", 1.0)
     data["inter_bw_gbps"] /= inter
+    data["inter_latency_us"] *= inter_lat
     for entry in (*data["racks"], *data["links"]):
         entry["bw_gbps"] /= inter
+        if entry["latency_us"] is not None:
+            entry["latency_us"] *= inter_lat
     return Cluster(**data)
+
+
+def cluster_at(base: Cluster, names: list[tuple[str, str]], factors: np.ndarray) -> Cluster:
+    """`base` scaled by one factor per named figure (see `scaled_cluster`)."""
+    by_kind = {kind: {n: float(v) for (k, n), v in zip(names, factors) if k == kind}
+               for kind in ("efficiency", "bandwidth", "latency")}
+    return scaled_cluster(base, by_kind["efficiency"], by_kind["bandwidth"], by_kind["latency"])
 
 
 def _priced(records: list[RunRecord], cluster: Cluster) -> np.ndarray:
@@ -94,17 +119,12 @@ def _priced(records: list[RunRecord], cluster: Cluster) -> np.ndarray:
 def linearise(records: list[RunRecord], base: Cluster, names: list[tuple[str, str]],
               theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(slopes: rows × factors, rest: the rows' part no factor scales) at factors `theta`."""
-    def cluster_at(values: np.ndarray) -> Cluster:
-        compute = {n: float(v) for (k, n), v in zip(names, values) if k == "efficiency"}
-        links = {n: float(v) for (k, n), v in zip(names, values) if k == "bandwidth"}
-        return scaled_cluster(base, compute, links)
-
-    at = _priced(records, cluster_at(theta))
+    at = _priced(records, cluster_at(base, names, theta))
     slopes = np.empty((len(at), len(names)))
     for j in range(len(names)):
         moved = theta.copy()
         moved[j] *= 1.0 + STEP
-        slopes[:, j] = (_priced(records, cluster_at(moved)) - at) / (theta[j] * STEP)
+        slopes[:, j] = (_priced(records, cluster_at(base, names, moved)) - at) / (theta[j] * STEP)
     return slopes, at - slopes @ theta
 
 
@@ -117,34 +137,108 @@ def _check_same_cluster(records: list[RunRecord]) -> Cluster:
     return base
 
 
-def refit(records: list[RunRecord]) -> tuple[Cluster, list[Figure]]:
-    """The records' cluster with η per GPU type and bandwidth per link class refitted by
-    least squares over every record's stage and step times."""
+def figure_label(kind: str, name: str) -> str:
+    return {"efficiency": f"η of GPU type {name}", "bandwidth": f"bandwidth of the {name} links",
+            "latency": f"latency of the {name} links"}[kind]
+
+
+def refit(records: list[RunRecord], *, keep_undetermined: bool = False) -> tuple[Cluster, list[Figure]]:
+    """The records' cluster with η per GPU type and bandwidth and latency per link class
+    refitted by least squares over every record's stage and step times.
+
+    A figure the records cannot determine — indistinguishable from the others, a standard
+    error above UNDETERMINED of its value, or a fit outside physical sense — is refused
+    (CalibrationError); with `keep_undetermined` it is kept at its logged value instead, said
+    in its `Figure`, and the others are refitted without it."""
     if not records:
         raise CalibrationError("no run records")
     base = _check_same_cluster(records)
-    names = [("efficiency", g) for g in used_gpu_types(records)] + [("bandwidth", c) for c in LINK_CLASSES]
+    names = ([("efficiency", g) for g in used_gpu_types(records)] + [("bandwidth", c) for c in LINK_CLASSES]
+             + [("latency", c) for c in LINK_CLASSES])
     measured = np.concatenate([measured_rows(r) for r in records])
+    slopes, _ = linearise(records, base, names, np.ones(len(names)))
+    exercised = [j for j in range(len(names)) if np.abs(slopes[:, j]).max() > 0]
+    active, kept, what = list(exercised), {}, ", ".join(r.source for r in records)
+    while True:
+        if not active:
+            raise CalibrationError(f"{what}: no figure can be determined from these runs")
+        theta, weak = _fit_figures(records, base, names, measured, active, what)
+        if weak is None:
+            break
+        j, reason = weak
+        if not keep_undetermined:
+            raise CalibrationError(f"{what}: {figure_label(*names[j])}: {reason}")
+        active.remove(j)
+        kept[j] = reason
+    fitted = cluster_at(base, names, theta)
+    return fitted, _figures(base, fitted, names, set(exercised), kept)
+
+
+def _fit_figures(records, base: Cluster, names, measured: np.ndarray, active: list[int],
+                 what: str) -> tuple[np.ndarray, tuple[int, str] | None]:
+    """Gauss-Newton over the `active` factors (the others stay 1). Returns the factors and a
+    figure the records do not determine, with why (None: every one is determined). Of the
+    figures tangled with an undetermined one, the one the records load least (the smallest
+    mean share of the rows' times) is named: what little they say of it goes first."""
     theta = np.ones(len(names))
-    slopes, _ = linearise(records, base, names, theta)
-    active = np.flatnonzero(np.abs(slopes).max(axis=0) > 0)
-    what = ", ".join(r.source for r in records)
+    fixed = [j for j in range(len(names)) if j not in active]
     for _ in range(ROUNDS):
         slopes, rest = linearise(records, base, names, theta)
-        theta[active] = least_squares(slopes[:, active], measured, what, offset=rest)
-        _check_factors(base, names, theta, what)
-    fitted = scaled_cluster(base, {n: theta[j] for j, (k, n) in enumerate(names) if k == "efficiency"},
-                            {n: theta[j] for j, (k, n) in enumerate(names) if k == "bandwidth"})
-    return fitted, _figures(base, fitted, names, set(active.tolist()))
+        weighted = slopes[:, active] / measured[:, None]
+        _, singular, right = np.linalg.svd(weighted, full_matrices=False)
+        if len(measured) < len(active) or singular[-1] <= CONDITION_LIMIT * singular[0]:
+            tangled = np.abs(right[-1]) > 0.1 * np.abs(right[-1]).max()
+            return theta, (_least_loaded(weighted, tangled, active),
+                           "these runs cannot tell it apart from the other figures (too few distinct points)")
+        offset = rest + slopes[:, fixed] @ theta[fixed]
+        theta[active] = least_squares(slopes[:, active], measured, what, offset=offset)
+        bad = _unphysical(base, names, theta, active)
+        if bad is not None:
+            return theta, bad
+    errors = _relative_errors(weighted, theta[active], 1.0 - offset / measured)
+    if errors.max() <= UNDETERMINED:
+        return theta, None
+    inverse = np.linalg.inv(weighted.T @ weighted)
+    correlation = inverse / np.sqrt(np.outer(np.diag(inverse), np.diag(inverse)))
+    undetermined = errors > UNDETERMINED
+    tangled = undetermined | np.any(np.abs(correlation[:, undetermined]) > TANGLED, axis=1)
+    j = _least_loaded(weighted, tangled, active)
+    return theta, (j, f"standard error ±{errors[active.index(j)]:.0%} of its value: these runs cannot determine it "
+                      f"(add runs that load it differently)")
 
 
-def _check_factors(base: Cluster, names: list[tuple[str, str]], theta: np.ndarray, what: str) -> None:
-    for (kind, name), factor in zip(names, theta):
+def _least_loaded(weighted: np.ndarray, candidates: np.ndarray, active: list[int]) -> int:
+    """The candidate with the smallest mean share of the rows' times at its logged value
+    (factor 1: not at the fit's, which an undetermined figure can inflate tenfold)."""
+    loads = np.mean(np.abs(weighted), axis=0)
+    return active[int(np.argmin(np.where(candidates, loads, np.inf)))]
+
+
+def _relative_errors(weighted: np.ndarray, factors: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Each factor's standard error over its value (the residuals estimate the rows' noise;
+    0 where the fit is exact or there are no spare rows)."""
+    rows, unknowns = weighted.shape
+    if rows <= unknowns:
+        return np.zeros(unknowns)
+    noise = np.sum((weighted @ factors - target) ** 2) / (rows - unknowns)
+    return np.sqrt(noise * np.diag(np.linalg.inv(weighted.T @ weighted))) / np.abs(factors)
+
+
+def _unphysical(base: Cluster, names: list[tuple[str, str]], theta: np.ndarray,
+                active: list[int]) -> tuple[int, str] | None:
+    for j in active:
+        (kind, name), factor = names[j], theta[j]
         if factor <= 0 and kind == "bandwidth":
-            raise CalibrationError(f"{what}: fitted bandwidth of the {name} links is not positive")
+            return j, "fitted bandwidth is not positive"
+        if factor < 0 and kind == "latency":
+            return j, "fitted latency is negative"
         if kind == "efficiency":
             eta = base.catalog[name].efficiency / factor if factor > 0 else -1.0
-            checked_efficiency(eta, f"{what}: GPU type {name}")
+            try:
+                checked_efficiency(eta, "efficiency")
+            except CalibrationError as exc:
+                return j, str(exc)
+    return None
 
 
 def link_class_bw(cluster: Cluster, link_class: str) -> float:
@@ -155,12 +249,25 @@ def link_class_bw(cluster: Cluster, link_class: str) -> float:
                       *(link.bw_gbps for link in cluster.links)]))
 
 
-def _figures(base: Cluster, fitted: Cluster, names: list[tuple[str, str]], active: set[int]) -> list[Figure]:
+def link_class_lat_us(cluster: Cluster, link_class: str) -> float:
+    """The class's largest latency (one figure for the report), µs."""
+    if link_class == "intra":
+        return float(cluster.machine_intra_lat.max() / US)
+    return float(max([cluster.inter_latency_us, *(r.latency_us or 0.0 for r in cluster.racks),
+                      *(link.latency_us or 0.0 for link in cluster.links)]))
+
+
+CLASS_FIGURE = {"bandwidth": link_class_bw, "latency": link_class_lat_us}
+
+
+def _figures(base: Cluster, fitted: Cluster, names: list[tuple[str, str]], exercised: set[int],
+             kept: dict[int, str]) -> list[Figure]:
     figures = []
     for j, (kind, name) in enumerate(names):
         if kind == "efficiency":
             before, after = base.catalog[name].efficiency, fitted.catalog[name].efficiency
         else:
-            before, after = link_class_bw(base, name), link_class_bw(fitted, name)
-        figures.append(Figure(kind=kind, name=name, before=before, after=after, exercised=j in active))
+            before, after = CLASS_FIGURE[kind](base, name), CLASS_FIGURE[kind](fitted, name)
+        figures.append(Figure(kind=kind, name=name, before=before, after=after, exercised=j in exercised,
+                              kept_why=kept.get(j, "")))
     return figures

@@ -48,7 +48,7 @@ def synthetic_log(folder: Path, name: str, plan: Plan, *, slowdown: float = 1.0,
 
 
 PLANS = [((8,), [[((0, 1), 4)]]), ((8,), [[((0,), 2), ((2,), 2)]]), ((4, 4), [[((0,), 4)], [((2, 3), 4)]]),
-         ((8,), [[((0, 1), 3), ((2,), 1)]])]
+         ((8,), [[((0, 1), 3), ((2,), 1)]]), ((4, 4), [[((0,), 4)], [((1,), 4)]])]  # last: two sizes inside a machine
 
 
 @pytest.fixture()
@@ -107,7 +107,10 @@ def test_too_few_points_and_unphysical_figures(tmp_path, logs):
     out = tmp_path / "x.yaml"
     # one TP stage: its τ and the step time are one measurement twice (T = m·τ): η and the
     # intra bandwidth cannot be told apart
-    one_error_line(invoke("calibrate", str(logs[0]), "-o", str(out)), str(logs[0]), "cannot tell")
+    line = one_error_line(invoke("calibrate", str(logs[0]), "-o", str(out)), str(logs[0]), "cannot tell")
+    assert "--keep-undetermined" in line
+    kept = invoke("calibrate", str(logs[0]), "-o", str(tmp_path / "kept.yaml"), "--keep-undetermined")
+    assert kept.exit_code == 0 and "kept: these runs cannot tell" in " ".join(kept.output.split()), kept.output
     fast = [synthetic_log(tmp_path, f"fast{i}", plan_of(*p), slowdown=0.1, truth=cluster(1.0, 1.5, 0.5))
             for i, p in enumerate(PLANS)]
     one_error_line(invoke("calibrate", *map(str, fast), "-o", str(out)), "efficiency", "not written")
@@ -119,8 +122,8 @@ def test_profile_bad_options(tmp_path):
     one_error_line(invoke("profile", "-o", out, "--processes", "3", "--machines", "2"), "--machines")
     one_error_line(invoke("profile", "-o", out, "--max-bytes", "1024"), "max-bytes")
     one_error_line(invoke("profile", "-o", out, "--device", "tpu"), "--device")
-    one_error_line(invoke("profile", "-o", out, "--statistic", "mean"), "--statistic")
-    one_error_line(invoke("calibrate", out, "-o", out, "--statistic", "mean"), "--statistic")
+    one_error_line(invoke("profile", "-o", out, "--statistic", "mode"), "--statistic")
+    one_error_line(invoke("calibrate", out, "-o", out, "--statistic", "mode"), "--statistic")
     import torch
 
     if not torch.cuda.is_available():

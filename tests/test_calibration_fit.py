@@ -86,11 +86,11 @@ def small_training(recompute: bool = False) -> TrainingSpec:
     return TrainingSpec(seq_len=128, global_batch=8, micro_batch=2, recompute=recompute, act_bytes=4, grad_bytes=4)
 
 
-def cluster(eta: float, intra_bw: float, inter_bw: float) -> Cluster:
+def cluster(eta: float, intra_bw: float, inter_bw: float, intra_lat: float = 40, inter_lat: float = 60) -> Cluster:
     return Cluster(name="synthetic", gpu_types=(GpuType(name="cpu", peak_tflops=0.05, memory_gib=8, efficiency=eta),),
                    machines=tuple(Machine(name=f"m{i}", gpu="cpu", count=2, intra_bw_gbps=intra_bw)
                                   for i in range(2)),
-                   inter_bw_gbps=inter_bw, intra_latency_us=40, inter_latency_us=60)
+                   inter_bw_gbps=inter_bw, intra_latency_us=intra_lat, inter_latency_us=inter_lat)
 
 
 PLANS = [  # (batches, stages as (devices, layers)) on 2 machines × 2 devices
@@ -108,9 +108,9 @@ def plan_of(batches, stages) -> Plan:
                                 for b, pipe in zip(batches, stages)))
 
 
-def synthetic_records(truth: Cluster, believed: Cluster) -> list[RunRecord]:
+def synthetic_records(truth: Cluster, believed: Cluster, plans=PLANS) -> list[RunRecord]:
     records = []
-    for i, (batches, stages) in enumerate(PLANS):
+    for i, (batches, stages) in enumerate(plans):
         plan = plan_of(batches, stages)
         for recompute in (False, True):
             run = Problem(name="p", cluster=truth, model=small_model(), training=small_training(recompute))
@@ -120,8 +120,8 @@ def synthetic_records(truth: Cluster, believed: Cluster) -> list[RunRecord]:
     return records
 
 
-def test_refit_recovers_eta_and_bandwidths_from_runs():
-    truth, believed = cluster(0.37, 1.9, 0.6), cluster(0.5, 4.0, 2.5)
+def test_refit_recovers_eta_bandwidths_and_latencies_from_runs():
+    truth, believed = cluster(0.37, 1.9, 0.6, 700, 900), cluster(0.5, 4.0, 2.5)
     records = synthetic_records(truth, believed)
     # as read from separate logs: equal clusters, distinct objects, already priced once
     records = [replace(r, problem=r.problem.model_copy(update={"cluster": cluster(0.5, 4.0, 2.5)})) for r in records]
@@ -134,17 +134,35 @@ def test_refit_recovers_eta_and_bandwidths_from_runs():
     assert fitted.catalog["cpu"].efficiency == pytest.approx(0.37, rel=0.01)
     assert fitted.machine_intra_bw == pytest.approx([1.9, 1.9], rel=0.01)
     assert fitted.inter_bw_gbps == pytest.approx(0.6, rel=0.01)
-    assert fitted.inter_latency_us == believed.inter_latency_us  # latencies are not refitted
+    assert fitted.intra_latency_us == pytest.approx(700, rel=0.01)
+    assert fitted.inter_latency_us == pytest.approx(900, rel=0.01)
     assert {(f.kind, f.name) for f in figures if f.exercised} == {
-        ("efficiency", "cpu"), ("bandwidth", "intra"), ("bandwidth", "inter")}
+        ("efficiency", "cpu"), ("bandwidth", "intra"), ("bandwidth", "inter"), ("latency", "intra"),
+        ("latency", "inter")}
 
 
 def test_refit_keeps_figures_no_run_exercises():
     truth, believed = cluster(0.37, 1.9, 0.6), cluster(0.5, 4.0, 2.5)
-    records = [r for r in synthetic_records(truth, believed) if r.source in ("run0",)]  # TP only, one machine
-    fitted, figures = refit(records)
+    inside_one_machine = [PLANS[0], ((4, 4), [[((0,), 4)], [((1,), 4)]])]  # TP, then DP: two message sizes
+    fitted, figures = refit(synthetic_records(truth, believed, inside_one_machine))
     assert fitted.inter_bw_gbps == believed.inter_bw_gbps
-    assert not next(f for f in figures if f.name == "inter").exercised
+    assert fitted.inter_latency_us == believed.inter_latency_us
+    assert not any(f.exercised for f in figures if f.name == "inter")
+    with pytest.raises(CalibrationError, match="cannot tell"):  # one message size: bw and α inseparable
+        refit(synthetic_records(truth, believed, PLANS[:1]))
+
+
+def test_refit_can_keep_what_the_runs_do_not_determine():
+    truth, believed = cluster(0.37, 1.9, 0.6), cluster(0.5, 4.0, 2.5)
+    records = synthetic_records(truth, believed, PLANS[:1])  # TP on one machine: one message size
+    fitted, figures = refit(records, keep_undetermined=True)
+    kept = [f for f in figures if f.kept_why]
+    assert len(kept) == 1 and (kept[0].kind, kept[0].name) in {("bandwidth", "intra"), ("latency", "intra")}
+    assert kept[0].after == pytest.approx(kept[0].before) and "cannot tell" in kept[0].kept_why
+    # the rest absorbs it: the records' times are reproduced
+    for r in records:
+        assert predicted_rows(r.problem.model_copy(update={"cluster": fitted}), r.plan) == pytest.approx(
+            [*r.stage_s, r.step_s], rel=0.01)
     assert fitted.catalog["cpu"].efficiency == pytest.approx(0.37, rel=0.01)
 
 
@@ -158,6 +176,7 @@ def test_refit_refuses_eta_above_one():
 
 def test_scaled_cluster_moves_only_the_named_figures():
     base = cluster(0.5, 4.0, 2.5)
-    scaled = scaled_cluster(base, {"cpu": 2.0}, {"inter": 4.0})
+    scaled = scaled_cluster(base, {"cpu": 2.0}, {"inter": 4.0}, {"intra": 3.0})
     assert scaled.catalog["cpu"].efficiency == 0.25
     assert scaled.inter_bw_gbps == 0.625 and list(scaled.machine_intra_bw) == [4.0, 4.0]
+    assert scaled.intra_latency_us == 120 and scaled.inter_latency_us == 60

@@ -1,5 +1,5 @@
-"""`hexiscale calibrate`: refit η per GPU type and bandwidth per link class from run logs
-(DESIGN.md §9), and the predicted-against-measured view that `hexiscale run` prints."""
+"""`hexiscale calibrate`: refit η per GPU type, and bandwidth and latency per link class, from
+run logs (DESIGN.md §9); and the predicted-against-measured view that `hexiscale run` prints."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import yaml
 from pydantic import ValidationError
 from rich.table import Table
 
-from hexiscale.cli.app import app, console, fail, friendly_errors, writable_file
+from hexiscale.cli.app import STATISTIC_HELP, app, checked_statistic, console, fail, friendly_errors, writable_file
 from planner.calibration import CalibrationError
 from planner.calibration_runs import RunRecord, predicted_rows, refit
 from runtime.runlog import RunLog, log_run, read_run_log
@@ -87,9 +87,10 @@ def figures_table(figures) -> Table:
     for column in ("figure", "of", "before", "after", "note"):
         table.add_column(column, justify="right")
     for f in figures:
-        unit = "" if f.kind == "efficiency" else " GB/s"
-        table.add_row("η" if f.kind == "efficiency" else "bandwidth", f.name, f"{f.before:.4g}{unit}",
-                      f"{f.after:.4g}{unit}", "" if f.exercised else "kept: no run depends on it")
+        unit = {"efficiency": "", "bandwidth": " GB/s", "latency": " µs"}[f.kind]
+        note = f"kept: {f.kept_why}" if f.kept_why else "" if f.exercised else "kept: no run depends on it"
+        table.add_row("η" if f.kind == "efficiency" else f.kind, f.name, f"{f.before:.4g}{unit}",
+                      f"{f.after:.4g}{unit}", note)
     return table
 
 
@@ -98,19 +99,20 @@ def figures_table(figures) -> Table:
 def calibrate(run_logs: list[Path] = typer.Argument(..., help="runlog.json files of runs (hexiscale run --out)"),
               output: Path = typer.Option(..., "-o", "--output", help="cluster file (YAML) to write"),
               warmup: int = typer.Option(1, min=0, help="steps of each run left out as warm-up"),
-              statistic: str = typer.Option("median", help="median | min over each run's steps (min: the least "
-                                            "disturbed, on shared cores)")) -> None:
-    """Refit η per GPU type and bandwidth per link class from run logs; write the cluster."""
+              statistic: str = typer.Option("mean", help=STATISTIC_HELP),
+              keep_undetermined: bool = typer.Option(False, help="keep a figure the runs cannot determine at its "
+                                                     "logged value (and say so) instead of refusing the fit")) -> None:
+    """Refit η per GPU type, bandwidth and latency per link class from run logs; write the cluster."""
     writable_file(output, "--output")
-    if statistic not in ("median", "min"):
-        fail(f"--statistic must be median or min, got {statistic!r}")
+    checked_statistic(statistic)
     logs = [(path, load_log(path)) for path in run_logs]
     check_same_run_setup(logs)
     records = [log.record(str(path), warmup, statistic) for path, log in logs]
     try:
-        cluster, figures = refit(records)
+        cluster, figures = refit(records, keep_undetermined=keep_undetermined)
     except CalibrationError as exc:
-        fail(f"{exc}; {output} not written")
+        hint = "" if keep_undetermined else " (--keep-undetermined keeps such a figure as logged)"
+        fail(f"{exc}; {output} not written{hint}")
     console.print(figures_table(figures))
     before = np.concatenate([np.abs(errors_of(r)[2]) for r in records])
     after = np.concatenate([np.abs(errors_of(r, cluster)[2]) for r in records])
