@@ -49,11 +49,12 @@ class Meter:
     def __init__(self, spec: ProfileSpec, device: torch.device):
         self.spec, self.sync, self.spreads = spec, device_synchronizer(device), []
 
-    def samples(self, fn: Callable[[], object], before: Callable[[], object] | None = None) -> list[float]:
+    def samples(self, fn: Callable[[], object], before: Callable[[], object] | None = None,
+                repeats: int | None = None) -> list[float]:
         for _ in range(self.spec.warmup):
             fn()
         times = []
-        for _ in range(self.spec.repeats):
+        for _ in range(repeats or self.spec.repeats):
             if before is not None:
                 before()
             if self.sync:
@@ -160,16 +161,26 @@ def compute_gap(spec: ProfileSpec, group_size: int, device) -> Callable[[], obje
     return lambda: x @ w
 
 
-def added_seconds(meter: Meter, fn: Callable[[], object], gap: Callable[[], object]) -> list[float]:
+def link_repeats(spec: ProfileSpec, nbytes: int) -> int:
+    """Repetitions of one link measurement: up to 8× `repeats` for messages under 1 MiB, whose
+    times (mostly α: wake-ups, skew) scatter most and cost least. Every rank computes the
+    same count from the size alone, so the collectives line up."""
+    return spec.repeats * max(1, min(SMALL_MESSAGE_BOOST, (1 << 20) // nbytes))
+
+
+SMALL_MESSAGE_BOOST = 8
+
+
+def added_seconds(meter: Meter, fn: Callable[[], object], gap: Callable[[], object], repeats: int) -> list[float]:
     """Each repetition's time of the compute gap then `fn`, less the gap's own mean time when
     run alone: what the exchange adds to a run, the compute it slows included (on shared
     cores a GEMM next to collectives runs markedly slower than one next to GEMMs)."""
-    alone = statistics.fmean(meter.samples(gap))
-    return [t - alone for t in meter.samples(lambda: (gap(), fn()))]
+    alone = statistics.fmean(meter.samples(gap, repeats=repeats))
+    return [t - alone for t in meter.samples(lambda: (gap(), fn()), repeats=repeats)]
 
 
 def one_way_seconds(meter: Meter, comm: Communicator, pair: tuple[int, int], buffer: torch.Tensor,
-                    gap: Callable[[], object]) -> list[float]:
+                    gap: Callable[[], object], repeats: int) -> list[float]:
     """Half of what each ping-pong round trip between the pair adds after the compute gap on
     both ranks (rank pair[0] times it)."""
     a, b = pair
@@ -182,18 +193,18 @@ def one_way_seconds(meter: Meter, comm: Communicator, pair: tuple[int, int], buf
             comm.recv(buffer, a, 0)
             comm.send(buffer, a, 1).wait()
 
-    return [t / 2 for t in added_seconds(meter, ping_pong, gap)]
+    return [t / 2 for t in added_seconds(meter, ping_pong, gap, repeats)]
 
 
 def collective_seconds(meter: Meter, comm: Communicator, op: str, group: Group, buffer: torch.Tensor,
-                       gap: Callable[[], object]) -> list[float]:
+                       gap: Callable[[], object], repeats: int) -> list[float]:
     """What each collective adds on this rank, from its arrival after the compute gap."""
     n = group.size
     split = [buffer.numel() // n] * n
     even = buffer[: sum(split)]  # each peer gets an equal block
     run = {"all_reduce": lambda: comm.all_reduce(buffer, group),
            "all_to_all": lambda: comm.all_to_all(even, send_sizes=split, recv_sizes=split, group=group)}[op]
-    return added_seconds(meter, run, gap)
+    return added_seconds(meter, run, gap, repeats)
 
 
 def mean_of_timers(comm: Communicator, times: list[float] | None, timers: int, repeats: int,
@@ -210,16 +221,16 @@ def measure_link(meter: Meter, comm: Communicator, spec: ProfileSpec, link_class
                  op: str, nbytes: int, device) -> LinkTiming:
     buffer = torch.ones(nbytes // 4, device=device)
     inside = comm.rank in group.ranks
-    gap = compute_gap(spec, group.size, device)
+    gap, repeats = compute_gap(spec, group.size, device), link_repeats(spec, nbytes)
     if op == "p2p":
         pair = group.ranks[:2]
-        times = one_way_seconds(meter, comm, pair, buffer, gap) if comm.rank in pair else None
+        times = one_way_seconds(meter, comm, pair, buffer, gap, repeats) if comm.rank in pair else None
         times = times if comm.rank == pair[0] else None
         timers = 1
     else:
-        times = collective_seconds(meter, comm, op, group, buffer, gap) if inside else None
+        times = collective_seconds(meter, comm, op, group, buffer, gap, repeats) if inside else None
         timers = group.size
-    times = mean_of_timers(comm, times, timers, spec.repeats, device)
+    times = mean_of_timers(comm, times, timers, repeats, device)
     return LinkTiming.of(times, link_class=link_class, op=op, ranks=2 if op == "p2p" else group.size, nbytes=nbytes,
                          spread=(max(times) - min(times)) / max(statistics.median(times), MIN_SECONDS))
 
