@@ -1,22 +1,29 @@
 """Predicted against measured step time on this machine (DESIGN.md §9, issue 15).
 
-    .venv/bin/python benchmarks/bench_calibration.py [--max-bytes 16777216] [--steps 8] [--out FILE]
+    .venv/bin/python benchmarks/bench_calibration.py [--max-bytes 67108864] [--steps 8] [--out FILE]
 
-1. `profile` two clusters of CPU processes here: A = 2 processes on one machine (1 process per
-   core), B = 4 processes on two simulated machines (2 per core), timing the problem's own
-   model shapes.
+1. `profile` three clusters of CPU processes here, timing the problem's own model shapes:
+   A = 2 processes on one machine and C = 2 machines of 1 process (1 process per core), and
+   B = 2 machines of 2 processes (2 per core).
 2. Run layered plans of the problem's own (small) model on each — TP sizes 1, 2, layer
    splits, data-parallel pipelines, recompute on and off — and compare each run's measured
    step time (schedule + gradient sync, median over the steps after the first) with the cost
    model's T on the profiled cluster.
-3. Hold-out calibration: for each run, refit η and the link bandwidths (`calibrate`'s fit) on
-   the *other* runs of its cluster and predict it again.
-4. The fitted bandwidth of each link class against a direct large-message p2p.
-5. A sequence plan (DESIGN.md §7) on cluster B against its T (its runtime records only the
+3. Hold-out calibration: for each run, refit η and the link bandwidths and latencies
+   (`calibrate --keep-undetermined`'s fit) on the *other* runs of its cluster and predict it
+   again.
+4. Each operation's fitted bandwidth against its own direct large-message measurement.
+5. A sequence plan (DESIGN.md §7) on A and on B against its T (its runtime records only the
    whole step's wall time, optimizer included; calibrate covers layered plans only).
+6. The noise floor: cluster A's first plan is run again at the end; no model predicts the
+   difference between two runs of one plan.
 
-Everything twice: with the median of repetitions and steps (the default of profile and
-calibrate) and with the fastest (`--statistic min`: on shared cores, the least disturbed).
+Everything twice: with the mean of repetitions and steps (the default of profile and
+calibrate: a step adds up many operations) and with the median (`--statistic median`).
+
+The model has 8 layers (LLMs have dozens): the costs the cost model prices once per model,
+not per layer — and those it leaves out, such as the vocabulary-parallel head's three extra
+all-reduces — then weigh roughly as in a real model and not as in a 2-layer toy.
 
 Prints tables and writes the numbers as JSON (default benchmarks/report/calibration.json).
 The machine's load average is printed: on shared cores the measurements are noisy.
@@ -47,37 +54,47 @@ from planner.sequence.plan import Group, Member, Replica, SeqPlan  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 from planner.workload import ModelSpec, TrainingSpec  # noqa: E402
 from runtime.launch import run_plan  # noqa: E402
-from runtime.profile_fit import profiled_cluster  # noqa: E402
+from runtime.profile_fit import WRITTEN_OP, profiled_cluster  # noqa: E402
 from runtime.profile_launch import ProfileSpec, launch_profile  # noqa: E402
 from runtime.runlog import read_run_log  # noqa: E402
 
 console = Console()
-MODEL = ModelSpec(name="bench-small", layers=4, hidden=256, heads=8, kv_heads=4, ffn_hidden=688, vocab=512)
+MODEL = ModelSpec(name="bench-small", layers=8, hidden=256, heads=8, kv_heads=4, ffn_hidden=688, vocab=512)
 TRAINING = TrainingSpec(seq_len=128, global_batch=4, micro_batch=1, recompute=False, act_bytes=4, grad_bytes=4,
                         reserved_gib=0.25)
 # per cluster: (label, recompute, batches, stages per pipeline as (devices, layers))
 PLANS = {
-    "A": [("TP2", False, (4,), [[((0, 1), 4)]]),
-          ("TP2 recompute", True, (4,), [[((0, 1), 4)]]),
-          ("PP 2/2", False, (4,), [[((0,), 2), ((1,), 2)]]),
-          ("PP 3/1 recompute", True, (4,), [[((0,), 3), ((1,), 1)]]),
-          ("DP2", False, (2, 2), [[((0,), 4)], [((1,), 4)]])],
-    "B": [("DP2 x TP2", False, (2, 2), [[((0, 1), 4)], [((2, 3), 4)]]),
-          ("PP2 x TP2 recompute", True, (4,), [[((0, 1), 2), ((2, 3), 2)]]),
-          ("PP4 1/1/1/1", False, (4,), [[((0,), 1), ((1,), 1), ((2,), 1), ((3,), 1)]]),
-          ("DP2 x PP2 across machines", False, (2, 2), [[((0,), 2), ((2,), 2)], [((1,), 2), ((3,), 2)]]),
-          ("TP2 | PP 3/1 recompute", True, (2, 2), [[((0, 1), 4)], [((2,), 3), ((3,), 1)]])],
+    "A": [("TP2", False, (4,), [[((0, 1), 8)]]),
+          ("TP2 recompute", True, (4,), [[((0, 1), 8)]]),
+          ("PP 4/4", False, (4,), [[((0,), 4), ((1,), 4)]]),
+          ("PP 6/2 recompute", True, (4,), [[((0,), 6), ((1,), 2)]]),
+          ("DP2", False, (2, 2), [[((0,), 8)], [((1,), 8)]])],
+    "C": [("PP 4/4 across machines", False, (4,), [[((0,), 4), ((1,), 4)]]),
+          ("PP 5/3 across machines recompute", True, (4,), [[((0,), 5), ((1,), 3)]]),
+          ("DP2 across machines", False, (2, 2), [[((0,), 8)], [((1,), 8)]])],
+    "B": [("DP2 x TP2", False, (2, 2), [[((0, 1), 8)], [((2, 3), 8)]]),
+          ("PP2 x TP2 recompute", True, (4,), [[((0, 1), 4), ((2, 3), 4)]]),
+          ("PP4 2/2/2/2", False, (4,), [[((0,), 2), ((1,), 2), ((2,), 2), ((3,), 2)]]),
+          ("DP2 x PP2 across machines", False, (2, 2), [[((0,), 4), ((2,), 4)], [((1,), 4), ((3,), 4)]]),
+          ("TP2 | PP 6/2 recompute", True, (2, 2), [[((0, 1), 8)], [((2,), 6), ((3,), 2)]])],
 }
-MACHINES = {"A": (2,), "B": (2, 2)}
-STATS = ("median", "min")  # the median of repetitions and steps (the default), and the fastest
-# A sequence plan (DESIGN.md §7) on cluster B: replica 0 a ring of an uneven Ulysses pair and
-# one device, replica 1 one device; s = 512 (token block 64). Its runtime records the whole
-# step's wall time only (optimizer included), which is what this row compares.
+MACHINES = {"A": (2,), "C": (1, 1), "B": (2, 2)}
+PER_CORE = {"A": 1, "C": 1, "B": 2}  # processes per core on this 2-core machine
+STATS = ("mean", "median")  # of repetitions and steps: the mean (the default), and the median
+# Sequence plans (DESIGN.md §7), s = 512 (token block 64). On A: one uneven Ulysses pair.
+# On B: replica 0 a ring of an uneven Ulysses pair and one device, replica 1 one device. Their
+# runtime records the whole step's wall time only (optimizer included): that is compared.
 SEQ_TRAINING = TRAINING.model_copy(update={"seq_len": 512, "global_batch": 2, "recompute": True, "token_block": 64})
-SEQ_PLAN = SeqPlan(problem="bench-calibration-seq", replicas=(
-    Replica(batch=1, ring=(Group(members=(Member(device=0, heads=4, tokens=128), Member(device=1, heads=4, tokens=128))),
-                           Group(members=(Member(device=2, heads=8, tokens=256),)))),
-    Replica(batch=1, ring=(Group(members=(Member(device=3, heads=8, tokens=512),)),))))
+SEQ_PLANS = {
+    "A": ("sequence: Ulysses 6+2 heads, s=512", SeqPlan(problem="bench-calibration-seq", replicas=(
+        Replica(batch=2, ring=(Group(members=(Member(device=0, heads=6, tokens=384),
+                                               Member(device=1, heads=2, tokens=128))),)),))),
+    "B": ("sequence: ring(Ulysses 2, 1) | 1, s=512", SeqPlan(problem="bench-calibration-seq", replicas=(
+        Replica(batch=1, ring=(Group(members=(Member(device=0, heads=4, tokens=128),
+                                               Member(device=1, heads=4, tokens=128))),
+                               Group(members=(Member(device=2, heads=8, tokens=256),)))),
+        Replica(batch=1, ring=(Group(members=(Member(device=3, heads=8, tokens=512),)),))))),
+}
 
 
 def plan_of(batches, stages) -> Plan:
@@ -96,39 +113,58 @@ def profile(name: str, args, folder: Path):
     return fitted, result
 
 
+def run_dir(folder: Path, name: str, label: str) -> Path:
+    return folder / f"run-{name}-{label.replace(' ', '_').replace('/', '-').replace(':', '').replace(',', '')}"
+
+
+def run_layered(name: str, problem: Problem, plan_spec, args, out: Path) -> dict:
+    label, recompute, batches, stages = plan_spec
+    run_plan(problem, plan_of(batches, stages), model="problem", steps=args.steps, echo=False,
+             recompute=recompute, out_dir=str(out))
+    log = read_run_log(out / "runlog.json")
+    times = [s.step_s for s in log.steps[1:]]
+    console.print(f"  ran {label}: step {statistics.median(times) * 1e3:.1f} ms median", highlight=False)
+    return {"cluster": name, "plan": label, "recompute": recompute, "log": log, "source": str(out),
+            "spread": (max(times) - min(times)) / statistics.median(times)}
+
+
 def run_plans(name: str, cluster, args, folder: Path) -> list[dict]:
     problem = Problem(name="bench-calibration", cluster=cluster, model=MODEL, training=TRAINING)
-    rows = []
-    for label, recompute, batches, stages in PLANS[name]:
-        out = folder / f"run-{name}-{label.replace(' ', '_').replace('/', '-')}"
-        run_plan(problem, plan_of(batches, stages), model="problem", steps=args.steps, echo=False,
-                 recompute=recompute, out_dir=str(out))
-        log = read_run_log(out / "runlog.json")
-        times = [s.step_s for s in log.steps[1:]]
-        rows.append({"cluster": name, "plan": label, "recompute": recompute, "log": log, "source": str(out),
-                     "spread": (max(times) - min(times)) / statistics.median(times)})
-        console.print(f"  ran {label}: step {statistics.median(times) * 1e3:.1f} ms median", highlight=False)
-    return rows
+    return [run_layered(name, problem, spec, args, run_dir(folder, name, spec[0])) for spec in PLANS[name]]
 
 
-def run_sequence(cluster, args, folder: Path) -> dict:
-    """The sequence plan's run: its steps' wall time (after the first) against its T."""
+def run_sequence(name: str, cluster, args, folder: Path) -> dict:
+    """A sequence plan's run: its steps' wall time (after the first) against its T."""
+    label, plan = SEQ_PLANS[name]
     problem = Problem(name="bench-calibration-seq", cluster=cluster, model=MODEL, training=SEQ_TRAINING)
-    result = run_plan(problem, SEQ_PLAN, model="problem", steps=args.steps, echo=False,
-                      out_dir=str(folder / "run-B-sequence"))
+    result = run_plan(problem, plan, model="problem", steps=args.steps, echo=False,
+                      out_dir=str(run_dir(folder, name, "sequence")))
     times = [s["wall_s"] for s in result.steps[1:]]
-    console.print(f"  ran the sequence plan: step {statistics.median(times) * 1e3:.1f} ms median (wall, optimizer "
+    console.print(f"  ran {label}: step {statistics.median(times) * 1e3:.1f} ms median (wall, optimizer "
                   f"included)", highlight=False)
-    return {"cluster": "B", "plan": "sequence: ring(Ulysses 2, 1) | 1, s=512", "recompute": True, "times": times,
-            "problem": problem, "spread": (max(times) - min(times)) / statistics.median(times)}
+    return {"cluster": name, "plan": label, "recompute": True, "times": times, "problem": problem, "seq_plan": plan,
+            "spread": (max(times) - min(times)) / statistics.median(times)}
 
 
 def predict_sequence(row: dict, clusters: dict) -> None:
+    plan = row["seq_plan"]
     for stat in STATS:
-        problem = row["problem"].model_copy(update={"cluster": clusters["B"][stat][0]})
+        problem = row["problem"].model_copy(update={"cluster": clusters[row["cluster"]][stat][0]})
         row[f"measured_{stat}"] = summarize(row["times"], stat)
-        row[f"profile_{stat}"] = float(kind_of(SEQ_PLAN).iteration_time(problem, SEQ_PLAN))
+        row[f"profile_{stat}"] = float(kind_of(plan).iteration_time(problem, plan))
         row[f"calibrated_{stat}"] = float("nan")  # run logs (and calibrate) cover layered plans only
+
+
+def noise_floor(first: dict, args, folder: Path) -> dict:
+    """Cluster A's first plan run again at the end: two runs of one plan on one cluster."""
+    spec = PLANS["A"][0]
+    problem = first["log"].run_problem.model_copy(update={"training": TRAINING})
+    again = run_layered("A", problem, spec, args, run_dir(folder, "A", spec[0] + " again"))
+    out = {"plan": spec[0]}
+    for stat in STATS:
+        a, b = (summarize([s.step_s for s in r["log"].steps[1:]], stat) for r in (first, again))
+        out[stat] = {"first": a, "again": b, "difference": b / a - 1.0}
+    return out
 
 
 def predict(rows: list[dict], clusters: dict, stat: str) -> None:
@@ -144,9 +180,10 @@ def predict(rows: list[dict], clusters: dict, stat: str) -> None:
         row[f"profile_{stat}"] = float(predicted_rows(record.problem, record.plan)[-1])
         others = [r[f"record_{stat}"] for r in rows if r["cluster"] == row["cluster"] and r is not row]
         try:
-            fitted, _ = refit(others)
+            fitted, figures = refit(others, keep_undetermined=True)
             row[f"calibrated_{stat}"] = float(predicted_rows(record.problem.model_copy(update={"cluster": fitted}),
                                                              record.plan)[-1])
+            row[f"kept_{stat}"] = [f"{f.kind} {f.name}: {f.kept_why}" for f in figures if f.kept_why]
         except ValueError as exc:  # a refused fit is a result too: shown, not hidden
             row[f"calibrated_{stat}"], row[f"refused_{stat}"] = float("nan"), str(exc)
 
@@ -157,10 +194,22 @@ def error(row: dict, key: str, stat: str) -> float:
 
 def summary(rows: list[dict], key: str, stat: str) -> dict:
     errs = np.abs([error(r, key, stat) for r in rows])
+    if not np.any(~np.isnan(errs)):
+        return {"mean": float("nan"), "worst": float("nan"), "n": 0}
     return {"mean": float(np.nanmean(errs)), "worst": float(np.nanmax(errs)), "n": int(np.sum(~np.isnan(errs)))}
 
 
-def result_table(rows: list[dict]) -> Table:
+SUBSETS = {"1 process per core (A, C)": lambda r: PER_CORE[r["cluster"]] == 1,
+           "2 processes per core (B)": lambda r: PER_CORE[r["cluster"]] == 2,
+           "all": lambda r: True}
+
+
+def summaries(rows: list[dict]) -> dict:
+    return {subset: {stat: {key: summary([r for r in rows if keep(r)], key, stat) for key in ("profile", "calibrated")}
+                     for stat in STATS} for subset, keep in SUBSETS.items()}
+
+
+def result_table(rows: list[dict], summed: dict) -> Table:
     table = Table(title="step time: measured (steps after the first) against the cost model's T")
     table.add_column("cluster")
     table.add_column("plan")
@@ -175,62 +224,74 @@ def result_table(rows: list[dict]) -> Table:
                       f"{error(r, 'calibrated', stat):+.1%}"]
         table.add_row(r["cluster"], r["plan"], f"{r['spread']:.0%}", *cells)
     lines = []
-    for stat in STATS:
-        for key, label in (("profile", "after profile"), ("calibrated", "after hold-out calibrate")):
-            got = summary(rows, key, stat)
-            lines.append(f"{stat}, {label}: mean |error| {got['mean']:.1%}, worst {got['worst']:.1%} ({got['n']} runs)")
+    for subset, per_stat in summed.items():
+        for stat, per_key in per_stat.items():
+            for key, label in (("profile", "after profile"), ("calibrated", "after hold-out calibrate")):
+                got = per_key[key]
+                lines.append(f"{subset}, {stat}, {label}: mean |error| {got['mean']:.1%}, worst {got['worst']:.1%} "
+                             f"({got['n']} runs)")
     table.caption = "\n".join(lines)
     return table
 
 
 def link_table(fitted: dict) -> tuple[Table, list[dict]]:
-    table = Table(title="fitted link bandwidth against a direct large-message p2p measurement")
-    for column in ("cluster", "class", "statistic", "direct GB/s", "p2p fit GB/s", "diff", "joint fit GB/s", "diff"):
+    """Each operation's own fit against its largest message's direct bandwidth; the written
+    figure is the all-reduce fit."""
+    table = Table(title="fitted link bandwidth against a direct large-message measurement (same operation)")
+    for column in ("cluster", "class", "statistic", "operation", "direct GB/s", "fit GB/s", "diff", "fit α µs"):
         table.add_column(column, justify="right")
     out = []
     for name, per_stat in fitted.items():
         for stat, (_, reports) in per_stat.items():
             for link_class, r in reports.items():
-                p2p = r.per_op["p2p"]
-                p2p_bw = p2p.bw_gbps if not isinstance(p2p, str) else float("nan")
-                out.append({"cluster": name, "class": link_class, "statistic": stat, "direct": r.direct_bw_gbps,
-                            "p2p_fit": p2p_bw, "joint_fit": r.joint.bw_gbps, "bytes": r.direct_bytes})
-                table.add_row(name, link_class, stat, f"{r.direct_bw_gbps:.3f}", f"{p2p_bw:.3f}",
-                              f"{p2p_bw / r.direct_bw_gbps - 1:+.1%}", f"{r.joint.bw_gbps:.3f}",
-                              f"{r.joint.bw_gbps / r.direct_bw_gbps - 1:+.1%}")
+                for op, (direct, nbytes) in r.direct.items():
+                    fit = r.per_op[op]
+                    bw, lat = (float("nan"),) * 2 if isinstance(fit, str) else (fit.bw_gbps, fit.latency_us)
+                    written = op == WRITTEN_OP
+                    out.append({"cluster": name, "class": link_class, "statistic": stat, "op": op, "written": written,
+                                "direct": direct, "fit": bw, "latency_us": lat, "bytes": nbytes})
+                    table.add_row(name, link_class, stat, f"{op}{' (written)' if written else ''}", f"{direct:.3f}",
+                                  f"{bw:.3f}", f"{bw / direct - 1:+.1%}", f"{lat:.0f}")
     return table, out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-bytes", type=int, default=1 << 24)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--max-bytes", type=int, default=1 << 26)
+    parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--no-sequence", action="store_true", help="skip the sequence plan's row")
+    parser.add_argument("--no-sequence", action="store_true", help="skip the sequence plans' rows")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "report" / "calibration.json")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-calibration-"))
     load_before = os.getloadavg()
-    rows, fitted = [], {}
+    rows, fitted, sequence = [], {}, []
     for name in PLANS:
         fitted[name], _ = profile(name, args, folder)
         rows += run_plans(name, fitted[name]["median"][0], args, folder)
+        if name in SEQ_PLANS and not args.no_sequence:
+            sequence.append(run_sequence(name, fitted[name]["median"][0], args, folder))
+    floor = noise_floor(rows[0], args, folder)
     for stat in STATS:
         predict(rows, fitted, stat)
-    if not args.no_sequence:
-        rows.append(run_sequence(fitted["B"]["median"][0], args, folder))
-        predict_sequence(rows[-1], fitted)
-    console.print(result_table(rows))
+    for row in sequence:
+        predict_sequence(row, fitted)
+    rows += sequence
+    summed = summaries(rows)
+    console.print(result_table(rows, summed))
+    console.print("noise floor: " + ", ".join(f"{stat}: {f['first'] * 1e3:.1f} → {f['again'] * 1e3:.1f} ms "
+                                               f"({f['difference']:+.1%})" for stat, f in floor.items() if stat in STATS)
+                  + f" — cluster A's {floor['plan']} run first and again at the end", highlight=False)
     links, link_rows = link_table(fitted)
     console.print(links)
     load_after = os.getloadavg()
     console.print(f"load average (1, 5, 15 min) before {load_before}, after {load_after}; {os.cpu_count()} cores",
                   highlight=False)
-    drop = {"log", "problem", "times"} | {f"record_{stat}" for stat in STATS}
+    drop = {"log", "problem", "times", "seq_plan"} | {f"record_{stat}" for stat in STATS}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "runs": [{k: v for k, v in r.items() if k not in drop} for r in rows], "links": link_rows,
-        "summary": {stat: {key: summary(rows, key, stat) for key in ("profile", "calibrated")} for stat in STATS},
+        "summary": summed, "noise_floor": floor,
         "clusters": {n: {stat: c.model_dump(mode="json", exclude_defaults=True) for stat, (c, _) in per.items()}
                      for n, per in fitted.items()},
         "load_average_before": load_before, "load_average_after": load_after}, indent=1))
