@@ -185,7 +185,7 @@ def _fit_figures(records, base: Cluster, names, measured: np.ndarray, active: li
     for _ in range(ROUNDS):
         slopes, rest = linearise(records, base, names, theta)
         weighted = slopes[:, active] / measured[:, None]
-        _, singular, right = np.linalg.svd(weighted, full_matrices=False)
+        _, singular, right = np.linalg.svd(weighted)  # right[-1]: the weakest direction (null when rows < figures)
         if len(measured) < len(active) or singular[-1] <= CONDITION_LIMIT * singular[0]:
             tangled = np.abs(right[-1]) > 0.1 * np.abs(right[-1]).max()
             return theta, (_least_loaded(weighted, tangled, active),
