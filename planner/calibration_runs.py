@@ -1,15 +1,17 @@
 """Refitting a cluster's figures from run records (DESIGN.md §9, `hexiscale calibrate`).
 
-A run record holds what a layered plan's run measured: each stage's forward + backward time
-per micro-batch (the cost model's τ = C + T_tp) and the step time (its T). The unknowns are
-scale factors: one per GPU type on 1/η (compute time ∝ 1/η), and per link class ("intra":
-every machine's own links; "inter": the links between machines) one on 1/bw and one on the
-latency α (on shared CPU cores a collective's cost is mostly its α: the wake-up of the
-processes it waits for and their skew at the sync point, which only runs show). Every priced
-figure of a plan is the cost model's breakdown (`planner.layered.pricing`); it is linear in
-those factors wherever no max or min of §3 changes its argument, so each row's regressors are
-the breakdown's own slopes, taken by re-pricing the plan with one factor moved. A few Gauss-Newton rounds re-linearise where
-a max moved. Least squares on relative error; no second formula of the cost model.
+A run record holds what a run measured: per unit the forward + backward time per micro-batch
+— each stage of a layered plan (the cost model's τ = C + T_tp), each replica of a sequence
+plan (its slowest member: T_mb of §7.2) — and the step time (T). The unknowns are scale
+factors: one per GPU type on 1/η (compute time ∝ 1/η), and per link class ("intra": every
+machine's own links; "inter": the links between machines) one on 1/bw and one on the latency
+α (on shared CPU cores a collective's cost is mostly its α: the wake-up of the processes it
+waits for and their skew at the sync point, which only runs show). Every priced figure of a
+plan is the cost model's own pricing (`planner.layered.pricing`, `planner.sequence.pricing`);
+it is linear in those factors wherever no max or min changes its argument, so each row's
+regressors are the pricing's own slopes, taken by re-pricing the plan with one factor moved.
+A few Gauss-Newton rounds re-linearise where a max moved. Least squares on relative error; no
+second formula of the cost model.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from planner.hardware import Cluster
 from planner.layered.plan import Plan
 from planner.layered.pricing import breakdown
 from planner.layered.table import stage_table
+from planner.sequence.plan import SeqPlan
+from planner.sequence.pricing import time_parts
+from planner.sequence.table import MemberTable
 from planner.problem import Problem
 
 LINK_CLASSES = ("intra", "inter")
@@ -40,12 +45,12 @@ TANGLED = 0.9
 @dataclass(frozen=True)
 class RunRecord:
     """One run's measurements. `problem` is the problem as run (the model actually trained,
-    the run's seq_len, micro-batch, recompute and schedule); stages in plan order."""
+    the run's seq_len, micro-batch, recompute and schedule); units in plan order."""
 
     problem: Problem
-    plan: Plan
-    stage_s: tuple[float, ...]  # forward + backward per micro-batch of each stage, median over steps
-    step_s: float  # step time (schedule + gradient sync), median over steps
+    plan: Plan | SeqPlan
+    stage_s: tuple[float, ...]  # forward + backward per micro-batch: of each stage, or of each replica's slowest member
+    step_s: float  # step time (schedule + gradient sync), summarized over steps
     source: str = ""
 
 
@@ -61,8 +66,12 @@ class Figure:
     kept_why: str = ""  # exercised but not determined by the records: kept as it was, and why
 
 
-def predicted_rows(problem: Problem, plan: Plan) -> np.ndarray:
-    """[τ of each stage, then T]: the cost model's figures that a run record measures."""
+def predicted_rows(problem: Problem, plan: Plan | SeqPlan) -> np.ndarray:
+    """The cost model's figures that a run record measures: [τ of each stage, then T] of a
+    layered plan (§3), [T_mb of each replica, then T] of a sequence plan (§7.2)."""
+    if isinstance(plan, SeqPlan):
+        parts = time_parts(problem, MemberTable.of(plan))
+        return np.concatenate([parts.micro_batch, [parts.iteration]])
     priced = breakdown(problem, stage_table(problem, plan))
     return np.concatenate([priced.tau, [priced.iteration]])
 
@@ -72,8 +81,8 @@ def measured_rows(record: RunRecord) -> np.ndarray:
 
 
 def used_gpu_types(records: list[RunRecord]) -> list[str]:
-    names = {r.problem.cluster.machines[int(m)].gpu
-             for r in records for m in stage_table(r.problem, r.plan).machine}
+    names = {r.problem.cluster.machines[int(r.problem.cluster.machine_of_device[d])].gpu
+             for r in records for d in r.plan.devices}
     return sorted(names)
 
 

@@ -6,8 +6,9 @@ canonical JSON), and carries the problem *as run* — that cluster, the model ac
 the run's seq_len, micro-batch, recompute and schedule — so the cost model prices exactly what
 ran. Per step: the step time (schedule + gradient sync, the slowest rank: what T prices), the
 whole step's wall time (optimizer included, which the cost model does not price), and per
-stage the leader's forward, backward, communication (stage-to-stage receives and broadcasts,
-waits included) and gradient-sync seconds.
+stage (a layered plan) the leader's forward, backward, communication (stage-to-stage receives
+and broadcasts, waits included) and gradient-sync seconds, or per member (a sequence plan) its
+forward and backward seconds, attention exchanges and ZeRO-3 gathers included.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+
+import numpy as np
 
 from pydantic import Field, model_validator
 
@@ -24,6 +27,7 @@ from planner.calibration import Statistic, summarize
 from planner.calibration_runs import RunRecord
 from planner.hardware import Cluster
 from planner.layered.plan import Plan
+from planner.sequence.plan import SeqPlan
 from planner.problem import Problem
 from planner.workload import TrainingSpec
 
@@ -40,11 +44,21 @@ class StageTiming(Frozen):
     sync_s: float = Field(ge=0, allow_inf_nan=False, description="data-parallel gradient sync, seconds")
 
 
+class MemberTiming(Frozen):
+    replica: int = Field(ge=0, description="replica index")
+    group: int = Field(ge=0, description="group index in its replica's ring")
+    member: int = Field(ge=0, description="member index in its group")
+    forward_s: float = Field(ge=0, allow_inf_nan=False, description="forward passes (attention exchanges included)")
+    backward_s: float = Field(ge=0, allow_inf_nan=False, description="backward passes (exchanges included)")
+
+
 class StepTiming(Frozen):
     step: int = Field(ge=1, description="step number, from 1")
-    step_s: float = Field(gt=0, allow_inf_nan=False, description="schedule + gradient sync, slowest rank")
+    step_s: float = Field(gt=0, allow_inf_nan=False, description="schedule (micro-batches) + gradient sync, "
+                                                                  "slowest rank")
     wall_s: float = Field(gt=0, allow_inf_nan=False, description="the whole step on rank 0 (optimizer included)")
-    stages: tuple[StageTiming, ...] = Field(min_length=1, description="per stage, in plan order")
+    stages: tuple[StageTiming, ...] = Field(default=(), description="layered: per stage, in plan order")
+    members: tuple[MemberTiming, ...] = Field(default=(), description="sequence: per member, in plan order")
 
 
 def cluster_hash(cluster: Cluster) -> str:
@@ -57,43 +71,69 @@ class RunLog(Frozen):
     problem_hash: str = Field(min_length=64, max_length=64, description="sha256 of that problem")
     cluster_hash: str = Field(min_length=64, max_length=64, description="sha256 of the cluster")
     run_problem: Problem = Field(description="the problem as run: cluster, model trained, run settings")
-    plan: Plan = Field(description="the layered plan that ran")
+    plan: Annotated[Plan | SeqPlan, Field(discriminator="format")] = Field(
+        description="the plan that ran (a sequence plan as scaled to the model run)")
     steps: tuple[StepTiming, ...] = Field(min_length=1, description="every step, in order")
 
     @model_validator(mode="after")
     def _consistent(self) -> RunLog:
         if cluster_hash(self.run_problem.cluster) != self.cluster_hash:
             raise ValueError("cluster_hash does not match the cluster the log carries (edited or corrupted)")
-        expected = [(p, k) for p, pipe in enumerate(self.plan.pipelines) for k in range(len(pipe.stages))]
         for step in self.steps:
-            if [(s.pipeline, s.stage) for s in step.stages] != expected:
-                raise ValueError(f"step {step.step} lists stages that are not the plan's")
+            if self._units(step) != self._plan_units():
+                raise ValueError(f"step {step.step} lists {self._unit_name()} that are not the plan's")
         return self
+
+    def _unit_name(self) -> str:
+        return "members" if isinstance(self.plan, SeqPlan) else "stages"
+
+    def _plan_units(self) -> list[tuple[int, ...]]:
+        if isinstance(self.plan, SeqPlan):
+            return [(r, g, m) for r, rep in enumerate(self.plan.replicas) for g, group in enumerate(rep.ring)
+                    for m in range(len(group.members))]
+        return [(p, k) for p, pipe in enumerate(self.plan.pipelines) for k in range(len(pipe.stages))]
+
+    def _units(self, step: StepTiming) -> list[tuple[int, ...]]:
+        """The step's units in order; those of the other kind (which must be absent) as (-1,)."""
+        if isinstance(self.plan, SeqPlan):
+            return [(m.replica, m.group, m.member) for m in step.members] + [(-1,)] * len(step.stages)
+        return [(s.pipeline, s.stage) for s in step.stages] + [(-1,)] * len(step.members)
 
     def record(self, source: str, warmup: int = 1, statistic: Statistic = "mean") -> RunRecord:
         """The `statistic` (mean, median or fastest) over the steps after `warmup` (all steps if
-        there are no more): each stage's forward + backward per micro-batch, and the step time."""
+        there are no more): per unit (each stage; each replica's slowest member) the forward +
+        backward per micro-batch, and the step time."""
         steps = self.steps[warmup:] or self.steps
-        micro = [p.batch // self.run_problem.training.micro_batch
-                 for p in self.plan.pipelines for _ in p.stages]
-        stage_s = tuple(summarize([(s.stages[i].forward_s + s.stages[i].backward_s) / m for s in steps], statistic)
-                        for i, m in enumerate(micro))
-        return RunRecord(problem=self.run_problem, plan=self.plan, stage_s=stage_s,
+        micro = self.run_problem.training.micro_batch
+        if isinstance(self.plan, SeqPlan):
+            per_replica = [r.batch // micro for r in self.plan.replicas]
+            units = [max((m.forward_s + m.backward_s) / per_replica[m.replica] for m in s.members if m.replica == r)
+                     for s in steps for r in range(len(per_replica))]
+            rows = np.array(units).reshape(len(steps), len(per_replica))
+        else:
+            per_stage = [p.batch // micro for p in self.plan.pipelines for _ in p.stages]
+            rows = np.array([[(st.forward_s + st.backward_s) / m for st, m in zip(s.stages, per_stage)] for s in steps])
+        unit_s = tuple(summarize(rows[:, i], statistic) for i in range(rows.shape[1]))
+        return RunRecord(problem=self.run_problem, plan=self.plan, stage_s=unit_s,
                          step_s=summarize([s.step_s for s in steps], statistic), source=source)
 
 
 def run_problem(problem: Problem, model, config) -> Problem:
-    """`problem` as a run executes it: the model trained and the run's own settings."""
+    """`problem` as a run executes it: the model trained and the run's own settings (a
+    sequence run: the plan as scaled to them, see `runtime.sequence.job`)."""
     training = TrainingSpec(**{**problem.training.model_dump(), "seq_len": config.seq_len,
                                "micro_batch": config.micro_batch, "recompute": config.recompute,
                                "schedule": config.schedule})
     return Problem(name=problem.name, cluster=problem.cluster, model=model, training=training)
 
 
-def make_run_log(problem: Problem, problem_sha256: str, plan: Plan, config, steps: list[dict]) -> RunLog:
-    """The run log of a finished layered run: `steps` are its metrics' step records."""
+def make_run_log(problem: Problem, problem_sha256: str, plan, config, steps: list[dict]) -> RunLog:
+    """The run log of a finished run of either kind: `steps` are its metrics' step records."""
     timed = [StepTiming(step=s["step"], step_s=s["step_s"], wall_s=s["wall_s"],
-                        stages=tuple(StageTiming(**{k: st[k] for k in StageTiming.model_fields}) for st in s["stages"]))
+                        stages=tuple(StageTiming(**{k: st[k] for k in StageTiming.model_fields})
+                                     for st in s.get("stages", ())),
+                        members=tuple(MemberTiming(**{k: m[k] for k in MemberTiming.model_fields})
+                                      for m in s.get("members", ())))
              for s in steps]
     return RunLog(problem=problem.name, problem_hash=problem_sha256, cluster_hash=cluster_hash(problem.cluster),
                   run_problem=run_problem(problem, config.model, config), plan=plan, steps=tuple(timed))
@@ -115,9 +155,9 @@ def read_run_log(path: str | Path) -> RunLog:
 
 
 def log_run(problem: Problem, job, result) -> Path | None:
-    """Write the run log of a finished layered run into its out_dir (None for other kinds,
-    whose runs do not time their stages yet, or a run without steps)."""
-    if job.kind != "layered" or not result.steps or not result.out_dir:
+    """Write the run log of a finished run into its out_dir (None for a run without steps or
+    without an out_dir)."""
+    if not result.steps or not result.out_dir:
         return None
     log = make_run_log(problem, job.problem_hash, job.plan, job.config, result.steps)
     return write_run_log(result.out_dir, log)

@@ -45,3 +45,28 @@ def test_run_log_summaries(tmp_path):
     assert median.stage_s == pytest.approx((2.0 * 2 / micro, 2.0 * 3 / micro))  # (f + b) per micro-batch
     assert log.record("x", warmup=0).step_s == 3.75 and log.record("x", warmup=0, statistic="median").step_s == 2.5
     assert log.run_problem.training.micro_batch == 2 and log.run_problem.model == small_model()
+
+
+def test_a_sequence_run_log_times_each_replica_by_its_slowest_member(tmp_path):
+    from planner.calibration_runs import predicted_rows
+    from planner.sequence.plan import Group, Member, Replica, SeqPlan
+
+    plan = SeqPlan(replicas=(  # replica 0: a ring of a pair and one device (2 micro-batches); replica 1: one device
+        Replica(batch=4, ring=(Group(members=(Member(device=0, heads=4, tokens=32), Member(device=1, heads=4, tokens=32))),
+                               Group(members=(Member(device=2, heads=8, tokens=64),)))),
+        Replica(batch=4, ring=(Group(members=(Member(device=3, heads=8, tokens=128),)),))))
+    training = small_training().model_copy(update={"global_batch": 8, "token_block": 16})
+    problem = Problem(name="p", cluster=cluster(0.5, 4.0, 2.5), model=small_model(), training=training)
+    members = [(0, 0, 0, 1.0, 2.0), (0, 0, 1, 1.5, 2.5), (0, 1, 0, 0.5, 1.0), (1, 0, 0, 3.0, 1.0)]
+    steps = [{"step": i, "step_s": 9.0, "wall_s": 9.5,
+              "members": [{"replica": r, "group": g, "member": m, "forward_s": f * i, "backward_s": b * i}
+                          for r, g, m, f, b in members]} for i in (1, 2)]
+    config = RunConfig(model=small_model(), seq_len=128, micro_batch=2)
+    log = read_run_log(write_run_log(tmp_path, make_run_log(problem, "c" * 64, plan, config, steps)))
+    record = log.record("x")  # step 2 only: replica 0's slowest member (1.5 + 2.5)·2 over 2 micro-batches
+    assert record.stage_s == pytest.approx((4.0, 4.0)) and record.step_s == 9.0
+    assert len(predicted_rows(record.problem, record.plan)) == 3  # T_mb of each replica, then T
+    broken = log.model_dump(mode="json")
+    broken["steps"][0]["members"] = broken["steps"][0]["members"][:3]
+    with pytest.raises(ValueError, match="members that are not the plan's"):
+        type(log).model_validate(broken)

@@ -277,6 +277,11 @@ def test_cli_runs_a_sequence_plan_and_prints_every_member(tmp_path):
     result = CliRunner().invoke(app, ["run", "longctx-tiny", "longctx-tiny", "--steps", "2", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "per-member times" in result.output and "replicas identical: True" in result.output
+    assert "replica T_mb per micro-batch" in " ".join(result.output.split())  # predicted against measured
+    from runtime.runlog import read_run_log
+
+    record = read_run_log(tmp_path / "runlog.json").record("cli")
+    assert len(record.stage_s) == 2 and 0 < record.step_s  # one figure per replica, then the step
     rows = [ln.split("│")[1:6] for ln in result.output.splitlines() if ln.count("│") == 8]
     assert [[c.strip() for c in row] for row in rows] == [["0", "0", "0", "0", "5"], ["0", "0", "1", "1", "5"],
                                                           ["0", "1", "0", "2", "6"], ["1", "0", "0", "3", "16"]]

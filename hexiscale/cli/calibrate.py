@@ -15,6 +15,8 @@ from rich.table import Table
 from hexiscale.cli.app import STATISTIC_HELP, app, checked_statistic, console, fail, friendly_errors, writable_file
 from planner.calibration import CalibrationError
 from planner.calibration_runs import RunRecord, predicted_rows, refit
+from planner.sequence.plan import SeqPlan
+from planner.violations import InvalidPlanError
 from runtime.runlog import RunLog, log_run, read_run_log
 
 
@@ -54,28 +56,46 @@ def errors_of(record: RunRecord, cluster=None) -> tuple[np.ndarray, np.ndarray, 
     return measured, predicted, predicted / measured - 1.0
 
 
+def unit_rows(plan) -> list[tuple[str, str, str]]:
+    """(unit, devices, shape) of each unit a run record times: stages, or a sequence plan's
+    replicas (their slowest member)."""
+    if isinstance(plan, SeqPlan):
+        return [(f"replica {r}", ",".join(map(str, rep.devices)),
+                 f"batch {rep.batch}, " + " → ".join("+".join(f"{m.heads}h/{m.tokens}t" for m in g.members)
+                                                      for g in rep.ring))
+                for r, rep in enumerate(plan.replicas)]
+    return [(f"pipeline {p} stage {k}", ",".join(map(str, stage.devices)), f"{stage.layers} layers, TP {stage.tp}")
+            for p, pipe in enumerate(plan.pipelines) for k, stage in enumerate(pipe.stages)]
+
+
 def prediction_table(record: RunRecord, title: str) -> Table:
     table = Table(title=title)
-    for column in ("pipeline", "stage", "devices", "layers", "TP", "measured ms", "predicted ms", "error"):
+    for column in ("unit", "devices", "shape", "measured ms", "predicted ms", "error"):
         table.add_column(column, justify="right")
     measured, predicted, error = errors_of(record)
-    stages = [(p, k, s) for p, pipe in enumerate(record.plan.pipelines) for k, s in enumerate(pipe.stages)]
-    for i, (p, k, stage) in enumerate(stages):
-        table.add_row(str(p), str(k), ",".join(map(str, stage.devices)), str(stage.layers), str(stage.tp),
-                      f"{measured[i] * 1e3:.2f}", f"{predicted[i] * 1e3:.2f}", f"{error[i]:+.1%}")
-    table.add_row("step", "", "", "", "", f"{measured[-1] * 1e3:.2f}", f"{predicted[-1] * 1e3:.2f}",
-                  f"{error[-1]:+.1%}")
+    for i, (unit, devices, shape) in enumerate(unit_rows(record.plan)):
+        table.add_row(unit, devices, shape, f"{measured[i] * 1e3:.2f}", f"{predicted[i] * 1e3:.2f}", f"{error[i]:+.1%}")
+    table.add_row("step", "", "", f"{measured[-1] * 1e3:.2f}", f"{predicted[-1] * 1e3:.2f}", f"{error[-1]:+.1%}")
     return table
 
 
+PREDICTION_TITLE = {
+    False: "predicted (cost model) against measured: stage τ per micro-batch (forward + backward), step T "
+           "(schedule + gradient sync)",
+    True: "predicted (cost model) against measured: replica T_mb per micro-batch (its slowest member's forward + "
+          "backward), step T (micro-batches + gradient sync, optimizer left out)"}
+
+
 def print_prediction(problem, job, result) -> None:
-    """After a layered run: write its run log and show predicted against measured times."""
+    """After a run: write its run log and show predicted against measured times."""
     path = log_run(problem, job, result)
     if path is None:
         return
     record = read_run_log(path).record(str(path))
-    console.print(prediction_table(record, "predicted (cost model) against measured: stage τ per micro-batch "
-                                           "(forward + backward), step T (schedule + gradient sync)"))
+    try:
+        console.print(prediction_table(record, PREDICTION_TITLE[isinstance(record.plan, SeqPlan)]))
+    except (InvalidPlanError, ValueError) as exc:  # e.g. a tiny run's scaled shares break a token block
+        console.print(f"note: the run's shape cannot be priced by the cost model: {exc}", highlight=False)
     if not any(g.name in {m.gpu for m in problem.cluster.machines} for g in problem.cluster.gpu_types):
         console.print("note: the cluster's figures are catalog values, not this machine's: run "
                       "`hexiscale profile` and plan on its cluster to compare like with like", highlight=False)

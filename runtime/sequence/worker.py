@@ -142,9 +142,10 @@ class Member:
 
     def step(self, step: int, failure: FailureInjection | None) -> torch.Tensor:
         """One optimizer step; returns [loss share, forward s, backward s, peak MiB above the
-        setup, bytes sent over the cross-vendor bridge (DESIGN.md §8)] of this member."""
+        setup, step s (micro-batches + gradient sync: what T prices, the optimizer left out),
+        bytes sent over the cross-vendor bridge (DESIGN.md §8)] of this member."""
         scale = 1.0 / (self.global_batch * self.job.config.seq_len)
-        bridge_start = self.comm.meter.sent
+        bridge_start, step_start = self.comm.meter.sent, time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum, forward_s, backward_s = 0.0, 0.0, 0.0
         for index, (tokens, labels) in enumerate(self.micro_batches(step)):
@@ -157,30 +158,34 @@ class Member:
             forward_s, backward_s = forward_s + middle - start, backward_s + time.perf_counter() - middle
             loss_sum += loss.item()
         sync_gradients(self.comm, self.groups, self.states, self.segments)
+        step_s = time.perf_counter() - step_start
         self.optimizer.step()
         peak = memory_mib(self.comm.device) - self.setup_mib
         bridge = self.comm.meter.sent - bridge_start
-        return torch.tensor([loss_sum, forward_s, backward_s, peak, bridge], dtype=torch.float64)
+        return torch.tensor([loss_sum, forward_s, backward_s, peak, step_s, bridge], dtype=torch.float64)
+
+
+PER_RANK = 4  # forward s, backward s, peak MiB, step s
 
 
 def step_metrics(comm: Communicator, own: torch.Tensor) -> torch.Tensor:
-    """[global loss, then forward s, backward s and peak MiB of every rank, then the bytes
-    sent over the bridge by all ranks]."""
-    metrics = torch.zeros(1 + 3 * comm.world_size + 1, dtype=torch.float64)
-    metrics[0], metrics[-1] = own[0], own[4]
-    metrics[1 + 3 * comm.rank:4 + 3 * comm.rank] = own[1:4]
+    """[global loss, then forward s, backward s, peak MiB and step s of every rank, then the
+    bytes sent over the bridge by all ranks]."""
+    metrics = torch.zeros(1 + PER_RANK * comm.world_size + 1, dtype=torch.float64)
+    metrics[0], metrics[-1] = own[0], own[-1]
+    metrics[1 + PER_RANK * comm.rank:1 + PER_RANK * (comm.rank + 1)] = own[1:1 + PER_RANK]
     return comm.all_reduce(metrics.to(comm.device), comm.world).cpu()
 
 
 def report_step(step: int, config: RunConfig, layout: SeqLayout, metrics: torch.Tensor, wall_s: float,
                 global_batch: int, rank: int) -> dict:
     tokens_s = global_batch * config.seq_len / wall_s
-    times = metrics[1:-1].view(-1, 3).tolist()
+    times = metrics[1:-1].view(-1, PER_RANK).tolist()
     record = {"step": step + 1, "loss": float(metrics[0]), "tokens_per_s": tokens_s, "wall_s": wall_s,
-              "bridge_bytes": float(metrics[-1]),
+              "step_s": max(t[3] for t in times), "bridge_bytes": float(metrics[-1]),
               "members": [{"replica": r.replica, "group": r.group, "member": r.member, "device": r.device,
                            "tokens": r.num_tokens, "forward_s": f, "backward_s": b, "peak_mib": m}
-                          for r, (f, b, m) in zip(layout.ranks, times)]}
+                          for r, (f, b, m, _) in zip(layout.ranks, times)]}
     if rank == 0 and config.out_dir:  # as it goes: a run cut short still shows its steps
         with (Path(config.out_dir) / STEPS_FILE).open("a") as handle:
             handle.write(json.dumps(record) + "\n")
