@@ -13,8 +13,9 @@
    (`calibrate --keep-undetermined`'s fit) on the *other* runs of its cluster and predict it
    again.
 4. Each operation's fitted bandwidth against its own direct large-message measurement.
-5. A sequence plan (DESIGN.md §7) on A and on B against its T (its runtime records only the
-   whole step's wall time, optimizer included; calibrate covers layered plans only).
+5. A sequence plan (DESIGN.md §7) on A and on B: its run log (each replica's slowest member
+   per micro-batch, the step without the optimizer) against T_mb and T, and against T on the
+   cluster calibrated from the layered runs.
 6. The noise floor: cluster A's first plan is run again at the end; no model predicts the
    difference between two runs of one plan.
 
@@ -48,7 +49,6 @@ from rich.table import Table  # noqa: E402
 
 from planner.calibration import summarize  # noqa: E402
 from planner.calibration_runs import predicted_rows, refit  # noqa: E402
-from planner.kinds import kind_of  # noqa: E402
 from planner.layered.plan import Pipeline, Plan, Stage  # noqa: E402
 from planner.sequence.plan import Group, Member, Replica, SeqPlan  # noqa: E402
 from planner.problem import Problem  # noqa: E402
@@ -82,8 +82,7 @@ MACHINES = {"A": (2,), "C": (1, 1), "B": (2, 2)}
 PER_CORE = {"A": 1, "C": 1, "B": 2}  # processes per core on this 2-core machine
 STATS = ("mean", "median")  # of repetitions and steps: the mean (the default), and the median
 # Sequence plans (DESIGN.md §7), s = 512 (token block 64). On A: one uneven Ulysses pair.
-# On B: replica 0 a ring of an uneven Ulysses pair and one device, replica 1 one device. Their
-# runtime records the whole step's wall time only (optimizer included): that is compared.
+# On B: replica 0 a ring of an uneven Ulysses pair and one device, replica 1 one device.
 SEQ_TRAINING = TRAINING.model_copy(update={"seq_len": 512, "global_batch": 2, "recompute": True, "token_block": 64})
 SEQ_PLANS = {
     "A": ("sequence: Ulysses 6+2 heads, s=512", SeqPlan(problem="bench-calibration-seq", replicas=(
@@ -134,25 +133,16 @@ def run_plans(name: str, cluster, args, folder: Path) -> list[dict]:
 
 
 def run_sequence(name: str, cluster, args, folder: Path) -> dict:
-    """A sequence plan's run: its steps' wall time (after the first) against its T."""
+    """A sequence plan's run: its run log (per replica T_mb, step T) like a layered run's."""
     label, plan = SEQ_PLANS[name]
     problem = Problem(name="bench-calibration-seq", cluster=cluster, model=MODEL, training=SEQ_TRAINING)
-    result = run_plan(problem, plan, model="problem", steps=args.steps, echo=False,
-                      out_dir=str(run_dir(folder, name, "sequence")))
-    times = [s["wall_s"] for s in result.steps[1:]]
-    console.print(f"  ran {label}: step {statistics.median(times) * 1e3:.1f} ms median (wall, optimizer "
-                  f"included)", highlight=False)
-    return {"cluster": name, "plan": label, "recompute": True, "times": times, "problem": problem, "seq_plan": plan,
+    out = run_dir(folder, name, "sequence")
+    run_plan(problem, plan, model="problem", steps=args.steps, echo=False, out_dir=str(out))
+    log = read_run_log(out / "runlog.json")
+    times = [s.step_s for s in log.steps[1:]]
+    console.print(f"  ran {label}: step {statistics.median(times) * 1e3:.1f} ms median", highlight=False)
+    return {"cluster": name, "plan": label, "recompute": True, "log": log, "source": str(out),
             "spread": (max(times) - min(times)) / statistics.median(times)}
-
-
-def predict_sequence(row: dict, clusters: dict) -> None:
-    plan = row["seq_plan"]
-    for stat in STATS:
-        problem = row["problem"].model_copy(update={"cluster": clusters[row["cluster"]][stat][0]})
-        row[f"measured_{stat}"] = summarize(row["times"], stat)
-        row[f"profile_{stat}"] = float(kind_of(plan).iteration_time(problem, plan))
-        row[f"calibrated_{stat}"] = float("nan")  # run logs (and calibrate) cover layered plans only
 
 
 def noise_floor(first: dict, args, folder: Path) -> dict:
@@ -169,7 +159,9 @@ def noise_floor(first: dict, args, folder: Path) -> dict:
 
 def predict(rows: list[dict], clusters: dict, stat: str) -> None:
     """Under one statistic: each run's T on the profiled cluster, then on the cluster refitted
-    from the *other* runs of its cluster (leave-one-out)."""
+    from the *other* layered runs of its cluster (leave-one-out; a sequence plan is predicted
+    from its cluster's layered runs, and is in no fit: a cluster has one, and its own row
+    shows how far the cost model is from its runtime)."""
     for row in rows:
         record = row["log"].record(row["source"], 1, stat)
         row[f"record_{stat}"] = replace(record, problem=record.problem.model_copy(
@@ -178,7 +170,8 @@ def predict(rows: list[dict], clusters: dict, stat: str) -> None:
         record = row[f"record_{stat}"]
         row[f"measured_{stat}"] = record.step_s
         row[f"profile_{stat}"] = float(predicted_rows(record.problem, record.plan)[-1])
-        others = [r[f"record_{stat}"] for r in rows if r["cluster"] == row["cluster"] and r is not row]
+        others = [r[f"record_{stat}"] for r in rows if r["cluster"] == row["cluster"] and r is not row
+                  and not isinstance(r["log"].plan, SeqPlan)]
         try:
             fitted, figures = refit(others, keep_undetermined=True)
             row[f"calibrated_{stat}"] = float(predicted_rows(record.problem.model_copy(update={"cluster": fitted}),
@@ -272,11 +265,9 @@ def main() -> None:
         if name in SEQ_PLANS and not args.no_sequence:
             sequence.append(run_sequence(name, fitted[name]["median"][0], args, folder))
     floor = noise_floor(rows[0], args, folder)
+    rows += sequence
     for stat in STATS:
         predict(rows, fitted, stat)
-    for row in sequence:
-        predict_sequence(row, fitted)
-    rows += sequence
     summed = summaries(rows)
     console.print(result_table(rows, summed))
     console.print("noise floor: " + ", ".join(f"{stat}: {f['first'] * 1e3:.1f} → {f['again'] * 1e3:.1f} ms "
@@ -287,7 +278,7 @@ def main() -> None:
     load_after = os.getloadavg()
     console.print(f"load average (1, 5, 15 min) before {load_before}, after {load_after}; {os.cpu_count()} cores",
                   highlight=False)
-    drop = {"log", "problem", "times", "seq_plan"} | {f"record_{stat}" for stat in STATS}
+    drop = {"log"} | {f"record_{stat}" for stat in STATS}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "runs": [{k: v for k, v in r.items() if k not in drop} for r in rows], "links": link_rows,
