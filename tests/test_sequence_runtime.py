@@ -139,6 +139,9 @@ def test_the_tiny_job_keeps_every_share_of_heads_and_tokens():
     job = make_job(two_machine_problem(GQA, seq_len=32768), coprime)
     assert job.config.seq_len == 256
     assert [[m.tokens for m in g.members] for r in job.plan.replicas for g in r.ring] == [[96], [160], [128, 128]]
+    # a ring of 2+1 members needs 2 + 2 tokens (each member one, each shard even): 2 is refused by name
+    with pytest.raises(RunError, match="seq_len 2 is too short for a ring of 2 group.*at least 4 tokens"):
+        make_job(load_problem("longctx-tiny"), load_plan("longctx-tiny"), seq_len=2)
 
 
 def test_a_plan_that_does_not_match_the_problem_is_refused_before_any_process(tmp_path):

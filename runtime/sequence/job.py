@@ -105,6 +105,11 @@ def ring_tokens(ring, *, source_len: int, target_len: int) -> list[list[int]]:
     exact = [[m.tokens * target_len / source_len for m in g.members] for g in ring]
     if all(t.is_integer() for group in exact for t in group) and all(sum(group) % 2 == 0 for group in exact):
         return [[int(t) for t in group] for group in exact]
+    shortest = sum(2 * -(-len(g.members) // 2) for g in ring)  # each member a token, each shard even
+    if target_len < shortest:
+        raise RunError(f"seq_len {target_len} is too short for a ring of {len(ring)} group(s) of "
+                       f"{'+'.join(str(len(g.members)) for g in ring)} members: it needs at least {shortest} tokens "
+                       f"(each member one, each group's shard even)")
     halves = apportion([g.tokens for g in ring], target_len // 2, [-(-len(g.members) // 2) for g in ring])
     return [apportion([m.tokens for m in g.members], 2 * half, [1] * len(g.members))
             for g, half in zip(ring, halves)]
