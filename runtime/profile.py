@@ -35,7 +35,7 @@ from runtime.comm import Communicator, Group, RankPlace
 from runtime.layered.layout import StageRanks
 from runtime.layered.stage import StageModel
 from runtime.model import causal_attention
-from runtime.profile_launch import (MIN_SECONDS, AttentionTiming, GemmTiming, LinkTiming, ProfileResult, ProfileSpec,
+from runtime.profile_launch import (AttentionTiming, GemmTiming, LinkTiming, ProfileResult, ProfileSpec,
                                     Repeated)
 from runtime.timing import device_synchronizer
 from runtime.worker import die_with_parent
@@ -231,8 +231,7 @@ def measure_link(meter: Meter, comm: Communicator, spec: ProfileSpec, link_class
         times = collective_seconds(meter, comm, op, group, buffer, gap, repeats) if inside else None
         timers = group.size
     times = mean_of_timers(comm, times, timers, repeats, device)
-    return LinkTiming.of(times, link_class=link_class, op=op, ranks=2 if op == "p2p" else group.size, nbytes=nbytes,
-                         spread=(max(times) - min(times)) / max(statistics.median(times), MIN_SECONDS))
+    return LinkTiming.of(times, link_class=link_class, op=op, ranks=2 if op == "p2p" else group.size, nbytes=nbytes)
 
 
 def measure_links(meter: Meter, comm: Communicator, spec: ProfileSpec, progress: Progress, device) -> list[LinkTiming]:

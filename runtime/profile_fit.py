@@ -64,7 +64,7 @@ class ClassReport:
     written: LinkFit  # the fit of WRITTEN_OP, in the cluster file
     per_op: dict[str, LinkFit | str]  # a reason where an operation's own fit is refused
     direct: dict[str, tuple[float, int]]  # per operation: (bw GB/s of its largest message, its bytes)
-    spread: float  # median (max − min)/median of the class's repetitions
+    mean_error: float  # median over the class's measurements of the mean's relative standard error
 
 
 def class_report(result: ProfileResult, link_class: str, what: str, statistic: Statistic) -> ClassReport | None:
@@ -77,7 +77,7 @@ def class_report(result: ProfileResult, link_class: str, what: str, statistic: S
     largest = {op: max((t for t in timings if t.op == op), key=lambda t: t.nbytes) for op in ops}
     return ClassReport(link_class=link_class, written=written, per_op=per_op,
                        direct={op: (direct_bw_gbps(t, statistic), t.nbytes) for op, t in largest.items()},
-                       spread=float(np.median([t.spread for t in timings])))
+                       mean_error=float(np.median([t.mean_error for t in timings])))
 
 
 def measured_device(result: ProfileResult, name: str, statistic: Statistic = "mean") -> MeasuredDevice:

@@ -70,6 +70,7 @@ class Repeated(Frozen):
     seconds: float = Field(gt=0, description="median")
     fastest_s: float = Field(gt=0, description="the fastest repetition")
     mean_s: float = Field(gt=0, description="mean (what a sum of many such operations averages)")
+    mean_error: float = Field(default=0.0, ge=0, description="the mean's standard error over the mean")
 
     def summary(self, statistic: Statistic) -> float:
         return {"mean": self.mean_s, "median": self.seconds, "min": self.fastest_s}[statistic]
@@ -79,7 +80,9 @@ class Repeated(Frozen):
         """From the repetitions' times; a time at or below 0 (a difference of two noisy
         times, see `runtime.profile.measure_link`) counts as MIN_SECONDS."""
         times = [max(t, MIN_SECONDS) for t in times]
-        return cls(seconds=statistics.median(times), fastest_s=min(times), mean_s=statistics.fmean(times), **fields)
+        mean = statistics.fmean(times)
+        error = statistics.stdev(times) / len(times) ** 0.5 / mean if len(times) > 1 else 0.0
+        return cls(seconds=statistics.median(times), fastest_s=min(times), mean_s=mean, mean_error=error, **fields)
 
 
 MIN_SECONDS = 1e-7  # below any operation's real cost on any device
@@ -109,7 +112,6 @@ class LinkTiming(Repeated):
     op: OpName = Field(description="p2p (one way, from a ping-pong), all_reduce or all_to_all")
     ranks: int = Field(ge=2, description="processes taking part")
     nbytes: int = Field(ge=1, description="message bytes (all-to-all: each rank's whole buffer)")
-    spread: float = Field(ge=0, description="(max − min)/median over the repetitions")
 
 
 class ProfileResult(Frozen):

@@ -4,6 +4,7 @@ as on shared CPU cores where a collective's α is several times a ping-pong's.""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from planner import cost
@@ -30,7 +31,7 @@ def result(machines: tuple[int, ...]) -> ProfileResult:
     spec = ProfileSpec(machines=machines, model=MODEL, seq_len=32, micro_batch=1, max_bytes=1 << 24)
     classes = [("intra", machines[0])] * (machines[0] >= 2) + [("inter", len(machines))] * (len(machines) >= 2)
     links = tuple(LinkTiming.of([op_time(op, 2 if op == "p2p" else n, x)], link_class=c, op=op,
-                                ranks=2 if op == "p2p" else n, nbytes=x, spread=0.0)
+                                ranks=2 if op == "p2p" else n, nbytes=x)
                   for c, n in classes for op in FIGURES for x in spec.message_sizes())
     gemm = GemmTiming.of([1e-3], tokens=32, fan_in=64, fan_out=64)
     return ProfileResult(spec=spec, host="test", square_gemm=gemm, gemms=(gemm,), model=Repeated.of([0.01]),
@@ -54,7 +55,7 @@ def test_the_cluster_carries_the_all_reduce_fit_and_reports_each_operation():
 
 def test_direct_bandwidth_is_the_terms_bytes_over_the_time():
     x, t = float(1 << 24), 0.02
-    two = LinkTiming.of([t], link_class="intra", op="all_reduce", ranks=2, nbytes=1 << 24, spread=0)
+    two = LinkTiming.of([t], link_class="intra", op="all_reduce", ranks=2, nbytes=1 << 24)
     four = two.model_copy(update={"ranks": 4})
     ping = two.model_copy(update={"op": "p2p"})
     assert direct_bw_gbps(two, "median") == pytest.approx(x / t / 1e9)  # 2(n−1)/n = 1 at n = 2
@@ -73,3 +74,5 @@ def test_repetitions_keep_mean_median_and_fastest():
     timed = Repeated.of([0.004, 0.001, 0.001, -0.0002])  # a difference of noisy times can fall below 0
     assert (timed.summary("median"), timed.summary("min")) == (pytest.approx(0.001), MIN_SECONDS)
     assert timed.summary("mean") == pytest.approx((0.004 + 0.001 + 0.001 + MIN_SECONDS) / 4)
+    values = [0.004, 0.001, 0.001, MIN_SECONDS]
+    assert timed.mean_error == pytest.approx(np.std(values, ddof=1) / 2 / np.mean(values))

@@ -131,8 +131,10 @@ def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str
     for note in [*notes, HONESTY if result.spec.device == "cpu" else ""]:
         if note:
             console.print(f"note: {note}", highlight=False, soft_wrap=True)
-    console.print(f"repeatability: median spread (max − min)/median {result.compute_spread:.1%} on compute, "
-                  + ", ".join(f"{c} links {r.spread:.1%}" for c, r in reports.items()), highlight=False)
+    console.print(f"repeatability: compute (max − min)/median {result.compute_spread:.1%} (median over the "
+                  f"measurements); links: the mean's standard error over the mean "
+                  + ", ".join(f"{c} {r.mean_error:.1%}" for c, r in reports.items()) + " (median over the measurements)",
+                  highlight=False)
     header = (f"# Measured by `hexiscale profile` on {result.host}: {result.spec.processes} {result.spec.device} "
               f"processes, {len(result.spec.machines)} simulated machine(s).\n# {HONESTY if result.spec.device == 'cpu' else ''}\n")
     output.write_text(header + yaml.safe_dump(cluster.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
