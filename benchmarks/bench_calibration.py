@@ -14,7 +14,8 @@
    again.
 4. Each operation's fitted bandwidth against its own direct large-message measurement.
 5. A sequence plan (DESIGN.md §7) on A and on B: its run log (each replica's slowest member
-   per micro-batch, the step without the optimizer) against T_mb and T, and against T on the
+   per micro-batch, the step without the optimizer) against T on the cluster profiled for
+   sequence plans (`profile --for sequence`: the all-to-all fit), and against T on the
    cluster calibrated from the layered runs.
 6. The noise floor: cluster A's first plan is run again at the end; no model predicts the
    difference between two runs of one plan.
@@ -109,7 +110,9 @@ def profile(name: str, args, folder: Path):
     console.print(f"profiling cluster {name}: {spec.processes} processes on {len(spec.machines)} machine(s) …")
     result = launch_profile(spec, folder / f"profile-{name}")
     fitted = {stat: profiled_cluster(result, name=f"bench-{name}", gpu_name="cpu", statistic=stat)[:2] for stat in STATS}
-    return fitted, result
+    for_sequence = {stat: profiled_cluster(result, name=f"bench-{name}", gpu_name="cpu", statistic=stat,
+                                           plans="sequence")[:2] for stat in STATS}
+    return fitted, for_sequence
 
 
 def run_dir(folder: Path, name: str, label: str) -> Path:
@@ -157,15 +160,17 @@ def noise_floor(first: dict, args, folder: Path) -> dict:
     return out
 
 
-def predict(rows: list[dict], clusters: dict, stat: str) -> None:
-    """Under one statistic: each run's T on the profiled cluster, then on the cluster refitted
-    from the *other* layered runs of its cluster (leave-one-out; a sequence plan is predicted
+def predict(rows: list[dict], clusters: dict[str, dict], stat: str) -> None:
+    """Under one statistic: each run's T on the cluster profiled for its kind of plan
+    (`profile --for`: the all-reduce fit for layered, the all-to-all fit for sequence), then
+    on the cluster refitted from the *other* layered runs of its cluster (leave-one-out; a sequence plan is predicted
     from its cluster's layered runs, and is in no fit: a cluster has one, and its own row
     shows how far the cost model is from its runtime)."""
     for row in rows:
         record = row["log"].record(row["source"], 1, stat)
+        kind = "sequence" if isinstance(record.plan, SeqPlan) else "layered"
         row[f"record_{stat}"] = replace(record, problem=record.problem.model_copy(
-            update={"cluster": clusters[row["cluster"]][stat][0]}))
+            update={"cluster": clusters[kind][row["cluster"]][stat][0]}))
     for row in rows:
         record = row[f"record_{stat}"]
         row[f"measured_{stat}"] = record.step_s
@@ -258,16 +263,16 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-calibration-"))
     load_before = os.getloadavg()
-    rows, fitted, sequence = [], {}, []
+    rows, fitted, for_sequence, sequence = [], {}, {}, []
     for name in PLANS:
-        fitted[name], _ = profile(name, args, folder)
+        fitted[name], for_sequence[name] = profile(name, args, folder)
         rows += run_plans(name, fitted[name]["median"][0], args, folder)
         if name in SEQ_PLANS and not args.no_sequence:
             sequence.append(run_sequence(name, fitted[name]["median"][0], args, folder))
     floor = noise_floor(rows[0], args, folder)
     rows += sequence
     for stat in STATS:
-        predict(rows, fitted, stat)
+        predict(rows, {"layered": fitted, "sequence": for_sequence}, stat)
     summed = summaries(rows)
     console.print(result_table(rows, summed))
     console.print("noise floor: " + ", ".join(f"{stat}: {f['first'] * 1e3:.1f} → {f['again'] * 1e3:.1f} ms "
@@ -285,6 +290,8 @@ def main() -> None:
         "summary": summed, "noise_floor": floor,
         "clusters": {n: {stat: c.model_dump(mode="json", exclude_defaults=True) for stat, (c, _) in per.items()}
                      for n, per in fitted.items()},
+        "clusters_for_sequence": {n: {stat: c.model_dump(mode="json", exclude_defaults=True)
+                                      for stat, (c, _) in per.items()} for n, per in for_sequence.items()},
         "load_average_before": load_before, "load_average_after": load_after}, indent=1))
     console.print(f"wrote {args.out} (work files in {folder})", highlight=False)
 

@@ -22,7 +22,12 @@ from planner.hardware import Cluster
 from planner.sequence.cost import exchange_time
 from runtime.profile_launch import LinkTiming, ProfileResult
 
-WRITTEN_OP = "all_reduce"  # the operation whose fit the cluster file carries
+# The operation whose fit the cluster file carries, by the kind of plan it is for: the
+# collective that kind leans on. Layered: the all-reduce of the TP and gradient terms.
+# Sequence: the all-to-all of the Ulysses exchanges (on gloo ZeRO-3's all-gathers and
+# reduce-scatters cost like it, not like the all-reduce).
+WRITTEN_OP_FOR = {"layered": "all_reduce", "sequence": "all_to_all"}
+WRITTEN_OP = WRITTEN_OP_FOR["layered"]  # the default
 
 
 def priced_term(timing: LinkTiming):
@@ -61,21 +66,23 @@ class ClassReport:
     """One link class: the figure written, each operation's own fit, the direct measurements."""
 
     link_class: str
-    written: LinkFit  # the fit of WRITTEN_OP, in the cluster file
+    written_op: str  # the operation whose fit the cluster file carries
+    written: LinkFit  # its fit
     per_op: dict[str, LinkFit | str]  # a reason where an operation's own fit is refused
     direct: dict[str, tuple[float, int]]  # per operation: (bw GB/s of its largest message, its bytes)
     mean_error: float  # median over the class's measurements of the mean's relative standard error
 
 
-def class_report(result: ProfileResult, link_class: str, what: str, statistic: Statistic) -> ClassReport | None:
+def class_report(result: ProfileResult, link_class: str, what: str, statistic: Statistic,
+                 written_op: str = WRITTEN_OP) -> ClassReport | None:
     timings = [t for t in result.links if t.link_class == link_class]
     if not timings:
         return None
     ops = list(dict.fromkeys(t.op for t in timings))
     per_op = {op: reported_fit([t for t in timings if t.op == op], f"{link_class} {op}", statistic) for op in ops}
-    written = fit_timings([t for t in timings if t.op == WRITTEN_OP], f"{what}: {link_class} links", statistic)
+    written = fit_timings([t for t in timings if t.op == written_op], f"{what}: {link_class} links", statistic)
     largest = {op: max((t for t in timings if t.op == op), key=lambda t: t.nbytes) for op in ops}
-    return ClassReport(link_class=link_class, written=written, per_op=per_op,
+    return ClassReport(link_class=link_class, written_op=written_op, written=written, per_op=per_op,
                        direct={op: (direct_bw_gbps(t, statistic), t.nbytes) for op, t in largest.items()},
                        mean_error=float(np.median([t.mean_error for t in timings])))
 
@@ -88,10 +95,12 @@ def measured_device(result: ProfileResult, name: str, statistic: Statistic = "me
 
 
 def profiled_cluster(result: ProfileResult, *, name: str, gpu_name: str, what: str = "profile",
-                     statistic: Statistic = "mean") -> tuple[Cluster, dict[str, ClassReport], list[str]]:
-    """The cluster file's contents, the per-class reports, and notes on what was not measured
-    (a class without two processes takes the other class's figure; said, not hidden)."""
-    reports = {c: class_report(result, c, what, statistic) for c in ("intra", "inter")}
+                     statistic: Statistic = "mean", plans: str = "layered",
+                     ) -> tuple[Cluster, dict[str, ClassReport], list[str]]:
+    """The cluster file's contents for `plans` of that kind (WRITTEN_OP_FOR), the per-class
+    reports, and notes on what was not measured (a class without two processes takes the
+    other class's figure; said, not hidden)."""
+    reports = {c: class_report(result, c, what, statistic, WRITTEN_OP_FOR[plans]) for c in ("intra", "inter")}
     notes = []
     for missing, other, why in (("intra", "inter", "no machine has two processes"),
                                 ("inter", "intra", "one machine only")):

@@ -76,3 +76,11 @@ def test_repetitions_keep_mean_median_and_fastest():
     assert timed.summary("mean") == pytest.approx((0.004 + 0.001 + 0.001 + MIN_SECONDS) / 4)
     values = [0.004, 0.001, 0.001, MIN_SECONDS]
     assert timed.mean_error == pytest.approx(np.std(values, ddof=1) / 2 / np.mean(values))
+
+
+def test_a_cluster_for_sequence_plans_carries_the_all_to_all_fit():
+    cluster, reports, _ = profiled_cluster(result((2,)), name="x", gpu_name="cpu", plans="sequence")
+    bw, lat = FIGURES["all_to_all"]
+    assert reports["intra"].written_op == "all_to_all"
+    assert cluster.machine_intra_bw[0] == pytest.approx(bw, rel=0.01)
+    assert cluster.intra_latency_us == pytest.approx(lat, rel=0.01)

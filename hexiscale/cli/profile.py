@@ -92,12 +92,16 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
             name: str = typer.Option(None, help="cluster name (default: profiled-HOST)"),
             gpu_name: str = typer.Option(None, help="GPU type name (default: cpu, or the CUDA device's name)"),
             statistic: str = typer.Option("mean", help=STATISTIC_HELP),
+            plans: str = typer.Option("layered", "--for", help="the kind of plans the cluster is for: layered (the "
+                                      "all-reduce fit is written) | sequence (the all-to-all fit)"),
             timeout: float = typer.Option(120.0, min=1, help="seconds any process waits on a peer")) -> None:
     """Measure achieved FLOP/s, attention time and link times here; write them as a cluster file."""
     from runtime.profile_launch import ProfileSpec
 
     writable_file(output, "--output")
     checked_statistic(statistic)
+    if plans not in ("layered", "sequence"):
+        fail(f"--for must be layered or sequence, got {plans!r}")
     if max_bytes < 2 * 1024:
         fail(f"--max-bytes: {max_bytes} leaves fewer than two message sizes from 1024 B (a fit needs two)")
     check_device(device, processes)
@@ -114,16 +118,17 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
                   highlight=False, soft_wrap=True)
     result = measure(spec, Path(tempfile.mkdtemp(prefix="hexiscale-profile-")))
     write_profile(result, output, name or f"profiled-{socket.gethostname()}", gpu_type_name(device, gpu_name),
-                  statistic)
+                  statistic, plans)
 
 
-def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str = "mean") -> None:
+def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str = "mean",
+                  plans: str = "layered") -> None:
     """Fit, show and write; a figure outside physical sense is refused and nothing is written."""
     from runtime.profile_fit import profiled_cluster
 
     try:
         cluster, reports, notes = profiled_cluster(result, name=name, gpu_name=gpu_name, what=str(output),
-                                                   statistic=statistic)
+                                                   statistic=statistic, plans=plans)
     except (CalibrationError, ValueError) as exc:
         fail(f"{exc}; {output} not written")
     console.print(compute_table(result, cluster.catalog[gpu_name]))
@@ -136,7 +141,9 @@ def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str
                   + ", ".join(f"{c} {r.mean_error:.1%}" for c, r in reports.items()) + " (median over the measurements)",
                   highlight=False)
     header = (f"# Measured by `hexiscale profile` on {result.host}: {result.spec.processes} {result.spec.device} "
-              f"processes, {len(result.spec.machines)} simulated machine(s).\n# {HONESTY if result.spec.device == 'cpu' else ''}\n")
+              f"processes, {len(result.spec.machines)} simulated machine(s); links: the "
+              f"{next(iter(reports.values())).written_op} fit, for {plans} plans.\n"
+              f"# {HONESTY if result.spec.device == 'cpu' else ''}\n")
     output.write_text(header + yaml.safe_dump(cluster.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
     raw = output.with_suffix(".profile.json")
     raw.write_text(result.model_dump_json(indent=1))
@@ -159,15 +166,14 @@ def compute_table(result, gpu) -> Table:
 
 
 def links_table(reports: dict) -> Table:
-    from runtime.profile_fit import WRITTEN_OP
-
-    table = Table(title=f"links: x/bw + α (cluster figure = the {WRITTEN_OP} fit; collectives timed after "
+    written = next(iter(reports.values())).written_op
+    table = Table(title=f"links: x/bw + α (cluster figure = the {written} fit; collectives timed after "
                         f"compute, as a run meets them)")
     for column in ("class", "fit", "bw GB/s", "α µs", "rms rel. error", "points"):
         table.add_column(column, justify="right")
     for link_class, report in reports.items():
         for label, fit in report.per_op.items():
-            label = f"{label} (written)" if label == WRITTEN_OP else label
+            label = f"{label} (written)" if label == written else label
             if isinstance(fit, str):  # that operation's own fit was refused: say why
                 table.add_row(link_class, label, "—", "—", fit.split(": ")[-1], "")
                 continue
