@@ -123,6 +123,7 @@ def test_profile_bad_options(tmp_path):
     one_error_line(invoke("profile", "-o", out, "--max-bytes", "1024"), "max-bytes")
     one_error_line(invoke("profile", "-o", out, "--device", "tpu"), "--device")
     one_error_line(invoke("profile", "-o", out, "--statistic", "mode"), "--statistic")
+    one_error_line(invoke("profile", "-o", out, "--for", "ring"), "--for")
     one_error_line(invoke("calibrate", out, "-o", out, "--statistic", "mode"), "--statistic")
     import torch
 
