@@ -57,14 +57,14 @@ def errors_of(record: RunRecord, cluster=None) -> tuple[np.ndarray, np.ndarray, 
 
 
 def unit_rows(plan) -> list[tuple[str, str, str]]:
-    """(unit, devices, shape) of each unit a run record times: stages, or a sequence plan's
-    replicas (their slowest member)."""
+    """(unit, devices, shape) of each unit a run record times: stages (p pipeline, s stage),
+    or a sequence plan's replicas (their slowest member)."""
     if isinstance(plan, SeqPlan):
         return [(f"replica {r}", ",".join(map(str, rep.devices)),
                  f"batch {rep.batch}, " + " → ".join("+".join(f"{m.heads}h/{m.tokens}t" for m in g.members)
                                                       for g in rep.ring))
                 for r, rep in enumerate(plan.replicas)]
-    return [(f"pipeline {p} stage {k}", ",".join(map(str, stage.devices)), f"{stage.layers} layers, TP {stage.tp}")
+    return [(f"p{p} s{k}", ",".join(map(str, stage.devices)), f"{stage.layers} layers, TP {stage.tp}")
             for p, pipe in enumerate(plan.pipelines) for k, stage in enumerate(pipe.stages)]
 
 
