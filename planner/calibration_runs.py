@@ -204,10 +204,10 @@ def _fit_figures(records, base: Cluster, names, measured: np.ndarray, active: li
         bad = _unphysical(base, names, theta, active)
         if bad is not None:
             return theta, bad
-    errors = _relative_errors(weighted, theta[active], 1.0 - offset / measured)
+    inverse = np.linalg.inv(weighted.T @ weighted)  # the factors' covariance, up to the rows' noise
+    errors = _relative_errors(weighted, inverse, theta[active], 1.0 - offset / measured)
     if errors.max() <= UNDETERMINED:
         return theta, None
-    inverse = np.linalg.inv(weighted.T @ weighted)
     correlation = inverse / np.sqrt(np.outer(np.diag(inverse), np.diag(inverse)))
     undetermined = errors > UNDETERMINED
     tangled = undetermined | np.any(np.abs(correlation[:, undetermined]) > TANGLED, axis=1)
@@ -223,14 +223,15 @@ def _least_loaded(weighted: np.ndarray, candidates: np.ndarray, active: list[int
     return active[int(np.argmin(np.where(candidates, loads, np.inf)))]
 
 
-def _relative_errors(weighted: np.ndarray, factors: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """Each factor's standard error over its value (the residuals estimate the rows' noise;
-    0 where the fit is exact or there are no spare rows)."""
+def _relative_errors(weighted: np.ndarray, inverse: np.ndarray, factors: np.ndarray,
+                     target: np.ndarray) -> np.ndarray:
+    """Each factor's standard error over its value, `inverse` = (WᵀW)⁻¹ (the residuals
+    estimate the rows' noise; 0 where the fit is exact or there are no spare rows)."""
     rows, unknowns = weighted.shape
     if rows <= unknowns:
         return np.zeros(unknowns)
     noise = np.sum((weighted @ factors - target) ** 2) / (rows - unknowns)
-    return np.sqrt(noise * np.diag(np.linalg.inv(weighted.T @ weighted))) / np.abs(factors)
+    return np.sqrt(noise * np.diag(inverse)) / np.abs(factors)
 
 
 def _unphysical(base: Cluster, names: list[tuple[str, str]], theta: np.ndarray,

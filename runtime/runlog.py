@@ -79,8 +79,9 @@ class RunLog(Frozen):
     def _consistent(self) -> RunLog:
         if cluster_hash(self.run_problem.cluster) != self.cluster_hash:
             raise ValueError("cluster_hash does not match the cluster the log carries (edited or corrupted)")
+        expected = self._plan_units()
         for step in self.steps:
-            if self._units(step) != self._plan_units():
+            if self._units(step) != expected:
                 raise ValueError(f"step {step.step} lists {self._unit_name()} that are not the plan's")
         return self
 
@@ -93,11 +94,11 @@ class RunLog(Frozen):
                     for m in range(len(group.members))]
         return [(p, k) for p, pipe in enumerate(self.plan.pipelines) for k in range(len(pipe.stages))]
 
-    def _units(self, step: StepTiming) -> list[tuple[int, ...]]:
-        """The step's units in order; those of the other kind (which must be absent) as (-1,)."""
+    def _units(self, step: StepTiming) -> list[tuple[int, ...]] | None:
+        """The step's units in order; None when it lists units of the other kind."""
         if isinstance(self.plan, SeqPlan):
-            return [(m.replica, m.group, m.member) for m in step.members] + [(-1,)] * len(step.stages)
-        return [(s.pipeline, s.stage) for s in step.stages] + [(-1,)] * len(step.members)
+            return None if step.stages else [(m.replica, m.group, m.member) for m in step.members]
+        return None if step.members else [(s.pipeline, s.stage) for s in step.stages]
 
     def record(self, source: str, warmup: int = 1, statistic: Statistic = "mean") -> RunRecord:
         """The `statistic` (mean, median or fastest) over the steps after `warmup` (all steps if
@@ -107,9 +108,8 @@ class RunLog(Frozen):
         micro = self.run_problem.training.micro_batch
         if isinstance(self.plan, SeqPlan):
             per_replica = [r.batch // micro for r in self.plan.replicas]
-            units = [max((m.forward_s + m.backward_s) / per_replica[m.replica] for m in s.members if m.replica == r)
-                     for s in steps for r in range(len(per_replica))]
-            rows = np.array(units).reshape(len(steps), len(per_replica))
+            rows = np.array([[max(m.forward_s + m.backward_s for m in s.members if m.replica == r) / count
+                              for r, count in enumerate(per_replica)] for s in steps])
         else:
             per_stage = [p.batch // micro for p in self.plan.pipelines for _ in p.stages]
             rows = np.array([[(st.forward_s + st.backward_s) / m for st, m in zip(s.stages, per_stage)] for s in steps])

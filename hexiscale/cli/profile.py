@@ -124,7 +124,7 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
 def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str = "mean",
                   plans: str = "layered") -> None:
     """Fit, show and write; a figure outside physical sense is refused and nothing is written."""
-    from runtime.profile_fit import profiled_cluster
+    from runtime.profile_fit import WRITTEN_OP_FOR, profiled_cluster
 
     try:
         cluster, reports, notes = profiled_cluster(result, name=name, gpu_name=gpu_name, what=str(output),
@@ -142,7 +142,7 @@ def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str
                   highlight=False)
     header = (f"# Measured by `hexiscale profile` on {result.host}: {result.spec.processes} {result.spec.device} "
               f"processes, {len(result.spec.machines)} simulated machine(s); links: the "
-              f"{next(iter(reports.values())).written_op} fit, for {plans} plans.\n"
+              f"{WRITTEN_OP_FOR[plans]} fit, for {plans} plans.\n"
               f"# {HONESTY if result.spec.device == 'cpu' else ''}\n")
     output.write_text(header + yaml.safe_dump(cluster.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
     raw = output.with_suffix(".profile.json")
