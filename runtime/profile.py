@@ -10,8 +10,8 @@ per micro-batch as the runtime runs it (the achieved rate η·peak the cost mode
 causal attention against sequence length. Links: per class — inside a machine (the first machine's ranks),
 between machines (the first rank of each machine) — p2p (half a ping-pong), all-reduce and
 all-to-all over message sizes, each after the compute a run does between two collectives
-(`compute_gap`), averaged over the ranks that time it. Every exchange goes through the
-communicator. On one host
+(`compute_gap`), averaged over the ranks that time it, while every other rank runs that
+compute too (`keep_busy`). Every exchange goes through the communicator. On one host
 there is no network: "between machines" means processes of two simulated machines, and on
 CPU every pair talks over gloo's TCP loopback, so the two classes measure the same path.
 """
@@ -207,6 +207,14 @@ def collective_seconds(meter: Meter, comm: Communicator, op: str, group: Group, 
     return added_seconds(meter, run, gap, repeats)
 
 
+def keep_busy(meter: Meter, gap: Callable[[], object], repeats: int) -> None:
+    """A rank outside the measured exchange computes as long as the timing ranks do: in a run
+    every process works, and where processes share cores (2 per core) an exchange waits for
+    the peers the scheduler has set aside — which idle bystanders would hide."""
+    for _ in range(2):  # the timers' gap alone, then gap + exchange
+        meter.samples(gap, repeats=repeats)
+
+
 def mean_of_timers(comm: Communicator, times: list[float] | None, timers: int, repeats: int,
                    device) -> list[float]:
     """Each repetition's time averaged over the ranks that timed it (`times` None elsewhere).
@@ -224,12 +232,15 @@ def measure_link(meter: Meter, comm: Communicator, spec: ProfileSpec, link_class
     gap, repeats = compute_gap(spec, group.size, device), link_repeats(spec, nbytes)
     if op == "p2p":
         pair = group.ranks[:2]
-        times = one_way_seconds(meter, comm, pair, buffer, gap, repeats) if comm.rank in pair else None
+        inside = comm.rank in pair
+        times = one_way_seconds(meter, comm, pair, buffer, gap, repeats) if inside else None
         times = times if comm.rank == pair[0] else None
         timers = 1
     else:
         times = collective_seconds(meter, comm, op, group, buffer, gap, repeats) if inside else None
         timers = group.size
+    if not inside:
+        keep_busy(meter, gap, repeats)
     times = mean_of_timers(comm, times, timers, repeats, device)
     return LinkTiming.of(times, link_class=link_class, op=op, ranks=2 if op == "p2p" else group.size, nbytes=nbytes)
 
