@@ -2,7 +2,9 @@
 
 A run record holds what a run measured: per unit the forward + backward time per micro-batch
 — each stage of a layered plan (the cost model's τ = C + T_tp), each replica of a sequence
-plan (its slowest member: T_mb of §7.2) — and the step time (T). The unknowns are scale
+plan (its slowest member: T_mb of §7.2) —, the step time (T), and of each stage with TP the
+part of τ spent in TP collectives (T_tp: the intra links alone, which lets a fit tell them
+from η). The unknowns are scale
 factors: one per GPU type on 1/η (compute time ∝ 1/η), and per link class ("intra": every
 machine's own links; "inter": the links between machines) one on 1/bw and one on the latency
 α (on shared CPU cores a collective's cost is mostly its α: the wake-up of the processes it
@@ -52,6 +54,14 @@ class RunRecord:
     stage_s: tuple[float, ...]  # forward + backward per micro-batch: of each stage, or of each replica's slowest member
     step_s: float  # step time (schedule + gradient sync), summarized over steps
     source: str = ""
+    tp_s: tuple[float, ...] = ()  # layered: each stage's TP collectives per micro-batch (() where not recorded)
+
+    def tp_stages(self) -> tuple[int, ...]:
+        """The stages whose T_tp the record measured: TP size above 1 and a time recorded."""
+        if isinstance(self.plan, SeqPlan) or not self.tp_s:
+            return ()
+        sizes = [stage.tp for pipe in self.plan.pipelines for stage in pipe.stages]
+        return tuple(i for i, (t, seconds) in enumerate(zip(sizes, self.tp_s)) if t > 1 and seconds > 0)
 
 
 @dataclass(frozen=True)
@@ -66,18 +76,19 @@ class Figure:
     kept_why: str = ""  # exercised but not determined by the records: kept as it was, and why
 
 
-def predicted_rows(problem: Problem, plan: Plan | SeqPlan) -> np.ndarray:
-    """The cost model's figures that a run record measures: [τ of each stage, then T] of a
-    layered plan (§3), [T_mb of each replica, then T] of a sequence plan (§7.2)."""
+def predicted_rows(problem: Problem, plan: Plan | SeqPlan, tp_stages: tuple[int, ...] = ()) -> np.ndarray:
+    """The cost model's figures that a run record measures: [τ of each stage, then T, then
+    T_tp of each of `tp_stages`] of a layered plan (§3), [T_mb of each replica, then T] of a
+    sequence plan (§7.2)."""
     if isinstance(plan, SeqPlan):
         parts = time_parts(problem, MemberTable.of(plan))
         return np.concatenate([parts.micro_batch, [parts.iteration]])
     priced = breakdown(problem, stage_table(problem, plan))
-    return np.concatenate([priced.tau, [priced.iteration]])
+    return np.concatenate([priced.tau, [priced.iteration], priced.tp[list(tp_stages)]])
 
 
 def measured_rows(record: RunRecord) -> np.ndarray:
-    return np.array([*record.stage_s, record.step_s], dtype=float)
+    return np.array([*record.stage_s, record.step_s, *(record.tp_s[i] for i in record.tp_stages())], dtype=float)
 
 
 def used_gpu_types(records: list[RunRecord]) -> list[str]:
@@ -121,7 +132,7 @@ def cluster_at(base: Cluster, names: list[tuple[str, str]], factors: np.ndarray)
 
 
 def _priced(records: list[RunRecord], cluster: Cluster) -> np.ndarray:
-    return np.concatenate([predicted_rows(r.problem.model_copy(update={"cluster": cluster}), r.plan)
+    return np.concatenate([predicted_rows(r.problem.model_copy(update={"cluster": cluster}), r.plan, r.tp_stages())
                            for r in records])
 
 
@@ -153,7 +164,7 @@ def figure_label(kind: str, name: str) -> str:
 
 def refit(records: list[RunRecord], *, keep_undetermined: bool = False) -> tuple[Cluster, list[Figure]]:
     """The records' cluster with η per GPU type and bandwidth and latency per link class
-    refitted by least squares over every record's stage and step times.
+    refitted by least squares over every record's stage, step and TP times.
 
     A figure the records cannot determine — indistinguishable from the others, a standard
     error above UNDETERMINED of its value, or a fit outside physical sense — is refused

@@ -12,13 +12,17 @@ backend: gloo on CPU, nccl on CUDA, which is RCCL in a ROCm build) and the vendo
 bridge group (`Group.bridge`, gloo over host memory). A collective over it runs inside each
 vendor first and only the leaders talk over the bridge (all-reduce: reduce to the leader,
 leaders exchange partials, broadcast back); point-to-point between the two vendors goes
-over the bridge too. `BridgeMeter` counts the bytes this rank sends over the bridge. No
+over the bridge too. `BridgeMeter` counts the bytes this rank sends over the bridge, and
+`time_collectives` has every all-reduce and all-gather over one group (a stage's TP group)
+add its seconds to a step's timer: the traffic the cost model prices as T_tp, which
+otherwise hides inside the forward and backward times. No
 single-backend call is ever made on a group that holds both vendors (`_handle` refuses it).
 On CPU every backend is gloo and the vendors are labels, so all of this runs anywhere.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Literal
@@ -27,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from planner.hardware import Vendor
+from runtime.timing import TP, PhaseTimer
 
 ReduceOpName = Literal["sum", "max", "min"]
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
@@ -129,6 +134,7 @@ class Communicator:
     device: torch.device
     world_group: Group | None = None  # set by `start` when the world spans vendors
     meter: BridgeMeter = field(default_factory=BridgeMeter)
+    timed: list[tuple[Group, PhaseTimer]] = field(default_factory=list)  # see time_collectives
 
     @classmethod
     def start(cls, backend: str, address: str | None, port: int | str | None, rank: int, world_size: int,
@@ -151,6 +157,14 @@ class Communicator:
         """Wait for every rank, then leave the world cleanly."""
         self.barrier()
         dist.destroy_process_group()
+
+    def time_collectives(self, group: Group | None, timer: PhaseTimer) -> None:
+        """From now on every all-reduce and all-gather over `group` (that very group, not
+        another over the same ranks) adds its seconds to `timer`'s TP phase; None: no group."""
+        self.timed[:] = [] if group is None else [(group, timer)]
+
+    def _timing(self, group: Group) -> AbstractContextManager:
+        return next((timer.phase(TP) for timed, timer in self.timed if timed is group), nullcontext())
 
     # -- where ranks run ------------------------------------------------------------------
     def vendor_of(self, rank: int) -> Vendor:
@@ -285,6 +299,10 @@ class Communicator:
         vendors: reduced to each vendor's leader, the leaders' partials exchanged over the
         bridge and combined in part order (so every leader gets the same bits), then broadcast
         back inside each vendor."""
+        with self._timing(group):
+            return self._all_reduce(tensor, group, op)
+
+    def _all_reduce(self, tensor: torch.Tensor, group: Group, op: ReduceOpName) -> torch.Tensor:
         if not group.parts:
             dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self._handle(group))
             return tensor
@@ -306,6 +324,10 @@ class Communicator:
         """Every rank's `tensor`, in the group's rank order. Over both vendors: gathered
         inside each vendor, then each leader sends its vendor's blocks to the other leaders
         over the bridge, and they are broadcast inside each vendor."""
+        with self._timing(group):
+            return self._all_gather(tensor, group)
+
+    def _all_gather(self, tensor: torch.Tensor, group: Group) -> list[torch.Tensor]:
         if not group.parts:
             out = [torch.empty_like(tensor) for _ in group.ranks]
             dist.all_gather(out, tensor.contiguous(), group=self._handle(group))

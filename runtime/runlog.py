@@ -7,7 +7,8 @@ the run's seq_len, micro-batch, recompute and schedule — so the cost model pri
 ran. Per step: the step time (schedule + gradient sync, the slowest rank: what T prices), the
 whole step's wall time (optimizer included, which the cost model does not price), and per
 stage (a layered plan) the leader's forward, backward, communication (stage-to-stage receives
-and broadcasts, waits included) and gradient-sync seconds, or per member (a sequence plan) its
+and broadcasts, waits included), gradient-sync seconds and the part of forward and backward
+spent in TP collectives, or per member (a sequence plan) its
 forward and backward seconds, attention exchanges and ZeRO-3 gathers included.
 """
 
@@ -42,6 +43,8 @@ class StageTiming(Frozen):
     backward_s: float = Field(ge=0, allow_inf_nan=False, description="backward passes, seconds")
     comm_s: float = Field(ge=0, allow_inf_nan=False, description="stage-to-stage exchange, waits included")
     sync_s: float = Field(ge=0, allow_inf_nan=False, description="data-parallel gradient sync, seconds")
+    tp_s: float = Field(default=0.0, ge=0, allow_inf_nan=False,
+                        description="TP collectives, seconds (part of forward_s + backward_s; 0 at TP size 1)")
 
 
 class MemberTiming(Frozen):
@@ -103,9 +106,10 @@ class RunLog(Frozen):
     def record(self, source: str, warmup: int = 1, statistic: Statistic = "mean") -> RunRecord:
         """The `statistic` (mean, median or fastest) over the steps after `warmup` (all steps if
         there are no more): per unit (each stage; each replica's slowest member) the forward +
-        backward per micro-batch, and the step time."""
+        backward per micro-batch, the step time, and each stage's TP collectives per micro-batch."""
         steps = self.steps[warmup:] or self.steps
         micro = self.run_problem.training.micro_batch
+        tp_s: tuple[float, ...] = ()
         if isinstance(self.plan, SeqPlan):
             per_replica = [r.batch // micro for r in self.plan.replicas]
             rows = np.array([[max(m.forward_s + m.backward_s for m in s.members if m.replica == r) / count
@@ -113,9 +117,11 @@ class RunLog(Frozen):
         else:
             per_stage = [p.batch // micro for p in self.plan.pipelines for _ in p.stages]
             rows = np.array([[(st.forward_s + st.backward_s) / m for st, m in zip(s.stages, per_stage)] for s in steps])
+            tp = np.array([[st.tp_s / m for st, m in zip(s.stages, per_stage)] for s in steps])
+            tp_s = tuple(summarize(tp[:, i], statistic) for i in range(tp.shape[1]))
         unit_s = tuple(summarize(rows[:, i], statistic) for i in range(rows.shape[1]))
         return RunRecord(problem=self.run_problem, plan=self.plan, stage_s=unit_s,
-                         step_s=summarize([s.step_s for s in steps], statistic), source=source)
+                         step_s=summarize([s.step_s for s in steps], statistic), source=source, tp_s=tp_s)
 
 
 def run_problem(problem: Problem, model, config) -> Problem:
@@ -130,7 +136,7 @@ def run_problem(problem: Problem, model, config) -> Problem:
 def make_run_log(problem: Problem, problem_sha256: str, plan, config, steps: list[dict]) -> RunLog:
     """The run log of a finished run of either kind: `steps` are its metrics' step records."""
     timed = [StepTiming(step=s["step"], step_s=s["step_s"], wall_s=s["wall_s"],
-                        stages=tuple(StageTiming(**{k: st[k] for k in StageTiming.model_fields})
+                        stages=tuple(StageTiming(**{k: st[k] for k in StageTiming.model_fields if k in st})
                                      for st in s.get("stages", ())),
                         members=tuple(MemberTiming(**{k: m[k] for k in MemberTiming.model_fields})
                                       for m in s.get("members", ())))

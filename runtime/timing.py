@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 FORWARD, BACKWARD, COMM, SYNC, STEP = "forward", "backward", "comm", "sync", "step"
-STAGE_PHASES = (FORWARD, BACKWARD, COMM, SYNC)  # per stage in a run's metrics, in this order
+TP = "tp"  # a stage's TP collectives: inside its forward and backward, timed by the communicator
+STAGE_PHASES = (FORWARD, BACKWARD, COMM, SYNC, TP)  # per stage in a run's metrics, in this order
 
 
 @dataclass

@@ -13,9 +13,11 @@ from hypothesis import given, settings, strategies as st
 from planner import cost
 from planner.base import US
 from planner.calibration import CalibrationError, fit_efficiency, fit_link, term_regressors
-from planner.calibration_runs import RunRecord, predicted_rows, refit, scaled_cluster
+from planner.calibration_runs import RunRecord, measured_rows, predicted_rows, refit, scaled_cluster
 from planner.hardware import Cluster, GpuType, Machine
 from planner.layered.plan import Pipeline, Plan, Stage
+from planner.layered.pricing import breakdown
+from planner.layered.table import stage_table
 from planner.problem import Problem
 from planner.workload import ModelSpec, TrainingSpec
 
@@ -131,15 +133,23 @@ def plan_of(batches, stages) -> Plan:
                                 for b, pipe in zip(batches, stages)))
 
 
-def synthetic_records(truth: Cluster, believed: Cluster, plans=PLANS) -> list[RunRecord]:
+def synthetic_records(truth: Cluster, believed: Cluster, plans=PLANS, *, tp_times: bool = False,
+                      unpriced_tp_compute: float = 0.0) -> list[RunRecord]:
+    """Records of `plans` timed at the `truth` figures by the cost model, each with and without
+    recompute; `tp_times`: with each stage's T_tp as the communicator records it;
+    `unpriced_tp_compute`: every TP stage computes that fraction longer than C (the fixed
+    per-operation work a TP rank does not share, which the cost model does not price)."""
     records = []
     for i, (batches, stages) in enumerate(plans):
         plan = plan_of(batches, stages)
         for recompute in (False, True):
             run = Problem(name="p", cluster=truth, model=small_model(), training=small_training(recompute))
-            rows = predicted_rows(run, plan)
+            rows, parts = predicted_rows(run, plan), breakdown(run, stage_table(run, plan))
+            extra = unpriced_tp_compute * parts.compute * (stage_table(run, plan).tp > 1)
+            micro = [p.batch // run.training.micro_batch for p in plan.pipelines for _ in p.stages]
             records.append(RunRecord(problem=run.model_copy(update={"cluster": believed}), plan=plan,
-                                     stage_s=tuple(rows[:-1]), step_s=float(rows[-1]), source=f"run{i}"))
+                                     stage_s=tuple(rows[:-1] + extra), step_s=float(rows[-1] + max(extra * micro)),
+                                     source=f"run{i}", tp_s=tuple(parts.tp) if tp_times else ()))
     return records
 
 
@@ -162,6 +172,32 @@ def test_refit_recovers_eta_bandwidths_and_latencies_from_runs():
     assert {(f.kind, f.name) for f in figures if f.exercised} == {
         ("efficiency", "cpu"), ("bandwidth", "intra"), ("bandwidth", "inter"), ("latency", "intra"),
         ("latency", "inter")}
+
+
+def test_recorded_tp_times_are_rows_of_their_own():
+    truth, believed = cluster(0.37, 1.9, 0.6, 700, 900), cluster(0.5, 4.0, 2.5)
+    records = synthetic_records(truth, believed, tp_times=True)
+    tp_sizes = [[s.tp for p in r.plan.pipelines for s in p.stages] for r in records]
+    for r, sizes in zip(records, tp_sizes):
+        assert r.tp_stages() == tuple(i for i, t in enumerate(sizes) if t > 1)
+        assert len(measured_rows(r)) == len(r.stage_s) + 1 + sizes.count(2)
+    fitted, _ = refit(records)
+    assert fitted.catalog["cpu"].efficiency == pytest.approx(0.37, rel=0.01)
+    assert fitted.intra_latency_us == pytest.approx(700, rel=0.01)
+    assert fitted.machine_intra_bw == pytest.approx([1.9, 1.9], rel=0.01)
+
+
+def test_recorded_tp_times_keep_unpriced_compute_out_of_the_link_latency():
+    """TP stages computing 25 % longer than the cost model's C: from τ and T alone the fit
+    puts that time on the intra-machine latency (the TP term's own figure, > 2× off); with
+    the TP collectives timed apart, the latency stays within 10 % and η takes the rest."""
+    truth, believed = cluster(0.37, 1.9, 0.6, 700, 900), cluster(0.5, 4.0, 2.5)
+    one_machine = [PLANS[0], ((4, 4), [[((0,), 4)], [((1,), 4)]])]  # TP, then DP: two message sizes
+    fits = {timed: refit(synthetic_records(truth, believed, one_machine, tp_times=timed, unpriced_tp_compute=0.25),
+                         keep_undetermined=True)[0] for timed in (False, True)}
+    assert fits[False].intra_latency_us > 2 * 700
+    assert fits[True].intra_latency_us == pytest.approx(700, rel=0.10)
+    assert fits[True].catalog["cpu"].efficiency < 0.37  # the unpriced compute, as a lower η
 
 
 def test_refit_keeps_figures_no_run_exercises():

@@ -33,7 +33,7 @@ def test_run_log_summaries(tmp_path):
     step_times = [9.0, 1.0, 3.0, 2.0]  # step 1 is the warm-up
     steps = [{"step": i + 1, "step_s": t, "wall_s": t + 0.5,
               "stages": [{"pipeline": 0, "stage": k, "forward_s": t * (k + 1), "backward_s": t, "comm_s": 0.1,
-                          "sync_s": 0.0} for k in range(2)]}
+                          "sync_s": 0.0, "tp_s": 0.5 * t * k} for k in range(2)]}
              for i, t in enumerate(step_times)]
     path = write_run_log(tmp_path, make_run_log(problem, "c" * 64, plan, RunConfig(model=small_model(), seq_len=128,
                                                                                    micro_batch=2), steps))
@@ -43,6 +43,8 @@ def test_run_log_summaries(tmp_path):
     assert log.record("x") == mean  # the mean is the default
     micro = 8 // 2
     assert median.stage_s == pytest.approx((2.0 * 2 / micro, 2.0 * 3 / micro))  # (f + b) per micro-batch
+    assert mean.tp_s == pytest.approx((0.0, 0.5 * 2.0 / micro))  # TP collectives per micro-batch
+    assert mean.tp_stages() == ()  # both stages have TP size 1: no T_tp row to fit
     assert log.record("x", warmup=0).step_s == 3.75 and log.record("x", warmup=0, statistic="median").step_s == 2.5
     assert log.run_problem.training.micro_batch == 2 and log.run_problem.model == small_model()
 

@@ -41,7 +41,7 @@ def run_plan_and_reference(plan: Plan, tmp_path, **settings):
     return result, load_pipeline_params(tmp_path), ref_losses, ref_state
 
 
-def assert_equivalent(plan: Plan, tmp_path, **settings) -> None:
+def assert_equivalent(plan: Plan, tmp_path, **settings):
     result, pipelines, ref_losses, ref_state = run_plan_and_reference(plan, tmp_path, **settings)
     losses = [s["loss"] for s in result.steps]
     assert len(losses) == 3
@@ -58,6 +58,7 @@ def assert_equivalent(plan: Plan, tmp_path, **settings) -> None:
     for params in pipelines[1:]:
         assert all(torch.equal(params[n], pipelines[0][n]) for n in ref_state)
     assert result.replicas_identical is True  # the runtime's own check agrees
+    return result
 
 
 # (c) uneven layers (3+1 vs 2+2) and uneven batches (6:2 = 3:1, so 3 vs 1 micro-batches),
@@ -75,7 +76,12 @@ def test_mixed_plan_gpipe_without_recompute_matches_one_process(tmp_path):
 
 
 def test_one_pipeline_tp2_then_tp1_matches_one_process(tmp_path):
-    assert_equivalent(plan_of((8, [([0, 1], 2), ([2], 2)])), tmp_path)  # (a)
+    result = assert_equivalent(plan_of((8, [([0, 1], 2), ([2], 2)])), tmp_path)  # (a)
+    # the communicator timed the TP2 stage's collectives, a part of its forward + backward;
+    # the TP1 stage has none
+    for step in result.steps:
+        tp2, tp1 = step["stages"]
+        assert 0 < tp2["tp_s"] < tp2["forward_s"] + tp2["backward_s"] and tp1["tp_s"] == 0
 
 
 def test_two_pipelines_same_layers_tp2_and_tp1_on_corpus(tmp_path):

@@ -79,6 +79,24 @@ def prediction_table(record: RunRecord, title: str) -> Table:
     return table
 
 
+def tp_table(record: RunRecord) -> Table | None:
+    """Of each stage with TP: its TP collectives per micro-batch against the cost model's
+    T_tp (part of τ above); None when the run has none or did not record them."""
+    stages = record.tp_stages()
+    if not stages:
+        return None
+    predicted = predicted_rows(record.problem, record.plan, stages)[-len(stages):]
+    units = unit_rows(record.plan)
+    table = Table(title="of which TP collectives per micro-batch: measured against T_tp")
+    for column in ("unit", "devices", "measured ms", "predicted ms", "error"):
+        table.add_column(column, justify="right")
+    for i, priced in zip(stages, predicted):
+        measured = record.tp_s[i]
+        table.add_row(units[i][0], units[i][1], f"{measured * 1e3:.2f}", f"{priced * 1e3:.2f}",
+                      f"{priced / measured - 1:+.1%}")
+    return table
+
+
 PREDICTION_TITLE = {
     False: "predicted (cost model) against measured: stage τ per micro-batch (forward + backward), step T "
            "(schedule + gradient sync)",
@@ -94,6 +112,8 @@ def print_prediction(problem, job, result) -> None:
     record = read_run_log(path).record(str(path))
     try:
         console.print(prediction_table(record, PREDICTION_TITLE[isinstance(record.plan, SeqPlan)]))
+        if (tp := tp_table(record)) is not None:
+            console.print(tp)
     except (InvalidPlanError, ValueError) as exc:  # e.g. a tiny run's scaled shares break a token block
         console.print(f"note: the run's shape cannot be priced by the cost model: {exc}", highlight=False)
     if not any(g.name in {m.gpu for m in problem.cluster.machines} for g in problem.cluster.gpu_types):

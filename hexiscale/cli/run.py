@@ -60,14 +60,15 @@ def summary_table(result: RunResult, plan) -> Table:
     final = [s for s in result.steps if len(s["stages"]) == len(result.steps[-1]["stages"])]
     steps = final[1:] or final
     table = Table(title="run summary (per-stage times: mean over steps after the first)")
-    for column in ("pipeline", "stage", "devices", "layers", "TP", "forward ms", "backward ms"):
+    for column in ("pipeline", "stage", "devices", "layers", "TP", "forward ms", "backward ms", "of which TP ms"):
         table.add_column(column, justify="right")
     for index, record in enumerate(result.steps[-1]["stages"]):
         stage = plan.pipelines[record["pipeline"]].stages[record["stage"]]
-        fwd = sum(s["stages"][index]["forward_s"] for s in steps) / len(steps)
-        bwd = sum(s["stages"][index]["backward_s"] for s in steps) / len(steps)
+        fwd, bwd, tp = (sum(s["stages"][index][key] for s in steps) / len(steps)
+                        for key in ("forward_s", "backward_s", "tp_s"))
         table.add_row(str(record["pipeline"]), str(record["stage"]), ",".join(map(str, stage.devices)),
-                      str(stage.layers), str(stage.tp), f"{fwd * 1e3:.1f}", f"{bwd * 1e3:.1f}")
+                      str(stage.layers), str(stage.tp), f"{fwd * 1e3:.1f}", f"{bwd * 1e3:.1f}",
+                      f"{tp * 1e3:.1f}" if stage.tp > 1 else "")
     return table
 
 

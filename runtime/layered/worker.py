@@ -117,6 +117,7 @@ def train(job: Job, comm: Communicator) -> None:
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         timer = PhaseTimer(synchronize=device_synchronizer(comm.device))
+        comm.time_collectives(groups.tp, timer)
         runner = StepRunner(model, StageLink.of(comm, groups, shape),
                             micro_batches(job, groups.stage.pipeline, step, loader, comm.device),
                             1.0 / (global_batch * config.seq_len), timer)
