@@ -6,8 +6,8 @@ is linear in 1/bw and α (p2p, all-reduce, broadcast, all-to-all) is evaluated o
 coefficient of α. The same functions that price a plan therefore give the fit its columns;
 no formula is written twice. Fits are least squares on relative error (each row divided by
 its measurement), so 1 KiB and 256 MiB messages count alike — unless each measurement comes
-with its own standard error: then each row is divided by that error (weighted least squares),
-so a repeatable measurement counts more than a scattered one.
+with its own standard error (in seconds): then each row is divided by that error (weighted
+least squares), so a repeatable measurement counts more than a scattered one.
 
 A figure outside physical sense (bandwidth ≤ 0, negative latency, η > 1) and a fit that
 cannot determine a figure (too few points, columns that cannot be told apart) raise
@@ -63,31 +63,25 @@ def term_regressors(term: Callable[[float, float], np.ndarray]) -> tuple[np.ndar
     return inv_bw, lat
 
 
-# The smallest relative standard error a weighted fit believes: below it a measurement's
-# repeats miss what they cannot see (drift between measurements, the timer's resolution),
-# and one suspiciously quiet point would outweigh all the others.
-MIN_RELATIVE_ERROR = 0.01
-
-
-def row_scales(measured: np.ndarray, errors=None) -> np.ndarray:
+def row_scales(measured: np.ndarray, sigma=None) -> np.ndarray:
     """Each row's standard deviation, up to one common factor: its measurement (relative
-    error), or measurement × its relative standard error where `errors` are given."""
-    if errors is None:
-        return measured
-    return measured * np.maximum(np.ravel(np.asarray(errors, dtype=float)), MIN_RELATIVE_ERROR)
+    error), or its own standard error `sigma` (seconds) where given."""
+    return measured if sigma is None else np.ravel(np.asarray(sigma, dtype=float))
 
 
-def least_squares(columns: np.ndarray, measured: np.ndarray, what: str, offset=0.0, errors=None) -> np.ndarray:
+def least_squares(columns: np.ndarray, measured: np.ndarray, what: str, offset=0.0, sigma=None) -> np.ndarray:
     """min ‖(offset + columns·θ − measured)/scale‖², scale per `row_scales`; refuses too few
     points or columns that the points cannot tell apart (names `what`). `offset`: each
-    row's part that θ does not scale; `errors`: each row's relative standard error."""
+    row's part that θ does not scale; `sigma`: each row's standard error, seconds (> 0)."""
     columns, measured = np.atleast_2d(np.asarray(columns, dtype=float)), np.asarray(measured, dtype=float)
     rows, unknowns = columns.shape
     if np.any(~np.isfinite(measured)) or np.any(measured <= 0):
         raise CalibrationError(f"{what}: measured times must be positive and finite")
     if rows < unknowns:
         raise CalibrationError(f"{what}: {rows} measurement(s) cannot determine {unknowns} figure(s)")
-    scale = row_scales(measured, errors)
+    scale = row_scales(measured, sigma)
+    if np.any(~(scale > 0)):
+        raise CalibrationError(f"{what}: every standard error must be positive")
     weighted = columns / scale[:, None]
     singular = np.linalg.svd(weighted, compute_uv=False)
     if singular[-1] <= CONDITION_LIMIT * singular[0]:
@@ -102,15 +96,15 @@ def rms_relative_error(columns: np.ndarray, theta: np.ndarray, measured: np.ndar
     return float(np.sqrt(np.mean((columns @ theta / measured - 1.0) ** 2)))
 
 
-def fit_link(inv_bw_coef, lat_coef, measured, what: str = "link", errors=None) -> LinkFit:
+def fit_link(inv_bw_coef, lat_coef, measured, what: str = "link", sigma=None) -> LinkFit:
     """Fit one link class's bw and α to measured times, each row priced by a cost term whose
-    regressors `term_regressors` gave; `errors`: each time's relative standard error, if
+    regressors `term_regressors` gave; `sigma`: each time's standard error in seconds, if
     known (weights the fit). Refuses bw ≤ 0 and α < 0."""
     columns = np.column_stack([np.ravel(inv_bw_coef), np.ravel(lat_coef)])
     measured = np.ravel(np.asarray(measured, dtype=float))
     if len(np.unique(columns[:, 0])) < 2:
         raise CalibrationError(f"{what}: one message size cannot separate bandwidth from latency")
-    inv_bw, lat = least_squares(columns, measured, what, errors=errors)
+    inv_bw, lat = least_squares(columns, measured, what, sigma=sigma)
     if inv_bw <= 0:
         raise CalibrationError(f"{what}: fitted bandwidth {1 / inv_bw if inv_bw else float('inf'):g} GB/s "
                                f"is not positive")

@@ -40,6 +40,19 @@ def priced_term(timing: LinkTiming):
     return lambda bw, lat: exchange_time(x * (n - 1) / n, n, bw, lat)
 
 
+# The smallest relative standard error a link fit believes: below it a measurement's repeats
+# miss what they cannot see (drift between measurements, the timer's resolution), and one
+# suspiciously quiet point would outweigh all the others.
+MIN_RELATIVE_ERROR = 0.01
+
+
+def standard_error_s(timing: LinkTiming) -> float:
+    """The standard error of one measurement, seconds: its mean's (whichever statistic is
+    fitted, that is how far its repetitions scatter; a median or fastest repetition can be
+    near 0 where the mean is not)."""
+    return max(timing.mean_error, MIN_RELATIVE_ERROR) * timing.mean_s
+
+
 def fit_timings(timings: list[LinkTiming], what: str, statistic: Statistic = "mean") -> LinkFit:
     """Weighted by each measurement's standard error: a 64 MiB message's mean is repeatable
     to 2–5 %, a 1 KiB one's (mostly wake-ups and skew) to 5–25 %; weighting the fit by
@@ -47,7 +60,7 @@ def fit_timings(timings: list[LinkTiming], what: str, statistic: Statistic = "me
     direct large-message measurement."""
     inv_bw, lat = np.array([term_regressors(priced_term(t)) for t in timings]).T
     return fit_link(inv_bw, lat, [t.summary(statistic) for t in timings], what,
-                    errors=[t.mean_error for t in timings])
+                    sigma=[standard_error_s(t) for t in timings])
 
 
 def reported_fit(timings: list[LinkTiming], what: str, statistic: Statistic) -> LinkFit | str:

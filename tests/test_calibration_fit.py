@@ -64,7 +64,7 @@ def test_weighted_link_fit_trusts_the_repeatable_measurements():
     weighted, plain = [], []
     for seed in range(30):
         measured = truth * (1 + relative_error * np.random.default_rng(seed).standard_normal(len(truth)))
-        weighted.append(abs(fit_link(inv_bw, lat, measured, errors=relative_error).bw_gbps / 0.9 - 1))
+        weighted.append(abs(fit_link(inv_bw, lat, measured, sigma=relative_error * truth).bw_gbps / 0.9 - 1))
         plain.append(abs(fit_link(inv_bw, lat, measured).bw_gbps / 0.9 - 1))
     assert np.mean(weighted) < 0.01 and max(weighted) < 0.025
     assert np.mean(weighted) < np.mean(plain) / 2
@@ -72,8 +72,8 @@ def test_weighted_link_fit_trusts_the_repeatable_measurements():
 
 def test_weighted_link_fit_exact_on_noiseless_points():
     inv_bw, lat, truth = link_rows(2.5, 80 * US, noise=0.0)
-    errors = np.random.default_rng(3).uniform(0.0, 0.3, len(truth))  # some below the floor
-    fit = fit_link(inv_bw, lat, truth, errors=errors)
+    sigma = truth * np.random.default_rng(3).uniform(0.001, 0.3, len(truth))
+    fit = fit_link(inv_bw, lat, truth, sigma=sigma)
     assert fit.bw_gbps == pytest.approx(2.5, rel=1e-6)
     assert fit.latency_us == pytest.approx(80, rel=1e-6)
 

@@ -11,7 +11,7 @@ from planner import cost
 from planner.base import US
 from planner.sequence.cost import exchange_time
 from planner.workload import ModelSpec
-from runtime.profile_fit import WRITTEN_OP, direct_bw_gbps, profiled_cluster
+from runtime.profile_fit import WRITTEN_OP, direct_bw_gbps, fit_timings, profiled_cluster
 from runtime.profile_launch import MIN_SECONDS, GemmTiming, LinkTiming, ProfileResult, ProfileSpec, Repeated
 
 MODEL = ModelSpec(name="small", layers=2, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=256)
@@ -84,3 +84,22 @@ def test_a_cluster_for_sequence_plans_carries_the_all_to_all_fit():
     assert reports["intra"].written_op == "all_to_all"
     assert cluster.machine_intra_bw[0] == pytest.approx(bw, rel=0.01)
     assert cluster.intra_latency_us == pytest.approx(lat, rel=0.01)
+
+
+def test_a_median_near_zero_does_not_outweigh_the_fit():
+    """Each small message's median came out at the clamp (half its repetitions added nothing,
+    as on loaded shared cores), its mean at 2α: weighted by the mean's standard error in
+    seconds, those points count like any other, and the median fit keeps a positive latency
+    with the bandwidth the large messages show."""
+    bw, lat = 0.8, 600 * US
+    rng, timings = np.random.default_rng(0), []
+    for x in [float(1 << k) for k in range(10, 25)]:
+        true = float(cost.allreduce_time(2, x, bw, lat))
+        if x < (1 << 20):
+            times = [MIN_SECONDS / 2] * 8 + list(2 * true + 0.1 * true * rng.standard_normal(7))
+        else:
+            times = list(true * (1 + 0.02 * rng.standard_normal(15)))
+        timings.append(LinkTiming.of(times, link_class="intra", op="all_reduce", ranks=2, nbytes=int(x)))
+    assert sum(t.seconds <= MIN_SECONDS for t in timings) == 10
+    fit = fit_timings(timings, "median", statistic="median")
+    assert fit.latency_us > 0 and fit.bw_gbps == pytest.approx(bw, rel=0.05)
