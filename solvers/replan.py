@@ -127,16 +127,12 @@ def repair(old: Problem, plan: Plan, new: Problem, mapping: dict[int, int]) -> t
     """The old plan on the survivors (see the module text), and what the repair changed."""
     idle, cluster = _idle_by_machine(new, plan, mapping), old.cluster
     home = lambda stage: cluster.machines[int(cluster.machine_of_device[stage.devices[0]])].name  # noqa: E731
-    kept, batches, dropped, changes = [], [], 0, []
+    changes, repaired = [], []
     for p, pipe in enumerate(plan.pipelines):
         stages = [(_repair_stage(s.devices, mapping, idle.setdefault(home(s), []), f"pipeline {p} stage {k}",
                                  changes), s.layers) for k, s in enumerate(pipe.stages)]
-        if all(devices for devices, _ in stages):
-            kept.append(stages)
-            batches.append(pipe.batch)
-        else:
-            dropped += pipe.batch
-            changes.append(f"pipeline {p} dropped (a stage lost every device); its {pipe.batch} sequences moved")
+        repaired.append((stages if all(devices for devices, _ in stages) else None, pipe.batch))
+    kept, batches, dropped = sequence_replan.keep_or_move(repaired, "pipeline", "a stage lost every device", changes)
     if not kept:
         return None, changes
     # the dropped sequences go one micro-batch at a time in proportion to the batches, which

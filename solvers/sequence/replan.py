@@ -97,6 +97,22 @@ def deal(loads: list[int], speeds: list[float], total: int, unit: int) -> list[i
     return out
 
 
+def keep_or_move(repaired: list[tuple[object | None, int]], unit: str, why: str,
+                 changes: list[str]) -> tuple[list, list[int], int]:
+    """Of the units (replicas, pipelines) as repaired — (the repair, or None when the unit lost
+    too much, `why`; its batch) in plan order —: the kept repairs, their batches, and the
+    sequences of the dropped units (to be dealt to the kept); each drop said in `changes`."""
+    kept, batches, moved = [], [], 0
+    for index, (repair, batch) in enumerate(repaired):
+        if repair is not None:
+            kept.append(repair)
+            batches.append(batch)
+        else:
+            moved += batch
+            changes.append(f"{unit} {index} dropped ({why}); its {batch} sequences moved")
+    return kept, batches, moved
+
+
 def _next(loads: list[int], speeds: list[float], unit: int) -> int:
     return min(range(len(loads)), key=lambda j: ((loads[j] + unit) / speeds[j], j))
 
@@ -171,15 +187,9 @@ def repair(old: Problem, plan: SeqPlan, new: Problem, mapping: Mapping,
     None when every replica lost everything."""
     fit, speed, changes = fit or RunFit.of(old), device_speed(new), []
     mapping = stand_ins(old, plan, new, mapping, changes)
-    rings, batches, moved = [], [], 0
-    for r, replica in enumerate(plan.replicas):
-        ring = _repair_ring(replica, r, mapping, speed, fit, changes)
-        if ring:
-            rings.append(ring)
-            batches.append(replica.batch)
-        else:
-            moved += replica.batch
-            changes.append(f"replica {r} dropped (lost every device); its {replica.batch} sequences moved")
+    repaired = [(_repair_ring(replica, r, mapping, speed, fit, changes) or None, replica.batch)
+                for r, replica in enumerate(plan.replicas)]
+    rings, batches, moved = keep_or_move(repaired, "replica", "lost every device", changes)
     if not rings:
         return None, changes
     replica_speed = [sum(float(speed[m[0]]) for g in ring for m in g) for ring in rings]
