@@ -51,6 +51,8 @@ from rich.table import Table  # noqa: E402
 from planner.calibration import summarize  # noqa: E402
 from planner.calibration_runs import predicted_rows, refit  # noqa: E402
 from planner.layered.plan import Pipeline, Plan, Stage  # noqa: E402
+from planner.layered.pricing import breakdown  # noqa: E402
+from planner.layered.table import stage_table  # noqa: E402
 from planner.sequence.plan import Group, Member, Replica, SeqPlan  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 from planner.workload import ModelSpec, TrainingSpec  # noqa: E402
@@ -253,6 +255,28 @@ def link_table(fitted: dict) -> tuple[Table, list[dict]]:
     return table, out
 
 
+def tp_split(rows: list[dict], stat: str = "mean") -> tuple[Table, list[dict]]:
+    """Each TP stage's τ split as the run timed it (its TP collectives apart) against the cost
+    model's C and T_tp on the profiled cluster: where a TP plan's miss comes from."""
+    table = Table(title=f"TP stages ({stat}, per micro-batch): compute and TP collectives, measured against the profile's C and T_tp")
+    for column in ("cluster", "plan", "stage", "compute ms", "C ms", "diff", "TP ms", "T_tp ms", "diff"):
+        table.add_column(column, justify="right")
+    out = []
+    for row in rows:
+        record = row[f"record_{stat}"]
+        if not record.tp_stages():
+            continue
+        parts = breakdown(record.problem, stage_table(record.problem, record.plan))
+        for i in record.tp_stages():
+            compute, tp = record.stage_s[i] - record.tp_s[i], record.tp_s[i]
+            out.append({"cluster": row["cluster"], "plan": row["plan"], "stage": i, "compute": compute,
+                        "C": float(parts.compute[i]), "tp": tp, "T_tp": float(parts.tp[i])})
+            table.add_row(row["cluster"], row["plan"], str(i), f"{compute * 1e3:.1f}", f"{parts.compute[i] * 1e3:.1f}",
+                          f"{parts.compute[i] / compute - 1:+.0%}", f"{tp * 1e3:.1f}", f"{parts.tp[i] * 1e3:.1f}",
+                          f"{parts.tp[i] / tp - 1:+.0%}")
+    return table, out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-bytes", type=int, default=1 << 26)
@@ -280,6 +304,8 @@ def main() -> None:
                   + f" — cluster A's {floor['plan']} run first and again at the end", highlight=False)
     links, link_rows = link_table(fitted)
     console.print(links)
+    split, split_rows = tp_split(rows)
+    console.print(split)
     load_after = os.getloadavg()
     console.print(f"load average (1, 5, 15 min) before {load_before}, after {load_after}; {os.cpu_count()} cores",
                   highlight=False)
@@ -287,7 +313,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "runs": [{k: v for k, v in r.items() if k not in drop} for r in rows], "links": link_rows,
-        "summary": summed, "noise_floor": floor,
+        "summary": summed, "noise_floor": floor, "tp_split": split_rows,
         "clusters": {n: {stat: c.model_dump(mode="json", exclude_defaults=True) for stat, (c, _) in per.items()}
                      for n, per in fitted.items()},
         "clusters_for_sequence": {n: {stat: c.model_dump(mode="json", exclude_defaults=True)
