@@ -53,7 +53,10 @@ from planner.calibration_runs import predicted_rows, refit  # noqa: E402
 from planner.layered.plan import Pipeline, Plan, Stage  # noqa: E402
 from planner.layered.pricing import breakdown  # noqa: E402
 from planner.layered.table import stage_table  # noqa: E402
+from planner.sequence import cost as seq_cost  # noqa: E402
 from planner.sequence.plan import Group, Member, Replica, SeqPlan  # noqa: E402
+from planner.sequence.pricing import time_parts  # noqa: E402
+from planner.sequence.table import MemberTable  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 from planner.workload import ModelSpec, TrainingSpec  # noqa: E402
 from runtime.launch import run_plan  # noqa: E402
@@ -277,6 +280,37 @@ def tp_split(rows: list[dict], stat: str = "mean") -> tuple[Table, list[dict]]:
     return table, out
 
 
+def seq_split(rows: list[dict], stat: str = "mean") -> tuple[Table, list[dict]]:
+    """Each sequence replica's T_mb split as its slowest member timed it — head-parallel
+    all-to-alls, ZeRO-3 gathers and scatters, the rest — against the cost model's parts on
+    the cluster profiled for sequence plans."""
+    table = Table(title=f"sequence replicas ({stat}, per micro-batch): measured against the profile's parts")
+    for column in ("cluster", "replica", "rest ms", "priced", "HP a2a ms", "priced", "ZeRO ms", "priced"):
+        table.add_column(column, justify="right")
+    out = []
+    for row in rows:
+        record, log = row[f"record_{stat}"], row["log"]
+        if not isinstance(record.plan, SeqPlan):
+            continue
+        parts = time_parts(record.problem, MemberTable.of(record.plan))
+        layers, rounds = record.problem.model.layers, seq_cost.a2a_rounds(record.problem.training)
+        for r, replica in enumerate(record.plan.replicas):
+            micro = replica.batch // record.problem.training.micro_batch
+            slowest = [max((m for m in s.members if m.replica == r), key=lambda m: m.forward_s + m.backward_s)
+                       for s in log.steps[1:]]
+            hp, zero, whole = (summarize([seconds(m) / micro for m in slowest], stat) for seconds in
+                               (lambda m: m.hp_s, lambda m: m.zero_s, lambda m: m.forward_s + m.backward_s))
+            priced_hp = layers * rounds * float(parts.a2a_max[r])
+            priced_zero = layers * float(parts.zero_layer[r]) + float(parts.zero_ends[r])
+            priced_rest = float(parts.micro_batch[r]) - priced_hp - priced_zero
+            got = {"cluster": row["cluster"], "replica": r, "rest": whole - hp - zero, "priced_rest": priced_rest,
+                   "hp": hp, "priced_hp": priced_hp, "zero": zero, "priced_zero": priced_zero}
+            out.append(got)
+            table.add_row(row["cluster"], str(r), *(f"{got[k] * 1e3:.1f}" for k in
+                                                    ("rest", "priced_rest", "hp", "priced_hp", "zero", "priced_zero")))
+    return table, out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-bytes", type=int, default=1 << 26)
@@ -306,6 +340,8 @@ def main() -> None:
     console.print(links)
     split, split_rows = tp_split(rows)
     console.print(split)
+    seq_table, seq_rows = seq_split(rows)
+    console.print(seq_table)
     load_after = os.getloadavg()
     console.print(f"load average (1, 5, 15 min) before {load_before}, after {load_after}; {os.cpu_count()} cores",
                   highlight=False)
@@ -313,7 +349,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "runs": [{k: v for k, v in r.items() if k not in drop} for r in rows], "links": link_rows,
-        "summary": summed, "noise_floor": floor, "tp_split": split_rows,
+        "summary": summed, "noise_floor": floor, "tp_split": split_rows, "sequence_split": seq_rows,
         "clusters": {n: {stat: c.model_dump(mode="json", exclude_defaults=True) for stat, (c, _) in per.items()}
                      for n, per in fitted.items()},
         "clusters_for_sequence": {n: {stat: c.model_dump(mode="json", exclude_defaults=True)

@@ -13,9 +13,10 @@ bridge group (`Group.bridge`, gloo over host memory). A collective over it runs 
 vendor first and only the leaders talk over the bridge (all-reduce: reduce to the leader,
 leaders exchange partials, broadcast back); point-to-point between the two vendors goes
 over the bridge too. `BridgeMeter` counts the bytes this rank sends over the bridge, and
-`time_collectives` has every all-reduce and all-gather over one group (a stage's TP group)
-add its seconds to a step's timer: the traffic the cost model prices as T_tp, which
-otherwise hides inside the forward and backward times. No
+`time_collectives` has the collectives of chosen kinds over chosen groups (a stage's TP
+all-reduces; a member's head-parallel all-to-alls and ZeRO-3 gathers) add their seconds to a
+step's timer, each to its own phase: the traffic the cost model prices apart (T_tp, a2a,
+Z), which otherwise hides inside the forward and backward times. No
 single-backend call is ever made on a group that holds both vendors (`_handle` refuses it).
 On CPU every backend is gloo and the vendors are labels, so all of this runs anywhere.
 """
@@ -31,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from planner.hardware import Vendor
-from runtime.timing import TP, PhaseTimer
+from runtime.timing import PhaseTimer
 
 ReduceOpName = Literal["sum", "max", "min"]
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
@@ -124,6 +125,16 @@ class PendingExchange:
 
 
 @dataclass(frozen=True)
+class TimedCollectives:
+    """Collectives of `kinds` over `group` whose seconds add to `timer`'s `phase`."""
+
+    group: Group
+    kinds: tuple[str, ...]
+    timer: PhaseTimer
+    phase: str
+
+
+@dataclass(frozen=True)
 class Communicator:
     """This process's rank in the world and every operation it exchanges with other ranks."""
 
@@ -134,7 +145,7 @@ class Communicator:
     device: torch.device
     world_group: Group | None = None  # set by `start` when the world spans vendors
     meter: BridgeMeter = field(default_factory=BridgeMeter)
-    timed: list[tuple[Group, PhaseTimer]] = field(default_factory=list)  # see time_collectives
+    timed: list[TimedCollectives] = field(default_factory=list)  # see time_collectives
 
     @classmethod
     def start(cls, backend: str, address: str | None, port: int | str | None, rank: int, world_size: int,
@@ -158,13 +169,16 @@ class Communicator:
         self.barrier()
         dist.destroy_process_group()
 
-    def time_collectives(self, group: Group | None, timer: PhaseTimer) -> None:
-        """From now on every all-reduce and all-gather over `group` (that very group, not
-        another over the same ranks) adds its seconds to `timer`'s TP phase; None: no group."""
-        self.timed[:] = [] if group is None else [(group, timer)]
+    def time_collectives(self, timer: PhaseTimer, phases: dict[str, tuple[Group | None, tuple[str, ...]]]) -> None:
+        """From now on (until the next call) each collective of the named kinds over the
+        group of a phase (that very group, not another over the same ranks; None: none)
+        adds its seconds to that phase of `timer`: {phase: (group, kinds)}."""
+        self.timed[:] = [TimedCollectives(group, kinds, timer, phase) for phase, (group, kinds) in phases.items()
+                         if group is not None]
 
-    def _timing(self, group: Group) -> AbstractContextManager:
-        return next((timer.phase(TP) for timed, timer in self.timed if timed is group), nullcontext())
+    def _timing(self, group: Group, kind: str) -> AbstractContextManager:
+        return next((t.timer.phase(t.phase) for t in self.timed if t.group is group and kind in t.kinds),
+                    nullcontext())
 
     # -- where ranks run ------------------------------------------------------------------
     def vendor_of(self, rank: int) -> Vendor:
@@ -299,7 +313,7 @@ class Communicator:
         vendors: reduced to each vendor's leader, the leaders' partials exchanged over the
         bridge and combined in part order (so every leader gets the same bits), then broadcast
         back inside each vendor."""
-        with self._timing(group):
+        with self._timing(group, "all_reduce"):
             return self._all_reduce(tensor, group, op)
 
     def _all_reduce(self, tensor: torch.Tensor, group: Group, op: ReduceOpName) -> torch.Tensor:
@@ -324,7 +338,7 @@ class Communicator:
         """Every rank's `tensor`, in the group's rank order. Over both vendors: gathered
         inside each vendor, then each leader sends its vendor's blocks to the other leaders
         over the bridge, and they are broadcast inside each vendor."""
-        with self._timing(group):
+        with self._timing(group, "all_gather"):
             return self._all_gather(tensor, group)
 
     def _all_gather(self, tensor: torch.Tensor, group: Group) -> list[torch.Tensor]:
@@ -350,6 +364,10 @@ class Communicator:
         group.size equal blocks, in the group's rank order); ZeRO-3's gradient collective.
         Over both vendors: summed to each vendor's leader, each vendor's blocks summed over
         the bridge at its leader, then broadcast inside the vendor."""
+        with self._timing(group, "reduce_scatter"):
+            return self._reduce_scatter(tensor, group)
+
+    def _reduce_scatter(self, tensor: torch.Tensor, group: Group) -> torch.Tensor:
         size = tensor.shape[0] // group.size
         if not group.parts:
             out = tensor.new_empty(size, *tensor.shape[1:])
@@ -389,8 +407,9 @@ class Communicator:
             raise ValueError(f"all_to_all over {group.size} ranks: sizes {send_sizes} / {recv_sizes} "
                              f"for {tensor.numel()} elements")
         out = tensor.new_empty(sum(recv_sizes))
-        dist.all_to_all_single(out, tensor.detach().contiguous(), output_split_sizes=list(recv_sizes),
-                               input_split_sizes=list(send_sizes), group=self._handle(group))
+        with self._timing(group, "all_to_all"):
+            dist.all_to_all_single(out, tensor.detach().contiguous(), output_split_sizes=list(recv_sizes),
+                                   input_split_sizes=list(send_sizes), group=self._handle(group))
         return out
 
     def barrier(self) -> None:

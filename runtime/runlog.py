@@ -9,7 +9,8 @@ whole step's wall time (optimizer included, which the cost model does not price)
 stage (a layered plan) the leader's forward, backward, communication (stage-to-stage receives
 and broadcasts, waits included), gradient-sync seconds and the part of forward and backward
 spent in TP collectives, or per member (a sequence plan) its
-forward and backward seconds, attention exchanges and ZeRO-3 gathers included.
+forward and backward seconds, attention exchanges and ZeRO-3 gathers included and also
+timed apart.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ class MemberTiming(Frozen):
     member: int = Field(ge=0, description="member index in its group")
     forward_s: float = Field(ge=0, allow_inf_nan=False, description="forward passes (attention exchanges included)")
     backward_s: float = Field(ge=0, allow_inf_nan=False, description="backward passes (exchanges included)")
+    hp_s: float = Field(default=0.0, ge=0, allow_inf_nan=False,
+                        description="head-parallel all-to-alls, seconds (part of forward_s + backward_s)")
+    zero_s: float = Field(default=0.0, ge=0, allow_inf_nan=False,
+                          description="ZeRO-3 all-gathers and reduce-scatters, seconds (part of forward_s + backward_s)")
 
 
 class StepTiming(Frozen):
@@ -138,7 +143,7 @@ def make_run_log(problem: Problem, problem_sha256: str, plan, config, steps: lis
     timed = [StepTiming(step=s["step"], step_s=s["step_s"], wall_s=s["wall_s"],
                         stages=tuple(StageTiming(**{k: st[k] for k in StageTiming.model_fields if k in st})
                                      for st in s.get("stages", ())),
-                        members=tuple(MemberTiming(**{k: m[k] for k in MemberTiming.model_fields})
+                        members=tuple(MemberTiming(**{k: m[k] for k in MemberTiming.model_fields if k in m})
                                       for m in s.get("members", ())))
              for s in steps]
     return RunLog(problem=problem.name, problem_hash=problem_sha256, cluster_hash=cluster_hash(problem.cluster),

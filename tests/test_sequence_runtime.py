@@ -66,6 +66,12 @@ def assert_equivalent(plan: SeqPlan, tmp_path, *, model: ModelSpec = MHA, micro_
     assert result.replicas_identical is True
     members = result.steps[-1]["members"]
     assert [m["tokens"] for m in members] == [m.tokens for r in plan.replicas for g in r.ring for m in g.members]
+    # the communicator timed each member's head-parallel all-to-alls (none in a one-member
+    # group) and ZeRO-3 collectives (none in a one-device replica), parts of its passes
+    shape = [(len(g.members), len(r.devices)) for r in plan.replicas for g in r.ring for _ in g.members]
+    for m, (group_size, replica_size) in zip(members, shape):
+        assert (m["hp_s"] > 0) == (group_size > 1) and (m["zero_s"] > 0) == (replica_size > 1)
+        assert m["hp_s"] + m["zero_s"] < m["forward_s"] + m["backward_s"]
 
 
 # (a) one group of 2 members, uneven heads (3 + 1 of 4, MHA) and tokens (12 + 4 of 16): pure
@@ -285,7 +291,7 @@ def test_cli_runs_a_sequence_plan_and_prints_every_member(tmp_path):
 
     record = read_run_log(tmp_path / "runlog.json").record("cli")
     assert len(record.stage_s) == 2 and 0 < record.step_s  # one figure per replica, then the step
-    rows = [ln.split("│")[1:6] for ln in result.output.splitlines() if ln.count("│") == 8]
+    rows = [ln.split("│")[1:6] for ln in result.output.splitlines() if ln.count("│") == 10]  # 9 columns
     assert [[c.strip() for c in row] for row in rows] == [["0", "0", "0", "0", "5"], ["0", "0", "1", "1", "5"],
                                                           ["0", "1", "0", "2", "6"], ["1", "0", "0", "3", "16"]]
     import hexiscale as hx

@@ -83,12 +83,14 @@ def member_table(result: RunResult) -> Table:
     final = [s for s in result.steps if member_shares(s) == member_shares(result.steps[-1])]
     steps = final[1:] or final
     table = Table(title="run summary (per-member times: mean over steps after the first)")
-    for column in ("replica", "group", "member", "device", "tokens", "forward ms", "backward ms"):
+    for column in ("replica", "group", "member", "device", "tokens", "forward ms", "backward ms",
+                   "of which HP ms", "ZeRO ms"):
         table.add_column(column, justify="right")
     for index, record in enumerate(result.steps[-1]["members"]):
-        fwd, bwd = (sum(s["members"][index][key] for s in steps) / len(steps) for key in ("forward_s", "backward_s"))
+        times = (sum(s["members"][index][key] for s in steps) / len(steps)
+                 for key in ("forward_s", "backward_s", "hp_s", "zero_s"))
         table.add_row(*(str(record[k]) for k in ("replica", "group", "member", "device", "tokens")),
-                      f"{fwd * 1e3:.1f}", f"{bwd * 1e3:.1f}")
+                      *(f"{t * 1e3:.1f}" for t in times))
     return table
 
 

@@ -26,7 +26,7 @@ from runtime.layered.groups import RankGroups, create_groups
 from runtime.layered.layout import RankLayout, rank_layout
 from runtime.layered.schedule import StageLink, StepRunner
 from runtime.layered.stage import StageModel
-from runtime.timing import STAGE_PHASES, STEP, SYNC, PhaseTimer, device_synchronizer
+from runtime.timing import STAGE_PHASES, STEP, SYNC, TP, TP_KINDS, PhaseTimer, device_synchronizer
 
 STEPS_FILE = "steps.jsonl"
 
@@ -117,7 +117,7 @@ def train(job: Job, comm: Communicator) -> None:
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         timer = PhaseTimer(synchronize=device_synchronizer(comm.device))
-        comm.time_collectives(groups.tp, timer)
+        comm.time_collectives(timer, {TP: (groups.tp, TP_KINDS)})
         runner = StepRunner(model, StageLink.of(comm, groups, shape),
                             micro_batches(job, groups.stage.pipeline, step, loader, comm.device),
                             1.0 / (global_batch * config.seq_len), timer)

@@ -35,6 +35,7 @@ from runtime.sequence.member import MemberModel
 from runtime.sequence.shards import sync_segments, unit_catalogues
 from runtime.sequence.sync import replicas_identical, sync_gradients
 from runtime.sequence.zero import ZeroStates
+from runtime.timing import HP, HP_KINDS, ZERO, ZERO_KINDS, PhaseTimer, device_synchronizer
 
 STEPS_FILE = "steps.jsonl"
 
@@ -143,8 +144,12 @@ class Member:
     def step(self, step: int, failure: FailureInjection | None) -> torch.Tensor:
         """One optimizer step; returns [loss share, forward s, backward s, peak MiB above the
         setup, step s (micro-batches + gradient sync: what T prices, the optimizer left out),
-        bytes sent over the cross-vendor bridge (DESIGN.md §8)] of this member."""
+        head-parallel all-to-all s and ZeRO-3 gather/scatter s (both inside forward and
+        backward), bytes sent over the cross-vendor bridge (DESIGN.md §8)] of this member."""
         scale = 1.0 / (self.global_batch * self.job.config.seq_len)
+        collectives = PhaseTimer(synchronize=device_synchronizer(self.comm.device))
+        self.comm.time_collectives(collectives, {HP: (self.groups.hp, HP_KINDS),
+                                                 ZERO: (self.groups.replica, ZERO_KINDS)})
         bridge_start, step_start = self.comm.meter.sent, time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum, forward_s, backward_s = 0.0, 0.0, 0.0
@@ -162,15 +167,16 @@ class Member:
         self.optimizer.step()
         peak = memory_mib(self.comm.device) - self.setup_mib
         bridge = self.comm.meter.sent - bridge_start
-        return torch.tensor([loss_sum, forward_s, backward_s, peak, step_s, bridge], dtype=torch.float64)
+        return torch.tensor([loss_sum, forward_s, backward_s, peak, step_s, collectives.seconds(HP),
+                             collectives.seconds(ZERO), bridge], dtype=torch.float64)
 
 
-PER_RANK = 4  # forward s, backward s, peak MiB, step s
+PER_RANK = 6  # forward s, backward s, peak MiB, step s, HP all-to-all s, ZeRO-3 s
 
 
 def step_metrics(comm: Communicator, own: torch.Tensor) -> torch.Tensor:
-    """[global loss, then forward s, backward s, peak MiB and step s of every rank, then the
-    bytes sent over the bridge by all ranks]."""
+    """[global loss, then forward s, backward s, peak MiB, step s, HP all-to-all s and ZeRO-3
+    s of every rank, then the bytes sent over the bridge by all ranks]."""
     metrics = torch.zeros(1 + PER_RANK * comm.world_size + 1, dtype=torch.float64)
     metrics[0], metrics[-1] = own[0], own[-1]
     metrics[1 + PER_RANK * comm.rank:1 + PER_RANK * (comm.rank + 1)] = own[1:1 + PER_RANK]
@@ -184,8 +190,9 @@ def report_step(step: int, config: RunConfig, layout: SeqLayout, metrics: torch.
     record = {"step": step + 1, "loss": float(metrics[0]), "tokens_per_s": tokens_s, "wall_s": wall_s,
               "step_s": max(t[3] for t in times), "bridge_bytes": float(metrics[-1]),
               "members": [{"replica": r.replica, "group": r.group, "member": r.member, "device": r.device,
-                           "tokens": r.num_tokens, "forward_s": f, "backward_s": b, "peak_mib": m}
-                          for r, (f, b, m, _) in zip(layout.ranks, times)]}
+                           "tokens": r.num_tokens, "forward_s": f, "backward_s": b, "peak_mib": m,
+                           "hp_s": hp, "zero_s": zero}
+                          for r, (f, b, m, _, hp, zero) in zip(layout.ranks, times)]}
     if rank == 0 and config.out_dir:  # as it goes: a run cut short still shows its steps
         with (Path(config.out_dir) / STEPS_FILE).open("a") as handle:
             handle.write(json.dumps(record) + "\n")
