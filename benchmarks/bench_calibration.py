@@ -281,9 +281,11 @@ def tp_split(rows: list[dict], stat: str = "mean") -> tuple[Table, list[dict]]:
 
 
 def seq_split(rows: list[dict], stat: str = "mean") -> tuple[Table, list[dict]]:
-    """Each sequence replica's T_mb split as its slowest member timed it — head-parallel
+    """Each sequence replica's T_mb split as its busiest member timed it — head-parallel
     all-to-alls, ZeRO-3 gathers and scatters, the rest — against the cost model's parts on
-    the cluster profiled for sequence plans."""
+    the cluster profiled for sequence plans. The busiest member (the most time outside those
+    collectives) is the one the others wait for: its collectives are transfers, theirs hold
+    the waiting too (every collective is a barrier of the replica, §7.2)."""
     table = Table(title=f"sequence replicas ({stat}, per micro-batch): measured against the profile's parts")
     for column in ("cluster", "replica", "rest ms", "priced", "HP a2a ms", "priced", "ZeRO ms", "priced"):
         table.add_column(column, justify="right")
@@ -296,9 +298,9 @@ def seq_split(rows: list[dict], stat: str = "mean") -> tuple[Table, list[dict]]:
         layers, rounds = record.problem.model.layers, seq_cost.a2a_rounds(record.problem.training)
         for r, replica in enumerate(record.plan.replicas):
             micro = replica.batch // record.problem.training.micro_batch
-            slowest = [max((m for m in s.members if m.replica == r), key=lambda m: m.forward_s + m.backward_s)
-                       for s in log.steps[1:]]
-            hp, zero, whole = (summarize([seconds(m) / micro for m in slowest], stat) for seconds in
+            busiest = [max((m for m in s.members if m.replica == r),
+                           key=lambda m: m.forward_s + m.backward_s - m.hp_s - m.zero_s) for s in log.steps[1:]]
+            hp, zero, whole = (summarize([seconds(m) / micro for m in busiest], stat) for seconds in
                                (lambda m: m.hp_s, lambda m: m.zero_s, lambda m: m.forward_s + m.backward_s))
             priced_hp = layers * rounds * float(parts.a2a_max[r])
             priced_zero = layers * float(parts.zero_layer[r]) + float(parts.zero_ends[r])
