@@ -35,6 +35,7 @@ from runtime.comm import Communicator, Group, RankPlace
 from runtime.layered.layout import StageRanks
 from runtime.layered.stage import StageModel
 from runtime.model import causal_attention
+from runtime.profile_fit import pass_flops
 from runtime.profile_launch import (AttentionTiming, GemmTiming, LinkTiming, ProfileResult, ProfileSpec,
                                     Repeated)
 from runtime.timing import device_synchronizer
@@ -269,10 +270,8 @@ def measure_compute(meter: Meter, comm: Communicator, spec: ProfileSpec, progres
     progress.tick("model forward + backward")
     attention = attention_timings(meter, spec, device)
     progress.tick("attention")
-    training = profile_training(spec)
-    per_token = spec.model.layers * cost.layer_flops_per_token(spec.model, training) + cost.head_flops_per_token(spec.model)
     return {"square_gemm": square, "gemms": gemms, "model": model, "attention": attention,
-            "model_flops": 3.0 * tokens * per_token}
+            "model_flops": pass_flops(spec, "layered")}
 
 
 def memory_gib(spec: ProfileSpec, device) -> float:

@@ -19,8 +19,10 @@ import numpy as np
 from planner import cost
 from planner.calibration import CalibrationError, LinkFit, Statistic, MeasuredDevice, fit_link, measured_cluster, term_regressors
 from planner.hardware import Cluster
+from planner.sequence import cost as seq_cost
 from planner.sequence.cost import exchange_time
-from runtime.profile_launch import LinkTiming, ProfileResult
+from planner.workload import TrainingSpec
+from runtime.profile_launch import LinkTiming, ProfileResult, ProfileSpec
 
 # The operation whose fit the cluster file carries, by the kind of plan it is for: the
 # collective that kind leans on. Layered: the all-reduce of the TP and gradient terms.
@@ -105,10 +107,25 @@ def class_report(result: ProfileResult, link_class: str, what: str, statistic: S
                        mean_error=float(np.median([t.mean_error for t in timings])))
 
 
-def measured_device(result: ProfileResult, name: str, statistic: Statistic = "mean") -> MeasuredDevice:
-    """The device type: peak = the best rate of any timed GEMM; achieved = the whole model's."""
+def pass_flops(spec: ProfileSpec, plans: str = "layered") -> float:
+    """The FLOPs the cost model of that kind of plan prices for the timed model pass (forward +
+    backward of one micro-batch through every layer and the head), so that η = achieved/peak
+    prices the same FLOPs it was measured on: §3 counts attention as 4·s·h per token and layer,
+    §7.2 as the causal pairs, 2·h·(s+1) — at s = 512 the two differ by 15 %."""
+    training = TrainingSpec(seq_len=spec.seq_len, global_batch=spec.micro_batch, micro_batch=spec.micro_batch)
+    if plans == "sequence":
+        return seq_cost.iteration_flops(spec.model, training)
+    per_token = spec.model.layers * cost.layer_flops_per_token(spec.model, training) + cost.head_flops_per_token(spec.model)
+    return 3.0 * spec.micro_batch * spec.seq_len * per_token
+
+
+def measured_device(result: ProfileResult, name: str, statistic: Statistic = "mean",
+                    plans: str = "layered") -> MeasuredDevice:
+    """The device type: peak = the best rate of any timed GEMM; achieved = the whole model's,
+    its FLOPs counted as `plans`' cost model counts them."""
     peak = max(g.rate(statistic) for g in (result.square_gemm, *result.gemms))
-    return MeasuredDevice(name=name, peak_flops=peak, model_flops=result.model_flops / result.model.summary(statistic),
+    return MeasuredDevice(name=name, peak_flops=peak,
+                          model_flops=pass_flops(result.spec, plans) / result.model.summary(statistic),
                           memory_gib=result.memory_gib)
 
 
@@ -129,6 +146,6 @@ def profiled_cluster(result: ProfileResult, *, name: str, gpu_name: str, what: s
         raise ValueError(f"{what}: no link was measured (profile at least two processes)")
     intra = measured.get("intra", measured.get("inter"))
     inter = measured.get("inter", intra)
-    cluster = measured_cluster(name=name, device=measured_device(result, gpu_name, statistic),
+    cluster = measured_cluster(name=name, device=measured_device(result, gpu_name, statistic, plans),
                                machines=list(result.spec.machines), intra=intra, inter=inter)
     return cluster, {c: r for c, r in reports.items() if r is not None}, notes

@@ -120,7 +120,8 @@ class ProfileResult(Frozen):
     square_gemm: GemmTiming = Field(description="a large square GEMM: the device's best rate")
     gemms: tuple[GemmTiming, ...] = Field(description="the model's GEMM shapes (TP size 1)")
     model: Repeated = Field(description="the whole model's forward + backward per micro-batch")
-    model_flops: float = Field(gt=0, description="the cost model's FLOPs of that forward + backward")
+    model_flops: float = Field(gt=0, description="§3's FLOPs of that forward + backward (a sequence "
+                               "cluster recounts them by §7.2: profile_fit.pass_flops)")
     attention: tuple[AttentionTiming, ...] = Field(description="attention time against sequence length")
     links: tuple[LinkTiming, ...] = Field(description="every link measurement")
     memory_gib: float = Field(gt=0, description="memory per device, GiB")

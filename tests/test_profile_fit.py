@@ -11,7 +11,7 @@ from planner import cost
 from planner.base import US
 from planner.sequence.cost import exchange_time
 from planner.workload import ModelSpec
-from runtime.profile_fit import WRITTEN_OP, direct_bw_gbps, fit_timings, profiled_cluster
+from runtime.profile_fit import WRITTEN_OP, direct_bw_gbps, fit_timings, pass_flops, profiled_cluster
 from runtime.profile_launch import MIN_SECONDS, GemmTiming, LinkTiming, ProfileResult, ProfileSpec, Repeated
 
 MODEL = ModelSpec(name="small", layers=2, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=256)
@@ -34,9 +34,10 @@ def result(machines: tuple[int, ...]) -> ProfileResult:
                                 ranks=2 if op == "p2p" else n, nbytes=x)
                   for c, n in classes for op in FIGURES for x in spec.message_sizes())
     gemm = GemmTiming.of([1e-3], tokens=32, fan_in=64, fan_out=64)
-    return ProfileResult(spec=spec, host="test", square_gemm=gemm, gemms=(gemm,), model=Repeated.of([0.01]),
-                         model_flops=0.3 * gemm.flops_per_s * 0.01, attention=(), links=links, memory_gib=4.0,
-                         compute_spread=0.0)
+    flops = pass_flops(spec, "layered")  # timed at η = 0.3 of the GEMM's rate
+    return ProfileResult(spec=spec, host="test", square_gemm=gemm, gemms=(gemm,),
+                         model=Repeated.of([flops / (0.3 * gemm.flops_per_s)]), model_flops=flops, attention=(),
+                         links=links, memory_gib=4.0, compute_spread=0.0)
 
 
 def test_the_cluster_carries_the_all_reduce_fit_and_reports_each_operation():
@@ -103,3 +104,16 @@ def test_a_median_near_zero_does_not_outweigh_the_fit():
     assert sum(t.seconds <= MIN_SECONDS for t in timings) == 10
     fit = fit_timings(timings, "median", statistic="median")
     assert fit.latency_us > 0 and fit.bw_gbps == pytest.approx(bw, rel=0.05)
+
+
+def test_a_sequence_cluster_counts_the_model_pass_as_section_7_2_does():
+    """One timed pass, two FLOP counts: §3's attention is 4·s·h per token and layer, §7.2's
+    the causal pairs, 2·h·(s+1); each kind's η is the same time over its own count."""
+    raw = result((2,))
+    layered = profiled_cluster(raw, name="x", gpu_name="cpu")[0].catalog["cpu"].efficiency
+    sequence = profiled_cluster(raw, name="x", gpu_name="cpu", plans="sequence")[0].catalog["cpu"].efficiency
+    h, s, L, V = MODEL.hidden, raw.spec.seq_len, MODEL.layers, MODEL.vocab
+    linear = 2 * (MODEL.params_per_layer - 2 * h)
+    by_hand = (L * (linear + 4 * s * h) + 2 * V * h) / (L * (linear + 2 * h * (s + 1)) + 2 * V * h)
+    assert layered == pytest.approx(0.3)
+    assert sequence == pytest.approx(0.3 / by_hand, rel=1e-9)
