@@ -3,8 +3,8 @@
 A run record holds what a run measured: per unit the forward + backward time per micro-batch
 — each stage of a layered plan (the cost model's τ = C + T_tp), each replica of a sequence
 plan (its slowest member: T_mb of §7.2) —, the step time (T), and of each stage with TP the
-part of τ spent in TP collectives (T_tp: the intra links alone, which lets a fit tell them
-from η). The unknowns are scale
+part of τ spent in TP collectives (T_tp: the intra links alone; fitted only on request, see
+`refit`). The unknowns are scale
 factors: one per GPU type on 1/η (compute time ∝ 1/η), and per link class ("intra": every
 machine's own links; "inter": the links between machines) one on 1/bw and one on the latency
 α (on shared CPU cores a collective's cost is mostly its α: the wake-up of the processes it
@@ -18,7 +18,7 @@ second formula of the cost model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -162,16 +162,27 @@ def figure_label(kind: str, name: str) -> str:
             "latency": f"latency of the {name} links"}[kind]
 
 
-def refit(records: list[RunRecord], *, keep_undetermined: bool = False) -> tuple[Cluster, list[Figure]]:
+def refit(records: list[RunRecord], *, keep_undetermined: bool = False,
+          tp_times: bool = False) -> tuple[Cluster, list[Figure]]:
     """The records' cluster with η per GPU type and bandwidth and latency per link class
-    refitted by least squares over every record's stage, step and TP times.
+    refitted by least squares over every record's stage and step times (and, `tp_times`,
+    each TP stage's recorded collective time as a row of its own).
 
     A figure the records cannot determine — indistinguishable from the others, a standard
     error above UNDETERMINED of its value, or a fit outside physical sense — is refused
     (CalibrationError); with `keep_undetermined` it is kept at its logged value instead, said
-    in its `Figure`, and the others are refitted without it."""
+    in its `Figure`, and the others are refitted without it.
+
+    Why the TP rows are not the default: they pin the intra links to what the collectives
+    took, and the compute a TP rank does not share (per-operation costs, the slowdown next to
+    collectives: +50–60 % over C at TP 2 here), which the cost model has no term for, then
+    lands on η and misprices every plan; without them it lands on the TP term's latency,
+    which only TP plans pay. Held out on the bench's runs, TP plans came out 26–28 % low with
+    the rows and 13 % without."""
     if not records:
         raise CalibrationError("no run records")
+    if not tp_times:
+        records = [replace(r, tp_s=()) for r in records]
     base = _check_same_cluster(records)
     names = ([("efficiency", g) for g in used_gpu_types(records)] + [("bandwidth", c) for c in LINK_CLASSES]
              + [("latency", c) for c in LINK_CLASSES])

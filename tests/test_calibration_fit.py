@@ -181,20 +181,21 @@ def test_recorded_tp_times_are_rows_of_their_own():
     for r, sizes in zip(records, tp_sizes):
         assert r.tp_stages() == tuple(i for i, t in enumerate(sizes) if t > 1)
         assert len(measured_rows(r)) == len(r.stage_s) + 1 + sizes.count(2)
-    fitted, _ = refit(records)
+    fitted, _ = refit(records, tp_times=True)
     assert fitted.catalog["cpu"].efficiency == pytest.approx(0.37, rel=0.01)
     assert fitted.intra_latency_us == pytest.approx(700, rel=0.01)
     assert fitted.machine_intra_bw == pytest.approx([1.9, 1.9], rel=0.01)
 
 
 def test_recorded_tp_times_keep_unpriced_compute_out_of_the_link_latency():
-    """TP stages computing 25 % longer than the cost model's C: from τ and T alone the fit
-    puts that time on the intra-machine latency (the TP term's own figure, > 2× off); with
-    the TP collectives timed apart, the latency stays within 10 % and η takes the rest."""
+    """TP stages computing 25 % longer than the cost model's C: from τ and T alone (the
+    default) the fit puts that time on the intra-machine latency (the TP term's own figure,
+    > 2× off); fitting the TP collectives timed apart, the latency stays within 10 % and η
+    takes the rest."""
     truth, believed = cluster(0.37, 1.9, 0.6, 700, 900), cluster(0.5, 4.0, 2.5)
     one_machine = [PLANS[0], ((4, 4), [[((0,), 4)], [((1,), 4)]])]  # TP, then DP: two message sizes
-    fits = {timed: refit(synthetic_records(truth, believed, one_machine, tp_times=timed, unpriced_tp_compute=0.25),
-                         keep_undetermined=True)[0] for timed in (False, True)}
+    records = synthetic_records(truth, believed, one_machine, tp_times=True, unpriced_tp_compute=0.25)
+    fits = {timed: refit(records, keep_undetermined=True, tp_times=timed)[0] for timed in (False, True)}
     assert fits[False].intra_latency_us > 2 * 700
     assert fits[True].intra_latency_us == pytest.approx(700, rel=0.10)
     assert fits[True].catalog["cpu"].efficiency < 0.37  # the unpriced compute, as a lower η

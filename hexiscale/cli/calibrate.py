@@ -141,7 +141,10 @@ def calibrate(run_logs: list[Path] = typer.Argument(..., help="runlog.json files
               warmup: int = typer.Option(1, min=0, help="steps of each run left out as warm-up"),
               statistic: str = typer.Option("mean", help=STATISTIC_HELP),
               keep_undetermined: bool = typer.Option(False, help="keep a figure the runs cannot determine at its "
-                                                     "logged value (and say so) instead of refusing the fit")) -> None:
+                                                     "logged value (and say so) instead of refusing the fit"),
+              tp_times: bool = typer.Option(False, help="also fit each TP stage's recorded collective time: the "
+                                            "intra links as the collectives took them; compute a TP rank does not "
+                                            "share then lowers η for every plan")) -> None:
     """Refit η per GPU type, bandwidth and latency per link class from run logs; write the cluster."""
     writable_file(output, "--output")
     checked_statistic(statistic)
@@ -149,7 +152,7 @@ def calibrate(run_logs: list[Path] = typer.Argument(..., help="runlog.json files
     check_same_run_setup(logs)
     records = [log.record(str(path), warmup, statistic) for path, log in logs]
     try:
-        cluster, figures = refit(records, keep_undetermined=keep_undetermined)
+        cluster, figures = refit(records, keep_undetermined=keep_undetermined, tp_times=tp_times)
     except CalibrationError as exc:
         hint = "" if keep_undetermined else " (--keep-undetermined keeps such a figure as logged)"
         fail(f"{exc}; {output} not written{hint}")
