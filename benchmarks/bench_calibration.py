@@ -15,8 +15,9 @@
 4. Each operation's fitted bandwidth against its own direct large-message measurement.
 5. A sequence plan (DESIGN.md §7) on A and on B: its run log (each replica's slowest member
    per micro-batch, the step without the optimizer) against T on the cluster profiled for
-   sequence plans (`profile --for sequence`: the all-to-all fit), and against T on the
-   cluster calibrated from the layered runs.
+   sequence plans (`profile --for sequence`: the all-to-all fit, η over §7.2's FLOPs), and
+   against T on the cluster calibrated from the layered runs. Each TP stage's and each sequence replica's
+   time is split as the runs timed it (collectives apart) against the cost model's parts.
 6. The noise floor: cluster A's first plan is run again at the end; no model predicts the
    difference between two runs of one plan.
 
@@ -24,8 +25,8 @@ Everything twice: with the mean of repetitions and steps (the default of profile
 calibrate: a step adds up many operations) and with the median (`--statistic median`).
 
 The model has 8 layers (LLMs have dozens): the costs the cost model prices once per model,
-not per layer — and those it leaves out, such as the vocabulary-parallel head's three extra
-all-reduces — then weigh roughly as in a real model and not as in a 2-layer toy.
+not per layer — and those it leaves out, such as the vocabulary-parallel embedding's and
+head's extra collectives — then weigh roughly as in a real model and not as in a 2-layer toy.
 
 Prints tables and writes the numbers as JSON (default benchmarks/report/calibration.json).
 The machine's load average is printed: on shared cores the measurements are noisy.
@@ -109,7 +110,11 @@ def plan_of(batches, stages) -> Plan:
 
 
 def profile(name: str, args, folder: Path):
-    """The raw measurements of one cluster, and its cluster file under each statistic."""
+    """The raw measurements of one cluster, and its cluster files under each statistic: for
+    layered plans, and for sequence plans (`--for sequence`). Both at the layered plans'
+    shapes: profiled at the sequence plans' s = 512 instead, the sequence rows came out
+    further off (−35 % against −17 % on the same runs) — the model pass runs faster at 512
+    tokens than the runtime's sequence members do at their 128–384."""
     spec = ProfileSpec(machines=MACHINES[name], model=MODEL, seq_len=TRAINING.seq_len,
                        micro_batch=TRAINING.micro_batch, max_bytes=args.max_bytes, repeats=args.repeats)
     console.print(f"profiling cluster {name}: {spec.processes} processes on {len(spec.machines)} machine(s) …")
