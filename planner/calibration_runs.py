@@ -177,8 +177,8 @@ def refit(records: list[RunRecord], *, keep_undetermined: bool = False,
     took, and the compute a TP rank does not share (per-operation costs, the slowdown next to
     collectives: +50–60 % over C at TP 2 here), which the cost model has no term for, then
     lands on η and misprices every plan; without them it lands on the TP term's latency,
-    which only TP plans pay. Held out on the bench's runs, TP plans came out 26–28 % low with
-    the rows and 13 % without."""
+    which only TP plans pay. Held out in two of the bench's runs, cluster A's TP2 plan came
+    out 26–28 % low with the rows and 13 % without."""
     if not records:
         raise CalibrationError("no run records")
     if not tp_times:
