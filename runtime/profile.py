@@ -30,7 +30,6 @@ from typing import Callable
 import torch
 
 from planner import cost
-from planner.workload import TrainingSpec
 from runtime.comm import Communicator, Group, RankPlace
 from runtime.layered.layout import StageRanks
 from runtime.layered.stage import StageModel
@@ -143,18 +142,13 @@ def link_groups(spec: ProfileSpec, comm: Communicator) -> dict[str, Group]:
     return found
 
 
-def profile_training(spec: ProfileSpec) -> TrainingSpec:
-    """The training settings of the timed shapes (one micro-batch, no recompute)."""
-    return TrainingSpec(seq_len=spec.seq_len, global_batch=spec.micro_batch, micro_batch=spec.micro_batch)
-
-
 def compute_gap(spec: ProfileSpec, group_size: int, device) -> Callable[[], object]:
     """The compute a run does between two of its collectives, as one GEMM of the model's width:
     the cost model's forward + backward of one layer (c·b·s·F_layer) at TP size `group_size`,
     shared among the layer's r all-reduces. Timing each exchange after it, as a TP run meets
     it, keeps what back-to-back repetitions hide: the ranks' skew at the sync point (it grows
     with the compute before it) and the wake-up of a process that was computing."""
-    training, tokens = profile_training(spec), spec.micro_batch * spec.seq_len
+    training, tokens = spec.training(), spec.micro_batch * spec.seq_len
     flops = (cost.pass_multiplier(training) * tokens * cost.layer_flops_per_token(spec.model, training)
              / (group_size * cost.tp_rounds(training)))
     width = max(1, round(flops / (2 * tokens * spec.model.hidden)))

@@ -21,7 +21,6 @@ from planner.calibration import CalibrationError, LinkFit, Statistic, MeasuredDe
 from planner.hardware import Cluster
 from planner.sequence import cost as seq_cost
 from planner.sequence.cost import exchange_time
-from planner.workload import TrainingSpec
 from runtime.profile_launch import LinkTiming, ProfileResult, ProfileSpec
 
 # The operation whose fit the cluster file carries, by the kind of plan it is for: the
@@ -99,8 +98,9 @@ def class_report(result: ProfileResult, link_class: str, what: str, statistic: S
     if not timings:
         return None
     ops = list(dict.fromkeys(t.op for t in timings))
-    per_op = {op: reported_fit([t for t in timings if t.op == op], f"{link_class} {op}", statistic) for op in ops}
     written = fit_timings([t for t in timings if t.op == written_op], f"{what}: {link_class} links", statistic)
+    per_op = {op: written if op == written_op else
+              reported_fit([t for t in timings if t.op == op], f"{link_class} {op}", statistic) for op in ops}
     largest = {op: max((t for t in timings if t.op == op), key=lambda t: t.nbytes) for op in ops}
     return ClassReport(link_class=link_class, written_op=written_op, written=written, per_op=per_op,
                        direct={op: (direct_bw_gbps(t, statistic), t.nbytes) for op, t in largest.items()},
@@ -112,11 +112,7 @@ def pass_flops(spec: ProfileSpec, plans: str = "layered") -> float:
     backward of one micro-batch through every layer and the head), so that η = achieved/peak
     prices the same FLOPs it was measured on: §3 counts attention as 4·s·h per token and layer,
     §7.2 as the causal pairs, 2·h·(s+1) — at s = 512 the two differ by 15 %."""
-    training = TrainingSpec(seq_len=spec.seq_len, global_batch=spec.micro_batch, micro_batch=spec.micro_batch)
-    if plans == "sequence":
-        return seq_cost.iteration_flops(spec.model, training)
-    per_token = spec.model.layers * cost.layer_flops_per_token(spec.model, training) + cost.head_flops_per_token(spec.model)
-    return 3.0 * spec.micro_batch * spec.seq_len * per_token
+    return (seq_cost if plans == "sequence" else cost).iteration_flops(spec.model, spec.training())
 
 
 def measured_device(result: ProfileResult, name: str, statistic: Statistic = "mean",

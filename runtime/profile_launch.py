@@ -21,7 +21,7 @@ from pydantic import Field, model_validator
 
 from planner.base import Frozen
 from planner.calibration import Statistic
-from planner.workload import ModelSpec
+from planner.workload import ModelSpec, TrainingSpec
 
 ProfileDevice = Literal["cpu", "cuda"]
 LinkClassName = Literal["intra", "inter"]
@@ -39,7 +39,7 @@ class ProfileSpec(Frozen):
     min_bytes: int = Field(default=1 << 10, ge=4, description="smallest message, bytes")
     max_bytes: int = Field(default=1 << 28, ge=8, description="largest message, bytes")
     warmup: int = Field(default=2, ge=0, description="untimed repetitions before each measurement")
-    repeats: int = Field(default=15, ge=1, description="timed repetitions (the median counts)")
+    repeats: int = Field(default=15, ge=1, description="timed repetitions (summarized by mean, median and fastest)")
     threads: int = Field(default=1, ge=1, description="torch threads per process (a run uses 1)")
     timeout_s: float = Field(default=120.0, gt=0, description="bound on any collective's wait")
     out: str = Field(default="", description="where rank 0 writes the ProfileResult JSON")
@@ -55,6 +55,10 @@ class ProfileSpec(Frozen):
     @property
     def processes(self) -> int:
         return sum(self.machines)
+
+    def training(self) -> TrainingSpec:
+        """The training settings of the timed shapes (one micro-batch, no recompute)."""
+        return TrainingSpec(seq_len=self.seq_len, global_batch=self.micro_batch, micro_batch=self.micro_batch)
 
     def message_sizes(self) -> list[int]:
         sizes, x = [], self.min_bytes
