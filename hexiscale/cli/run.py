@@ -54,6 +54,11 @@ def check_backend(backend: str, torchrun: bool) -> None:
             fail("nccl needs CUDA; this machine has none: use --backend gloo")
 
 
+def mean_over_steps(steps: list[dict], units: str, index: int, keys: tuple[str, ...]) -> list[float]:
+    """Each of `keys` of the `index`-th unit ("stages" or "members") of every step, averaged."""
+    return [sum(s[units][index][key] for s in steps) / len(steps) for key in keys]
+
+
 def summary_table(result: RunResult, plan) -> Table:
     """Per-stage mean forward/backward time over the steps after the first (warm-up) of the
     plan the run ended on (an elastic run's earlier plans had other stages)."""
@@ -64,8 +69,7 @@ def summary_table(result: RunResult, plan) -> Table:
         table.add_column(column, justify="right")
     for index, record in enumerate(result.steps[-1]["stages"]):
         stage = plan.pipelines[record["pipeline"]].stages[record["stage"]]
-        fwd, bwd, tp = (sum(s["stages"][index][key] for s in steps) / len(steps)
-                        for key in ("forward_s", "backward_s", "tp_s"))
+        fwd, bwd, tp = mean_over_steps(steps, "stages", index, ("forward_s", "backward_s", "tp_s"))
         table.add_row(str(record["pipeline"]), str(record["stage"]), ",".join(map(str, stage.devices)),
                       str(stage.layers), str(stage.tp), f"{fwd * 1e3:.1f}", f"{bwd * 1e3:.1f}",
                       f"{tp * 1e3:.1f}" if stage.tp > 1 else "")
@@ -87,8 +91,7 @@ def member_table(result: RunResult) -> Table:
                    "of which HP ms", "ZeRO ms"):
         table.add_column(column, justify="right")
     for index, record in enumerate(result.steps[-1]["members"]):
-        times = (sum(s["members"][index][key] for s in steps) / len(steps)
-                 for key in ("forward_s", "backward_s", "hp_s", "zero_s"))
+        times = mean_over_steps(steps, "members", index, ("forward_s", "backward_s", "hp_s", "zero_s"))
         table.add_row(*(str(record[k]) for k in ("replica", "group", "member", "device", "tokens")),
                       *(f"{t * 1e3:.1f}" for t in times))
     return table
