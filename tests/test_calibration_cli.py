@@ -17,6 +17,8 @@ from planner.io import load_cluster
 from planner.layered.plan import Plan
 from planner.problem import Problem
 from runtime.config import RunConfig
+from planner.layered.pricing import breakdown
+from planner.layered.table import stage_table
 from runtime.runlog import make_run_log, write_run_log
 from tests.test_calibration_fit import cluster, plan_of, small_model, small_training
 
@@ -35,9 +37,10 @@ def synthetic_log(folder: Path, name: str, plan: Plan, *, slowdown: float = 1.0,
     model = model or small_model()
     run = Problem(name="calib", cluster=truth, model=model, training=small_training())
     rows = predicted_rows(run, plan) * slowdown
+    tp = breakdown(run, stage_table(run, plan)).tp * slowdown
     micro = [p.batch // run.training.micro_batch for p in plan.pipelines for _ in p.stages]
     stages = [{"pipeline": p, "stage": k, "forward_s": rows[i] * micro[i] / 2, "backward_s": rows[i] * micro[i] / 2,
-               "comm_s": 0.0, "sync_s": 0.0}
+               "comm_s": 0.0, "sync_s": 0.0, "tp_s": tp[i] * micro[i]}
               for i, (p, k) in enumerate((p, k) for p, pipe in enumerate(plan.pipelines) for k in range(len(pipe.stages)))]
     steps = [{"step": s, "step_s": float(rows[-1]), "wall_s": float(rows[-1]) * 1.1, "stages": stages} for s in (1, 2, 3)]
     config = RunConfig(model=model, seq_len=128, micro_batch=2)
@@ -65,9 +68,12 @@ def one_error_line(result, *needles: str) -> str:
     return lines[0]
 
 
-def test_calibrate_writes_the_refitted_cluster(tmp_path, logs):
+@pytest.mark.parametrize("tp_times", [False, True])
+def test_calibrate_writes_the_refitted_cluster(tmp_path, logs, tp_times: bool):
+    """With --tp-times each TP stage's logged collective time (the truth's T_tp) is a row too:
+    rows priced against the wrong stage would pull the fit off the truth."""
     out = tmp_path / "fitted.yaml"
-    result = invoke("calibrate", *map(str, logs), "-o", str(out))
+    result = invoke("calibrate", *map(str, logs), "-o", str(out), *(["--tp-times"] if tp_times else []))
     assert result.exit_code == 0, result.output
     fitted = load_cluster(out)
     assert fitted.catalog["cpu"].efficiency == pytest.approx(0.3, rel=0.01)
