@@ -4,7 +4,8 @@
 
 1. `profile` three clusters of CPU processes here, timing the problem's own model shapes:
    A = 2 processes on one machine and C = 2 machines of 1 process (1 process per core), and
-   B = 2 machines of 2 processes (2 per core).
+   B = 2 machines of 2 processes (2 per core). Each profile's drift (its model pass's rounds'
+   spread) is printed: how steady the machine was while it was measured.
 2. Run layered plans of the problem's own (small) model on each — TP sizes 1, 2, layer
    splits, data-parallel pipelines, recompute on and off — and compare each run's measured
    step time (schedule + gradient sync, median over the steps after the first) with the cost
@@ -61,7 +62,7 @@ from planner.sequence.table import MemberTable  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 from planner.workload import ModelSpec, TrainingSpec  # noqa: E402
 from runtime.launch import run_plan  # noqa: E402
-from runtime.profile_fit import WRITTEN_OP, profiled_cluster  # noqa: E402
+from runtime.profile_fit import WRITTEN_OP, drift, profiled_cluster  # noqa: E402
 from runtime.profile_launch import ProfileSpec, launch_profile  # noqa: E402
 from runtime.runlog import read_run_log  # noqa: E402
 
@@ -119,10 +120,12 @@ def profile(name: str, args, folder: Path):
                        micro_batch=TRAINING.micro_batch, max_bytes=args.max_bytes, repeats=args.repeats)
     console.print(f"profiling cluster {name}: {spec.processes} processes on {len(spec.machines)} machine(s) …")
     result = launch_profile(spec, folder / f"profile-{name}")
+    console.print(f"  model pass rounds {', '.join(f'{r * 1e3:.1f}' for r in result.model_rounds)} ms: "
+                  f"drift {drift(result):.0%}", highlight=False)
     fitted = {stat: profiled_cluster(result, name=f"bench-{name}", gpu_name="cpu", statistic=stat)[:2] for stat in STATS}
     for_sequence = {stat: profiled_cluster(result, name=f"bench-{name}", gpu_name="cpu", statistic=stat,
                                            plans="sequence")[:2] for stat in STATS}
-    return fitted, for_sequence
+    return fitted, for_sequence, drift(result)
 
 
 def run_dir(folder: Path, name: str, label: str) -> Path:
@@ -328,9 +331,9 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-calibration-"))
     load_before = os.getloadavg()
-    rows, fitted, for_sequence, sequence = [], {}, {}, []
+    rows, fitted, for_sequence, sequence, drifts = [], {}, {}, [], {}
     for name in PLANS:
-        fitted[name], for_sequence[name] = profile(name, args, folder)
+        fitted[name], for_sequence[name], drifts[name] = profile(name, args, folder)
         rows += run_plans(name, fitted[name]["median"][0], args, folder)
         if name in SEQ_PLANS and not args.no_sequence:
             sequence.append(run_sequence(name, fitted[name]["median"][0], args, folder))
@@ -361,7 +364,7 @@ def main() -> None:
                      for n, per in fitted.items()},
         "clusters_for_sequence": {n: {stat: c.model_dump(mode="json", exclude_defaults=True)
                                       for stat, (c, _) in per.items()} for n, per in for_sequence.items()},
-        "load_average_before": load_before, "load_average_after": load_after}, indent=1))
+        "profile_drift": drifts, "load_average_before": load_before, "load_average_after": load_after}, indent=1))
     console.print(f"wrote {args.out} (work files in {folder})", highlight=False)
 
 

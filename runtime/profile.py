@@ -19,6 +19,7 @@ CPU every pair talks over gloo's TCP loopback, so the two classes measure the sa
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import statistics
@@ -66,9 +67,9 @@ class Meter:
             times.append(time.perf_counter() - start)
         return times
 
-    def measure(self, fn: Callable[[], object], scale: float = 1.0) -> list[float]:
+    def measure(self, fn: Callable[[], object], scale: float = 1.0, repeats: int | None = None) -> list[float]:
         """The timed repetitions (each times `scale`), their spread tallied."""
-        times = [t * scale for t in self.samples(fn)]
+        times = [t * scale for t in self.samples(fn, repeats=repeats)]
         self.spreads.append((max(times) - min(times)) / statistics.median(times))
         return times
 
@@ -89,22 +90,47 @@ def time_gemm(meter: Meter, device, tokens: int, fan_in: int, fan_out: int) -> G
                          fan_out=fan_out)
 
 
-def model_pass(meter: Meter, spec: ProfileSpec, device) -> Repeated:
+class ModelPass:
     """The whole model as a run executes it — the runtime's own stage holding every layer —
     forward + backward per micro-batch, `spec.accumulate` micro-batches accumulating their
-    gradients as a step's do (the adds are part of what training achieves)."""
-    whole = StageRanks(pipeline=0, stage=0, ranks=(0,), devices=(0,), layer_start=0, layer_end=spec.model.layers,
-                       first=True, last=True)
-    model = StageModel(spec.model, whole, 0, None, spec.seq_len, seed=0).to(device)
-    tokens = torch.randint(0, spec.model.vocab, (spec.micro_batch, spec.seq_len), device=device)
-    scale = 1.0 / tokens.numel()
+    gradients as a step's do (the adds are part of what training achieves).
 
-    def step() -> None:
-        model.zero_grad(set_to_none=True)
-        for _ in range(spec.accumulate):
-            model(tokens, tokens, scale).backward()
+    Timed in `spec.rounds` rounds spread over the profile (`round_points`): on shared cores a
+    machine's speed drifts by tens of percent within a minute (two profiles of cluster A two
+    minutes apart: 104 and 130 ms), so one burst of repetitions prices every later run by one
+    moment; the rounds' mean prices them by the profile's whole span, and their spread says
+    how far the machine drifted (`profile_fit.drift`)."""
 
-    return Repeated.of(meter.measure(step, scale=1.0 / spec.accumulate))
+    def __init__(self, spec: ProfileSpec, device):
+        whole = StageRanks(pipeline=0, stage=0, ranks=(0,), devices=(0,), layer_start=0,
+                           layer_end=spec.model.layers, first=True, last=True)
+        self.spec = spec
+        self.model = StageModel(spec.model, whole, 0, None, spec.seq_len, seed=0).to(device)
+        self.tokens = torch.randint(0, spec.model.vocab, (spec.micro_batch, spec.seq_len), device=device)
+        self.rounds: list[list[float]] = []
+
+    def step(self) -> None:
+        self.model.zero_grad(set_to_none=True)
+        for _ in range(self.spec.accumulate):
+            self.model(self.tokens, self.tokens, 1.0 / self.tokens.numel()).backward()
+
+    def time_round(self, meter: Meter, comm: Communicator, progress: Progress) -> None:
+        """One round's repetitions (per micro-batch), every rank computing at once."""
+        comm.barrier()  # the contention of a run: no rank is idle meanwhile
+        repeats = max(1, math.ceil(self.spec.repeats / self.spec.rounds))
+        self.rounds.append(meter.measure(self.step, scale=1.0 / self.spec.accumulate, repeats=repeats))
+        progress.tick(f"model forward + backward, round {len(self.rounds)} of {self.spec.rounds}")
+
+    def result(self) -> dict:
+        times = [t for round_ in self.rounds for t in round_]
+        return {"model": Repeated.of(times), "model_rounds": tuple(statistics.fmean(r) for r in self.rounds)}
+
+
+def round_points(measurements: int, rounds: int) -> list[int]:
+    """After which link measurement (0-based) each of the model pass's later rounds runs: the
+    first round runs before the links, the other `rounds` − 1 evenly among them, the last
+    after the last measurement (an index twice: two rounds there)."""
+    return [max(0, math.ceil(j * measurements / (rounds - 1)) - 1) for j in range(1, rounds)]
 
 
 def attention_timings(meter: Meter, spec: ProfileSpec, device) -> list[AttentionTiming]:
@@ -240,17 +266,31 @@ def measure_link(meter: Meter, comm: Communicator, spec: ProfileSpec, link_class
     return LinkTiming.of(times, link_class=link_class, op=op, ranks=2 if op == "p2p" else group.size, nbytes=nbytes)
 
 
-def measure_links(meter: Meter, comm: Communicator, spec: ProfileSpec, progress: Progress, device) -> list[LinkTiming]:
-    out = []
-    for link_class, group in link_groups(spec, comm).items():
-        for op in ("p2p", "all_reduce", "all_to_all"):
-            for nbytes in spec.message_sizes():
-                out.append(measure_link(meter, comm, spec, link_class, group, op, nbytes, device))
-                progress.tick(f"{link_class} {op} {nbytes} B")
+def link_measurements(spec: ProfileSpec, comm: Communicator) -> list[tuple[str, Group, str, int]]:
+    """(class, group, operation, bytes) of every link measurement, in the order they run."""
+    return [(link_class, group, op, nbytes) for link_class, group in link_groups(spec, comm).items()
+            for op in ("p2p", "all_reduce", "all_to_all") for nbytes in spec.message_sizes()]
+
+
+def measure_links(meter: Meter, comm: Communicator, spec: ProfileSpec, progress: Progress, device,
+                  timed_pass: ModelPass) -> list[LinkTiming]:
+    """Every link measurement, with the model pass's later rounds among them (all at the end
+    when there is no link to measure: one process)."""
+    measurements, out = link_measurements(spec, comm), []
+    points = round_points(len(measurements), spec.rounds)
+    for i, (link_class, group, op, nbytes) in enumerate(measurements):
+        out.append(measure_link(meter, comm, spec, link_class, group, op, nbytes, device))
+        progress.tick(f"{link_class} {op} {nbytes} B")
+        for _ in range(points.count(i)):
+            timed_pass.time_round(meter, comm, progress)
+    while len(timed_pass.rounds) < spec.rounds:
+        timed_pass.time_round(meter, comm, progress)
     return out
 
 
-def measure_compute(meter: Meter, comm: Communicator, spec: ProfileSpec, progress: Progress, device) -> dict:
+def measure_compute(meter: Meter, comm: Communicator, spec: ProfileSpec, progress: Progress, device,
+                    timed_pass: ModelPass) -> dict:
+    """The GEMMs, the model pass's first round and attention."""
     tokens = spec.micro_batch * spec.seq_len
     comm.barrier()  # every rank computes at once: the contention of a run
     square = time_gemm(meter, device, SQUARE, SQUARE, SQUARE)
@@ -259,13 +299,10 @@ def measure_compute(meter: Meter, comm: Communicator, spec: ProfileSpec, progres
     for fan_in, fan_out in gemm_shapes(spec):
         gemms.append(time_gemm(meter, device, tokens, fan_in, fan_out))
         progress.tick(f"GEMM {tokens}x{fan_in}x{fan_out}")
-    comm.barrier()
-    model = model_pass(meter, spec, device)
-    progress.tick("model forward + backward")
+    timed_pass.time_round(meter, comm, progress)
     attention = attention_timings(meter, spec, device)
     progress.tick("attention")
-    return {"square_gemm": square, "gemms": gemms, "model": model, "attention": attention,
-            "model_flops": pass_flops(spec, "layered")}
+    return {"square_gemm": square, "gemms": gemms, "attention": attention, "model_flops": pass_flops(spec, "layered")}
 
 
 def memory_gib(spec: ProfileSpec, device) -> float:
@@ -287,12 +324,14 @@ def run(spec: ProfileSpec, rank: int) -> None:
                                                           for r in range(spec.processes)), spec.timeout_s, device)
     classes = (spec.machines[0] >= 2) + (len(spec.machines) >= 2)
     meter = Meter(spec, device)
-    progress = Progress(spec, rank, 3 + len(gemm_shapes(spec)) + classes * 3 * len(spec.message_sizes()))
-    compute = measure_compute(meter, comm, spec, progress, device)
-    links = measure_links(meter, comm, spec, progress, device)
+    progress = Progress(spec, rank, 2 + spec.rounds + len(gemm_shapes(spec)) + classes * 3 * len(spec.message_sizes()))
+    timed_pass = ModelPass(spec, device)
+    compute = measure_compute(meter, comm, spec, progress, device, timed_pass)
+    links = measure_links(meter, comm, spec, progress, device, timed_pass)
     if rank == 0:
         result = ProfileResult(spec=spec, host=socket.gethostname(), links=tuple(links), memory_gib=memory_gib(spec, device),
-                               compute_spread=statistics.median(meter.spreads), **compute)
+                               compute_spread=statistics.median(meter.spreads), **compute,
+                               **timed_pass.result())
         Path(spec.out).write_text(result.model_dump_json(indent=1))
     comm.close()
 

@@ -12,6 +12,7 @@ large-message bandwidth are reported beside it.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,6 +114,16 @@ def pass_flops(spec: ProfileSpec, plans: str = "layered") -> float:
     prices the same FLOPs it was measured on: §3 counts attention as 4·s·h per token and layer,
     §7.2 as the causal pairs, 2·h·(s+1) — at s = 512 the two differ by 15 %."""
     return (seq_cost if plans == "sequence" else cost).iteration_flops(spec.model, spec.training())
+
+
+def drift(result: ProfileResult) -> float:
+    """(slowest − fastest round) / the rounds' mean of the model pass: how far the machine's
+    speed moved while it was profiled (0 with one round)."""
+    rounds = result.model_rounds
+    return (max(rounds) - min(rounds)) / statistics.fmean(rounds) if len(rounds) > 1 else 0.0
+
+
+DRIFT_WARNING = 0.10  # above it, `profile` says the machine was not steady
 
 
 def measured_device(result: ProfileResult, name: str, statistic: Statistic = "mean",

@@ -40,6 +40,8 @@ class ProfileSpec(Frozen):
     max_bytes: int = Field(default=1 << 28, ge=8, description="largest message, bytes")
     warmup: int = Field(default=2, ge=0, description="untimed repetitions before each measurement")
     repeats: int = Field(default=15, ge=1, description="timed repetitions (summarized by mean, median and fastest)")
+    rounds: int = Field(default=4, ge=1, description="rounds the model pass's repetitions are split into, spread "
+                        "over the profile (the first before the links, the rest among them)")
     threads: int = Field(default=1, ge=1, description="torch threads per process (a run uses 1)")
     timeout_s: float = Field(default=120.0, gt=0, description="bound on any collective's wait")
     out: str = Field(default="", description="where rank 0 writes the ProfileResult JSON")
@@ -123,7 +125,10 @@ class ProfileResult(Frozen):
     host: str = Field(description="where it ran")
     square_gemm: GemmTiming = Field(description="a large square GEMM: the device's best rate")
     gemms: tuple[GemmTiming, ...] = Field(description="the model's GEMM shapes (TP size 1)")
-    model: Repeated = Field(description="the whole model's forward + backward per micro-batch")
+    model: Repeated = Field(description="the whole model's forward + backward per micro-batch, every round's "
+                            "repetitions together")
+    model_rounds: tuple[float, ...] = Field(default=(), description="each round's mean seconds of that pass, in "
+                                            "order: how far the machine's speed drifted over the profile")
     model_flops: float = Field(gt=0, description="§3's FLOPs of that forward + backward (a sequence "
                                "cluster recounts them by §7.2: profile_fit.pass_flops)")
     attention: tuple[AttentionTiming, ...] = Field(description="attention time against sequence length")

@@ -153,6 +153,8 @@ def test_profile_then_run_then_calibrate(tmp_path):
     raw = json.loads(out.with_suffix(".profile.json").read_text())
     assert {(t["link_class"], t["op"]) for t in raw["links"]} == {("inter", op) for op in ("p2p", "all_reduce", "all_to_all")}
     assert "intra links not measured" in result.output and "loopback" in result.output
+    assert len(raw["model_rounds"]) == 4 and "drift: the model pass's 4 rounds" in result.output
+    assert raw["model"]["mean_s"] == pytest.approx(np.mean(raw["model_rounds"]))  # one repeat per round
     problem = tmp_path / "p.yaml"
     problem.write_text(f"name: p\ncluster: {out}\nmodel: tiny\ntraining: {{seq_len: 32, global_batch: 4, "
                        f"micro_batch: 1, recompute: false, act_bytes: 4, grad_bytes: 4, reserved_gib: 0}}\n")

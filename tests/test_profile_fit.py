@@ -11,7 +11,9 @@ from planner import cost
 from planner.base import US
 from planner.sequence.cost import exchange_time
 from planner.workload import ModelSpec
-from runtime.profile_fit import WRITTEN_OP, direct_bw_gbps, fit_timings, pass_flops, profiled_cluster
+from hexiscale.cli.profile import drift_line
+from runtime.profile import round_points
+from runtime.profile_fit import WRITTEN_OP, direct_bw_gbps, drift, fit_timings, pass_flops, profiled_cluster
 from runtime.profile_launch import MIN_SECONDS, GemmTiming, LinkTiming, ProfileResult, ProfileSpec, Repeated
 
 MODEL = ModelSpec(name="small", layers=2, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=256)
@@ -117,3 +119,23 @@ def test_a_sequence_cluster_counts_the_model_pass_as_section_7_2_does():
     by_hand = (L * (linear + 4 * s * h) + 2 * V * h) / (L * (linear + 2 * h * (s + 1)) + 2 * V * h)
     assert layered == pytest.approx(0.3)
     assert sequence == pytest.approx(0.3 / by_hand, rel=1e-9)
+
+
+@pytest.mark.parametrize("measurements, rounds", [(30, 4), (45, 4), (7, 3), (2, 4), (1, 2), (30, 1)])
+def test_the_model_pass_rounds_spread_evenly_over_the_link_measurements(measurements, rounds):
+    points = round_points(measurements, rounds)
+    assert len(points) == rounds - 1 and all(0 <= i < measurements for i in points)
+    assert points == sorted(points) and (not points or points[-1] == measurements - 1)
+    # the runs of measurements between two rounds (the first round before them) differ by ≤ 1
+    gaps = np.diff([-1, *points])
+    assert not len(gaps) or gaps.max() - gaps.min() <= 1
+
+
+def test_drift_is_the_rounds_spread_and_warns_past_ten_percent():
+    raw = result((2,))
+    steady = raw.model_copy(update={"model_rounds": (0.100, 0.104, 0.102, 0.098)})
+    moved = raw.model_copy(update={"model_rounds": (0.104, 0.130, 0.110, 0.112)})
+    assert drift(steady) == pytest.approx(0.006 / 0.101) and drift(moved) == pytest.approx(0.026 / 0.114)
+    assert "warning" not in drift_line(steady) and "6%" in drift_line(steady)
+    assert "warning" in drift_line(moved) and "23%" in drift_line(moved)
+    assert drift(raw) == 0.0 and "not known" in drift_line(raw)  # one round, or a file from before rounds

@@ -89,6 +89,8 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
             max_bytes: int = typer.Option(1 << 28, min=8, help="largest message, bytes (sizes from 2^10 double up to it)"),
             repeats: int = typer.Option(15, min=1, help="timed repetitions of each measurement"),
             warmup: int = typer.Option(2, min=0, help="untimed repetitions first"),
+            rounds: int = typer.Option(4, min=1, help="rounds the model pass is timed in, spread over the profile "
+                                       "(their mean prices η; their spread shows the machine's drift)"),
             name: str = typer.Option(None, help="cluster name (default: profiled-HOST)"),
             gpu_name: str = typer.Option(None, help="GPU type name (default: cpu, or the CUDA device's name)"),
             statistic: str = typer.Option("mean", help=STATISTIC_HELP),
@@ -108,7 +110,7 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
     spec_model, seq, micro = shapes_source(problem, model, seq_len, micro_batch)
     try:
         spec = ProfileSpec(device=device, machines=split_processes(processes, machines), model=spec_model,
-                           seq_len=seq, micro_batch=micro, max_bytes=max_bytes, repeats=repeats, warmup=warmup,
+                           seq_len=seq, micro_batch=micro, max_bytes=max_bytes, repeats=repeats, warmup=warmup, rounds=rounds,
                            timeout_s=timeout)
     except ValidationError as exc:
         fail("; ".join(f"--{str(e['loc'][0]).replace('_', '-') if e['loc'] else 'settings'}: {e['msg']}"
@@ -140,6 +142,7 @@ def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str
                   f"measurements); links: the mean's standard error over the mean "
                   + ", ".join(f"{c} {r.mean_error:.1%}" for c, r in reports.items()) + " (median over the measurements)",
                   highlight=False)
+    console.print(drift_line(result), highlight=False, soft_wrap=True)
     header = (f"# Measured by `hexiscale profile` on {result.host}: {result.spec.processes} {result.spec.device} "
               f"processes, {len(result.spec.machines)} simulated machine(s); links: the "
               f"{WRITTEN_OP_FOR[plans]} fit, for {plans} plans.\n"
@@ -148,6 +151,24 @@ def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str
     raw = output.with_suffix(".profile.json")
     raw.write_text(result.model_dump_json(indent=1))
     console.print(f"wrote {output} (raw measurements: {raw})", highlight=False)
+
+
+def drift_line(result) -> str:
+    """The model pass's rounds: how steady the machine was while profiled, and a warning past
+    DRIFT_WARNING (every run predicted from this file carries that uncertainty)."""
+    from runtime.profile_fit import DRIFT_WARNING, drift
+
+    if len(result.model_rounds) < 2:
+        return "drift: not known (the model pass was timed in one round: --rounds 1)"
+    spread = drift(result)
+    line = (f"drift: the model pass's {len(result.model_rounds)} rounds took "
+            + ", ".join(f"{r * 1e3:.1f}" for r in result.model_rounds)
+            + f" ms (spread {spread:.0%} of their mean; η is priced by their mean)")
+    if spread > DRIFT_WARNING:
+        line += (f"\nwarning: the machine's speed moved by {spread:.0%} while it was profiled (more than "
+                 f"{DRIFT_WARNING:.0%}): predictions from this file carry that uncertainty; profile again "
+                 f"when the machine is quiet, or calibrate from runs")
+    return line
 
 
 def compute_table(result, gpu) -> Table:
