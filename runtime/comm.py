@@ -26,112 +26,22 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Literal
 
 import torch
 import torch.distributed as dist
 
 from planner.hardware import Vendor
+from runtime.comm_types import (BridgeMeter, Group, PendingExchange, PendingSend, RankPlace, ReduceOpName,
+                                TimedCollectives, spans_vendors)
 from runtime.timing import PhaseTimer
 
-ReduceOpName = Literal["sum", "max", "min"]
+__all__ = ["BridgeMeter", "Communicator", "Group", "PendingExchange", "PendingSend", "RankPlace", "ReduceOpName",
+           "TimedCollectives", "spans_vendors"]
+
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 _COMBINE = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum}
 VENDOR_ORDER = (Vendor.nvidia, Vendor.amd, Vendor.other)  # order of a mixed group's vendor parts
 BRIDGE_BACKEND = "gloo"  # DESIGN.md §8: the bridge runs over host memory
-
-
-def spans_vendors(vendors) -> bool:
-    """True when ranks of these vendors hold both nvidia and amd (`other` is never bridged)."""
-    return {Vendor.nvidia, Vendor.amd} <= set(vendors)
-
-
-@dataclass(frozen=True)
-class RankPlace:
-    """Where one rank runs: its plan device, that device's machine and its GPU vendor
-    (machine None and vendor `other` when the job carries no cluster)."""
-
-    device: int
-    machine: int | None = None
-    vendor: Vendor = Vendor.other
-
-
-@dataclass(frozen=True)
-class Group:
-    """A process group: its ranks, their vendors, and the backend's opaque handle."""
-
-    ranks: tuple[int, ...]
-    vendors: tuple[Vendor, ...]
-    handle: object | None  # None: the default (world) group
-    parts: tuple[Group, ...] = ()  # a group over both vendors: one subgroup per vendor (VENDOR_ORDER)
-    bridge: Group | None = None  # ... and its parts' leaders (first ranks) over gloo
-    is_bridge: bool = False  # the leaders' group itself: the one group allowed to span vendors
-
-    @property
-    def size(self) -> int:
-        return len(self.ranks)
-
-    @property
-    def mixes_vendors(self) -> bool:
-        """True when the group holds both nvidia and amd ranks (DESIGN.md §8 bridge)."""
-        return spans_vendors(self.vendors)
-
-    def part_of(self, rank: int) -> Group:
-        """The vendor part of a mixed group that holds `rank`."""
-        return next(p for p in self.parts if rank in p.ranks)
-
-
-@dataclass
-class BridgeMeter:
-    """Bytes this rank has sent over the cross-vendor bridge since it started: point-to-point
-    payloads to a rank of the other vendor, and its sends in the leaders' collectives (an
-    all-gather among V leaders sends a leader's tensor to the V − 1 others). The per-step
-    difference is what planner.layered.bridge prices."""
-
-    sent: int = 0
-
-
-@dataclass
-class PendingSend:
-    """A posted non-blocking send; the payload is kept alive until it is awaited."""
-
-    work: object
-    payload: torch.Tensor
-    timeout_s: float
-
-    def wait(self) -> None:
-        self.work.wait(timedelta(seconds=self.timeout_s))
-
-
-@dataclass
-class PendingExchange:
-    """The posted sends and receives of one `Communicator.exchange`."""
-
-    sends: list[PendingSend]
-    recvs: list[tuple[object, int]]  # (work, src rank)
-    timeout_s: float
-    staged: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # (host buffer, target)
-
-    def wait(self) -> None:
-        """Wait for every receive (each at most the timeout), then for every send; copy
-        what came over the bridge into host buffers to its targets."""
-        for work, src in self.recvs:
-            if not work.wait(timedelta(seconds=self.timeout_s)):
-                raise TimeoutError(f"no message from rank {src} within {self.timeout_s:g} s")
-        for send in self.sends:
-            send.wait()
-        for host, target in self.staged:
-            target.copy_(host)
-
-
-@dataclass(frozen=True)
-class TimedCollectives:
-    """Collectives of `kinds` over `group` whose seconds add to `timer`'s `phase`."""
-
-    group: Group
-    kinds: tuple[str, ...]
-    timer: PhaseTimer
-    phase: str
 
 
 @dataclass(frozen=True)

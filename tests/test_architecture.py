@@ -96,6 +96,26 @@ def test_planner_imports_nothing_above_it():
             assert not above, f"{module} imports {above}"
 
 
+def _external_imports(path: Path) -> set[str]:
+    """Every module name an import statement of the file names (dotted, as written)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return names
+
+
+def test_only_the_communicator_touches_torch_distributed():
+    """One layer owns every send, receive, collective and group (DESIGN.md §6): no other
+    module imports torch.distributed (or anything under it)."""
+    users = sorted(name for name, path in project_modules().items()
+                   if any(n == "torch.distributed" or n.startswith("torch.distributed.")
+                          for n in _external_imports(path)))
+    assert users == ["runtime.comm"]
+
+
 def _long_functions() -> list[str]:
     out = []
     for name, path in project_modules().items():

@@ -25,7 +25,7 @@ from planner.base import GIB
 from planner.hardware import Cluster, GpuType, Machine, Vendor
 from planner.io import load_problem
 from planner.problem import Problem
-from planner.sequence import MemberTable, iteration_time, validate
+from planner.sequence import iteration_time, validate
 from planner.sequence.pricing import time_parts
 from planner.solver_info import SolveStatus
 from planner.workload import ModelSpec, TrainingSpec

@@ -31,7 +31,7 @@ from planner.io import load_problem, save_plan
 from planner.problem import Problem
 from planner.kinds import validate
 from solvers.common import SolveResult, SolverOptions
-from solvers.registry import DEFAULT_KIND, SOLVERS, SOLVERS_BY_KIND, solve
+from solvers.registry import DEFAULT_KIND, SOLVERS_BY_KIND, solve
 
 EXACT_SOLVERS = ("cpsat", "milp")
 REFERENCE = "symmetric"
