@@ -29,7 +29,8 @@ The model has 8 layers (LLMs have dozens): the costs the cost model prices once 
 not per layer — and those it leaves out, such as the vocabulary-parallel embedding's and
 head's extra collectives — then weigh roughly as in a real model and not as in a 2-layer toy.
 
-Prints tables and writes the numbers as JSON (default benchmarks/report/calibration.json).
+Prints tables and writes the numbers as JSON (default benchmarks/report/calibration.json) and
+a picture of predicted against measured beside it (calibration.png).
 The machine's load average is printed: on shared cores the measurements are noisy.
 """
 
@@ -65,6 +66,7 @@ from runtime.launch import run_plan  # noqa: E402
 from runtime.profile_fit import WRITTEN_OP, drift, profiled_cluster  # noqa: E402
 from runtime.profile_launch import ProfileSpec, launch_profile  # noqa: E402
 from runtime.runlog import read_run_log  # noqa: E402
+from report_figures import draw_calibration  # noqa: E402
 
 console = Console()
 MODEL = ModelSpec(name="bench-small", layers=8, hidden=256, heads=8, kv_heads=4, ffn_hidden=688, vocab=512)
@@ -365,7 +367,8 @@ def main() -> None:
         "clusters_for_sequence": {n: {stat: c.model_dump(mode="json", exclude_defaults=True)
                                       for stat, (c, _) in per.items()} for n, per in for_sequence.items()},
         "profile_drift": drifts, "load_average_before": load_before, "load_average_after": load_after}, indent=1))
-    console.print(f"wrote {args.out} (work files in {folder})", highlight=False)
+    picture = draw_calibration(json.loads(args.out.read_text()), args.out.with_suffix(".png"))
+    console.print(f"wrote {args.out} and {picture} (work files in {folder})", highlight=False)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -84,3 +85,56 @@ def draw_plan_pictures(rows: list[ComparisonRow], plans_dir: Path, out_dir: Path
             continue
         paths += draw_plan(load_bench_problem(problem_name), load_plan(plan_path), out_dir, f"{problem_name}.{solver}.")
     return paths
+
+
+def draw_calibration(report: dict, path: Path, stat: str = "mean") -> Path:
+    """Predicted against measured step time, after `profile` (left) and after a hold-out
+    `calibrate` (right): one point per run, the ±10 % and ±20 % bands of issue 15 around
+    y = x, marked by cluster (A and C one process per core, B two) and plan kind."""
+    runs = report["runs"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5), sharex=True, sharey=True)
+    seen = [v * 1e3 for r in runs for v in (r[f"measured_{stat}"], r[f"profile_{stat}"], r.get(f"calibrated_{stat}"))
+            if v is not None and v == v]
+    low, top = 0.8 * min(seen), 1.25 * max(seen)
+    line = np.array([low, top])
+    colours = {"A": "tab:blue", "C": "tab:green", "B": "tab:red"}
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.0f}" if str(round(v))[0] in "1235" else "")
+    for ax, key, label in ((axes[0], "profile", "after profile"), (axes[1], "calibrated", "after hold-out calibrate")):
+        for band, alpha in ((0.2, 0.08), (0.1, 0.15)):
+            ax.fill_between(line, line * (1 - band), line * (1 + band), color="grey", alpha=alpha, linewidth=0)
+        ax.plot(line, line, color="black", linewidth=0.8)
+        for r in runs:
+            predicted = r.get(f"{key}_{stat}")
+            if predicted is None or predicted != predicted:  # a refused fit: no point
+                continue
+            sequence = r["plan"].startswith("sequence")
+            ax.scatter(r[f"measured_{stat}"] * 1e3, predicted * 1e3, s=36, marker="D" if sequence else "o",
+                       facecolors="none" if sequence else colours[r["cluster"]], edgecolors=colours[r["cluster"]])
+        got = report["summary"]["all"][stat][key]
+        ax.set_title(f"{label}: mean |error| {got['mean']:.0%}, worst {got['worst']:.0%} ({got['n']} runs)",
+                     fontsize=9, loc="left")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(low, top)
+        ax.set_ylim(low, top)
+        for axis in (ax.xaxis, ax.yaxis):  # milliseconds as plain numbers, not powers of ten
+            axis.set_major_formatter(plain)
+            axis.set_minor_formatter(plain)
+        ax.set_xlabel("measured step (ms)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("predicted T (ms)")
+    handles = [plt.Line2D([], [], marker="o", linestyle="", color=c, label=f"cluster {n}") for n, c in colours.items()]
+    handles.append(plt.Line2D([], [], marker="D", linestyle="", markerfacecolor="none", color="black",
+                              label="sequence plan"))
+    axes[1].legend(handles=handles, fontsize=8, loc="upper left")
+    floor = report.get("noise_floor", {}).get(stat, {}).get("difference")
+    drift = report.get("profile_drift")
+    notes = [f"one plan run twice: {floor:+.0%}" if floor is not None else "",
+             "profile drift " + ", ".join(f"{n} {d:.0%}" for n, d in drift.items()) if drift else ""]
+    fig.suptitle("Step time on this machine's CPU processes: the cost model's T against the run "
+                 f"({stat} of steps; bands ±10 %, ±20 %; A, C: 1 process per core, B: 2)\n"
+                 + "; ".join(n for n in notes if n), fontsize=9, x=0.01, ha="left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
