@@ -9,7 +9,10 @@
 2. Run layered plans of the problem's own (small) model on each — TP sizes 1, 2, layer
    splits, data-parallel pipelines, recompute on and off — and compare each run's measured
    step time (schedule + gradient sync, median over the steps after the first) with the cost
-   model's T on the profiled cluster.
+   model's T on the profiled cluster. Before each run a short probe times the model pass
+   again (as the profile does): T with η scaled by the probe against the profile's model
+   pass ("probe-scaled") takes out how far the machine moved between profile and run, and
+   leaves the cost model's own error.
 3. Hold-out calibration: for each run, refit η and the link bandwidths and latencies
    (`calibrate --keep-undetermined`'s fit) on the *other* runs of its cluster and predict it
    again.
@@ -52,7 +55,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from planner.calibration import summarize  # noqa: E402
-from planner.calibration_runs import predicted_rows, refit  # noqa: E402
+from planner.calibration_runs import predicted_rows, refit, scaled_cluster  # noqa: E402
 from planner.layered.plan import Pipeline, Plan, Stage  # noqa: E402
 from planner.layered.pricing import breakdown  # noqa: E402
 from planner.layered.table import stage_table  # noqa: E402
@@ -127,7 +130,17 @@ def profile(name: str, args, folder: Path):
     fitted = {stat: profiled_cluster(result, name=f"bench-{name}", gpu_name="cpu", statistic=stat)[:2] for stat in STATS}
     for_sequence = {stat: profiled_cluster(result, name=f"bench-{name}", gpu_name="cpu", statistic=stat,
                                            plans="sequence")[:2] for stat in STATS}
-    return fitted, for_sequence, drift(result)
+    return {"layered": fitted, "sequence": for_sequence, "drift": drift(result), "model_s": result.model.mean_s}
+
+
+def probe(name: str, where: Path) -> float:
+    """The machine's speed just before a run: the whole model's forward + backward timed as
+    the profile times it (every process of the cluster at once), in one short burst. Its
+    ratio to the profile's time says how far the machine moved between the two; no model
+    sees that coming, and the "probe-scaled" column takes it out of the prediction."""
+    spec = ProfileSpec(machines=MACHINES[name], model=MODEL, seq_len=TRAINING.seq_len,
+                       micro_batch=TRAINING.micro_batch, max_bytes=2048, warmup=1, repeats=4, rounds=1)
+    return launch_profile(spec, where).model.mean_s
 
 
 def run_dir(folder: Path, name: str, label: str) -> Path:
@@ -136,13 +149,14 @@ def run_dir(folder: Path, name: str, label: str) -> Path:
 
 def run_layered(name: str, problem: Problem, plan_spec, args, out: Path) -> dict:
     label, recompute, batches, stages = plan_spec
+    probe_s = probe(name, out.with_name(out.name + "-probe"))
     run_plan(problem, plan_of(batches, stages), model="problem", steps=args.steps, echo=False,
              recompute=recompute, out_dir=str(out))
     log = read_run_log(out / "runlog.json")
     times = [s.step_s for s in log.steps[1:]]
     console.print(f"  ran {label}: step {statistics.median(times) * 1e3:.1f} ms median", highlight=False)
     return {"cluster": name, "plan": label, "recompute": recompute, "log": log, "source": str(out),
-            "spread": (max(times) - min(times)) / statistics.median(times)}
+            "spread": (max(times) - min(times)) / statistics.median(times), "probe_s": probe_s}
 
 
 def run_plans(name: str, cluster, args, folder: Path) -> list[dict]:
@@ -155,12 +169,13 @@ def run_sequence(name: str, cluster, args, folder: Path) -> dict:
     label, plan = SEQ_PLANS[name]
     problem = Problem(name="bench-calibration-seq", cluster=cluster, model=MODEL, training=SEQ_TRAINING)
     out = run_dir(folder, name, "sequence")
+    probe_s = probe(name, out.with_name(out.name + "-probe"))
     run_plan(problem, plan, model="problem", steps=args.steps, echo=False, out_dir=str(out))
     log = read_run_log(out / "runlog.json")
     times = [s.step_s for s in log.steps[1:]]
     console.print(f"  ran {label}: step {statistics.median(times) * 1e3:.1f} ms median", highlight=False)
     return {"cluster": name, "plan": label, "recompute": True, "log": log, "source": str(out),
-            "spread": (max(times) - min(times)) / statistics.median(times)}
+            "spread": (max(times) - min(times)) / statistics.median(times), "probe_s": probe_s}
 
 
 def noise_floor(first: dict, args, folder: Path) -> dict:
@@ -175,21 +190,27 @@ def noise_floor(first: dict, args, folder: Path) -> dict:
     return out
 
 
-def predict(rows: list[dict], clusters: dict[str, dict], stat: str) -> None:
+def predict(rows: list[dict], profiles: dict[str, dict], stat: str) -> None:
     """Under one statistic: each run's T on the cluster profiled for its kind of plan
-    (`profile --for`: the all-reduce fit for layered, the all-to-all fit for sequence), then
-    on the cluster refitted from the *other* layered runs of its cluster (leave-one-out; a sequence plan is predicted
+    (`profile --for`: the all-reduce fit for layered, the all-to-all fit for sequence); the
+    same with η scaled by the machine's speed at the run's start (the probe against the
+    profile's model pass: drift taken out, the cost model's own error left); then on the
+    cluster refitted from the *other* layered runs of its cluster (leave-one-out; a sequence plan is predicted
     from its cluster's layered runs, and is in no fit: a cluster has one, and its own row
     shows how far the cost model is from its runtime)."""
     for row in rows:
         record = row["log"].record(row["source"], 1, stat)
         kind = "sequence" if isinstance(record.plan, SeqPlan) else "layered"
         row[f"record_{stat}"] = replace(record, problem=record.problem.model_copy(
-            update={"cluster": clusters[kind][row["cluster"]][stat][0]}))
+            update={"cluster": profiles[row["cluster"]][kind][stat][0]}))
     for row in rows:
         record = row[f"record_{stat}"]
         row[f"measured_{stat}"] = record.step_s
         row[f"profile_{stat}"] = float(predicted_rows(record.problem, record.plan)[-1])
+        slower = row["probe_s"] / profiles[row["cluster"]]["model_s"]
+        steady = scaled_cluster(record.problem.cluster, {"cpu": slower}, {})
+        row[f"steady_{stat}"] = float(predicted_rows(record.problem.model_copy(update={"cluster": steady}),
+                                                     record.plan)[-1])
         others = [r[f"record_{stat}"] for r in rows if r["cluster"] == row["cluster"] and r is not row
                   and not isinstance(r["log"].plan, SeqPlan)]
         try:
@@ -217,8 +238,11 @@ SUBSETS = {"1 process per core (A, C)": lambda r: PER_CORE[r["cluster"]] == 1,
            "all": lambda r: True}
 
 
+KEYS = {"profile": "after profile", "steady": "after profile, probe-scaled", "calibrated": "after hold-out calibrate"}
+
+
 def summaries(rows: list[dict]) -> dict:
-    return {subset: {stat: {key: summary([r for r in rows if keep(r)], key, stat) for key in ("profile", "calibrated")}
+    return {subset: {stat: {key: summary([r for r in rows if keep(r)], key, stat) for key in KEYS}
                      for stat in STATS} for subset, keep in SUBSETS.items()}
 
 
@@ -228,18 +252,17 @@ def result_table(rows: list[dict], summed: dict) -> Table:
     table.add_column("plan")
     table.add_column("spread", justify="right")
     for stat in STATS:
-        for column in (f"{stat} ms", "profile", "hold-out"):
+        for column in (f"{stat} ms", "profile", "probe-scaled", "hold-out"):
             table.add_column(column, justify="right")
     for r in rows:
         cells = []
         for stat in STATS:
-            cells += [f"{r[f'measured_{stat}'] * 1e3:.1f}", f"{error(r, 'profile', stat):+.1%}",
-                      f"{error(r, 'calibrated', stat):+.1%}"]
+            cells += [f"{r[f'measured_{stat}'] * 1e3:.1f}", *(f"{error(r, key, stat):+.1%}" for key in KEYS)]
         table.add_row(r["cluster"], r["plan"], f"{r['spread']:.0%}", *cells)
     lines = []
     for subset, per_stat in summed.items():
         for stat, per_key in per_stat.items():
-            for key, label in (("profile", "after profile"), ("calibrated", "after hold-out calibrate")):
+            for key, label in KEYS.items():
                 got = per_key[key]
                 lines.append(f"{subset}, {stat}, {label}: mean |error| {got['mean']:.1%}, worst {got['worst']:.1%} "
                              f"({got['n']} runs)")
@@ -333,21 +356,22 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-calibration-"))
     load_before = os.getloadavg()
-    rows, fitted, for_sequence, sequence, drifts = [], {}, {}, [], {}
+    rows, profiles, sequence = [], {}, []
     for name in PLANS:
-        fitted[name], for_sequence[name], drifts[name] = profile(name, args, folder)
-        rows += run_plans(name, fitted[name]["median"][0], args, folder)
+        profiles[name] = profile(name, args, folder)
+        rows += run_plans(name, profiles[name]["layered"]["median"][0], args, folder)
         if name in SEQ_PLANS and not args.no_sequence:
-            sequence.append(run_sequence(name, fitted[name]["median"][0], args, folder))
+            sequence.append(run_sequence(name, profiles[name]["layered"]["median"][0], args, folder))
     floor = noise_floor(rows[0], args, folder)
     rows += sequence
     for stat in STATS:
-        predict(rows, {"layered": fitted, "sequence": for_sequence}, stat)
+        predict(rows, profiles, stat)
     summed = summaries(rows)
     console.print(result_table(rows, summed))
     console.print("noise floor: " + ", ".join(f"{stat}: {f['first'] * 1e3:.1f} → {f['again'] * 1e3:.1f} ms "
                                                f"({f['difference']:+.1%})" for stat, f in floor.items() if stat in STATS)
                   + f" — cluster A's {floor['plan']} run first and again at the end", highlight=False)
+    fitted = {n: p["layered"] for n, p in profiles.items()}
     links, link_rows = link_table(fitted)
     console.print(links)
     split, split_rows = tp_split(rows)
@@ -365,8 +389,9 @@ def main() -> None:
         "clusters": {n: {stat: c.model_dump(mode="json", exclude_defaults=True) for stat, (c, _) in per.items()}
                      for n, per in fitted.items()},
         "clusters_for_sequence": {n: {stat: c.model_dump(mode="json", exclude_defaults=True)
-                                      for stat, (c, _) in per.items()} for n, per in for_sequence.items()},
-        "profile_drift": drifts, "load_average_before": load_before, "load_average_after": load_after}, indent=1))
+                                      for stat, (c, _) in per.items()} for n, per in
+                                  ((n, p["sequence"]) for n, p in profiles.items())},
+        "profile_drift": {n: p["drift"] for n, p in profiles.items()}, "load_average_before": load_before, "load_average_after": load_after}, indent=1))
     picture = draw_calibration(json.loads(args.out.read_text()), args.out.with_suffix(".png"))
     console.print(f"wrote {args.out} and {picture} (work files in {folder})", highlight=False)
 

@@ -88,18 +88,22 @@ def draw_plan_pictures(rows: list[ComparisonRow], plans_dir: Path, out_dir: Path
 
 
 def draw_calibration(report: dict, path: Path, stat: str = "mean") -> Path:
-    """Predicted against measured step time, after `profile` (left) and after a hold-out
-    `calibrate` (right): one point per run, the ±10 % and ±20 % bands of issue 15 around
-    y = x, marked by cluster (A and C one process per core, B two) and plan kind."""
+    """Predicted against measured step time, after `profile`, after profile with the machine's
+    drift taken out (probe-scaled, when the report has it) and after a hold-out `calibrate`:
+    one point per run, the ±10 % and ±20 % bands of issue 15 around y = x, marked by cluster
+    (A and C one process per core, B two) and plan kind."""
     runs = report["runs"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 5), sharex=True, sharey=True)
-    seen = [v * 1e3 for r in runs for v in (r[f"measured_{stat}"], r[f"profile_{stat}"], r.get(f"calibrated_{stat}"))
+    panels = [(key, label) for key, label in (("profile", "after profile"), ("steady", "probe-scaled"),
+                                              ("calibrated", "after hold-out calibrate"))
+              if key in report["summary"]["all"][stat]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 5), sharex=True, sharey=True)
+    seen = [v * 1e3 for r in runs for v in (r[f"measured_{stat}"], *(r.get(f"{key}_{stat}") for key, _ in panels))
             if v is not None and v == v]
     low, top = 0.8 * min(seen), 1.25 * max(seen)
     line = np.array([low, top])
     colours = {"A": "tab:blue", "C": "tab:green", "B": "tab:red"}
     plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.0f}" if str(round(v))[0] in "1235" else "")
-    for ax, key, label in ((axes[0], "profile", "after profile"), (axes[1], "calibrated", "after hold-out calibrate")):
+    for ax, (key, label) in zip(axes, panels):
         for band, alpha in ((0.2, 0.08), (0.1, 0.15)):
             ax.fill_between(line, line * (1 - band), line * (1 + band), color="grey", alpha=alpha, linewidth=0)
         ax.plot(line, line, color="black", linewidth=0.8)
@@ -126,7 +130,7 @@ def draw_calibration(report: dict, path: Path, stat: str = "mean") -> Path:
     handles = [plt.Line2D([], [], marker="o", linestyle="", color=c, label=f"cluster {n}") for n, c in colours.items()]
     handles.append(plt.Line2D([], [], marker="D", linestyle="", markerfacecolor="none", color="black",
                               label="sequence plan"))
-    axes[1].legend(handles=handles, fontsize=8, loc="upper left")
+    axes[-1].legend(handles=handles, fontsize=8, loc="upper left")
     floor = report.get("noise_floor", {}).get(stat, {}).get("difference")
     drift = report.get("profile_drift")
     notes = [f"one plan run twice: {floor:+.0%}" if floor is not None else "",
