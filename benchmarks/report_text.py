@@ -6,12 +6,13 @@ figures are quoted beside them, never used to tune anything.
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 from scaling_report import MIX, MODEL, PAPER_PFLOPS, PAPER_SOLVE_S, ScalingRow
 from hexiscale.cli.compare import ComparisonRow
 from bench_compare import load_bench_problem as load_problem
+from report_format import mean_text, number
+from report_sequence import sequence_section
 
 HETERO_VS_HOMO = [("hetero1-llama2-7b", "homo-a800-2x8-llama2-7b"), ("hetero1-llama2-13b", "homo-a800-2x8-llama2-13b"),
                   ("hetero2-llama2-7b", "homo-a800-2x8-llama2-7b"), ("hetero2-llama2-13b", "homo-a800-2x8-llama2-13b"),
@@ -28,10 +29,6 @@ def _t(rows, problem, solver) -> float | None:
 
 def _row(rows, problem, solver) -> ComparisonRow | None:
     return next((r for r in rows if r.problem == problem and r.solver == solver), None)
-
-
-def _f(x, spec=".3g", none="—") -> str:
-    return none if x is None else format(x, spec)
 
 
 def _ratio(a, b) -> float | None:
@@ -54,8 +51,8 @@ def full_tables(rows: list[ComparisonRow]) -> list[str]:
         for r in (r for r in rows if r.problem == problem):
             used = "—" if r.devices_used is None else f"{r.devices_used}/{p.cluster.num_devices}"
             note = r.message.replace("|", "/").replace("\n", " ")
-            out.append(f"| {r.solver} | {r.status} | {_f(r.iteration_s, '.4g')} | {_f(r.tokens_per_s, ',.0f')} | "
-                       f"{_f(r.mfu, '.1%')} | {_f(r.gap, '.1%')} | {_f(r.speedup, '.2f')} | {_f(r.wall_s, '.3g')} | "
+            out.append(f"| {r.solver} | {r.status} | {number(r.iteration_s, '.4g')} | {number(r.tokens_per_s, ',.0f')} | "
+                       f"{number(r.mfu, '.1%')} | {number(r.gap, '.1%')} | {number(r.speedup, '.2f')} | {number(r.wall_s, '.3g')} | "
                        f"{used} | {note} |")
         out.append("")
     return out
@@ -76,8 +73,8 @@ def headline(rows: list[ComparisonRow]) -> tuple[list[str], dict]:
         facts["ties"] += [problem] if verdict.startswith("tie") else []
         facts["sym"] += [sym] if sym else []
         facts["rand"] += [rand] if rand else []
-        lines.append(f"| {problem} | {_f(h, '.4g')} | {_f(sym, '.2f')}× | "
-                     f"{_f(every, '.2f', 'no layout')}{'×' if every else ''} | {_f(rand, '.3f')}× | {verdict} |")
+        lines.append(f"| {problem} | {number(h, '.4g')} | {number(sym, '.2f')}× | "
+                     f"{number(every, '.2f', 'no layout')}{'×' if every else ''} | {number(rand, '.3f')}× | {verdict} |")
     return lines, facts
 
 
@@ -100,9 +97,9 @@ def case_study(rows: list[ComparisonRow]) -> list[str]:
     return [
         "| | symmetric (s/iter) | asymmetric (s/iter) | speed-up |", "|---|---:|---:|---:|",
         "| HexiScale paper §3.3 (Megatron vs HexiScale, estimated) | 41.52 | 25.55 | 1.6× |",
-        f"| ours: best symmetric layout vs heuristic | {_f(sym, '.2f')} | {_f(h, '.2f')} | {_f(_ratio(sym, h), '.2f')}× |",
-        f"| ours: symmetric-all (every device) vs heuristic | {_f(every, '.2f', 'no layout')} | {_f(h, '.2f')} | "
-        f"{_f(_ratio(every, h), '.2f', '—')}{'×' if every else ''} |", "",
+        f"| ours: best symmetric layout vs heuristic | {number(sym, '.2f')} | {number(h, '.2f')} | {number(_ratio(sym, h), '.2f')}× |",
+        f"| ours: symmetric-all (every device) vs heuristic | {number(every, '.2f', 'no layout')} | {number(h, '.2f')} | "
+        f"{number(_ratio(every, h), '.2f', '—')}{'×' if every else ''} |", "",
         f"Our symmetric layout: {sym_row.message if sym_row else '—'}.", "",
     ]
 
@@ -137,7 +134,7 @@ def ablation_table(rows: list[ComparisonRow]) -> tuple[list[str], dict]:
             continue
         slow["one"] += [one - 1] if one else []
         slow["equal"] += [equal - 1] if equal else []
-        lines.append(f"| {problem} | {h:.4g} | {_f(one and one - 1, '+.1%')} | {_f(equal and equal - 1, '+.1%')} |")
+        lines.append(f"| {problem} | {h:.4g} | {number(one and one - 1, '+.1%')} | {number(equal and equal - 1, '+.1%')} |")
     return lines, slow
 
 
@@ -152,8 +149,8 @@ def exact_lines(rows: list[ComparisonRow]) -> list[str]:
         h = _row(rows, problem, "heuristic")
         bounds = [r.bound_s for r in rows if r.problem == problem and r.bound_s is not None]
         best_exact = min((r.iteration_s for r in exact if r.iteration_s is not None), default=None)
-        lines.append(f"| {problem} | {_f(h and h.iteration_s, '.4g')} | {_f(best_exact, '.4g')} | "
-                     f"{_f(max(bounds) if bounds else None, '.4g')} | {_f(h and h.gap, '.1%')} | "
+        lines.append(f"| {problem} | {number(h and h.iteration_s, '.4g')} | {number(best_exact, '.4g')} | "
+                     f"{number(max(bounds) if bounds else None, '.4g')} | {number(h and h.gap, '.1%')} | "
                      f"{', '.join(f'{r.solver} {r.status}' for r in exact)} |")
     return lines if len(lines) > 2 else ["No exact solver ran (none registered, or every cluster too large)."]
 
@@ -181,14 +178,10 @@ def scaling_lines(scaling: list[ScalingRow]) -> list[str]:
     lines = ["| GPUs | solver | solve (s) | paper solve (s) | T (s) | PFLOP/s | paper PFLOP/s | MFU | pipelines |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in scaling:
-        lines.append(f"| {r.gpus} | {r.solver} | {r.solve_s:.1f} | {_f(PAPER_SOLVE_S.get(r.gpus) if r.solver == 'heuristic' else None, '.1f')} | "
-                     f"{_f(r.iteration_s, '.3g')} | {_f(r.pflops, '.2f')} | {_f(PAPER_PFLOPS.get(r.gpus) if r.solver == 'heuristic' else None, '.1f')} | "
-                     f"{_f(r.mfu, '.1%')} | {_f(r.pipelines, 'd')} |")
+        lines.append(f"| {r.gpus} | {r.solver} | {r.solve_s:.1f} | {number(PAPER_SOLVE_S.get(r.gpus) if r.solver == 'heuristic' else None, '.1f')} | "
+                     f"{number(r.iteration_s, '.3g')} | {number(r.pflops, '.2f')} | {number(PAPER_PFLOPS.get(r.gpus) if r.solver == 'heuristic' else None, '.1f')} | "
+                     f"{number(r.mfu, '.1%')} | {number(r.pipelines, 'd')} |")
     return lines
-
-
-def _mean(xs, spec=".2f") -> str:
-    return format(statistics.mean(xs), spec) if xs else "—"
 
 
 def _tp_mix(rows, plans_dir: Path) -> str:
@@ -229,7 +222,7 @@ def differences(rows, scaling, slow, ratios, plans_dir: Path) -> list[str]:
         "the DESIGN.md §3 cost model, with guessed interconnects (10 GbE between machines, 16 GB/s "
         "effective PCIe for GeForce cards, 25 GB/s for A800 PCIe) and one efficiency η = 0.5 for every "
         "GPU type. Absolute times differ for that reason alone (case study: our symmetric "
-        f"{_f(sym, '.2f')} s against the paper's 41.52 s, our asymmetric {_f(h, '.2f')} s against 25.55 s; "
+        f"{number(sym, '.2f')} s against the paper's 41.52 s, our asymmetric {number(h, '.2f')} s against 25.55 s; "
         "the paper gives no device counts there, we assume 8 per machine); the ratios are what carries over.",
         "- **The symmetric baseline.** Megatron's rules (one tp, pp | L with equal layers, dp·b | B) cannot "
         "use all 24, 40, 48 or 56 GPUs of the paper's clusters with B = 128: those counts have a factor "
@@ -241,10 +234,10 @@ def differences(rows, scaling, slow, ratios, plans_dir: Path) -> list[str]:
         "- **Random partition.** The paper reports 1.3×–3.3× higher *estimated* throughput than random graph "
         "partition along the search (slide 12). Our `random` keeps the heuristic's entire phase 2 and polish "
         "and randomizes only phase 1, so it isolates the partitioner; phase 2 repairs much of a poor split "
-        f"and our factors are smaller (mean {_mean(rand)}×, max {max(rand, default=0):.2f}×), and exactly "
+        f"and our factors are smaller (mean {mean_text(rand)}×, max {max(rand, default=0):.2f}×), and exactly "
         "1 where the best plan has one pipeline.",
         "- **One TP size.** The paper measures up to 23 % (15 % on average) slowdown; under our cost model "
-        f"the mean is {_mean(slow['one'], '.1%')}. {_tp_mix(rows, plans_dir)}"
+        f"the mean is {mean_text(slow['one'], '.1%')}. {_tp_mix(rows, plans_dir)}"
         + (f"On {', '.join(faster_ablation)} the restricted search found a *faster* plan than the "
            "heuristic: a miss of the heuristic's search (reported to its owner), not tuned away here."
            if faster_ablation else ""),
@@ -255,152 +248,10 @@ def differences(rows, scaling, slow, ratios, plans_dir: Path) -> list[str]:
         "fits a 3×8 A800 target, which we also show. The homogeneous side is the best plan of our own "
         "solvers under the same cost model, not a measured Megatron/Galvatron run, and the model charges "
         "consumer GPUs only through η, memory and PCIe/Ethernet bandwidth"
-        + (f"; mean ratio {_mean(ratios)}× over the equal-FLOPS pairs." if ratios else "."),
+        + (f"; mean ratio {mean_text(ratios)}× over the equal-FLOPS pairs." if ratios else "."),
         "- **Scaling.** Our clusters are generated (A100, H800, RTX 4090, H20 in equal shares), so the "
         "achieved PFLOP/s are far above the paper's, whose large clusters are not described; solve times are "
         "our heuristic on 2 shared CPU cores against the authors' machine.",
-        "",
-    ]
-
-
-def _times(a, b) -> str:
-    return "—" if a is None or b is None else f"{a / b:.2f}×"
-
-
-def _md_t(x) -> str:
-    return "—" if x is None else f"{x:.3f}"
-
-
-def _k(s: int) -> str:
-    return f"{s // 1048576}M" if s >= 1048576 else f"{s // 1024}K"
-
-
-def sequence_suite_lines(suites: list[dict]) -> list[str]:
-    """Heuristic vs seq-uniform / seq-roundrobin: T and cross-machine traffic per suite."""
-    lines = ["| problem | GPUs | heuristic T (s) | seq-uniform T | × | seq-roundrobin T | × | "
-             "cross-machine GB: heuristic | seq-roundrobin | heuristic / roundrobin |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in suites:
-        h, u, rr = r["heuristic"], r["seq-uniform"], r["seq-roundrobin"]
-        gh, gr = r["heuristic GB"], r["seq-roundrobin GB"]
-        lines.append(f"| {r['problem']} | {r['gpus']} | {_md_t(h)} | {_md_t(u)} | {_times(u, h)} | "
-                     f"{_md_t(rr)} | {_times(rr, h)} | {_f(gh, '.1f')} | {_f(gr, '.1f')} | "
-                     f"{_f(gh / gr if gh is not None and gr else None, '.2f')} |")
-    return lines
-
-
-def seqlen_lines(seqlen: list[dict]) -> list[str]:
-    lines = ["| s | B | best layered T (s) | layered plan | best sequence T (s) | sequence plan | layered / sequence "
-             "| winner | `--kind auto` |", "|---:|---:|---:|---|---:|---|---:|---|---|"]
-    for r in seqlen:
-        lt, st = r["layered_s"], r["sequence_s"]
-        win = "none" if lt is None and st is None else "sequence" if lt is None or (st is not None and st < lt) else "layered"
-        lplan = f"{r['layered_solver']}: {r['layered_shape']}" if lt is not None else f"infeasible ({r['layered_note']})"
-        lines.append(f"| {_k(r['seq_len'])} | {r['global_batch']} | {_md_t(lt)} | {lplan} | {_md_t(st)} | "
-                     f"{r['sequence_solver']}: {r['sequence_shape']} | {_times(lt, st)} | **{win}** | "
-                     f"{r['auto_kind']} |")
-    return lines
-
-
-def _crossover(seqlen: list[dict]) -> str:
-    wins = [r["seq_len"] for r in seqlen if r["sequence_s"] is not None
-            and (r["layered_s"] is None or r["sequence_s"] < r["layered_s"])]
-    if not wins:
-        return "The sequence plan won at no length measured."
-    first = min(wins)
-    auto = min((r["seq_len"] for r in seqlen if r["auto_kind"] == "sequence"), default=None)
-    text = f"The best sequence plan wins from s = {_k(first)} on (every longer length measured: " \
-           f"{'yes' if all(r['seq_len'] in wins for r in seqlen if r['seq_len'] >= first) else 'no'})."
-    if auto is not None and auto != first:
-        text += (f" `--kind auto` switches to sequence plans at {_k(auto)} (its fixed seq_len rule, not tuned to this "
-                 f"table), so between {_k(first)} and {_k(auto)} it picks the slower kind here: `hexiscale compare "
-                 f"--kind sequence` shows both rows.")
-    return text
-
-
-def _sequence_differences(ups: list[float], traffic: list[float], suites: list[dict]) -> str:
-    """Why our long-context figures differ from HexiSeq's, worded from the numbers."""
-    silent = [r["problem"] for r in suites if r["heuristic GB"] == 0]
-    larger = bool(ups) and statistics.mean(ups) > 1.36
-    less = bool(traffic) and statistics.mean(traffic) < 0.7
-    return (
-        "Why ours differ: the clusters are simulated, with GUESSED bandwidths and datasheet peak FLOP/s "
-        "(`instances/gpus.yaml`, `instances/clusters/longctx-*.yaml`), and T is our cost model, not a measured "
-        "run on HexiSeq's testbed. " + ("Our speed-ups are larger than the paper's. " if larger else
-                                        "Our speed-ups are within or below the paper's range. ")
-        + "In our model a device's speed is its peak FLOP/s (H100 989 vs A100 312 TFLOP/s: 3.2×; V100 125), "
-        "and seq-uniform gives every group an equal shard, equal heads and an equal batch, so the slowest GPU "
-        "type sets the pace of the whole ring, while the heuristic sizes shards by speed and may leave slow "
-        "machines idle; measured kernels on real GPUs are likely closer in speed than their datasheets (not "
-        "measured here), which would shrink the gap, and the summary of the paper we have does not say how "
-        "its homogeneous baselines were configured. "
-        + ("Our traffic saving is larger than the paper's ~30 %: " if less else "Traffic: ")
-        + "we count only the HP all-to-all and CP ring bytes that cross machines (ZeRO and DP traffic are the "
-        "same for every plan), and the heuristic builds its groups and rings from fast-link device sets, so a "
-        "ring kept inside one machine sends nothing across" + (f" (0 GB on {', '.join(silent)})" if silent else "")
-        + ", where round-robin spreads every ring over machines. Nothing was tuned to match the paper's figures.")
-
-
-def flop_matched_lines(rows: list[dict]) -> list[str]:
-    """The mixed cluster against a homogeneous H100 cluster of (nearly) the same peak FLOP/s."""
-    if not rows:
-        return []
-    lines = ["| problem | GPUs | twin H100s | F_het / F_hom | T mixed (s) | T homogeneous (s) | ratio |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        ratio = "—" if r["ratio"] is None else f"{r['ratio']:.3f}"
-        lines.append(f"| {r['problem']} | {r['gpus']} | {r['twin_gpus']} | {r['flops_ratio']:.3f} | "
-                     f"{_s(r['hetero_s'])} | {_s(r['homo_s'])} | {ratio} |")
-    return ["FLOP-matched homogeneous comparison (HexiSeq: the mixed cluster within 3 % of a homogeneous one of "
-            "equal FLOP/s). ratio = T_mixed · (F_mixed / F_homogeneous) / T_homogeneous, so 1.00 means the mixed "
-            "cluster is used as well as the uniform one; below 1 it does better (it also has more devices and "
-            "memory).", "", *lines]
-
-
-def _s(x) -> str:
-    return "—" if x is None else f"{x:.3f}"
-
-
-def sequence_section(sequence: dict | None) -> list[str]:
-    """The long-context section: HexiSeq's comparisons beside ours, and which plan kind wins at
-    which sequence length."""
-    if not sequence:
-        return []
-    suites, seqlen = sequence.get("suites", []), sequence.get("seqlen", [])
-    matched = sequence.get("flop_matched", [])
-    ups = [r["seq-uniform"] / r["heuristic"] for r in suites if r["heuristic"] and r["seq-uniform"]]
-    traffic = [r["heuristic GB"] / r["seq-roundrobin GB"] for r in suites
-               if r["heuristic GB"] is not None and r["seq-roundrobin GB"]]
-    return [
-        "## Long context: sequence plans (DESIGN.md §7, after HexiSeq)",
-        "",
-        "`benchmarks/bench_sequence.py` (the suites) and `benchmarks/bench_seqlen.py` (the sequence-length "
-        "table); every T is the evaluator of its plan kind. **heuristic** is HexiSeq's two-stage scheduler, "
-        "**seq-uniform** what Megatron CP / USP run (equal shards and heads, one HP degree, best over HP "
-        "degree and replicas), **seq-roundrobin** round-robin placement of the shards.",
-        "",
-        *sequence_suite_lines(suites),
-        "",
-        f"Heuristic over seq-uniform: mean {_mean(ups)}×, best {max(ups, default=0):.2f}× over {len(ups)} "
-        f"settings (HexiSeq: 1.11–1.36× on average, 1.72× best, over homogeneous baselines). Cross-machine HP + CP "
-        f"traffic, heuristic / seq-roundrobin: mean {_mean(traffic)} (HexiSeq: about 0.7, i.e. ~30 % less).",
-        "",
-        _sequence_differences(ups, traffic, suites),
-        "",
-        *flop_matched_lines(matched),
-        "",
-        "### Which plan kind wins at which sequence length",
-        "",
-        "llama3-8b on longctx-h100-a100 (2 × 8 H100 + 2 × 8 A100-80G, bandwidths guessed), about 2^20 tokens per "
-        "iteration (B = 2^20 / s). Best layered = the better of the layered heuristic and symmetric (DESIGN.md "
-        "§2–§4: pipelines of layers, TP, DP; the whole sequence on every stage); best sequence = the better of "
-        "the sequence heuristic and seq-uniform.",
-        "",
-        *seqlen_lines(seqlen),
-        "",
-        _crossover(seqlen) + " A layered plan holds whole sequences per stage, so its activation memory and "
-        "s² attention grow per device until, at 1M tokens, no stage fits. HexiSeq covers CP and HP only (its "
-        "limitations list TP and PP as not covered), so this table has no paper figure beside it.",
         "",
     ]
 
@@ -435,7 +286,7 @@ def write_report(rows, scaling, figures, context, path: Path, sequence: dict | N
         "",
         *head,
         "",
-        f"Mean speed-up over symmetric {_mean(facts['sym'])}×, over random {_mean(facts['rand'])}× "
+        f"Mean speed-up over symmetric {mean_text(facts['sym'])}×, over random {mean_text(facts['rand'])}× "
         f"(paper: 1.3×–3.3× over random graph partition, slide 12). "
         + ("The heuristic beats both on every heterogeneous setting." if facts["all_beaten"] else
            f"The heuristic is faster than symmetric on {sum(x > 1 for x in facts['sym'])} of "
@@ -453,7 +304,7 @@ def write_report(rows, scaling, figures, context, path: Path, sequence: dict | N
         "",
         *homo,
         "",
-        f"Over the pairs of (nearly) equal peak FLOPS (|Δ| < {EQUAL_FLOPS:.0%}): mean ratio {_mean(ratios)}×, "
+        f"Over the pairs of (nearly) equal peak FLOPS (|Δ| < {EQUAL_FLOPS:.0%}): mean ratio {mean_text(ratios)}×, "
         f"max {max(ratios):.2f}× (paper, slide 10: 0.83× on average, up to 1.01×)."
         if ratios else "No pair of equal FLOPS ran.",
         "",
@@ -461,8 +312,8 @@ def write_report(rows, scaling, figures, context, path: Path, sequence: dict | N
         "",
         *abl,
         "",
-        f"One TP size: mean slowdown {_mean(slow['one'], '.1%')}, max {max(slow['one'], default=0):.1%} (paper §5.3: "
-        f"up to 23 %, 15 % on average). Equal batch: mean {_mean(slow['equal'], '.1%')}, max "
+        f"One TP size: mean slowdown {mean_text(slow['one'], '.1%')}, max {max(slow['one'], default=0):.1%} (paper §5.3: "
+        f"up to 23 %, 15 % on average). Equal batch: mean {mean_text(slow['equal'], '.1%')}, max "
         f"{max(slow['equal'], default=0):.1%}." + _equal_batch_note(rows, path.parent / "plans"),
         "",
         "## Exact solvers: how far from optimal",

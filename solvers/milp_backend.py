@@ -1,0 +1,52 @@
+"""Running a PuLP model, shared by the MILPs of every plan kind: HiGHS (via highspy) prints
+its banner past PuLP's `msg`, and its status and dual bound are read from highspy itself
+(PuLP's own status loses the bound); CBC is the fallback where HiGHS is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+import pulp
+
+
+@contextlib.contextmanager
+def quiet_stdout(quiet: bool):
+    """HiGHS prints its banner from C++ straight to file descriptor 1, whatever msg says;
+    it would corrupt `hexiscale solve --json`."""
+    if not quiet:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def read_status(lp: pulp.LpProblem, solver) -> tuple[str, bool, float | None]:
+    """(status, has a solution, lower bound in model units) from HiGHS or CBC."""
+    highs = getattr(lp, "solverModel", None)
+    if isinstance(solver, pulp.HiGHS) and highs is not None:
+        import highspy
+
+        info, ms = highs.getInfo(), highs.getModelStatus()
+        if ms == highspy.HighsModelStatus.kInfeasible:
+            return "infeasible", False, None
+        has = info.primal_solution_status == 2  # kSolutionStatusFeasible
+        dual = info.mip_dual_bound
+        bound = dual if abs(dual) < 1e30 else None
+        optimal = ms == highspy.HighsModelStatus.kOptimal
+        return ("optimal" if optimal else "feasible" if has else "unknown"), has, bound
+    if lp.status == pulp.LpStatusInfeasible:
+        return "infeasible", False, None
+    has = lp.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+    optimal = lp.sol_status == pulp.LpSolutionOptimal
+    bound = pulp.value(lp.objective) if optimal else None
+    return ("optimal" if optimal else "feasible" if has else "unknown"), has, bound
