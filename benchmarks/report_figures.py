@@ -114,9 +114,11 @@ def draw_calibration(report: dict, path: Path, stat: str = "mean") -> Path:
             sequence = r["plan"].startswith("sequence")
             ax.scatter(r[f"measured_{stat}"] * 1e3, predicted * 1e3, s=36, marker="D" if sequence else "o",
                        facecolors="none" if sequence else colours[r["cluster"]], edgecolors=colours[r["cluster"]])
-        got = report["summary"]["all"][stat][key]
-        ax.set_title(f"{label}: mean |error| {got['mean']:.0%}, worst {got['worst']:.0%} ({got['n']} runs)",
-                     fontsize=9, loc="left")
+        parts = [f"{subset.split(' (')[0].replace('processes', 'proc.').replace('process', 'proc.')}: "
+                 f"mean {got['mean']:.0%}, worst {got['worst']:.0%}"
+                 for subset, per in report["summary"].items() if subset != "all"
+                 for got in (per[stat][key],)]
+        ax.set_title(f"{label}, |error|:\n" + "\n".join(parts), fontsize=9, loc="left")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(low, top)
