@@ -6,9 +6,10 @@ has (on CPU, processes share the cores). Each figure keeps the mean, median and 
 
 Compute: the model's GEMM shapes (forward and both backward GEMMs, at TP size 1), a large
 square GEMM (the type's best rate: its measured peak), the whole model's forward + backward
-per micro-batch as the runtime runs it (the achieved rate η·peak the cost model uses), and
-causal attention against sequence length. Links: per class — inside a machine (the first machine's ranks),
-between machines (the first rank of each machine) — p2p (half a ping-pong), all-reduce and
+per micro-batch as the runtime runs it (the achieved rate η·peak the cost model uses; timed
+in rounds spread over the whole profile, `ModelPass`), and causal attention against
+sequence length. Links: per class — inside a machine (the first machine's ranks), between
+machines (the first rank of each machine) — p2p (half a ping-pong), all-reduce and
 all-to-all over message sizes, each after the compute a run does between two collectives
 (`compute_gap`), averaged over the ranks that time it, while every other rank runs that
 compute too (`keep_busy`). Every exchange goes through the communicator. On one host
