@@ -19,7 +19,8 @@ from planner.problem import Problem
 from runtime.config import RunConfig
 from planner.layered.pricing import breakdown
 from planner.layered.table import stage_table
-from runtime.runlog import make_run_log, write_run_log
+from hexiscale.cli.calibrate import step_spread
+from runtime.runlog import make_run_log, read_run_log, write_run_log
 from tests.test_calibration_fit import cluster, plan_of, small_model, small_training
 
 RUNNER = CliRunner()
@@ -78,6 +79,15 @@ def test_calibrate_writes_the_refitted_cluster(tmp_path, logs, tp_times: bool):
     fitted = load_cluster(out)
     assert fitted.catalog["cpu"].efficiency == pytest.approx(0.3, rel=0.01)
     assert fitted.inter_bw_gbps == pytest.approx(0.5, rel=0.01)
+
+
+def test_the_run_view_gives_the_steps_spread_as_the_yardstick(tmp_path, logs):
+    """Steps of 0.30, 0.36 and 0.33 s after a warm-up step: mean 0.33 s, its standard error
+    stdev / √3 = 0.03 / √3 = 0.01732 s, 5.2 % of the mean."""
+    log = read_run_log(logs[0])
+    timed = [s.model_copy(update={"step_s": t}) for s, t in zip(log.steps * 2, (9.0, 0.30, 0.36, 0.33))]
+    line = step_spread(log.model_copy(update={"steps": tuple(timed)}))
+    assert "over 3 steps" in line and "300.0–360.0 ms" in line and "mean 330.0 ms ± 5.2%" in line
 
 
 def test_truncated_and_corrupted_logs(tmp_path, logs):
@@ -163,6 +173,7 @@ def test_profile_then_run_then_calibrate(tmp_path):
     ran = invoke("run", str(problem), str(plan), "--model", "problem", "--steps", "2", "--out", str(tmp_path / "run"))
     assert ran.exit_code == 0, ran.output
     assert "predicted" in ran.output and "step" in ran.output
+    assert "1 step after warm-up, so its noise is not known" in ran.output  # 2 steps, the first left out
     log = json.loads((tmp_path / "run" / "runlog.json").read_text())
     assert log["format"] == "hexiscale.runlog/1" and len(log["steps"]) == 2
     assert np.all([s["step_s"] > 0 for s in log["steps"]])

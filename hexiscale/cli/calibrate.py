@@ -4,6 +4,7 @@ run logs (DESIGN.md §9); and the predicted-against-measured view that `hexiscal
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -104,16 +105,30 @@ PREDICTION_TITLE = {
           "backward), step T (micro-batches + gradient sync, optimizer left out)"}
 
 
+def step_spread(log: RunLog, warmup: int = 1) -> str:
+    """How far the measured step times scatter: the yardstick for the errors above (a miss
+    within a few standard errors is the run's own noise, not the cost model's)."""
+    times = [s.step_s for s in (log.steps[warmup:] or log.steps)]
+    if len(times) < 2:
+        return f"measured: {len(times)} step after warm-up, so its noise is not known (run more --steps)"
+    mean = statistics.fmean(times)
+    error = statistics.stdev(times) / len(times) ** 0.5 / mean
+    return (f"measured step over {len(times)} steps after warm-up: {min(times) * 1e3:.1f}–{max(times) * 1e3:.1f} ms, "
+            f"mean {mean * 1e3:.1f} ms ± {error:.1%} (its standard error)")
+
+
 def print_prediction(problem, job, result) -> None:
     """After a run: write its run log and show predicted against measured times."""
     path = log_run(problem, job, result)
     if path is None:
         return
-    record = read_run_log(path).record(str(path))
+    log = read_run_log(path)
+    record = log.record(str(path))
     try:
         console.print(prediction_table(record, PREDICTION_TITLE[isinstance(record.plan, SeqPlan)]))
         if (tp := tp_table(record)) is not None:
             console.print(tp)
+        console.print(step_spread(log), highlight=False, soft_wrap=True)
     except (InvalidPlanError, ValueError) as exc:  # e.g. a tiny run's scaled shares break a token block
         console.print(f"note: the run's shape cannot be priced by the cost model: {exc}", highlight=False)
     if not any(g.name in {m.gpu for m in problem.cluster.machines} for g in problem.cluster.gpu_types):
