@@ -391,7 +391,8 @@ def main() -> None:
         "clusters_for_sequence": {n: {stat: c.model_dump(mode="json", exclude_defaults=True)
                                       for stat, (c, _) in per.items()} for n, per in
                                   ((n, p["sequence"]) for n, p in profiles.items())},
-        "profile_drift": {n: p["drift"] for n, p in profiles.items()}, "load_average_before": load_before, "load_average_after": load_after}, indent=1))
+        "profile_drift": {n: p["drift"] for n, p in profiles.items()},
+        "load_average_before": load_before, "load_average_after": load_after}, indent=1))
     picture = draw_calibration(json.loads(args.out.read_text()), args.out.with_suffix(".png"))
     console.print(f"wrote {args.out} and {picture} (work files in {folder})", highlight=False)
 

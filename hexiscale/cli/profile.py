@@ -110,8 +110,8 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
     spec_model, seq, micro = shapes_source(problem, model, seq_len, micro_batch)
     try:
         spec = ProfileSpec(device=device, machines=split_processes(processes, machines), model=spec_model,
-                           seq_len=seq, micro_batch=micro, max_bytes=max_bytes, repeats=repeats, warmup=warmup, rounds=rounds,
-                           timeout_s=timeout)
+                           seq_len=seq, micro_batch=micro, max_bytes=max_bytes, repeats=repeats, warmup=warmup,
+                           rounds=rounds, timeout_s=timeout)
     except ValidationError as exc:
         fail("; ".join(f"--{str(e['loc'][0]).replace('_', '-') if e['loc'] else 'settings'}: {e['msg']}"
                        for e in exc.errors()))
