@@ -125,12 +125,13 @@ def profile(name: str, args, folder: Path):
                        micro_batch=TRAINING.micro_batch, max_bytes=args.max_bytes, repeats=args.repeats)
     console.print(f"profiling cluster {name}: {spec.processes} processes on {len(spec.machines)} machine(s) …")
     result = launch_profile(spec, folder / f"profile-{name}")
+    moved = drift(result)
     console.print(f"  model pass rounds {', '.join(f'{r * 1e3:.1f}' for r in result.model_rounds)} ms: "
-                  f"drift {drift(result):.0%}", highlight=False)
+                  f"drift {moved:.0%}", highlight=False)
     fitted = {stat: profiled_cluster(result, name=f"bench-{name}", gpu_name="cpu", statistic=stat)[:2] for stat in STATS}
     for_sequence = {stat: profiled_cluster(result, name=f"bench-{name}", gpu_name="cpu", statistic=stat,
                                            plans="sequence")[:2] for stat in STATS}
-    return {"layered": fitted, "sequence": for_sequence, "drift": drift(result), "model_s": result.model.mean_s}
+    return {"layered": fitted, "sequence": for_sequence, "drift": moved, "model_s": result.model.mean_s}
 
 
 def probe(name: str, where: Path) -> float:

@@ -4,7 +4,6 @@ run logs (DESIGN.md §9); and the predicted-against-measured view that `hexiscal
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from planner.calibration import CalibrationError
 from planner.calibration_runs import RunRecord, predicted_rows, refit
 from planner.sequence.plan import SeqPlan
 from planner.violations import InvalidPlanError
+from runtime.profile_launch import Repeated  # the mean's standard error, as profile's repetitions have it
 from runtime.runlog import RunLog, log_run, read_run_log
 
 
@@ -111,10 +111,9 @@ def step_spread(log: RunLog, warmup: int = 1) -> str:
     times = [s.step_s for s in (log.steps[warmup:] or log.steps)]
     if len(times) < 2:
         return f"measured: {len(times)} step after warm-up, so its noise is not known (run more --steps)"
-    mean = statistics.fmean(times)
-    error = statistics.stdev(times) / len(times) ** 0.5 / mean
+    summary = Repeated.of(times)
     return (f"measured step over {len(times)} steps after warm-up: {min(times) * 1e3:.1f}–{max(times) * 1e3:.1f} ms, "
-            f"mean {mean * 1e3:.1f} ms ± {error:.1%} (its standard error)")
+            f"mean {summary.mean_s * 1e3:.1f} ms ± {summary.mean_error:.1%} (its standard error)")
 
 
 def print_prediction(problem, job, result) -> None:
