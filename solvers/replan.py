@@ -38,6 +38,7 @@ from solvers.common import SolveResult, SolverOptions
 from solvers.layered.heuristic.options import HeuristicOptions
 from solvers.layered.heuristic.search import solve_with
 from solvers.registry import solve
+from solvers.repair_parts import deal, keep_or_move
 from solvers.sequence import replan as sequence_replan
 
 
@@ -132,12 +133,12 @@ def repair(old: Problem, plan: Plan, new: Problem, mapping: dict[int, int]) -> t
         stages = [(_repair_stage(s.devices, mapping, idle.setdefault(home(s), []), f"pipeline {p} stage {k}",
                                  changes), s.layers) for k, s in enumerate(pipe.stages)]
         repaired.append((stages if all(devices for devices, _ in stages) else None, pipe.batch))
-    kept, batches, dropped = sequence_replan.keep_or_move(repaired, "pipeline", "a stage lost every device", changes)
+    kept, batches, dropped = keep_or_move(repaired, "pipeline", "a stage lost every device", changes)
     if not kept:
         return None, changes
     # the dropped sequences go one micro-batch at a time in proportion to the batches, which
     # the old plan balanced against each pipeline's speed
-    batches = sequence_replan.deal(batches, [float(b) for b in batches], dropped, old.training.micro_batch)
+    batches = deal(batches, [float(b) for b in batches], dropped, old.training.micro_batch)
     return Plan.from_stages(problem=new.name, batches=batches, stages=kept), changes
 
 

@@ -24,7 +24,8 @@ from runtime.errors import RunError
 from runtime.launch import make_job
 from solvers.common import SolverOptions
 from solvers.replan import replan, survivors
-from solvers.sequence.replan import RunFit, deal, repair
+from solvers.repair_parts import deal
+from solvers.sequence.replan import RunFit, repair
 
 RTOL = 1e-5
 QUICK = SolverOptions(time_limit_s=5)

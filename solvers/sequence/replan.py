@@ -44,6 +44,7 @@ from planner.sequence.plan import Replica, SeqPlan
 from planner.workload import ModelSpec
 from solvers.common import SolveResult, SolverOptions
 from solvers.registry import solve
+from solvers.repair_parts import deal, keep_or_move
 from solvers.sequence.coarse import device_speed
 from solvers.sequence.polish import polish
 from solvers.sequence.space import plan_of
@@ -83,38 +84,6 @@ class RunFit(Frozen):
                         return (f"replica {r} group {g} member {i}: {m.heads} heads are not whole kv heads of the "
                                 f"trained model ({self.trained_kv_heads} kv heads for the problem's {k})")
         return ""
-
-
-def deal(loads: list[int], speeds: list[float], total: int, unit: int) -> list[int]:
-    """`loads` grown by `total`: one `unit` at a time to the load whose share per unit of
-    speed after it is least (ties: the first); a rest under one unit goes where the next unit
-    would have gone."""
-    out = list(loads)
-    for _ in range(total // unit):
-        out[_next(out, speeds, unit)] += unit
-    if total % unit:
-        out[_next(out, speeds, unit)] += total % unit
-    return out
-
-
-def keep_or_move(repaired: list[tuple[object | None, int]], unit: str, why: str,
-                 changes: list[str]) -> tuple[list, list[int], int]:
-    """Of the units (replicas, pipelines) as repaired — (the repair, or None when the unit lost
-    too much, `why`; its batch) in plan order —: the kept repairs, their batches, and the
-    sequences of the dropped units (to be dealt to the kept); each drop said in `changes`."""
-    kept, batches, moved = [], [], 0
-    for index, (repair, batch) in enumerate(repaired):
-        if repair is not None:
-            kept.append(repair)
-            batches.append(batch)
-        else:
-            moved += batch
-            changes.append(f"{unit} {index} dropped ({why}); its {batch} sequences moved")
-    return kept, batches, moved
-
-
-def _next(loads: list[int], speeds: list[float], unit: int) -> int:
-    return min(range(len(loads)), key=lambda j: ((loads[j] + unit) / speeds[j], j))
 
 
 def _repair_group(members, mapping: Mapping, speed, fit: RunFit) -> list[list[int]] | None:
