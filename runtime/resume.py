@@ -13,10 +13,9 @@ from runtime.kinds import runtime_kind
 
 
 def job_settings(job: Job) -> dict:
-    config, plan = job.config, job.plan
-    batches = plan.pipelines if job.kind == "layered" else plan.replicas
+    config = job.config
     return {"seq_len": config.seq_len, "seed": config.seed, "data": config.data,
-            "global_batch": sum(p.batch for p in batches)}
+            "global_batch": job.plan.global_batch}
 
 
 def resume_job(job: Job, checkpoint: str | Path) -> tuple[Job, Manifest]:

@@ -235,11 +235,9 @@ def run_elastically(prob, job, the_plan):
 
 def describe_job(job) -> str:
     spec, config = job.config.model, job.config
-    layered = job.kind == "layered"
-    schedule = f"{config.schedule}, " if layered else ""  # a sequence plan has no pipeline schedule
-    batch = sum(p.batch for p in (job.plan.pipelines if layered else job.plan.replicas))
+    schedule = f"{config.schedule}, " if job.kind == "layered" else ""  # a sequence plan has no pipeline schedule
     return (f"model {spec.name} (L={spec.layers}, h={spec.hidden}, heads={spec.heads}/{spec.num_kv_heads}), "
-            f"{schedule}recompute={config.recompute}, seq {config.seq_len}, B={batch}")
+            f"{schedule}recompute={config.recompute}, seq {config.seq_len}, B={job.plan.global_batch}")
 
 
 def print_torchrun(job, prob, the_plan, master_addr: str, out: Path | None) -> None:

@@ -110,6 +110,11 @@ class Plan(Frozen):
         return [d for p in self.pipelines for s in p.stages for d in s.devices]
 
     @property
+    def global_batch(self) -> int:
+        """B: the sequences of one iteration, over every pipeline."""
+        return sum(p.batch for p in self.pipelines)
+
+    @property
     def num_stages(self) -> int:
         return sum(len(p.stages) for p in self.pipelines)
 

@@ -103,7 +103,7 @@ def _layer_and_batch_violations(problem: Problem, plan: Plan) -> list[Violation]
         if pipe.batch % b:
             out.append(Violation(rule="batch", pipeline=p,
                                  message=f"batch {pipe.batch} is not a multiple of micro-batch {b}"))
-    total = sum(p.batch for p in plan.pipelines)
+    total = plan.global_batch
     if total != problem.training.global_batch:
         out.append(Violation(rule="batch", message=f"pipeline batches sum to {total}, "
                                                    f"the global batch is {problem.training.global_batch}"))

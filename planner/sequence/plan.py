@@ -85,6 +85,11 @@ class SeqPlan(Frozen):
     replicas: tuple[Replica, ...] = Field(min_length=1, description="data-parallel replicas")
     solver: SolverInfo | None = Field(default=None, description="how the plan was found")
 
+    @property
+    def global_batch(self) -> int:
+        """B: the sequences of one iteration, over every replica."""
+        return sum(r.batch for r in self.replicas)
+
     @classmethod
     def from_rings(cls, *, problem: str, batches: Sequence[int],
                    rings: Sequence[Sequence[Sequence[MemberSpec]]]) -> SeqPlan:

@@ -77,7 +77,7 @@ def rank_tensors(model: StageModel, optimizer: torch.optim.Optimizer, groups: Ra
 
 def build_manifest(job: Job, layout: RankLayout, step: int) -> Manifest:
     config = job.config
-    batch = sum(p.batch for p in job.plan.pipelines)
+    batch = job.plan.global_batch
     settings = {"seq_len": config.seq_len, "seed": config.seed, "data": config.data, "global_batch": batch,
                 "lr": config.lr, "weight_decay": config.weight_decay}
     return Manifest(step=step, data_position=step, sequences_seen=step * batch, rng=rng_state(),

@@ -109,7 +109,7 @@ def train(job: Job, comm: Communicator) -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
                                   foreach=False)
     loader = BatchLoader(make_source(config.data, config.model.vocab, config.seed), config.seq_len)
-    global_batch = sum(p.batch for p in job.plan.pipelines)
+    global_batch = job.plan.global_batch
     shape = (config.micro_batch, config.seq_len, config.model.hidden)
     schedule, failure, history = get_schedule(config.schedule), FailureInjection.from_env(), []
     first = start_checkpoints(job, comm, model, optimizer, groups)

@@ -92,7 +92,7 @@ def rank_tensors(states: ZeroStates, optimizer: torch.optim.Optimizer, *, replic
 
 
 def build_manifest(job: Job, layout: SeqLayout, step: int) -> Manifest:
-    config, batch = job.config, sum(r.batch for r in job.plan.replicas)
+    config, batch = job.config, job.plan.global_batch
     settings = {"seq_len": config.seq_len, "seed": config.seed, "data": config.data, "global_batch": batch,
                 "lr": config.lr, "weight_decay": config.weight_decay}
     return Manifest(step=step, data_position=step, sequences_seen=step * batch, rng=rng_state(),

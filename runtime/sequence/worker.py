@@ -128,7 +128,7 @@ class Member:
         self.optimizer = torch.optim.AdamW(self.states.parameters(), lr=config.lr,
                                            weight_decay=config.weight_decay, foreach=False)
         self.loader = BatchLoader(make_source(config.data, config.model.vocab, config.seed), config.seq_len)
-        self.global_batch = sum(r.batch for r in job.plan.replicas)
+        self.global_batch = job.plan.global_batch
         self.setup_mib = current_mib(comm.device)  # model, optimizer, groups: before any step
 
     def micro_batches(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
