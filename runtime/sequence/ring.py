@@ -5,11 +5,13 @@ query heads) and K/V of the same rows (its own kv heads). K/V blocks travel the 
 blocks have the lengths of their groups, and since groups split the kv heads differently, at
 every hop a rank sends each member of the next group only the kv heads they share
 (`SeqLayout.ring_sends`) and assembles its own from the previous group's pieces. Each
-(query shard, key shard) pair is masked by true positions (query pos ≥ key pos); partial
-results merge by log-sum-exp. A query row that sees no key of a block (the low half of a
-group against a later group's shard) gets that block's lse −inf and weight exactly 0; the
-merge starts from the rank's own block, where every row sees itself, so no −inf − −inf
-ever happens. Each hop is posted before the block's attention and awaited after it.
+(query shard, key shard) block is attended on the part the causal mask (query pos ≥ key
+pos) lets through (`runtime.sequence.blocks`): the own block as plain causal attention, every
+other block as one dense rectangle — half the queries against the block, or every query
+against half of it —, so no masked pair is computed. Partial results merge by log-sum-exp
+into the rows that saw the block; the merge starts from the rank's own block, where every
+row sees itself, so the lse stays finite and no −inf − −inf ever happens. Each hop is
+posted before the block's attention and awaited after it.
 
 The backward pass is explicit, as in ring-flash-attention (zhuzilin) and Megatron's context
 parallelism, rather than autograd through the sends: autograd would have to keep every
@@ -21,25 +23,19 @@ pass carries all s rows to each member — the own block's gradient comes home o
 hop — where §7.2 prices s − T_g: planner/sequence/bridge.py counts what is sent). Each block's share
 comes from the flash backward given the *merged* output and log-sum-exp, which is exactly
 that block's part of the whole softmax's gradient.
-
-Block kernel: the aten CPU flash-attention op behind `scaled_dot_product_attention` (it returns
-the log-sum-exp, which the public SDPA does not); on other devices a plain matmul +
-logsumexp kernel with the same contract (on CUDA the memory-efficient SDPA kernel, which
-takes a bias and returns the lse, would be the one to wire in; not done without a GPU to
-test it on).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 import torch
 
 from runtime.comm import Communicator, PendingExchange
+from runtime.sequence.blocks import BlockShape, KernelName, attend, attend_backward
 
-KernelName = Literal["flash_cpu", "math"]
 RING_TAG = 4100  # p2p tags of the ring: RING_TAG + 4·step + what (see `_tag`)
 HopKind = Literal["kv", "kv_again", "grad"]  # forward K/V, backward K/V, backward K/V gradients
 
@@ -60,39 +56,6 @@ class Hop:
         """Wait for the pieces; the assembled block, kv heads in order."""
         self.pending.wait()
         return torch.cat(self.buffers, dim=3)
-
-
-def causal_bias(query_pos: torch.Tensor, key_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[Tq, Tk] additive mask: 0 where the query may see the key (pos ≥ key pos), −inf elsewhere."""
-    seen = query_pos[:, None] >= key_pos[None, :]
-    return torch.zeros(seen.shape, dtype=dtype, device=query_pos.device).masked_fill(~seen, float("-inf"))
-
-
-def _flash_cpu_forward(q, k, v, bias):
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=bias)
-    return out, lse
-
-
-def _flash_cpu_backward(grad, q, k, v, out, lse, bias):
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        grad, q, k, v, out, lse, 0.0, False, attn_mask=bias)
-
-
-def _math_forward(q, k, v, bias):
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + bias
-    lse = torch.logsumexp(scores, dim=-1)
-    probs = torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)  # a row with no key: −inf − −inf
-    return probs @ v, lse
-
-
-def _math_backward(grad, q, k, v, out, lse, bias):
-    scale = 1 / math.sqrt(q.shape[-1])
-    probs = torch.exp((q @ k.transpose(-1, -2)) * scale + bias - lse.unsqueeze(-1))  # merged lse: finite
-    dscores = probs * (grad @ v.transpose(-1, -2) - (grad * out).sum(-1, keepdim=True)) * scale
-    return dscores @ k, dscores.transpose(-1, -2) @ q, probs.transpose(-1, -2) @ grad
-
-
-_KERNELS = {"flash_cpu": (_flash_cpu_forward, _flash_cpu_backward), "math": (_math_forward, _math_backward)}
 
 
 @dataclass(frozen=True)
@@ -126,30 +89,36 @@ class RingSpec:
         k, v = (x.transpose(1, 2).repeat_interleave(self.heads_per_kv, dim=1) for x in kv)
         return k.contiguous(), v.contiguous()
 
-    def block_forward(self, q: torch.Tensor, kv: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(out, lse) of q against block `step` alone; a row that sees no key gets out 0, lse −inf."""
-        bias = causal_bias(self.positions[0], self.positions[step], q.dtype)
-        out, lse = _KERNELS[self.kernel][0](q, *self._expand(kv), bias)
-        blind = torch.isinf(bias).all(dim=-1)  # rows with no key here (the CPU kernel reports lse 0)
-        return out.masked_fill(blind[:, None], 0.0), lse.masked_fill(blind, float("-inf"))
+    @cached_property
+    def shapes(self) -> tuple[BlockShape, ...]:
+        """What of each block the causal mask lets this rank's queries see (found once)."""
+        return tuple(BlockShape.of(self.positions[0], pos, torch.get_default_dtype()) for pos in self.positions)
+
+    def block_forward(self, q: torch.Tensor, kv: torch.Tensor, step: int) -> tuple[slice, torch.Tensor, torch.Tensor]:
+        """(rows, out, lse) of q against block `step` alone, on the rows that see a key of it."""
+        shape = self.shapes[step]
+        out, lse = attend(self.kernel, shape, q, *self._expand(kv))
+        return shape.rows, out, lse
 
     def block_backward(self, grad: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, out: torch.Tensor,
-                       lse: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(dq, d[k, v] as [2, b, T, kv_i, d]) of block `step`, given the merged out and lse."""
-        bias = causal_bias(self.positions[0], self.positions[step], q.dtype)
-        dq, dk, dv = _KERNELS[self.kernel][1](grad, q, *self._expand(kv), out, lse, bias)
+                       lse: torch.Tensor, step: int, dq: torch.Tensor, dkv: torch.Tensor) -> None:
+        """Add block `step`'s share of the gradients, given the merged out and lse, to dq
+        [b, h_i, T_g, d] and to the block's dkv [2, b, T, kv_i, d]."""
+        shape = self.shapes[step]
+        dq_rows, dk, dv = attend_backward(self.kernel, shape, grad, q, *self._expand(kv), out, lse)
         b, _, length, d = dk.shape
         fold = [x.view(b, -1, self.heads_per_kv, length, d).sum(2).transpose(1, 2) for x in (dk, dv)]
-        return dq, torch.stack(fold)
+        dq[:, :, shape.rows] += dq_rows
+        dkv[:, :, shape.cols] += torch.stack(fold)
 
 
-def _merge(out, lse, block_out, block_lse):
-    """Log-sum-exp merge of two partial softmax results; `lse` finite (block 0 has the diagonal)."""
-    if out is None:
-        return block_out, block_lse
-    merged = torch.logaddexp(lse, block_lse)
-    return (out * torch.exp(lse - merged).unsqueeze(-1)
-            + block_out * torch.exp(block_lse - merged).unsqueeze(-1)), merged
+def _merge(out, lse, rows: slice, block_out, block_lse) -> None:
+    """Log-sum-exp merge of a block's partial softmax result into `rows` of (out, lse), in
+    place; `lse` finite (block 0, merged first, has the diagonal)."""
+    merged = torch.logaddexp(lse[:, :, rows], block_lse)
+    out[:, :, rows] = (out[:, :, rows] * torch.exp(lse[:, :, rows] - merged).unsqueeze(-1)
+                       + block_out * torch.exp(block_lse - merged).unsqueeze(-1))
+    lse[:, :, rows] = merged
 
 
 class RingAttention(torch.autograd.Function):
@@ -161,10 +130,14 @@ class RingAttention(torch.autograd.Function):
         out, lse, block = None, None, kv
         for step in range(ring.steps):
             incoming = ring.hop(block, step, "kv") if step + 1 < ring.steps else None  # overlaps the block
-            out, lse = _merge(out, lse, *ring.block_forward(q, block, step))
+            rows, block_out, block_lse = ring.block_forward(q, block, step)
+            if out is None:  # the own block: every row; merged on in the lse's precision (fp32 for bf16)
+                out, lse = block_out.to(block_lse.dtype, copy=True), block_lse.clone()
+            else:
+                _merge(out, lse, rows, block_out, block_lse)
             if incoming is not None:
                 block = incoming.result()
-        out = out.to(q.dtype)  # merged in the lse's precision (fp32 for bf16 inputs)
+        out = out.to(q.dtype)
         fn_ctx.save_for_backward(q, kv, out, lse)
         fn_ctx.ring = ring
         return out
@@ -178,8 +151,7 @@ class RingAttention(torch.autograd.Function):
         for step in range(ring.steps):
             last = step + 1 == ring.steps
             incoming = None if last else ring.hop(block, step, "kv_again")  # overlaps the block
-            dq_step, dkv_step = ring.block_backward(grad, q, block, out, lse, step)
-            dq, dblock = dq + dq_step, dblock + dkv_step
+            ring.block_backward(grad, q, block, out, lse, step, dq, dblock)
             if ring.steps > 1:  # the gradient follows its block; the last hop takes it home
                 dblock = ring.hop(dblock, step, "grad").result()
             if incoming is not None:
