@@ -19,20 +19,14 @@ from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
 from planner.layered.validate import validate
 from solvers.common import ModelSize, SolveResult, SolverOptions
-from solvers.layered.baselines.symmetric import solve_symmetric
 from solvers.layered.exact.bounds import Candidate, DBounds, PipelineFloors, ordered_structures, structures
 from solvers.layered.exact.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
-                                  specs_of_plan)
-from solvers.layered.heuristic import HeuristicOptions, solve_with
+                                          specs_of_plan)
+from solvers.layered.exact.warm_start import warm_start
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "unknown"]
 # relative tolerance between a model's objective and the evaluator's T (float rounding only)
 MODEL_TOLERANCE = 1e-6
-HEURISTIC_FROM_DEVICES = 6  # larger problems start from the heuristic's plan
-# the warm starts, tried in order (the heuristic only beyond HEURISTIC_FROM_DEVICES devices)
-# (the heuristic without its own exact sub-solve: that would be this solver again)
-WARM_STARTS = (("heuristic", lambda problem, options: solve_with(problem, options, HeuristicOptions(exact_devices=0))),
-               ("symmetric", solve_symmetric))
 
 
 @dataclass
@@ -82,7 +76,7 @@ def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Ba
         return SolveResult(solver=name, status=SolveStatus.infeasible, wall_s=time.perf_counter() - start,
                            message=why)
     d_values, max_stages, restrictions = _limits(tables, options)
-    best_t, best_plan, hint = _hint(problem, options, log)
+    best_t, best_plan, hint = warm_start(problem, options, log)
     setup = _Setup(problem=problem, name=name, backend=backend, tables=tables, options=options, log=log,
                    hint=hint, max_stages=max_stages)
     search = _Search(setup=setup, best_t=best_t, best_plan=best_plan)
@@ -315,41 +309,6 @@ def _pipeline_counts(tables: Tables, options: SolverOptions) -> tuple[list[int],
         return list(range(1, options.max_pipelines + 1)), [
             f"at most {options.max_pipelines} pipelines (the problem allows up to {top})"]
     return list(range(1, top + 1)), []
-
-
-def _hint(problem: Problem, options: SolverOptions, log) -> tuple[float | None, Plan | None, list | None]:
-    """The warm start: the given hint, else the heuristic's plan (beyond tiny problems), else
-    the symmetric baseline's. It only supplies an incumbent: a cutoff for the models (which
-    also bounds CP-SAT's integer domains) and CP-SAT's hint; the proof is the models'."""
-    plan, source = options.hint, "hint plan"
-    if plan is None:
-        plan, source = _warm_start(problem, options)
-    if plan is None:
-        return None, None, None
-    if validate(problem, plan):
-        log(f"{source} is invalid for this problem; ignored")
-        return None, None, None
-    too_long = options.max_stages and max(len(p.stages) for p in plan.pipelines) > options.max_stages
-    if (options.max_pipelines and len(plan.pipelines) > options.max_pipelines) or too_long:
-        log(f"{source} breaks the pipeline or stage limit; ignored")
-        return None, None, None
-    t = iteration_time(problem, plan)
-    log(f"{source}: T = {t:.6g} s ({len(plan.pipelines)} pipelines)")
-    return t, plan, specs_of_plan(problem, plan)
-
-
-def _warm_start(problem: Problem, options: SolverOptions) -> tuple[Plan | None, str]:
-    budget = SolverOptions(time_limit_s=max(0.5, min(5.0, 0.05 * options.time_limit_s)),
-                           threads=options.threads, seed=options.seed)
-    big = problem.cluster.num_devices > HEURISTIC_FROM_DEVICES
-    for name, solver in WARM_STARTS[0 if big else 1:]:
-        try:
-            result = solver(problem, budget)
-        except Exception:  # a warm start is optional: a failing one must not stop the proof
-            continue
-        if result.plan is not None:
-            return result.plan.model_copy(update={"solver": None}), f"warm start ({name})"
-    return None, ""
 
 
 def _priced(problem: Problem, sub: SubResult, name: str) -> tuple[Plan, float]:
