@@ -59,7 +59,6 @@ from planner.calibration_runs import predicted_rows, refit, scaled_cluster  # no
 from planner.layered.plan import Pipeline, Plan, Stage  # noqa: E402
 from planner.layered.pricing import breakdown  # noqa: E402
 from planner.layered.table import stage_table  # noqa: E402
-from planner.sequence import cost as seq_cost  # noqa: E402
 from planner.sequence.plan import Group, Member, Replica, SeqPlan  # noqa: E402
 from planner.sequence.pricing import time_parts  # noqa: E402
 from planner.sequence.table import MemberTable  # noqa: E402
@@ -315,31 +314,24 @@ def tp_split(rows: list[dict], stat: str = "mean") -> tuple[Table, list[dict]]:
 
 
 def seq_split(rows: list[dict], stat: str = "mean") -> tuple[Table, list[dict]]:
-    """Each sequence replica's T_mb split as its busiest member timed it — head-parallel
-    all-to-alls, ZeRO-3 gathers and scatters, the rest — against the cost model's parts on
-    the cluster profiled for sequence plans. The busiest member (the most time outside those
-    collectives) is the one the others wait for: its collectives are transfers, theirs hold
-    the waiting too (every collective is a barrier of the replica, §7.2)."""
+    """Each sequence replica's T_mb split as the run log records it — head-parallel
+    all-to-alls and ZeRO-3 gathers and scatters as its busiest member timed them (the one the
+    others wait for: its collectives are transfers, theirs hold the waiting too), the rest —
+    against the cost model's parts on the cluster profiled for sequence plans."""
     table = Table(title=f"sequence replicas ({stat}, per micro-batch): measured against the profile's parts")
     for column in ("cluster", "replica", "rest ms", "priced", "HP a2a ms", "priced", "ZeRO ms", "priced"):
         table.add_column(column, justify="right")
     out = []
     for row in rows:
-        record, log = row[f"record_{stat}"], row["log"]
+        record = row[f"record_{stat}"]
         if not isinstance(record.plan, SeqPlan):
             continue
         parts = time_parts(record.problem, MemberTable.of(record.plan))
-        layers, rounds = record.problem.model.layers, seq_cost.a2a_rounds(record.problem.training)
-        for r, replica in enumerate(record.plan.replicas):
-            micro = replica.batch // record.problem.training.micro_batch
-            busiest = [max((m for m in s.members if m.replica == r),
-                           key=lambda m: m.forward_s + m.backward_s - m.hp_s - m.zero_s) for s in log.steps[1:]]
-            hp, zero, whole = (summarize([seconds(m) / micro for m in busiest], stat) for seconds in
-                               (lambda m: m.hp_s, lambda m: m.zero_s, lambda m: m.forward_s + m.backward_s))
-            priced_hp = layers * rounds * float(parts.a2a_max[r])
-            priced_zero = layers * float(parts.zero_layer[r]) + float(parts.zero_ends[r])
-            priced_rest = float(parts.micro_batch[r]) - priced_hp - priced_zero
-            got = {"cluster": row["cluster"], "replica": r, "rest": whole - hp - zero, "priced_rest": priced_rest,
+        for r in range(len(record.plan.replicas)):
+            hp, zero, priced_hp, priced_zero = (record.hp_s[r], record.zero_s[r], float(parts.hp_micro[r]),
+                                                float(parts.zero_micro[r]))
+            got = {"cluster": row["cluster"], "replica": r, "rest": record.stage_s[r] - hp - zero,
+                   "priced_rest": float(parts.micro_batch[r]) - priced_hp - priced_zero,
                    "hp": hp, "priced_hp": priced_hp, "zero": zero, "priced_zero": priced_zero}
             out.append(got)
             table.add_row(row["cluster"], str(r), *(f"{got[k] * 1e3:.1f}" for k in

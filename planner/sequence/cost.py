@@ -96,9 +96,19 @@ def ring_time(model, training, group_tokens, kv_heads, ring_size, bw_gbps, lat_s
     return np.where(ring_size > 1, nbytes / (bw_gbps * GB) + (ring_size - 1.0) * lat_s, 0.0)
 
 
+def a2a_layer_time(training, a2a_max):
+    """r_a2a·max_g a2a_g: a layer's HP all-to-alls, every pass."""
+    return a2a_rounds(training) * a2a_max
+
+
 def layer_time(training, linear_max, a2a_max, attention_max, ring_max):
     """T_layer = max_i Clin_i + r_a2a·max_g a2a_g + max(max_i Catt_i, ρ·T_ring)."""
-    return linear_max + a2a_rounds(training) * a2a_max + np.maximum(attention_max, ring_rounds(training) * ring_max)
+    return linear_max + a2a_layer_time(training, a2a_max) + np.maximum(attention_max, ring_rounds(training) * ring_max)
+
+
+def hp_micro_batch_time(model, training, a2a_max):
+    """L·r_a2a·max_g a2a_g: the part of T_mb spent in HP all-to-alls."""
+    return model.layers * a2a_layer_time(training, a2a_max)
 
 
 # -- ZeRO-3 and data parallelism [7.2] ------------------------------------------------------
@@ -121,9 +131,14 @@ def end_params(model: ModelSpec) -> int:
     return model.params_embedding + model.params_head
 
 
+def zero_micro_batch_time(model, zero_layer_s, zero_ends_s):
+    """L·Z_layer + Z_ends: the part of T_mb spent in ZeRO-3 gathers and scatters."""
+    return model.layers * zero_layer_s + zero_ends_s
+
+
 def micro_batch_time(model, layer_s, zero_layer_s, head_max, zero_ends_s):
     """T_mb(r) = L·(T_layer + Z_layer) + max_i Chead_i + Z_ends."""
-    return model.layers * (layer_s + zero_layer_s) + head_max + zero_ends_s
+    return model.layers * layer_s + head_max + zero_micro_batch_time(model, zero_layer_s, zero_ends_s)
 
 
 def dp_time(model, training, replicas, min_devices, bw_gbps, lat_s):

@@ -45,6 +45,8 @@ class TimeParts:
     replica_lat: np.ndarray  # (D,) α_r
     zero_layer: np.ndarray  # (D,) Z_layer
     zero_ends: np.ndarray  # (D,) Z_ends
+    hp_micro: np.ndarray  # (D,) L·r_a2a·max_g a2a_g: T_mb's HP all-to-alls
+    zero_micro: np.ndarray  # (D,) L·Z_layer + Z_ends: T_mb's ZeRO-3 collectives
     micro_batch: np.ndarray  # (D,) T_mb
     micro_batches: np.ndarray  # (D,) m_r
     replica_time: np.ndarray  # (D,) T_rep = m_r·T_mb
@@ -126,7 +128,8 @@ def time_parts(problem: Problem, table: MemberTable) -> TimeParts:
     return TimeParts(
         machine, linear, attention, head, ring, pairs, hp_bw, hp_lat, qkv, out, ring_bw, ring_lat,
         _per_group(ring, table), layer, linear_max, a2a_max, attention_max, ring_max, head_max,
-        replica_bw, replica_lat, zero_layer, zero_ends, micro, m, replica_time, dp_bw, dp_lat, dp,
+        replica_bw, replica_lat, zero_layer, zero_ends, cost.hp_micro_batch_time(model, training, a2a_max),
+        cost.zero_micro_batch_time(model, zero_layer, zero_ends), micro, m, replica_time, dp_bw, dp_lat, dp,
         float(replica_time.max()) + dp)
 
 
