@@ -2,9 +2,10 @@
 
 A run record holds what a run measured: per unit the forward + backward time per micro-batch
 — each stage of a layered plan (the cost model's τ = C + T_tp), each replica of a sequence
-plan (its slowest member: T_mb of §7.2) —, the step time (T), and of each stage with TP the
-part of τ spent in TP collectives (T_tp: the intra links alone; fitted only on request, see
-`refit`). The unknowns are scale
+plan (its slowest member: T_mb of §7.2) —, the step time (T), and the part of each unit's
+time spent in its collectives: a TP stage's T_tp, a sequence replica's HP all-to-alls and
+ZeRO-3 gathers and scatters (the links alone; fitted only on request, see `refit`). The
+unknowns are scale
 factors: one per GPU type on 1/η (compute time ∝ 1/η), and per link class ("intra": every
 machine's own links; "inter": the links between machines) one on 1/bw and one on the latency
 α (on shared CPU cores a collective's cost is mostly its α: the wake-up of the processes it
@@ -19,6 +20,7 @@ second formula of the cost model.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 
@@ -34,6 +36,7 @@ from planner.sequence.table import MemberTable
 from planner.problem import Problem
 
 LINK_CLASSES = ("intra", "inter")
+CollectiveKind = Literal["tp", "hp", "zero"]  # a TP stage's T_tp; a sequence replica's HP or ZeRO-3 part of T_mb
 ROUNDS = 4
 STEP = 1e-3  # relative move of one factor when taking a slope (the terms are piecewise linear)
 # A figure whose standard error (from the fit's residuals) exceeds this fraction of its value
@@ -55,6 +58,8 @@ class RunRecord:
     step_s: float  # step time (schedule + gradient sync), summarized over steps
     source: str = ""
     tp_s: tuple[float, ...] = ()  # layered: each stage's TP collectives per micro-batch (() where not recorded)
+    hp_s: tuple[float, ...] = ()  # sequence: each replica's HP all-to-alls per micro-batch (busiest member)
+    zero_s: tuple[float, ...] = ()  # sequence: each replica's ZeRO-3 collectives per micro-batch (busiest member)
 
     def tp_stages(self) -> tuple[int, ...]:
         """The stages whose T_tp the record measured: TP size above 1 and a time recorded."""
@@ -62,6 +67,21 @@ class RunRecord:
             return ()
         sizes = [stage.tp for pipe in self.plan.pipelines for stage in pipe.stages]
         return tuple(i for i, (t, seconds) in enumerate(zip(sizes, self.tp_s)) if t > 1 and seconds > 0)
+
+    def collective_rows(self) -> tuple[tuple[CollectiveKind, int], ...]:
+        """The units' collective times the record measured, as (kind, unit index): each TP
+        stage's T_tp (layered); each replica's HP all-to-alls and ZeRO-3 collectives
+        (sequence), where it spent time in them."""
+        if not isinstance(self.plan, SeqPlan):
+            return tuple(("tp", i) for i in self.tp_stages())
+        return (tuple(("hp", r) for r, seconds in enumerate(self.hp_s) if seconds > 0)
+                + tuple(("zero", r) for r, seconds in enumerate(self.zero_s) if seconds > 0))
+
+    def collective_s(self, kind: CollectiveKind, index: int) -> float:
+        return {"tp": self.tp_s, "hp": self.hp_s, "zero": self.zero_s}[kind][index]
+
+    def without_collectives(self) -> RunRecord:
+        return replace(self, tp_s=(), hp_s=(), zero_s=())
 
 
 @dataclass(frozen=True)
@@ -76,19 +96,23 @@ class Figure:
     kept_why: str = ""  # exercised but not determined by the records: kept as it was, and why
 
 
-def predicted_rows(problem: Problem, plan: Plan | SeqPlan, tp_stages: tuple[int, ...] = ()) -> np.ndarray:
-    """The cost model's figures that a run record measures: [τ of each stage, then T, then
-    T_tp of each of `tp_stages`] of a layered plan (§3), [T_mb of each replica, then T] of a
-    sequence plan (§7.2)."""
+def predicted_rows(problem: Problem, plan: Plan | SeqPlan,
+                   collectives: tuple[tuple[CollectiveKind, int], ...] = ()) -> np.ndarray:
+    """The cost model's figures that a run record measures: [τ of each stage, then T] of a
+    layered plan (§3), [T_mb of each replica, then T] of a sequence plan (§7.2); then each of
+    `collectives` (`RunRecord.collective_rows`): a stage's T_tp, a replica's part of T_mb in
+    HP all-to-alls or in ZeRO-3 collectives."""
     if isinstance(plan, SeqPlan):
         parts = time_parts(problem, MemberTable.of(plan))
-        return np.concatenate([parts.micro_batch, [parts.iteration]])
+        terms = {"hp": parts.hp_micro, "zero": parts.zero_micro}
+        return np.concatenate([parts.micro_batch, [parts.iteration], [terms[k][i] for k, i in collectives]])
     priced = breakdown(problem, stage_table(problem, plan))
-    return np.concatenate([priced.tau, [priced.iteration], priced.tp[list(tp_stages)]])
+    return np.concatenate([priced.tau, [priced.iteration], [priced.tp[i] for _, i in collectives]])
 
 
 def measured_rows(record: RunRecord) -> np.ndarray:
-    return np.array([*record.stage_s, record.step_s, *(record.tp_s[i] for i in record.tp_stages())], dtype=float)
+    return np.array([*record.stage_s, record.step_s, *(record.collective_s(k, i) for k, i in record.collective_rows())],
+                    dtype=float)
 
 
 def used_gpu_types(records: list[RunRecord]) -> list[str]:
@@ -132,7 +156,7 @@ def cluster_at(base: Cluster, names: list[tuple[str, str]], factors: np.ndarray)
 
 
 def _priced(records: list[RunRecord], cluster: Cluster) -> np.ndarray:
-    return np.concatenate([predicted_rows(r.problem.model_copy(update={"cluster": cluster}), r.plan, r.tp_stages())
+    return np.concatenate([predicted_rows(r.problem.model_copy(update={"cluster": cluster}), r.plan, r.collective_rows())
                            for r in records])
 
 
@@ -163,26 +187,27 @@ def figure_label(kind: str, name: str) -> str:
 
 
 def refit(records: list[RunRecord], *, keep_undetermined: bool = False,
-          tp_times: bool = False) -> tuple[Cluster, list[Figure]]:
+          collective_times: bool = False) -> tuple[Cluster, list[Figure]]:
     """The records' cluster with η per GPU type and bandwidth and latency per link class
-    refitted by least squares over every record's stage and step times (and, `tp_times`,
-    each TP stage's recorded collective time as a row of its own).
+    refitted by least squares over every record's stage and step times (and, with
+    `collective_times`, each unit's recorded collective times as rows of their own: a TP
+    stage's T_tp, a sequence replica's HP all-to-alls and ZeRO-3 collectives).
 
     A figure the records cannot determine — indistinguishable from the others, a standard
     error above UNDETERMINED of its value, or a fit outside physical sense — is refused
     (CalibrationError); with `keep_undetermined` it is kept at its logged value instead, said
     in its `Figure`, and the others are refitted without it.
 
-    Why the TP rows are not the default: they pin the intra links to what the collectives
-    took, and the compute a TP rank does not share (per-operation costs, the slowdown next to
-    collectives: +50–60 % over C at TP 2 here), which the cost model has no term for, then
-    lands on η and misprices every plan; without them it lands on the TP term's latency,
-    which only TP plans pay. Held out in two of the bench's runs, cluster A's TP2 plan came
-    out 26–28 % low with the rows and 13 % without."""
+    Why the collective rows are not the default (measured on the TP rows): they pin the intra
+    links to what the collectives took, and the compute a TP rank does not share
+    (per-operation costs, the slowdown next to collectives: +50–60 % over C at TP 2 here),
+    which the cost model has no term for, then lands on η and misprices every plan; without
+    them it lands on the TP term's latency, which only TP plans pay. Held out in two of the
+    bench's runs, cluster A's TP2 plan came out 26–28 % low with the rows and 13 % without."""
     if not records:
         raise CalibrationError("no run records")
-    if not tp_times:
-        records = [replace(r, tp_s=()) for r in records]
+    if not collective_times:
+        records = [r.without_collectives() for r in records]
     base = _check_same_cluster(records)
     names = ([("efficiency", g) for g in used_gpu_types(records)] + [("bandwidth", c) for c in LINK_CLASSES]
              + [("latency", c) for c in LINK_CLASSES])

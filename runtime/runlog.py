@@ -111,22 +111,47 @@ class RunLog(Frozen):
     def record(self, source: str, warmup: int = 1, statistic: Statistic = "mean") -> RunRecord:
         """The `statistic` (mean, median or fastest) over the steps after `warmup` (all steps if
         there are no more): per unit (each stage; each replica's slowest member) the forward +
-        backward per micro-batch, the step time, and each stage's TP collectives per micro-batch."""
+        backward per micro-batch, the step time, and per micro-batch each stage's TP
+        collectives, or each replica's HP all-to-alls and ZeRO-3 collectives."""
         steps = self.steps[warmup:] or self.steps
-        micro = self.run_problem.training.micro_batch
-        tp_s: tuple[float, ...] = ()
+        step_s = summarize([s.step_s for s in steps], statistic)
         if isinstance(self.plan, SeqPlan):
-            per_replica = [r.batch // micro for r in self.plan.replicas]
-            rows = np.array([[max(m.forward_s + m.backward_s for m in s.members if m.replica == r) / count
-                              for r, count in enumerate(per_replica)] for s in steps])
-        else:
-            per_stage = [p.batch // micro for p in self.plan.pipelines for _ in p.stages]
-            rows = np.array([[(st.forward_s + st.backward_s) / m for st, m in zip(s.stages, per_stage)] for s in steps])
-            tp = np.array([[st.tp_s / m for st, m in zip(s.stages, per_stage)] for s in steps])
-            tp_s = tuple(summarize(tp[:, i], statistic) for i in range(tp.shape[1]))
-        unit_s = tuple(summarize(rows[:, i], statistic) for i in range(rows.shape[1]))
-        return RunRecord(problem=self.run_problem, plan=self.plan, stage_s=unit_s,
-                         step_s=summarize([s.step_s for s in steps], statistic), source=source, tp_s=tp_s)
+            unit_s, hp_s, zero_s = self._replica_rows(steps, statistic)
+            return RunRecord(problem=self.run_problem, plan=self.plan, stage_s=unit_s, step_s=step_s, source=source,
+                             hp_s=hp_s, zero_s=zero_s)
+        micro = self.run_problem.training.micro_batch
+        per_stage = [p.batch // micro for p in self.plan.pipelines for _ in p.stages]
+        rows = np.array([[(st.forward_s + st.backward_s) / m for st, m in zip(s.stages, per_stage)] for s in steps])
+        tp = np.array([[st.tp_s / m for st, m in zip(s.stages, per_stage)] for s in steps])
+        return RunRecord(problem=self.run_problem, plan=self.plan, stage_s=_columns(rows, statistic), step_s=step_s,
+                         source=source, tp_s=_columns(tp, statistic))
+
+    def _replica_rows(self, steps, statistic: Statistic) -> tuple[tuple[float, ...], ...]:
+        """Per replica and micro-batch: its slowest member's forward + backward (T_mb), its
+        busiest member's ZeRO-3 collective time, and the HP all-to-all time of its busiest
+        member in an HP group (0 when no group has two members). The busiest is the one with
+        the most time outside those collectives: every collective is a barrier, so the
+        busiest member's are transfers, the others' hold their waiting for it too."""
+        micro = self.run_problem.training.micro_batch
+        counts = [r.batch // micro for r in self.plan.replicas]
+        totals, hp, zero = [], [], []
+        for s in steps:
+            members = [[m for m in s.members if m.replica == r] for r in range(len(self.plan.replicas))]
+            totals.append([max(m.forward_s + m.backward_s for m in ms) / n for ms, n in zip(members, counts)])
+            zero.append([_busiest(ms).zero_s / n for ms, n in zip(members, counts)])
+            in_groups = [[m for m in ms if m.hp_s > 0] for ms in members]  # a member alone in its group sends none
+            hp.append([_busiest(ms).hp_s / n if ms else 0.0 for ms, n in zip(in_groups, counts)])
+        return tuple(_columns(np.array(rows), statistic) for rows in (totals, hp, zero))
+
+
+def _busiest(members: list[MemberTiming]) -> MemberTiming:
+    """The member with the most time outside its HP and ZeRO-3 collectives."""
+    return max(members, key=lambda m: m.forward_s + m.backward_s - m.hp_s - m.zero_s)
+
+
+def _columns(rows: np.ndarray, statistic: Statistic) -> tuple[float, ...]:
+    """The `statistic` of each column of [steps × units]."""
+    return tuple(summarize(rows[:, i], statistic) for i in range(rows.shape[1]))
 
 
 def run_problem(problem: Problem, model, config) -> Problem:

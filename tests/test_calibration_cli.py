@@ -69,12 +69,13 @@ def one_error_line(result, *needles: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("tp_times", [False, True])
-def test_calibrate_writes_the_refitted_cluster(tmp_path, logs, tp_times: bool):
-    """With --tp-times each TP stage's logged collective time (the truth's T_tp) is a row too:
-    rows priced against the wrong stage would pull the fit off the truth."""
+@pytest.mark.parametrize("flag", [None, "--collective-times", "--tp-times"])
+def test_calibrate_writes_the_refitted_cluster(tmp_path, logs, flag: str | None):
+    """With --collective-times (or its older name --tp-times) each TP stage's logged collective
+    time (the truth's T_tp) is a row too: rows priced against the wrong stage would pull the
+    fit off the truth."""
     out = tmp_path / "fitted.yaml"
-    result = invoke("calibrate", *map(str, logs), "-o", str(out), *(["--tp-times"] if tp_times else []))
+    result = invoke("calibrate", *map(str, logs), "-o", str(out), *([flag] if flag else []))
     assert result.exit_code == 0, result.output
     fitted = load_cluster(out)
     assert fitted.catalog["cpu"].efficiency == pytest.approx(0.3, rel=0.01)

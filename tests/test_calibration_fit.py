@@ -181,7 +181,7 @@ def test_recorded_tp_times_are_rows_of_their_own():
     for r, sizes in zip(records, tp_sizes):
         assert r.tp_stages() == tuple(i for i, t in enumerate(sizes) if t > 1)
         assert len(measured_rows(r)) == len(r.stage_s) + 1 + sizes.count(2)
-    fitted, _ = refit(records, tp_times=True)
+    fitted, _ = refit(records, collective_times=True)
     assert fitted.catalog["cpu"].efficiency == pytest.approx(0.37, rel=0.01)
     assert fitted.intra_latency_us == pytest.approx(700, rel=0.01)
     assert fitted.machine_intra_bw == pytest.approx([1.9, 1.9], rel=0.01)
@@ -195,10 +195,49 @@ def test_recorded_tp_times_keep_unpriced_compute_out_of_the_link_latency():
     truth, believed = cluster(0.37, 1.9, 0.6, 700, 900), cluster(0.5, 4.0, 2.5)
     one_machine = [PLANS[0], ((4, 4), [[((0,), 4)], [((1,), 4)]])]  # TP, then DP: two message sizes
     records = synthetic_records(truth, believed, one_machine, tp_times=True, unpriced_tp_compute=0.25)
-    fits = {timed: refit(records, keep_undetermined=True, tp_times=timed)[0] for timed in (False, True)}
+    fits = {timed: refit(records, keep_undetermined=True, collective_times=timed)[0] for timed in (False, True)}
     assert fits[False].intra_latency_us > 2 * 700
     assert fits[True].intra_latency_us == pytest.approx(700, rel=0.10)
     assert fits[True].catalog["cpu"].efficiency < 0.37  # the unpriced compute, as a lower η
+
+
+def sequence_records(truth: Cluster, believed: Cluster, *, collective_times: bool) -> list[RunRecord]:
+    """One sequence plan (an uneven Ulysses pair on machine 0, heads 6 + 2, tokens 96 + 32)
+    timed at the `truth` figures by the cost model, with and without recompute;
+    `collective_times`: with the replica's HP and ZeRO-3 parts of T_mb as the run log records them."""
+    from planner.sequence.plan import Group, Member, Replica, SeqPlan
+    from planner.sequence.pricing import time_parts
+    from planner.sequence.table import MemberTable
+
+    plan = SeqPlan(replicas=(Replica(batch=8, ring=(Group(members=(
+        Member(device=0, heads=6, tokens=96), Member(device=1, heads=2, tokens=32))),)),))
+    records = []
+    for recompute in (False, True):
+        training = small_training(recompute).model_copy(update={"token_block": 16})
+        run = Problem(name="p", cluster=truth, model=small_model(), training=training)
+        parts = time_parts(run, MemberTable.of(plan))
+        records.append(RunRecord(problem=run.model_copy(update={"cluster": believed}), plan=plan,
+                                 stage_s=tuple(parts.micro_batch), step_s=parts.iteration, source=f"seq{recompute}",
+                                 hp_s=tuple(parts.hp_micro) if collective_times else (),
+                                 zero_s=tuple(parts.zero_micro) if collective_times else ()))
+    return records
+
+
+def test_a_sequence_runs_collective_times_determine_its_links():
+    """From T_mb and T alone a sequence plan on one machine cannot tell the intra links'
+    bandwidth from their latency (compute, all-to-alls and ZeRO-3 move together); its HP and
+    ZeRO-3 times, rows of their own, pin both, and η with them."""
+    truth, believed = cluster(0.37, 1.9, 0.6, 700, 900), cluster(0.5, 4.0, 2.5)
+    with pytest.raises(CalibrationError, match="intra links"):
+        refit(sequence_records(truth, believed, collective_times=True))  # recorded, but not asked for
+    records = sequence_records(truth, believed, collective_times=True)
+    assert [r.collective_rows() for r in records] == [(("hp", 0), ("zero", 0))] * 2
+    fitted, figures = refit(records, collective_times=True)
+    assert fitted.catalog["cpu"].efficiency == pytest.approx(0.37, rel=0.01)
+    assert fitted.machine_intra_bw[0] == pytest.approx(1.9, rel=0.01)
+    assert fitted.intra_latency_us == pytest.approx(700, rel=0.01)
+    assert {(f.kind, f.name) for f in figures if f.exercised} == {
+        ("efficiency", "cpu"), ("bandwidth", "intra"), ("latency", "intra")}
 
 
 def test_refit_keeps_figures_no_run_exercises():

@@ -59,15 +59,25 @@ def test_a_sequence_run_log_times_each_replica_by_its_slowest_member(tmp_path):
         Replica(batch=4, ring=(Group(members=(Member(device=3, heads=8, tokens=128),)),))))
     training = small_training().model_copy(update={"global_batch": 8, "token_block": 16})
     problem = Problem(name="p", cluster=cluster(0.5, 4.0, 2.5), model=small_model(), training=training)
-    members = [(0, 0, 0, 1.0, 2.0), (0, 0, 1, 1.5, 2.5), (0, 1, 0, 0.5, 1.0), (1, 0, 0, 3.0, 1.0)]
+    # (replica, group, member, forward, backward, HP all-to-alls, ZeRO-3), seconds in step 1
+    members = [(0, 0, 0, 1.0, 2.0, 0.4, 0.6), (0, 0, 1, 1.5, 2.5, 1.8, 0.5), (0, 1, 0, 2.0, 2.0, 0.0, 0.2),
+               (1, 0, 0, 3.0, 1.0, 0.0, 0.0)]
     steps = [{"step": i, "step_s": 9.0, "wall_s": 9.5,
-              "members": [{"replica": r, "group": g, "member": m, "forward_s": f * i, "backward_s": b * i}
-                          for r, g, m, f, b in members]} for i in (1, 2)]
+              "members": [{"replica": r, "group": g, "member": m, "forward_s": f * i, "backward_s": b * i,
+                           "hp_s": hp * i, "zero_s": zero * i} for r, g, m, f, b, hp, zero in members]}
+             for i in (1, 2)]
     config = RunConfig(model=small_model(), seq_len=128, micro_batch=2)
     log = read_run_log(write_run_log(tmp_path, make_run_log(problem, "c" * 64, plan, config, steps)))
     record = log.record("x")  # step 2 only: replica 0's slowest member (1.5 + 2.5)·2 over 2 micro-batches
     assert record.stage_s == pytest.approx((4.0, 4.0)) and record.step_s == 9.0
     assert len(predicted_rows(record.problem, record.plan)) == 3  # T_mb of each replica, then T
+    # per micro-batch in step 2, from replica 0's busiest member (most time outside its
+    # collectives): ZeRO from group 1's lone member (4 − 0.2 = 3.8, against 3 − 1.0 and
+    # 4 − 2.3), 0.4/2; HP from the busiest of the pair, member 0 (2.0 against 1.7), 0.8/2.
+    # Replica 1 (one device) spent none.
+    assert record.hp_s == pytest.approx((0.4, 0.0)) and record.zero_s == pytest.approx((0.2, 0.0))
+    assert record.collective_rows() == (("hp", 0), ("zero", 0))
+    assert len(predicted_rows(record.problem, record.plan, record.collective_rows())) == 5
     broken = log.model_dump(mode="json")
     broken["steps"][0]["members"] = broken["steps"][0]["members"][:3]
     with pytest.raises(ValueError, match="members that are not the plan's"):

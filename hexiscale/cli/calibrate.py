@@ -80,21 +80,25 @@ def prediction_table(record: RunRecord, title: str) -> Table:
     return table
 
 
-def tp_table(record: RunRecord) -> Table | None:
-    """Of each stage with TP: its TP collectives per micro-batch against the cost model's
-    T_tp (part of τ above); None when the run has none or did not record them."""
-    stages = record.tp_stages()
-    if not stages:
+COLLECTIVE_LABEL = {"tp": "TP collectives (T_tp)", "hp": "HP all-to-alls", "zero": "ZeRO-3 gathers and scatters"}
+
+
+def collectives_table(record: RunRecord) -> Table | None:
+    """Of each unit that spent time in its collectives (a TP stage; a sequence replica's HP
+    all-to-alls and ZeRO-3 collectives, as its busiest member timed them): that time per
+    micro-batch against the cost model's part of τ or T_mb above; None when there is none."""
+    rows = record.collective_rows()
+    if not rows:
         return None
-    predicted = predicted_rows(record.problem, record.plan, stages)[-len(stages):]
+    predicted = predicted_rows(record.problem, record.plan, rows)[-len(rows):]
     units = unit_rows(record.plan)
-    table = Table(title="of which TP collectives per micro-batch: measured against T_tp")
-    for column in ("unit", "devices", "measured ms", "predicted ms", "error"):
+    table = Table(title="of which collectives per micro-batch: measured against the cost model's part")
+    for column in ("unit", "devices", "collectives", "measured ms", "predicted ms", "error"):
         table.add_column(column, justify="right")
-    for i, priced in zip(stages, predicted):
-        measured = record.tp_s[i]
-        table.add_row(units[i][0], units[i][1], f"{measured * 1e3:.2f}", f"{priced * 1e3:.2f}",
-                      f"{priced / measured - 1:+.1%}")
+    for (kind, i), priced in zip(rows, predicted):
+        measured = record.collective_s(kind, i)
+        table.add_row(units[i][0], units[i][1], COLLECTIVE_LABEL[kind], f"{measured * 1e3:.2f}",
+                      f"{priced * 1e3:.2f}", f"{priced / measured - 1:+.1%}")
     return table
 
 
@@ -125,8 +129,8 @@ def print_prediction(problem, job, result) -> None:
     record = log.record(str(path))
     try:
         console.print(prediction_table(record, PREDICTION_TITLE[isinstance(record.plan, SeqPlan)]))
-        if (tp := tp_table(record)) is not None:
-            console.print(tp)
+        if (collectives := collectives_table(record)) is not None:
+            console.print(collectives)
         console.print(step_spread(log), highlight=False, soft_wrap=True)
     except (InvalidPlanError, ValueError) as exc:  # e.g. a tiny run's scaled shares break a token block
         console.print(f"note: the run's shape cannot be priced by the cost model: {exc}", highlight=False)
@@ -156,9 +160,11 @@ def calibrate(run_logs: list[Path] = typer.Argument(..., help="runlog.json files
               statistic: str = typer.Option("mean", help=STATISTIC_HELP),
               keep_undetermined: bool = typer.Option(False, help="keep a figure the runs cannot determine at its "
                                                      "logged value (and say so) instead of refusing the fit"),
-              tp_times: bool = typer.Option(False, help="also fit each TP stage's recorded collective time: the "
-                                            "intra links as the collectives took them; compute a TP rank does not "
-                                            "share then lowers η for every plan")) -> None:
+              collective_times: bool = typer.Option(
+                  False, "--collective-times", "--tp-times",
+                  help="also fit each unit's recorded collective times (a TP stage's, a sequence replica's HP "
+                       "all-to-alls and ZeRO-3 collectives): the links as the collectives took them; compute a "
+                       "TP rank does not share then lowers η for every plan")) -> None:
     """Refit η per GPU type, bandwidth and latency per link class from run logs; write the cluster."""
     writable_file(output, "--output")
     checked_statistic(statistic)
@@ -166,7 +172,7 @@ def calibrate(run_logs: list[Path] = typer.Argument(..., help="runlog.json files
     check_same_run_setup(logs)
     records = [log.record(str(path), warmup, statistic) for path, log in logs]
     try:
-        cluster, figures = refit(records, keep_undetermined=keep_undetermined, tp_times=tp_times)
+        cluster, figures = refit(records, keep_undetermined=keep_undetermined, collective_times=collective_times)
     except CalibrationError as exc:
         hint = "" if keep_undetermined else " (--keep-undetermined keeps such a figure as logged)"
         fail(f"{exc}; {output} not written{hint}")
