@@ -140,8 +140,9 @@ def print_prediction(problem, job, result) -> None:
     console.print(f"run log: {path} (for `hexiscale calibrate`)", highlight=False)
 
 
-def figures_table(figures) -> Table:
-    table = Table(title="refitted figures (least squares over every log's stage and step times)")
+def figures_table(figures, collective_times: bool = False) -> Table:
+    rows = "stage, step and collective times" if collective_times else "stage and step times"
+    table = Table(title=f"refitted figures (least squares over every log's {rows})")
     for column in ("figure", "of", "before", "after", "note"):
         table.add_column(column, justify="right")
     for f in figures:
@@ -176,7 +177,7 @@ def calibrate(run_logs: list[Path] = typer.Argument(..., help="runlog.json files
     except CalibrationError as exc:
         hint = "" if keep_undetermined else " (--keep-undetermined keeps such a figure as logged)"
         fail(f"{exc}; {output} not written{hint}")
-    console.print(figures_table(figures))
+    console.print(figures_table(figures, collective_times))
     before = np.concatenate([np.abs(errors_of(r)[2]) for r in records])
     after = np.concatenate([np.abs(errors_of(r, cluster)[2]) for r in records])
     console.print(f"|error| over {len(before)} stage and step times: mean {before.mean():.1%} → {after.mean():.1%}, "
