@@ -178,3 +178,20 @@ def test_profile_then_run_then_calibrate(tmp_path):
     log = json.loads((tmp_path / "run" / "runlog.json").read_text())
     assert log["format"] == "hexiscale.runlog/1" and len(log["steps"]) == 2
     assert np.all([s["step_s"] > 0 for s in log["steps"]])
+
+
+def test_the_run_view_pairs_each_collective_time_with_its_own_term():
+    """A sequence run timed at the figures its log names: each replica's HP and ZeRO-3 rows
+    show the measured time beside the very term it was timed as (error 0), in plan order."""
+    from hexiscale.cli.calibrate import collectives_table
+    from tests.test_calibration_fit import sequence_records
+
+    truth = cluster(0.37, 1.9, 0.6, 700, 900)
+    record = sequence_records(truth, truth, collective_times=True)[0]
+    table = collectives_table(record)
+    cells = {column.header: list(column.cells) for column in table.columns}
+    assert cells["collectives"] == ["HP all-to-alls", "ZeRO-3 gathers and scatters"]
+    assert cells["measured ms"] == [f"{record.hp_s[0] * 1e3:.2f}", f"{record.zero_s[0] * 1e3:.2f}"]
+    assert cells["predicted ms"] == cells["measured ms"] and cells["error"] == ["+0.0%", "+0.0%"]
+    assert record.hp_s[0] != record.zero_s[0]
+    assert collectives_table(record.without_collectives()) is None
