@@ -40,6 +40,9 @@ def summarize(samples, statistic: Statistic) -> float:
 # A design matrix whose smallest singular value, relative to its largest, is below this
 # cannot tell its figures apart: the fit would be noise, so it is refused.
 CONDITION_LIMIT = 1e-9
+# A figure whose standard error (from the fit's residuals) exceeds this fraction of its value
+# is not determined by the measurements: they are consistent with values from near 0 to twice it.
+UNDETERMINED = 0.5
 
 
 class CalibrationError(ValueError):
@@ -92,6 +95,20 @@ def least_squares(columns: np.ndarray, measured: np.ndarray, what: str, offset=0
     return theta
 
 
+def relative_standard_errors(weighted: np.ndarray, inverse: np.ndarray, factors: np.ndarray,
+                             target: np.ndarray, least_noise: float = 0.0) -> np.ndarray:
+    """Each factor's standard error over its value, for the weighted rows `weighted` (and
+    `target`) and `inverse` = (WᵀW)⁻¹: the residuals estimate the rows' noise (0 where the
+    fit is exact or there are no spare rows), but never below `least_noise` — 1 where each
+    row was divided by its own known standard error: then a few points that happen to line
+    up cannot claim more than their repetitions showed."""
+    rows, unknowns = weighted.shape
+    if rows <= unknowns:
+        return np.zeros(unknowns)
+    noise = max(least_noise, np.sum((weighted @ factors - target) ** 2) / (rows - unknowns))
+    return np.sqrt(noise * np.diag(inverse)) / np.abs(factors)
+
+
 def rms_relative_error(columns: np.ndarray, theta: np.ndarray, measured: np.ndarray) -> float:
     return float(np.sqrt(np.mean((columns @ theta / measured - 1.0) ** 2)))
 
@@ -99,19 +116,32 @@ def rms_relative_error(columns: np.ndarray, theta: np.ndarray, measured: np.ndar
 def fit_link(inv_bw_coef, lat_coef, measured, what: str = "link", sigma=None) -> LinkFit:
     """Fit one link class's bw and α to measured times, each row priced by a cost term whose
     regressors `term_regressors` gave; `sigma`: each time's standard error in seconds, if
-    known (weights the fit). Refuses bw ≤ 0 and α < 0."""
+    known (weights the fit). Refuses bw ≤ 0, α < 0 and a bandwidth the messages do not
+    determine (messages so small that their transfer is lost in the latency's scatter:
+    a standard error above UNDETERMINED of its value). The latency is not held to that: on a
+    fast link it is a few µs that the smallest messages may scatter about, and it is the
+    bandwidth that prices the large messages of a plan."""
     columns = np.column_stack([np.ravel(inv_bw_coef), np.ravel(lat_coef)])
     measured = np.ravel(np.asarray(measured, dtype=float))
     if len(np.unique(columns[:, 0])) < 2:
         raise CalibrationError(f"{what}: one message size cannot separate bandwidth from latency")
-    inv_bw, lat = least_squares(columns, measured, what, sigma=sigma)
+    theta = least_squares(columns, measured, what, sigma=sigma)
+    inv_bw, lat = theta
     if inv_bw <= 0:
         raise CalibrationError(f"{what}: fitted bandwidth {1 / inv_bw if inv_bw else float('inf'):g} GB/s "
                                f"is not positive")
     if lat < 0:
         raise CalibrationError(f"{what}: fitted latency {lat / US:.3g} µs is negative")
+    scale = row_scales(measured, sigma)
+    weighted = columns / scale[:, None]
+    error = relative_standard_errors(weighted, np.linalg.inv(weighted.T @ weighted), theta, measured / scale,
+                                     least_noise=0.0 if sigma is None else 1.0)[0]
+    if error > UNDETERMINED:
+        raise CalibrationError(f"{what}: fitted bandwidth {1 / inv_bw:.3g} GB/s has a standard error of "
+                               f"±{error:.0%} of its value: these message sizes cannot determine it "
+                               f"(measure larger messages)")
     return LinkFit(bw_gbps=1.0 / inv_bw, latency_us=lat / US, points=len(measured),
-                   rms_rel_error=rms_relative_error(columns, np.array([inv_bw, lat]), measured))
+                   rms_rel_error=rms_relative_error(columns, theta, measured))
 
 
 def fit_efficiency(ideal_s, measured_s, what: str = "efficiency") -> float:

@@ -25,7 +25,8 @@ from typing import Literal
 import numpy as np
 
 from planner.base import US
-from planner.calibration import CONDITION_LIMIT, CalibrationError, checked_efficiency, least_squares
+from planner.calibration import (CONDITION_LIMIT, UNDETERMINED, CalibrationError, checked_efficiency, least_squares,
+                                 relative_standard_errors)
 from planner.hardware import Cluster
 from planner.layered.plan import Plan
 from planner.layered.pricing import breakdown
@@ -39,9 +40,6 @@ LINK_CLASSES = ("intra", "inter")
 CollectiveKind = Literal["tp", "hp", "zero"]  # a TP stage's T_tp; a sequence replica's HP or ZeRO-3 part of T_mb
 ROUNDS = 4
 STEP = 1e-3  # relative move of one factor when taking a slope (the terms are piecewise linear)
-# A figure whose standard error (from the fit's residuals) exceeds this fraction of its value
-# is not determined by the records: they are consistent with values from near 0 to twice it.
-UNDETERMINED = 0.5
 # Figures whose estimates correlate beyond this with an undetermined one are tangled with it:
 # the runs only see their combination (e.g. bandwidth and latency on one message size).
 TANGLED = 0.9
@@ -252,7 +250,7 @@ def _fit_figures(records, base: Cluster, names, measured: np.ndarray, active: li
         if bad is not None:
             return theta, bad
     inverse = np.linalg.inv(weighted.T @ weighted)  # the factors' covariance, up to the rows' noise
-    errors = _relative_errors(weighted, inverse, theta[active], 1.0 - offset / measured)
+    errors = relative_standard_errors(weighted, inverse, theta[active], 1.0 - offset / measured)
     if errors.max() <= UNDETERMINED:
         return theta, None
     correlation = inverse / np.sqrt(np.outer(np.diag(inverse), np.diag(inverse)))
@@ -268,17 +266,6 @@ def _least_loaded(weighted: np.ndarray, candidates: np.ndarray, active: list[int
     (factor 1: not at the fit's, which an undetermined figure can inflate tenfold)."""
     loads = np.mean(np.abs(weighted), axis=0)
     return active[int(np.argmin(np.where(candidates, loads, np.inf)))]
-
-
-def _relative_errors(weighted: np.ndarray, inverse: np.ndarray, factors: np.ndarray,
-                     target: np.ndarray) -> np.ndarray:
-    """Each factor's standard error over its value, `inverse` = (WᵀW)⁻¹ (the residuals
-    estimate the rows' noise; 0 where the fit is exact or there are no spare rows)."""
-    rows, unknowns = weighted.shape
-    if rows <= unknowns:
-        return np.zeros(unknowns)
-    noise = np.sum((weighted @ factors - target) ** 2) / (rows - unknowns)
-    return np.sqrt(noise * np.diag(inverse)) / np.abs(factors)
 
 
 def _unphysical(base: Cluster, names: list[tuple[str, str]], theta: np.ndarray,

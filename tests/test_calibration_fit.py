@@ -70,6 +70,19 @@ def test_weighted_link_fit_trusts_the_repeatable_measurements():
     assert np.mean(weighted) < np.mean(plain) / 2
 
 
+def test_link_fit_refuses_a_bandwidth_its_messages_do_not_determine():
+    """1–64 KiB over a 1 GB/s link with α = 1 ms, times scattered by 5 %: the largest p2p
+    transfer (66 µs) is about the scatter of its time (53 µs). Here the fit lands at 1.94 GB/s
+    with a standard error (from the residuals) of ±159 %: refused, where a bandwidth the
+    times do not support would otherwise be written. With messages up to 256 MiB the same
+    noise determines it."""
+    inv_bw, lat, measured = link_rows(1.0, 1000 * US, noise=0.05, seed=4)
+    small = np.concatenate([SIZES, SIZES]) <= 2**16
+    with pytest.raises(CalibrationError, match=r"standard error of ±\d+% .*cannot determine it"):
+        fit_link(inv_bw[small], lat[small], measured[small], "small messages")
+    assert fit_link(inv_bw, lat, measured).bw_gbps == pytest.approx(1.0, rel=0.05)
+
+
 def test_weighted_link_fit_exact_on_noiseless_points():
     inv_bw, lat, truth = link_rows(2.5, 80 * US, noise=0.0)
     sigma = truth * np.random.default_rng(3).uniform(0.001, 0.3, len(truth))

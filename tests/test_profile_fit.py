@@ -9,6 +9,7 @@ import pytest
 
 from planner import cost
 from planner.base import US
+from planner.calibration import CalibrationError
 from planner.sequence.cost import exchange_time
 from planner.workload import ModelSpec
 from hexiscale.cli.profile import drift_line
@@ -108,6 +109,29 @@ def test_a_median_near_zero_does_not_outweigh_the_fit():
     assert fit.latency_us > 0 and fit.bw_gbps == pytest.approx(bw, rel=0.05)
 
 
+def test_messages_too_small_to_determine_the_bandwidth_are_refused():
+    """A profile cut at 64 KiB on a 0.8 GB/s link with α = 600 µs, each size repeated 4 times
+    with gloo's scatter (20 % under 1 MiB, 3 % above): the all-reduce fit, the one a cluster
+    file carries, cannot determine the bandwidth (its largest transfer, 82 µs, is under the
+    mean's scatter there, about 130 µs): with these draws it lands at 1.26 GB/s ± 356 %, so
+    no cluster comes of it (the CLI then writes nothing) and the reason is given. The same
+    scatter over sizes up to 16 MiB gives the bandwidth."""
+    bw, lat = 0.8, 600 * US
+    rng = np.random.default_rng(0)
+
+    def timings(top: int) -> list[LinkTiming]:
+        out = []
+        for x in (1 << k for k in range(10, top + 1)):
+            scatter = 0.20 if x < (1 << 20) else 0.03
+            times = float(cost.allreduce_time(2, x, bw, lat)) * (1 + scatter * rng.standard_normal(4))
+            out.append(LinkTiming.of(list(times), link_class="intra", op="all_reduce", ranks=2, nbytes=x))
+        return out
+
+    with pytest.raises(CalibrationError, match="cannot determine it"):
+        fit_timings(timings(16), "intra links")
+    assert fit_timings(timings(24), "intra links").bw_gbps == pytest.approx(bw, rel=0.05)
+
+
 def test_a_sequence_cluster_counts_the_model_pass_as_section_7_2_does():
     """One timed pass, two FLOP counts: §3's attention is 4·s·h per token and layer, §7.2's
     the causal pairs, 2·h·(s+1); each kind's η is the same time over its own count."""
@@ -139,3 +163,25 @@ def test_drift_is_the_rounds_spread_and_warns_past_ten_percent():
     assert "warning" not in drift_line(steady) and "6%" in drift_line(steady)
     assert "warning" in drift_line(moved) and "23%" in drift_line(moved)
     assert drift(raw) == 0.0 and "not known" in drift_line(raw)  # one round, or a file from before rounds
+
+
+def test_a_refused_profile_writes_nothing_and_says_where_the_measurements_are(tmp_path, capsys):
+    """The same refusal through the CLI's writer: exit 2, no cluster file, one line naming the
+    file, the reason, where the raw measurements stay and that --max-bytes was cut short."""
+    import typer
+
+    from hexiscale.cli.profile import write_profile
+
+    measured = result((2,))
+    small = [t for t in measured.links if t.nbytes <= 1 << 16 or t.op != "all_reduce"]
+    rng = np.random.default_rng(0)
+    noisy = tuple(LinkTiming.of(list(t.mean_s * (1 + 0.2 * rng.standard_normal(4))), link_class=t.link_class,
+                                op=t.op, ranks=t.ranks, nbytes=t.nbytes) if t.op == "all_reduce" else t for t in small)
+    cut = measured.model_copy(update={"links": noisy, "spec": measured.spec.model_copy(update={"max_bytes": 1 << 16})})
+    out, raw = tmp_path / "cluster.yaml", tmp_path / "profile.json"
+    with pytest.raises(typer.Exit) as stopped:
+        write_profile(cut, out, "x", "cpu", raw=raw)
+    assert stopped.value.exit_code == 2 and not out.exists()
+    line = " ".join(capsys.readouterr().err.split())
+    assert f"{out}: intra links:" in line and "not written" in line and str(raw) in line
+    assert "bandwidth" in line and "--max-bytes" in line

@@ -118,21 +118,35 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
     console.print(f"profiling {processes} {device} processes on {machines} simulated machine(s), shapes of model "
                   f"{spec_model.name} (seq {seq}, micro-batch {micro}), messages {spec.min_bytes}…{spec.max_bytes} B",
                   highlight=False, soft_wrap=True)
-    result = measure(spec, Path(tempfile.mkdtemp(prefix="hexiscale-profile-")))
+    folder = Path(tempfile.mkdtemp(prefix="hexiscale-profile-"))
+    result = measure(spec, folder)
     write_profile(result, output, name or f"profiled-{socket.gethostname()}", gpu_type_name(device, gpu_name),
-                  statistic, plans)
+                  statistic, plans, raw=folder / "profile.json")
+
+
+def _larger_messages_hint(result, exc: Exception) -> str:
+    """A bandwidth fit that failed on messages cut short of the default: say how to help it."""
+    from runtime.profile_launch import ProfileSpec
+
+    default = ProfileSpec.model_fields["max_bytes"].default
+    if "bandwidth" not in str(exc) or result.spec.max_bytes >= default:
+        return ""
+    return (f"; the messages went up to {result.spec.max_bytes} B only: a larger --max-bytes (default {default}) "
+            f"lets the transfer show past the latency")
 
 
 def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str = "mean",
-                  plans: str = "layered") -> None:
-    """Fit, show and write; a figure outside physical sense is refused and nothing is written."""
+                  plans: str = "layered", raw: Path | None = None) -> None:
+    """Fit, show and write; a figure outside physical sense, or one the measurements do not
+    determine, is refused and nothing is written (`raw`: where the measurements stay)."""
     from runtime.profile_fit import WRITTEN_OP_FOR, profiled_cluster
 
     try:
         cluster, reports, notes = profiled_cluster(result, name=name, gpu_name=gpu_name, what=str(output),
                                                    statistic=statistic, plans=plans)
     except (CalibrationError, ValueError) as exc:
-        fail(f"{exc}; {output} not written")
+        kept = f" (the raw measurements are in {raw})" if raw else ""
+        fail(f"{exc}; {output} not written{kept}{_larger_messages_hint(result, exc)}")
     console.print(compute_table(result, cluster.catalog[gpu_name]))
     console.print(links_table(reports))
     for note in [*notes, HONESTY if result.spec.device == "cpu" else ""]:
