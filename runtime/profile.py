@@ -267,10 +267,13 @@ def measure_link(meter: Meter, comm: Communicator, spec: ProfileSpec, link_class
     return LinkTiming.of(times, link_class=link_class, op=op, ranks=2 if op == "p2p" else group.size, nbytes=nbytes)
 
 
+LINK_OPS = ("p2p", "all_reduce", "all_to_all")  # measured per link class, each over every message size
+
+
 def link_measurements(spec: ProfileSpec, comm: Communicator) -> list[tuple[str, Group, str, int]]:
     """(class, group, operation, bytes) of every link measurement, in the order they run."""
     return [(link_class, group, op, nbytes) for link_class, group in link_groups(spec, comm).items()
-            for op in ("p2p", "all_reduce", "all_to_all") for nbytes in spec.message_sizes()]
+            for op in LINK_OPS for nbytes in spec.message_sizes()]
 
 
 def measure_links(meter: Meter, comm: Communicator, spec: ProfileSpec, progress: Progress, device,
@@ -325,7 +328,7 @@ def run(spec: ProfileSpec, rank: int) -> None:
                                                           for r in range(spec.processes)), spec.timeout_s, device)
     classes = (spec.machines[0] >= 2) + (len(spec.machines) >= 2)
     meter = Meter(spec, device)
-    progress = Progress(spec, rank, 2 + spec.rounds + len(gemm_shapes(spec)) + classes * 3 * len(spec.message_sizes()))
+    progress = Progress(spec, rank, 2 + spec.rounds + len(gemm_shapes(spec)) + classes * len(LINK_OPS) * len(spec.message_sizes()))
     timed_pass = ModelPass(spec, device)
     compute = measure_compute(meter, comm, spec, progress, device, timed_pass)
     links = measure_links(meter, comm, spec, progress, device, timed_pass)
