@@ -152,6 +152,11 @@ def run_layered(name: str, problem: Problem, plan_spec, args, out: Path) -> dict
     probe_s = probe(name, out.with_name(out.name + "-probe"))
     run_plan(problem, plan_of(batches, stages), model="problem", steps=args.steps, echo=False,
              recompute=recompute, out_dir=str(out))
+    return finished_run(name, label, recompute, out, probe_s)
+
+
+def finished_run(name: str, label: str, recompute: bool, out: Path, probe_s: float) -> dict:
+    """A run's row, read back from its run log: its steps' spread, and the probe before it."""
     log = read_run_log(out / "runlog.json")
     times = [s.step_s for s in log.steps[1:]]
     console.print(f"  ran {label}: step {statistics.median(times) * 1e3:.1f} ms median", highlight=False)
@@ -171,11 +176,7 @@ def run_sequence(name: str, cluster, args, folder: Path) -> dict:
     out = run_dir(folder, name, "sequence")
     probe_s = probe(name, out.with_name(out.name + "-probe"))
     run_plan(problem, plan, model="problem", steps=args.steps, echo=False, out_dir=str(out))
-    log = read_run_log(out / "runlog.json")
-    times = [s.step_s for s in log.steps[1:]]
-    console.print(f"  ran {label}: step {statistics.median(times) * 1e3:.1f} ms median", highlight=False)
-    return {"cluster": name, "plan": label, "recompute": True, "log": log, "source": str(out),
-            "spread": (max(times) - min(times)) / statistics.median(times), "probe_s": probe_s}
+    return finished_run(name, label, True, out, probe_s)
 
 
 def noise_floor(first: dict, args, folder: Path) -> dict:
