@@ -23,6 +23,7 @@ On CPU every backend is gloo and the vendors are labels, so all of this runs any
 
 from __future__ import annotations
 
+import os
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -32,16 +33,28 @@ import torch.distributed as dist
 
 from planner.hardware import Vendor
 from runtime.comm_types import (BridgeMeter, Group, PendingExchange, PendingSend, RankPlace, ReduceOpName,
-                                TimedCollectives, spans_vendors)
+                                TimedCollectives, Waiter, spans_vendors)
 from runtime.timing import PhaseTimer
 
 __all__ = ["BridgeMeter", "Communicator", "Group", "PendingExchange", "PendingSend", "RankPlace", "ReduceOpName",
-           "TimedCollectives", "spans_vendors"]
+           "TimedCollectives", "Waiter", "spans_vendors"]
 
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 _COMBINE = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum}
 VENDOR_ORDER = (Vendor.nvidia, Vendor.amd, Vendor.other)  # order of a mixed group's vendor parts
 BRIDGE_BACKEND = "gloo"  # DESIGN.md §8: the bridge runs over host memory
+
+
+def waits_awake(device: torch.device, world_size: int) -> bool:
+    """Whether this rank polls its waits (`Waiter`): on CPU, while the threads of this
+    host's ranks (LOCAL_WORLD_SIZE, as torchrun and the local launchers set it; else every
+    rank) fit in the cores this process may use. On a shared core a polling rank takes the
+    time slices its neighbours' compute and gloo threads need: six ranks polling on two
+    cores made the routed-collectives test time out, where asleep it takes seconds."""
+    if device.type != "cpu":
+        return False
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    return local * torch.get_num_threads() <= len(os.sched_getaffinity(0))
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,7 @@ class Communicator:
     world_group: Group | None = None  # set by `start` when the world spans vendors
     meter: BridgeMeter = field(default_factory=BridgeMeter)
     timed: list[TimedCollectives] = field(default_factory=list)  # see time_collectives
+    poll: bool = False  # wait for operations awake (see Waiter); `start` sets it on CPU
 
     @classmethod
     def start(cls, backend: str, address: str | None, port: int | str | None, rank: int, world_size: int,
@@ -71,7 +85,7 @@ class Communicator:
             backend = f"cpu:{BRIDGE_BACKEND},cuda:{backend}"
         dist.init_process_group(backend, init_method=init_method, rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout_s))
-        comm = cls(rank, world_size, tuple(places), timeout_s, device)
+        comm = cls(rank, world_size, tuple(places), timeout_s, device, poll=waits_awake(device, world_size))
         return replace(comm, world_group=comm._mixed_group(tuple(range(world_size)), None)) if mixed else comm
 
     def close(self) -> None:
@@ -85,6 +99,19 @@ class Communicator:
         adds its seconds to that phase of `timer`: {phase: (group, kinds)}."""
         self.timed[:] = [TimedCollectives(group, kinds, timer, phase) for phase, (group, kinds) in phases.items()
                          if group is not None]
+
+    @property
+    def waiter(self) -> Waiter:
+        return Waiter(self.timeout_s, self.poll)
+
+    def _call(self, collective, /, *args, **kwargs) -> None:
+        """Run one torch.distributed collective to completion; every collective of this
+        layer goes through here. Polled (CPU): posted, then awaited awake (`Waiter`).
+        Otherwise the blocking call itself, bounded by its group's timeout."""
+        if not self.poll:
+            collective(*args, **kwargs)
+            return
+        self.waiter.finish(collective(*args, async_op=True, **kwargs), f"{collective.__name__} on rank {self.rank}")
 
     def _timing(self, group: Group, kind: str) -> AbstractContextManager:
         return next((t.timer.phase(t.phase) for t in self.timed if t.group is group and kind in t.kinds),
@@ -162,14 +189,12 @@ class Communicator:
         if self.crosses(dst):
             payload = self._host(payload)
             self.meter.sent += payload.numel() * payload.element_size()
-        return PendingSend(dist.isend(payload, dst=dst, tag=tag), payload, self.timeout_s)
+        return PendingSend(dist.isend(payload, dst=dst, tag=tag), payload, dst, self.waiter)
 
     def recv(self, buffer: torch.Tensor, src: int, tag: int) -> torch.Tensor:
         """Receive into `buffer` from rank `src`, waiting at most the timeout."""
         landing = self._host(buffer) if self.crosses(src) else buffer
-        work = dist.irecv(landing, src=src, tag=tag)
-        if not work.wait(timedelta(seconds=self.timeout_s)):
-            raise TimeoutError(f"no message from rank {src} within {self.timeout_s:g} s")
+        self.waiter.finish(dist.irecv(landing, src=src, tag=tag), f"the message from rank {src}")
         return buffer if landing is buffer else buffer.copy_(landing)
 
     def exchange(self, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]],
@@ -182,21 +207,21 @@ class Communicator:
         return PendingExchange(
             sends=[self.send(tensor, dst, tag) for tensor, dst in sends],
             recvs=[(dist.irecv(landing, src=src, tag=tag), src) for landing, _, src in landings],
-            timeout_s=self.timeout_s,
+            waiter=self.waiter,
             staged=[(landing, buffer) for landing, buffer, _ in landings if landing is not buffer])
 
     # -- collectives ----------------------------------------------------------------------
     def broadcast(self, tensor: torch.Tensor, src: int, group: Group) -> torch.Tensor:
         """In place: every rank of `group` ends with rank `src`'s `tensor`."""
         if not group.parts:
-            dist.broadcast(tensor, src=src, group=self._handle(group))
+            self._call(dist.broadcast, tensor, src=src, group=self._handle(group))
             return tensor
         origin, part = group.part_of(src), group.part_of(self.rank)
         if part is origin and part.size > 1:
-            dist.broadcast(tensor, src=src, group=self._handle(part))
+            self._call(dist.broadcast, tensor, src=src, group=self._handle(part))
         self._bridge_broadcast(tensor, origin.ranks[0], group)
         if part is not origin and part.size > 1:
-            dist.broadcast(tensor, src=part.ranks[0], group=self._handle(part))
+            self._call(dist.broadcast, tensor, src=part.ranks[0], group=self._handle(part))
         return tensor
 
     def _bridge_broadcast(self, tensor: torch.Tensor, root: int, group: Group) -> None:
@@ -204,7 +229,7 @@ class Communicator:
         if self.rank not in group.bridge.ranks:
             return
         host = self._host(tensor)
-        dist.broadcast(host, src=root, group=self._handle(group.bridge))
+        self._call(dist.broadcast, host, src=root, group=self._handle(group.bridge))
         if self.rank == root:
             self.meter.sent += (group.bridge.size - 1) * host.numel() * host.element_size()
         elif host is not tensor:
@@ -214,7 +239,7 @@ class Communicator:
         """Every leader's `tensor`, in part order; each leader sends its own to every other."""
         host = self._host(tensor.contiguous())
         out = [torch.empty_like(host) for _ in group.bridge.ranks]
-        dist.all_gather(out, host, group=self._handle(group.bridge))
+        self._call(dist.all_gather, out, host, group=self._handle(group.bridge))
         self.meter.sent += (group.bridge.size - 1) * host.numel() * host.element_size()
         return [o.to(tensor.device) for o in out]
 
@@ -228,12 +253,12 @@ class Communicator:
 
     def _all_reduce(self, tensor: torch.Tensor, group: Group, op: ReduceOpName) -> torch.Tensor:
         if not group.parts:
-            dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self._handle(group))
+            self._call(dist.all_reduce, tensor, op=_REDUCE_OPS[op], group=self._handle(group))
             return tensor
         part = group.part_of(self.rank)
         leader = part.ranks[0]
         if part.size > 1:
-            dist.reduce(tensor, dst=leader, op=_REDUCE_OPS[op], group=self._handle(part))
+            self._call(dist.reduce, tensor, dst=leader, op=_REDUCE_OPS[op], group=self._handle(part))
         if self.rank == leader:
             partials = self._bridge_all_gather(tensor, group)
             combined = partials[0]
@@ -241,7 +266,7 @@ class Communicator:
                 combined = _COMBINE[op](combined, partial)
             tensor.copy_(combined)
         if part.size > 1:
-            dist.broadcast(tensor, src=leader, group=self._handle(part))
+            self._call(dist.broadcast, tensor, src=leader, group=self._handle(part))
         return tensor
 
     def all_gather(self, tensor: torch.Tensor, group: Group) -> list[torch.Tensor]:
@@ -254,18 +279,18 @@ class Communicator:
     def _all_gather(self, tensor: torch.Tensor, group: Group) -> list[torch.Tensor]:
         if not group.parts:
             out = [torch.empty_like(tensor) for _ in group.ranks]
-            dist.all_gather(out, tensor.contiguous(), group=self._handle(group))
+            self._call(dist.all_gather, out, tensor.contiguous(), group=self._handle(group))
             return out
         part = group.part_of(self.rank)
         mine = [torch.empty_like(tensor) for _ in part.ranks]
-        dist.all_gather(mine, tensor.contiguous(), group=self._handle(part))
+        self._call(dist.all_gather, mine, tensor.contiguous(), group=self._handle(part))
         blocks = dict(zip(part.ranks, mine))
         for other in group.parts:
             stacked = torch.stack(mine) if other is part else tensor.new_empty((other.size, *tensor.shape))
             self._bridge_broadcast(stacked, other.ranks[0], group)
             if other is not part:
                 if part.size > 1:
-                    dist.broadcast(stacked, src=part.ranks[0], group=self._handle(part))
+                    self._call(dist.broadcast, stacked, src=part.ranks[0], group=self._handle(part))
                 blocks.update(zip(other.ranks, stacked.unbind(0)))
         return [blocks[r] for r in group.ranks]
 
@@ -281,12 +306,12 @@ class Communicator:
         size = tensor.shape[0] // group.size
         if not group.parts:
             out = tensor.new_empty(size, *tensor.shape[1:])
-            dist.reduce_scatter_single(out, tensor.detach().contiguous(), group=self._handle(group))
+            self._call(dist.reduce_scatter_single, out, tensor.detach().contiguous(), group=self._handle(group))
             return out
         part = group.part_of(self.rank)
         total = tensor.detach().clone().contiguous()
         if part.size > 1:
-            dist.reduce(total, dst=part.ranks[0], group=self._handle(part))
+            self._call(dist.reduce, total, dst=part.ranks[0], group=self._handle(part))
         block = {r: total.narrow(0, i * size, size) for i, r in enumerate(group.ranks)}
         for other in group.parts:
             blocks = torch.cat([block[r] for r in other.ranks])
@@ -294,14 +319,14 @@ class Communicator:
                 self._bridge_reduce(blocks, other.ranks[0], group)
             if other is part:
                 if part.size > 1:
-                    dist.broadcast(blocks, src=part.ranks[0], group=self._handle(part))
+                    self._call(dist.broadcast, blocks, src=part.ranks[0], group=self._handle(part))
                 out = blocks.narrow(0, part.ranks.index(self.rank) * size, size).clone()
         return out
 
     def _bridge_reduce(self, tensor: torch.Tensor, root: int, group: Group) -> None:
         """In place at leader `root`: the sum of every leader's `tensor`, over the bridge."""
         host = self._host(tensor)
-        dist.reduce(host, dst=root, group=self._handle(group.bridge))
+        self._call(dist.reduce, host, dst=root, group=self._handle(group.bridge))
         if self.rank != root:
             self.meter.sent += host.numel() * host.element_size()
         elif host is not tensor:
@@ -318,7 +343,7 @@ class Communicator:
                              f"for {tensor.numel()} elements")
         out = tensor.new_empty(sum(recv_sizes))
         with self._timing(group, "all_to_all"):
-            dist.all_to_all_single(out, tensor.detach().contiguous(), output_split_sizes=list(recv_sizes),
+            self._call(dist.all_to_all_single, out, tensor.detach().contiguous(), output_split_sizes=list(recv_sizes),
                                    input_split_sizes=list(send_sizes), group=self._handle(group))
         return out
 
@@ -326,6 +351,6 @@ class Communicator:
         """Every rank waits for every other (over the vendor parts and the bridge when the
         world spans vendors: no single-backend barrier over both)."""
         if self.world_group is None:
-            dist.barrier()
+            self._call(dist.barrier)
         else:
             self.all_reduce(torch.zeros(1, device=self.device), self.world_group)

@@ -100,6 +100,7 @@ def _main_hidden():
 def _spawn(job_path: Path, world: int, out: Path, threads: int, echo_rank0: bool,
            failure: FailureInjection | None) -> list:
     env = {"MASTER_ADDR": "127.0.0.1", "HEXISCALE_PORT": str(free_port()), "WORLD_SIZE": str(world),
+           "LOCAL_WORLD_SIZE": str(world),  # every rank on this host (runtime.comm.waits_awake)
            "HEXISCALE_LAUNCHER_PID": str(os.getpid())}  # workers end when this process does
     ctx, procs = _context(), []
     with _main_hidden():

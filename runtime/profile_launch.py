@@ -151,7 +151,7 @@ def launch_profile(spec: ProfileSpec, folder: Path, on_progress: Callable[[dict]
     Path(spec.progress).write_text("")
     (folder / "spec.json").write_text(spec.model_dump_json())
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo_root()), os.environ.get("PYTHONPATH", "")]),
-           "HEXISCALE_PORT": str(free_port())}
+           "HEXISCALE_PORT": str(free_port()), "LOCAL_WORLD_SIZE": str(spec.processes)}  # every rank here
     procs = [subprocess.Popen([sys.executable, "-m", "runtime.profile", str(folder / "spec.json"), str(rank)],
                               env=env, cwd=repo_root(), stdout=(folder / f"rank{rank}.log").open("w"),
                               stderr=subprocess.STDOUT) for rank in range(spec.processes)]

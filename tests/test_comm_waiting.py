@@ -1,0 +1,71 @@
+"""How the communicator waits (runtime.comm_types.Waiter, runtime.comm.waits_awake): a
+polled wait ends as soon as the work is done, hands a longer one to the blocking wait with
+the rest of the timeout, and names what timed out; ranks poll only while this host's ranks'
+threads fit its cores. The work objects here are stand-ins with torch's Work interface
+(is_completed, wait(timeout) -> bool), so the timing rules are checked without a world."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+
+from runtime.comm import waits_awake
+from runtime.comm_types import SPIN_S, Waiter
+
+
+class Work:
+    """Done after `polls` calls of is_completed; `wait` records its timeout and answers
+    whether the work is done by then (never, when `never`)."""
+
+    def __init__(self, polls: int = 0, never: bool = False):
+        self.polls, self.never, self.waited = polls, never, []
+
+    def is_completed(self) -> bool:
+        self.polls -= 1
+        return not self.never and self.polls < 0
+
+    def wait(self, timeout: timedelta) -> bool:
+        self.waited.append(timeout.total_seconds())
+        return not self.never
+
+
+def test_a_polled_wait_returns_once_the_work_is_done_and_waits_once():
+    work = Work(polls=50)
+    Waiter(timeout_s=10.0, poll=True).finish(work, "x")
+    assert work.polls == -1  # polled 51 times: the 51st saw it done
+    assert len(work.waited) == 1 and work.waited[0] > 10.0 - SPIN_S - 0.5
+
+
+def test_a_long_wait_polls_for_at_most_the_spin_then_blocks_for_the_rest():
+    work = Work(never=True)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="the message from rank 3 not done within 2 s"):
+        Waiter(timeout_s=2.0, poll=True).finish(work, "the message from rank 3")
+    spun = time.monotonic() - start
+    assert SPIN_S <= spun < 1.0  # the stand-in's wait returns at once: what passed is the spin
+    assert 2.0 - spun - 0.01 <= work.waited[0] <= 2.0 - SPIN_S
+
+
+def test_an_unpolled_wait_never_asks_and_blocks_for_the_whole_timeout():
+    work = Work(polls=10**9)
+    Waiter(timeout_s=3.0).finish(work, "x")
+    assert work.polls == 10**9 and len(work.waited) == 1 and work.waited[0] == pytest.approx(3.0, abs=0.1)
+
+
+def test_ranks_poll_only_while_their_threads_fit_the_cores(monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(cores))
+    assert waits_awake(torch.device("cpu"), world_size=10 * cores)  # the host's ranks, not the world's
+    assert not waits_awake(torch.device("cuda", 0), world_size=1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(cores + 1))
+    assert not waits_awake(torch.device("cpu"), world_size=1)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert waits_awake(torch.device("cpu"), world_size=cores) and not waits_awake(torch.device("cpu"), cores + 1)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert waits_awake(torch.device("cpu"), world_size=max(cores // 2, 1)) == (cores >= 2)
+    assert not waits_awake(torch.device("cpu"), world_size=cores)
