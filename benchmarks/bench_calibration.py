@@ -1,12 +1,12 @@
 """Predicted against measured step time on this machine (DESIGN.md §9, issue 15).
 
-    .venv/bin/python benchmarks/bench_calibration.py [--max-bytes 67108864] [--steps 8] [--out FILE]
+    .venv/bin/python benchmarks/bench_calibration.py [--model medium|small] [--steps 8] [--out FILE]
 
 1. `profile` three clusters of CPU processes here, timing the problem's own model shapes:
    A = 2 processes on one machine and C = 2 machines of 1 process (1 process per core), and
    B = 2 machines of 2 processes (2 per core). Each profile's drift (its model pass's rounds'
    spread) is printed: how steady the machine was while it was measured.
-2. Run layered plans of the problem's own (small) model on each — TP sizes 1, 2, layer
+2. Run layered plans of the problem's own model (`--model`, see MODELS) on each — TP sizes 1, 2, layer
    splits, data-parallel pipelines, recompute on and off — and compare each run's measured
    step time (schedule + gradient sync, median over the steps after the first) with the cost
    model's T on the profiled cluster. Before each run a short probe times the model pass
@@ -71,7 +71,14 @@ from runtime.runlog import read_run_log  # noqa: E402
 from report_figures import draw_calibration  # noqa: E402
 
 console = Console()
-MODEL = ModelSpec(name="bench-small", layers=8, hidden=256, heads=8, kv_heads=4, ffn_hidden=688, vocab=512)
+# The problem's model, by --model. "medium" (the default): GEMMs of 128 × 512 × 1376 take
+# 2–3 ms here, so the per-operation costs no term of DESIGN.md §3 prices (a kernel's start,
+# a TP rank's unsplit norms and copies) are small beside them, as they are on GPUs at LLM
+# sizes. "small": 4× less work per operation, where those costs show (see the README).
+MODELS = {"medium": ModelSpec(name="bench-medium", layers=8, hidden=512, heads=8, kv_heads=4, ffn_hidden=1376,
+                              vocab=512),
+          "small": ModelSpec(name="bench-small", layers=8, hidden=256, heads=8, kv_heads=4, ffn_hidden=688,
+                             vocab=512)}
 TRAINING = TrainingSpec(seq_len=128, global_batch=4, micro_batch=1, recompute=False, act_bytes=4, grad_bytes=4,
                         reserved_gib=0.25)
 # per cluster: (label, recompute, batches, stages per pipeline as (devices, layers))
@@ -120,7 +127,7 @@ def profile(name: str, args, folder: Path):
     shapes: profiled at the sequence plans' s = 512 instead, the sequence rows came out
     further off (−35 % against −17 % on the same runs) — the model pass runs faster at 512
     tokens than the runtime's sequence members do at their 128–384."""
-    spec = ProfileSpec(machines=MACHINES[name], model=MODEL, seq_len=TRAINING.seq_len,
+    spec = ProfileSpec(machines=MACHINES[name], model=MODELS[args.model], seq_len=TRAINING.seq_len,
                        micro_batch=TRAINING.micro_batch, max_bytes=args.max_bytes, repeats=args.repeats)
     console.print(f"profiling cluster {name}: {spec.processes} processes on {len(spec.machines)} machine(s) …")
     result = launch_profile(spec, folder / f"profile-{name}")
@@ -133,12 +140,12 @@ def profile(name: str, args, folder: Path):
     return {"layered": fitted, "sequence": for_sequence, "drift": moved, "model_s": result.model.mean_s}
 
 
-def probe(name: str, where: Path) -> float:
+def probe(name: str, args, where: Path) -> float:
     """The machine's speed just before a run: the whole model's forward + backward timed as
     the profile times it (every process of the cluster at once), in one short burst. Its
     ratio to the profile's time says how far the machine moved between the two; no model
     sees that coming, and the "probe-scaled" column takes it out of the prediction."""
-    spec = ProfileSpec(machines=MACHINES[name], model=MODEL, seq_len=TRAINING.seq_len,
+    spec = ProfileSpec(machines=MACHINES[name], model=MODELS[args.model], seq_len=TRAINING.seq_len,
                        micro_batch=TRAINING.micro_batch, max_bytes=2048, warmup=1, repeats=4, rounds=1)
     return launch_profile(spec, where).model.mean_s
 
@@ -149,7 +156,7 @@ def run_dir(folder: Path, name: str, label: str) -> Path:
 
 def run_layered(name: str, problem: Problem, plan_spec, args, out: Path) -> dict:
     label, recompute, batches, stages = plan_spec
-    probe_s = probe(name, out.with_name(out.name + "-probe"))
+    probe_s = probe(name, args, out.with_name(out.name + "-probe"))
     run_plan(problem, plan_of(batches, stages), model="problem", steps=args.steps, echo=False,
              recompute=recompute, out_dir=str(out))
     return finished_run(name, label, recompute, out, probe_s)
@@ -165,16 +172,16 @@ def finished_run(name: str, label: str, recompute: bool, out: Path, probe_s: flo
 
 
 def run_plans(name: str, cluster, args, folder: Path) -> list[dict]:
-    problem = Problem(name="bench-calibration", cluster=cluster, model=MODEL, training=TRAINING)
+    problem = Problem(name="bench-calibration", cluster=cluster, model=MODELS[args.model], training=TRAINING)
     return [run_layered(name, problem, spec, args, run_dir(folder, name, spec[0])) for spec in PLANS[name]]
 
 
 def run_sequence(name: str, cluster, args, folder: Path) -> dict:
     """A sequence plan's run: its run log (per replica T_mb, step T) like a layered run's."""
     label, plan = SEQ_PLANS[name]
-    problem = Problem(name="bench-calibration-seq", cluster=cluster, model=MODEL, training=SEQ_TRAINING)
+    problem = Problem(name="bench-calibration-seq", cluster=cluster, model=MODELS[args.model], training=SEQ_TRAINING)
     out = run_dir(folder, name, "sequence")
-    probe_s = probe(name, out.with_name(out.name + "-probe"))
+    probe_s = probe(name, args, out.with_name(out.name + "-probe"))
     run_plan(problem, plan, model="problem", steps=args.steps, echo=False, out_dir=str(out))
     return finished_run(name, label, True, out, probe_s)
 
@@ -345,6 +352,7 @@ def main() -> None:
     parser.add_argument("--max-bytes", type=int, default=1 << 26)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--model", choices=tuple(MODELS), default="medium", help="the problem's model (see MODELS)")
     parser.add_argument("--no-sequence", action="store_true", help="skip the sequence plans' rows")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "report" / "calibration.json")
     args = parser.parse_args()
@@ -386,7 +394,7 @@ def main() -> None:
                                       for stat, (c, _) in per.items()} for n, per in
                                   ((n, p["sequence"]) for n, p in profiles.items())},
         "profile_drift": {n: p["drift"] for n, p in profiles.items()},
-        "load_average_before": load_before, "load_average_after": load_after}, indent=1))
+        "model": MODELS[args.model].model_dump(mode="json"), "load_average_before": load_before, "load_average_after": load_after}, indent=1))
     picture = draw_calibration(json.loads(args.out.read_text()), args.out.with_suffix(".png"))
     console.print(f"wrote {args.out} and {picture} (work files in {folder})", highlight=False)
 
