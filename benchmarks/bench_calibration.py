@@ -349,7 +349,7 @@ def seq_split(rows: list[dict], stat: str = "mean") -> tuple[Table, list[dict]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-bytes", type=int, default=1 << 26)
+    parser.add_argument("--max-bytes", type=int, default=1 << 28, help="largest message (profile's default)")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--model", choices=tuple(MODELS), default="medium", help="the problem's model (see MODELS)")

@@ -69,7 +69,7 @@ class Communicator:
     world_group: Group | None = None  # set by `start` when the world spans vendors
     meter: BridgeMeter = field(default_factory=BridgeMeter)
     timed: list[TimedCollectives] = field(default_factory=list)  # see time_collectives
-    poll: bool = False  # wait for operations awake (see Waiter); `start` sets it on CPU
+    poll: bool = False  # wait for operations awake (see Waiter); `start` decides (waits_awake)
 
     @classmethod
     def start(cls, backend: str, address: str | None, port: int | str | None, rank: int, world_size: int,
@@ -111,7 +111,9 @@ class Communicator:
         if not self.poll:
             collective(*args, **kwargs)
             return
-        self.waiter.finish(collective(*args, async_op=True, **kwargs), f"{collective.__name__} on rank {self.rank}")
+        work = collective(*args, async_op=True, **kwargs)
+        if work is not None:  # None: this rank is not in the group, and torch did nothing
+            self.waiter.finish(work, f"{collective.__name__} on rank {self.rank}")
 
     def _timing(self, group: Group, kind: str) -> AbstractContextManager:
         return next((t.timer.phase(t.phase) for t in self.timed if t.group is group and kind in t.kinds),
