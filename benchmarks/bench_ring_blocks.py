@@ -14,7 +14,6 @@ pairs the kernels compute against the causal pairs s(s+1)/2 the cost model price
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -24,6 +23,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_timing import call_seconds  # noqa: E402
 from planner.sequence.plan import SeqPlan  # noqa: E402
 from runtime.sequence.blocks import BlockShape, attend, attend_backward, causal_bias  # noqa: E402
 from runtime.sequence.layout import seq_rank_layout  # noqa: E402
@@ -53,13 +53,7 @@ def block_seconds(shape: BlockShape, q, k, v, repeats: int) -> float:
         merged_out[:, :, shape.rows], merged_lse[:, :, shape.rows] = out, lse
         attend_backward("flash_cpu", shape, grad, q, k, v, merged_out, merged_lse)
 
-    once()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        once()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(call_seconds(once, repeats))
 
 
 def ring_row(seq_len: int, groups: int, repeats: int) -> dict:

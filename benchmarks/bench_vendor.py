@@ -18,7 +18,6 @@ import argparse
 import multiprocessing
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -26,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from bench_timing import call_seconds  # noqa: E402
 from planner.base import format_seconds  # noqa: E402
 from planner.hardware import Cluster, Vendor  # noqa: E402
 from planner.io import bundled_names, load_problem  # noqa: E402
@@ -43,13 +43,7 @@ REPEAT = 7
 
 def _timed(fn, repeat: int = REPEAT) -> float:
     """Median seconds of `fn` over `repeat` calls after one warm-up."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(call_seconds(fn, repeat))
 
 
 def _measure_worker(rank: int, port: int, sizes: list[int], out) -> None:
