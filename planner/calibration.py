@@ -49,6 +49,11 @@ class CalibrationError(ValueError):
     """A fit that cannot be made, or whose result makes no physical sense."""
 
 
+class BandwidthError(CalibrationError):
+    """A link's bandwidth that its messages do not determine, or that comes out not positive:
+    the transfer is lost in the latency, and larger messages would show it."""
+
+
 class LinkFit(Frozen):
     """`time = x/bw + α` of one link class, as fitted."""
 
@@ -124,11 +129,11 @@ def fit_link(inv_bw_coef, lat_coef, measured, what: str = "link", sigma=None) ->
     columns = np.column_stack([np.ravel(inv_bw_coef), np.ravel(lat_coef)])
     measured = np.ravel(np.asarray(measured, dtype=float))
     if len(np.unique(columns[:, 0])) < 2:
-        raise CalibrationError(f"{what}: one message size cannot separate bandwidth from latency")
+        raise BandwidthError(f"{what}: one message size cannot separate bandwidth from latency")
     theta = least_squares(columns, measured, what, sigma=sigma)
     inv_bw, lat = theta
     if inv_bw <= 0:
-        raise CalibrationError(f"{what}: fitted bandwidth {1 / inv_bw if inv_bw else float('inf'):g} GB/s "
+        raise BandwidthError(f"{what}: fitted bandwidth {1 / inv_bw if inv_bw else float('inf'):g} GB/s "
                                f"is not positive")
     if lat < 0:
         raise CalibrationError(f"{what}: fitted latency {lat / US:.3g} µs is negative")
@@ -137,7 +142,7 @@ def fit_link(inv_bw_coef, lat_coef, measured, what: str = "link", sigma=None) ->
     error = relative_standard_errors(weighted, np.linalg.inv(weighted.T @ weighted), theta, measured / scale,
                                      least_noise=0.0 if sigma is None else 1.0)[0]
     if error > UNDETERMINED:
-        raise CalibrationError(f"{what}: fitted bandwidth {1 / inv_bw:.3g} GB/s has a standard error of "
+        raise BandwidthError(f"{what}: fitted bandwidth {1 / inv_bw:.3g} GB/s has a standard error of "
                                f"±{error:.0%} of its value: these message sizes cannot determine it "
                                f"(measure larger messages)")
     return LinkFit(bw_gbps=1.0 / inv_bw, latency_us=lat / US, points=len(measured),

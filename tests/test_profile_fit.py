@@ -185,3 +185,17 @@ def test_a_refused_profile_writes_nothing_and_says_where_the_measurements_are(tm
     line = " ".join(capsys.readouterr().err.split())
     assert f"{out}: intra links:" in line and "not written" in line and str(raw) in line
     assert "bandwidth" in line and "--max-bytes" in line
+
+
+def test_the_max_bytes_hint_follows_the_kind_of_refusal_not_its_words():
+    """Only a bandwidth the messages could not determine asks for larger messages; another
+    refusal that happens to name a bandwidth does not, and neither does a full-size profile."""
+    from hexiscale.cli.profile import _larger_messages_hint
+    from planner.calibration import BandwidthError, CalibrationError
+
+    measured = result((2,))
+    cut = measured.model_copy(update={"spec": measured.spec.model_copy(update={"max_bytes": 1 << 16})})
+    assert "--max-bytes" in _larger_messages_hint(cut, BandwidthError("intra links: ±80%"))
+    assert _larger_messages_hint(cut, CalibrationError("bandwidth of another cluster")) == ""
+    full = measured.model_copy(update={"spec": measured.spec.model_copy(update={"max_bytes": 1 << 28})})
+    assert _larger_messages_hint(full, BandwidthError("intra links: ±80%")) == ""

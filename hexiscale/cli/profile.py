@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hexiscale.cli.app import STATISTIC_HELP, app, checked_statistic, console, fail, friendly_errors, writable_file
-from planner.calibration import CalibrationError
+from planner.calibration import BandwidthError, CalibrationError
 from planner.io import load_model, load_problem
 
 EXIT_PROFILE_FAILED = 1
@@ -129,7 +129,7 @@ def _larger_messages_hint(result, exc: Exception) -> str:
     from runtime.profile_launch import ProfileSpec
 
     default = ProfileSpec.model_fields["max_bytes"].default
-    if "bandwidth" not in str(exc) or result.spec.max_bytes >= default:
+    if not isinstance(exc, BandwidthError) or result.spec.max_bytes >= default:
         return ""
     return (f"; the messages went up to {result.spec.max_bytes} B only: a larger --max-bytes (default {default}) "
             f"lets the transfer show past the latency")
