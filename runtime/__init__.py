@@ -9,7 +9,8 @@ owner of torch.distributed — sends, receives, collectives, group creation — 
 rank's machine and vendor), kinds (the runtime of each plan kind, by the planner's kind
 name), model (parameter catalogue, deterministic init, reference model), tp (Megatron-style
 tensor-parallel autograd functions over the communicator), data (synthetic stream, byte-level
-corpus), worker (per-rank entry), launch (local processes, torchrun commands), reference
+corpus), worker (per-rank entry), launch (local processes, torchrun commands), host (this host's
+cores: whether its ranks share them), reference
 (one-process training for equivalence checks), failure (test-only failure injection),
 checkpoint / checkpoint_io / resume (plan-independent checkpoints), elastic (re-plan and
 restart after a lost rank).

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from planner.hardware import Vendor
 from runtime.comm_types import (BridgeMeter, Group, PendingExchange, PendingSend, RankPlace, ReduceOpName,
                                 TimedCollectives, Waiter, spans_vendors)
+from runtime.host import threads_fit
 from runtime.timing import PhaseTimer
 
 __all__ = ["BridgeMeter", "Communicator", "Group", "PendingExchange", "PendingSend", "RankPlace", "ReduceOpName",
@@ -54,7 +55,7 @@ def waits_awake(device: torch.device, world_size: int) -> bool:
     if device.type != "cpu":
         return False
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    return local * torch.get_num_threads() <= len(os.sched_getaffinity(0))
+    return threads_fit(local, torch.get_num_threads())
 
 
 @dataclass(frozen=True)

@@ -148,9 +148,13 @@ def test_profile_bad_options(tmp_path):
         one_error_line(invoke("profile", "-o", out, "--device", "cuda"), "--device cuda", "no CUDA")
 
 
-def test_profile_then_run_then_calibrate(tmp_path):
+def test_profile_then_run_then_calibrate(tmp_path, monkeypatch):
     """A real, tiny profile (2 processes, 2 simulated machines, small messages) writes a cluster
-    the planner reads; a run on it prints predicted against measured and writes its run log."""
+    the planner reads; a run on it prints predicted against measured and writes its run log.
+    Both say when their processes share cores (the CLI is told this host has 1)."""
+    import runtime.host
+
+    monkeypatch.setattr(runtime.host, "usable_cores", lambda: 1)
     out = tmp_path / "profiled.yaml"
     # messages up to 4 MiB: milliseconds of transfer, so the bandwidth term stands out of the
     # latency even on loaded shared cores (the fastest repetition counts)
@@ -164,6 +168,7 @@ def test_profile_then_run_then_calibrate(tmp_path):
     raw = json.loads(out.with_suffix(".profile.json").read_text())
     assert {(t["link_class"], t["op"]) for t in raw["links"]} == {("inter", op) for op in ("p2p", "all_reduce", "all_to_all")}
     assert "intra links not measured" in result.output and "loopback" in result.output
+    assert "2 processes of 1 thread share 1 core" in " ".join(result.output.split())
     assert len(raw["model_rounds"]) == 4 and "drift: the model pass's 4 rounds" in result.output
     assert raw["model"]["mean_s"] == pytest.approx(np.mean(raw["model_rounds"]))  # one repeat per round
     problem = tmp_path / "p.yaml"
@@ -174,6 +179,7 @@ def test_profile_then_run_then_calibrate(tmp_path):
     ran = invoke("run", str(problem), str(plan), "--model", "problem", "--steps", "2", "--out", str(tmp_path / "run"))
     assert ran.exit_code == 0, ran.output
     assert "predicted" in ran.output and "step" in ran.output
+    assert "2 processes of 1 thread share 1 core" in " ".join(ran.output.split())
     assert "1 step after warm-up, so its noise is not known" in ran.output  # 2 steps, the first left out
     log = json.loads((tmp_path / "run" / "runlog.json").read_text())
     assert log["format"] == "hexiscale.runlog/1" and len(log["steps"]) == 2

@@ -69,3 +69,15 @@ def test_ranks_poll_only_while_their_threads_fit_the_cores(monkeypatch):
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     assert waits_awake(torch.device("cpu"), world_size=max(cores // 2, 1)) == (cores >= 2)
     assert not waits_awake(torch.device("cpu"), world_size=cores)
+
+
+def test_ranks_that_outnumber_the_cores_are_said_to_share_them():
+    """runtime.host: the rule waits_awake and the CLI's note share, at cores given explicitly."""
+    from runtime.host import shared_cores_note, threads_fit
+
+    assert threads_fit(2, 1, cores=2) and threads_fit(1, 2, cores=2)
+    assert not threads_fit(4, 1, cores=2) and not threads_fit(2, 2, cores=2)
+    assert shared_cores_note(2, 1, cores=2) == ""
+    note = shared_cores_note(4, 1, cores=2)
+    assert note.startswith("4 processes of 1 thread share 2 cores (2 per core)") and "How close" in note
+    assert shared_cores_note(3, 2, cores=4).startswith("3 processes of 2 threads share 4 cores (1.5 per core)")

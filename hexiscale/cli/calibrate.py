@@ -17,6 +17,7 @@ from planner.calibration import CalibrationError
 from planner.calibration_runs import RunRecord, predicted_rows, refit
 from planner.sequence.plan import SeqPlan
 from planner.violations import InvalidPlanError
+from runtime.host import shared_cores_note
 from runtime.profile_launch import Repeated  # the mean's standard error, as profile's repetitions have it
 from runtime.runlog import RunLog, log_run, read_run_log
 
@@ -134,6 +135,8 @@ def print_prediction(problem, job, result) -> None:
         console.print(step_spread(log), highlight=False, soft_wrap=True)
     except (InvalidPlanError, ValueError) as exc:  # e.g. a tiny run's scaled shares break a token block
         console.print(f"note: the run's shape cannot be priced by the cost model: {exc}", highlight=False)
+    if job.config.backend == "gloo" and (shared := shared_cores_note(len(job.plan.devices))):
+        console.print(f"note: {shared}", highlight=False, soft_wrap=True)
     if not any(g.name in {m.gpu for m in problem.cluster.machines} for g in problem.cluster.gpu_types):
         console.print("note: the cluster's figures are catalog values, not this machine's: run "
                       "`hexiscale profile` and plan on its cluster to compare like with like", highlight=False)

@@ -16,6 +16,7 @@ from rich.table import Table
 from hexiscale.cli.app import STATISTIC_HELP, app, checked_statistic, console, fail, friendly_errors, writable_file
 from planner.calibration import BandwidthError, CalibrationError
 from planner.io import load_model, load_problem
+from runtime.host import shared_cores_note
 
 EXIT_PROFILE_FAILED = 1
 HONESTY = ("one host: 'inter' links join processes of simulated machines; on CPU every pair of processes "
@@ -149,7 +150,9 @@ def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str
         fail(f"{exc}; {output} not written{kept}{_larger_messages_hint(result, exc)}")
     console.print(compute_table(result, cluster.catalog[gpu_name]))
     console.print(links_table(reports))
-    for note in [*notes, HONESTY if result.spec.device == "cpu" else ""]:
+    cpu = result.spec.device == "cpu"
+    shared = shared_cores_note(result.spec.processes, result.spec.threads) if cpu else ""
+    for note in [*notes, HONESTY if cpu else "", shared]:
         if note:
             console.print(f"note: {note}", highlight=False, soft_wrap=True)
     console.print(f"repeatability: compute (max − min)/median {result.compute_spread:.1%} (median over the "
