@@ -46,13 +46,14 @@ VENDOR_ORDER = (Vendor.nvidia, Vendor.amd, Vendor.other)  # order of a mixed gro
 BRIDGE_BACKEND = "gloo"  # DESIGN.md §8: the bridge runs over host memory
 
 
-def waits_awake(device: torch.device, world_size: int) -> bool:
+def waits_awake(device: torch.device, world_size: int, wait: str = "auto") -> bool:
     """Whether this rank polls its waits (`Waiter`): on CPU, while the threads of this
     host's ranks (LOCAL_WORLD_SIZE, as torchrun and the local launchers set it; else every
     rank) fit in the cores this process may use. On a shared core a polling rank takes the
     time slices its neighbours' compute and gloo threads need: six ranks polling on two
-    cores made the routed-collectives test time out, where asleep it takes seconds."""
-    if device.type != "cpu":
+    cores made the routed-collectives test time out, where asleep it takes seconds.
+    `wait` "asleep" (RunConfig.wait): never, for cores shared with other work on purpose."""
+    if device.type != "cpu" or wait == "asleep":
         return False
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     return threads_fit(local, torch.get_num_threads())
@@ -74,19 +75,21 @@ class Communicator:
 
     @classmethod
     def start(cls, backend: str, address: str | None, port: int | str | None, rank: int, world_size: int,
-              places: tuple[RankPlace, ...], timeout_s: float, device: torch.device) -> Communicator:
+              places: tuple[RankPlace, ...], timeout_s: float, device: torch.device,
+              wait: str = "auto") -> Communicator:
         """Join the world (every rank calls this once, before any other operation): through
         a store at tcp://address:port (rank 0 hosts it), or, with `port` None, through the
         `env://` rendezvous (MASTER_ADDR/MASTER_PORT; under torchrun, the agent's store).
         A world over both vendors gets gloo beside nccl (bridge tensors are on the host) and
-        its vendor parts and bridge, made here so that every rank makes them first."""
+        its vendor parts and bridge, made here so that every rank makes them first. `wait`:
+        see waits_awake ("asleep": never poll)."""
         init_method = "env://" if port is None else f"tcp://{address}:{port}"
         mixed = spans_vendors(p.vendor for p in places)
         if mixed and backend != BRIDGE_BACKEND:
             backend = f"cpu:{BRIDGE_BACKEND},cuda:{backend}"
         dist.init_process_group(backend, init_method=init_method, rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout_s))
-        comm = cls(rank, world_size, tuple(places), timeout_s, device, poll=waits_awake(device, world_size))
+        comm = cls(rank, world_size, tuple(places), timeout_s, device, poll=waits_awake(device, world_size, wait))
         return replace(comm, world_group=comm._mixed_group(tuple(range(world_size)), None)) if mixed else comm
 
     def close(self) -> None:

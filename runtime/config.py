@@ -18,6 +18,9 @@ from planner.workload import ModelSpec, ScheduleName
 
 BYTE_VOCAB = 256
 DataName = Literal["synthetic", "corpus"]
+# How a rank waits for an operation on CPU (runtime.comm_types.Waiter): "auto" polls while the
+# host's ranks fit its cores; "asleep" never polls (cores shared with other work on purpose).
+WaitName = Literal["auto", "asleep"]
 Backend = Literal["gloo", "nccl"]
 
 
@@ -35,6 +38,7 @@ class RunConfig(Frozen):
     seed: int = Field(default=0, ge=0, description="seeds weights and data")
     backend: Backend = Field(default="gloo", description="torch.distributed backend")
     timeout_s: float = Field(default=60, gt=0, description="bound on any collective's wait")
+    wait: WaitName = Field(default="auto", description="CPU waits: auto (awake while ranks fit the cores) | asleep")
     check_replicas: bool = Field(default=True, description="check replica equality after the last step")
     out_dir: str = Field(default="", description="folder for metrics and parameter shards")
     dump_params: bool = Field(default=False, description="write every rank's shards to out_dir")

@@ -109,7 +109,7 @@ def run_rank(job: Job, kind_worker: ModuleType, rank: int, world_size: int) -> N
     config = job.config
     comm = Communicator.start(config.backend, os.environ.get("MASTER_ADDR"), os.environ.get("HEXISCALE_PORT"),
                               rank, world_size, kind_worker.rank_places(job), config.timeout_s,
-                              rank_device(config.backend))
+                              rank_device(config.backend), wait=config.wait)
     kind_worker.train(job, comm)
     comm.close()
 

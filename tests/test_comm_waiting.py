@@ -69,6 +69,8 @@ def test_ranks_poll_only_while_their_threads_fit_the_cores(monkeypatch):
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     assert waits_awake(torch.device("cpu"), world_size=max(cores // 2, 1)) == (cores >= 2)
     assert not waits_awake(torch.device("cpu"), world_size=cores)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert waits_awake(torch.device("cpu"), world_size=1) and not waits_awake(torch.device("cpu"), 1, wait="asleep")
 
 
 def test_ranks_that_outnumber_the_cores_are_said_to_share_them():

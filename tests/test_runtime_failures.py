@@ -143,6 +143,7 @@ def test_cli_schedule_defaults_to_the_problems_and_an_override_gets_a_note(tmp_p
     (["--data", "foo"], "--data: Input should be 'synthetic' or 'corpus'"),
     (["--lr", "-1"], "--lr: Input should be greater than 0"),
     (["--backend", "foo"], "--backend: Input should be 'gloo' or 'nccl'"),
+    (["--wait", "spin"], "--wait: Input should be 'auto' or 'asleep'"),
 ])
 def test_cli_bad_run_settings_name_the_option_in_one_line(option, expected):
     result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", *option])
@@ -171,3 +172,11 @@ def test_cli_a_plan_for_another_problem_needs_force(tmp_path):
     forced = CliRunner().invoke(app, ["run", "tiny-4-tiny-mha", "demo-tiny", "--torchrun", "--force",
                                       "--out", str(tmp_path)])
     assert "--force" not in forced.output
+
+
+def test_cli_wait_asleep_reaches_the_job_and_runs(tmp_path):
+    """--wait asleep is a run setting every rank reads from the job (runtime.comm.waits_awake)."""
+    result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--wait", "asleep", "--steps", "1",
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert Job.model_validate_json((tmp_path / "job.json").read_text()).config.wait == "asleep"

@@ -22,7 +22,7 @@ EXIT_RUN_FAILED = 1
 # the run setting each option sets (RunConfig's field names), to name the option in errors
 OPTION_OF_SETTING = {"steps": "--steps", "schedule": "--schedule", "recompute": "--recompute",
                      "data": "--data", "seq_len": "--seq-len", "lr": "--lr", "seed": "--seed",
-                     "timeout_s": "--timeout", "backend": "--backend", "out_dir": "--out",
+                     "timeout_s": "--timeout", "wait": "--wait", "backend": "--backend", "out_dir": "--out",
                      "micro_batch": "the problem's training.micro_batch", "save_every": "--save-every",
                      "checkpoint_dir": "--checkpoint-dir"}
 
@@ -121,6 +121,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         lr: float = typer.Option(1e-3, help="AdamW learning rate"),
         seed: int = typer.Option(0, min=0, help="seeds weights and data"),
         timeout: float = typer.Option(60.0, help="seconds any rank waits on a peer before giving up"),
+        wait: str = typer.Option("auto", help="CPU: auto (wait awake while the ranks fit the cores) | asleep"),
         backend: str = typer.Option("gloo", help="gloo (CPU) | nccl (CUDA)"),
         torchrun: bool = typer.Option(False, help="print torchrun commands for several machines instead"),
         master_addr: str = typer.Option("127.0.0.1", help="torchrun: address of machine 0"),
@@ -141,7 +142,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         fail(f"--model must be tiny or problem, got {model!r}")
     check_backend(backend, torchrun)
     settings = {"steps": steps, "data": data, "lr": lr, "seed": seed,
-                "timeout_s": timeout, "backend": backend, "out_dir": str(out) if out else "",
+                "timeout_s": timeout, "wait": wait, "backend": backend, "out_dir": str(out) if out else "",
                 "checkpoint_dir": str(checkpoint_dir or ""), "save_every": save_every}
     settings.update({k: v for k, v in (("recompute", recompute), ("seq_len", seq_len), ("schedule", schedule))
                      if v is not None})
