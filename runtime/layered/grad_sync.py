@@ -17,6 +17,7 @@ import torch
 from runtime.comm import Communicator, Group, ReduceOpName
 from runtime.layered.groups import RankGroups
 from runtime.layered.stage import StageModel
+from runtime.packing import PackBuffers, unpack
 
 
 def _chunk_views(model: StageModel, groups: RankGroups, grads: bool) -> dict[tuple[int, ...], list[torch.Tensor]]:
@@ -50,21 +51,18 @@ def _all_reduce_views(comm: Communicator, views: list[torch.Tensor], group: Grou
     return list(flat.split([v.numel() for v in views]))
 
 
-def sync_gradients(comm: Communicator, model: StageModel, groups: RankGroups) -> None:
-    """Sum every gradient across pipelines (one call per step, after accumulation)."""
+def sync_gradients(comm: Communicator, model: StageModel, groups: RankGroups, buffers: PackBuffers) -> None:
+    """Sum every gradient across pipelines (one call per step, after accumulation), packed
+    into `buffers` (kept between steps)."""
     if groups.layout.num_pipelines == 1:
         return
     views = _chunk_views(model, groups, grads=True)
     for key in groups.layout.dp_group_keys():
         if key in views:
-            for view, summed in zip(views[key], _all_reduce_views(comm, views[key], groups.dp[key])):
-                view.copy_(summed.view_as(view))
+            unpack(comm.all_reduce(buffers.pack(key, views[key]), groups.dp[key]), views[key])
     if groups.tp is not None:
         replicated = _replicated(model, grads=True)
-        flat = torch.cat([g.reshape(-1) for g in replicated])
-        comm.broadcast(flat, groups.stage.leader, groups.tp)
-        for grad, value in zip(replicated, flat.split([g.numel() for g in replicated])):
-            grad.copy_(value.view_as(grad))
+        unpack(comm.broadcast(buffers.pack("replicated", replicated), groups.stage.leader, groups.tp), replicated)
 
 
 def replicas_identical(comm: Communicator, model: StageModel, groups: RankGroups) -> bool:

@@ -26,6 +26,7 @@ from runtime.layered.groups import RankGroups, create_groups
 from runtime.layered.layout import RankLayout, rank_layout
 from runtime.layered.schedule import StageLink, StepRunner
 from runtime.layered.stage import StageModel
+from runtime.packing import PackBuffers
 from runtime.timing import STAGE_PHASES, STEP, SYNC, TP, TP_KINDS, PhaseTimer, device_synchronizer
 
 STEPS_FILE = "steps.jsonl"
@@ -113,6 +114,7 @@ def train(job: Job, comm: Communicator) -> None:
     shape = (config.micro_batch, config.seq_len, config.model.hidden)
     schedule, failure, history = get_schedule(config.schedule), FailureInjection.from_env(), []
     first = start_checkpoints(job, comm, model, optimizer, groups)
+    buffers = PackBuffers()  # the gradient sync's, kept between steps
     for step in range(first, config.steps):
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
@@ -127,7 +129,7 @@ def train(job: Job, comm: Communicator) -> None:
         with timer.phase(STEP):  # what the cost model's T prices: the schedule and the sync
             runner.run(schedule)
             with timer.phase(SYNC):
-                sync_gradients(comm, model, groups)
+                sync_gradients(comm, model, groups, buffers)
         optimizer.step()
         metrics = step_metrics(comm, runner, groups, comm.meter.sent - bridge_start)
         history.append(report_step(step, config, layout, metrics, time.perf_counter() - start,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from runtime.comm import Communicator
+from runtime.packing import PackBuffers, unpack
 from runtime.sequence.groups import SeqGroups
 from runtime.sequence.shards import Segment, sync_group_keys
 from runtime.sequence.zero import ZeroStates
@@ -32,18 +33,16 @@ def _packed(tensors: list[torch.Tensor], pieces) -> torch.Tensor:
     return torch.cat([tensors[unit][start:stop] for unit, start, stop in pieces])
 
 
-def sync_gradients(comm: Communicator, groups: SeqGroups, states: ZeroStates, segments: list[Segment]) -> None:
-    """Sum every gradient block over the replicas (in place)."""
+def sync_gradients(comm: Communicator, groups: SeqGroups, states: ZeroStates, segments: list[Segment],
+                   buffers: PackBuffers) -> None:
+    """Sum every gradient block over the replicas (in place), packed into `buffers` (kept
+    between steps)."""
     grads = [block.grad for block in states.blocks]
     for owners in sync_group_keys(segments):
         if owners not in groups.sync:
             continue
-        pieces = _local_pieces(states, segments, owners)
-        summed = comm.all_reduce(_packed(grads, pieces), groups.sync[owners])
-        offset = 0
-        for unit, start, stop in pieces:
-            grads[unit][start:stop] = summed[offset:offset + stop - start]
-            offset += stop - start
+        views = [grads[unit][start:stop] for unit, start, stop in _local_pieces(states, segments, owners)]
+        unpack(comm.all_reduce(buffers.pack(owners, views), groups.sync[owners]), views)
 
 
 def replicas_identical(comm: Communicator, groups: SeqGroups, states: ZeroStates, segments: list[Segment]) -> bool:

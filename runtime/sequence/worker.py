@@ -26,6 +26,7 @@ from runtime.config import Job, RunConfig
 from runtime.data import BatchLoader, make_source
 from runtime.errors import ConfigError
 from runtime.failure import FailureInjection
+from runtime.packing import PackBuffers
 from runtime.sequence.checkpoint import build_manifest, load_rank, rank_tensors
 from runtime.sequence.attention import AttentionContext, sequence_attention
 from runtime.sequence.groups import SeqGroups, create_groups
@@ -129,6 +130,7 @@ class Member:
                                            weight_decay=config.weight_decay, foreach=False)
         self.loader = BatchLoader(make_source(config.data, config.model.vocab, config.seed), config.seq_len)
         self.global_batch = job.plan.global_batch
+        self.buffers = PackBuffers()  # the gradient sync's, kept between steps
         self.setup_mib = current_mib(comm.device)  # model, optimizer, groups: before any step
 
     def micro_batches(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -162,7 +164,7 @@ class Member:
             loss.backward()
             forward_s, backward_s = forward_s + middle - start, backward_s + time.perf_counter() - middle
             loss_sum += loss.item()
-        sync_gradients(self.comm, self.groups, self.states, self.segments)
+        sync_gradients(self.comm, self.groups, self.states, self.segments, self.buffers)
         step_s = time.perf_counter() - step_start
         self.optimizer.step()
         peak = memory_mib(self.comm.device) - self.setup_mib
