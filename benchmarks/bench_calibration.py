@@ -54,7 +54,7 @@ import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from planner.calibration import summarize  # noqa: E402
+from planner.calibration import CalibrationError, summarize  # noqa: E402
 from planner.calibration_runs import predicted_rows, refit, scaled_cluster  # noqa: E402
 from planner.layered.plan import Pipeline, Plan, Stage  # noqa: E402
 from planner.layered.pricing import breakdown  # noqa: E402
@@ -121,7 +121,25 @@ def plan_of(batches, stages) -> Plan:
                                 for b, pipe in zip(batches, stages)))
 
 
-def profile(name: str, args, folder: Path):
+def profile(name: str, args, folder: Path) -> dict | None:
+    """`profile_once`, again when its fit is refused (a figure outside physical sense, or one
+    its measurements do not determine: on these shared cores, a noisy stretch); each refusal
+    is printed and kept in the result ("refused"). None when every try was refused: the
+    cluster's rows are left out, and the report says why."""
+    refused = []
+    for attempt in range(PROFILE_TRIES):
+        try:
+            return {**profile_once(name, args, folder / f"try{attempt}"), "refused": refused}
+        except CalibrationError as exc:
+            console.print(f"  cluster {name}: profile refused ({exc})", highlight=False)
+            refused.append(str(exc))
+    return None
+
+
+PROFILE_TRIES = 2
+
+
+def profile_once(name: str, args, folder: Path):
     """The raw measurements of one cluster, and its cluster files under each statistic: for
     layered plans, and for sequence plans (`--for sequence`). Both at the layered plans'
     shapes: profiled at the sequence plans' s = 512 instead, the sequence rows came out
@@ -347,6 +365,26 @@ def seq_split(rows: list[dict], stat: str = "mean") -> tuple[Table, list[dict]]:
     return table, out
 
 
+def profile_and_run(args, folder: Path) -> tuple[list[dict], dict, list[dict], dict]:
+    """Each cluster profiled, then its plans run: (layered rows, profiles, sequence rows, the
+    refusals per cluster). A cluster whose every profile was refused is left out; cluster A
+    cannot be (the noise floor is its first plan run twice)."""
+    rows, profiles, sequence, refused = [], {}, [], {}
+    for name in PLANS:
+        measured = profile(name, args, folder)
+        if measured is None:
+            refused[name] = f"all {PROFILE_TRIES} profiles refused"
+            if name == "A":
+                sys.exit(f"cluster A: {refused[name]} (work files in {folder})")
+            continue
+        profiles[name] = measured
+        refused.update({name: measured["refused"]} if measured["refused"] else {})
+        rows += run_plans(name, profiles[name]["layered"]["median"][0], args, folder)
+        if name in SEQ_PLANS and not args.no_sequence:
+            sequence.append(run_sequence(name, profiles[name]["layered"]["median"][0], args, folder))
+    return rows, profiles, sequence, refused
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-bytes", type=int, default=1 << 28, help="largest message (profile's default)")
@@ -358,12 +396,7 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-calibration-"))
     load_before = os.getloadavg()
-    rows, profiles, sequence = [], {}, []
-    for name in PLANS:
-        profiles[name] = profile(name, args, folder)
-        rows += run_plans(name, profiles[name]["layered"]["median"][0], args, folder)
-        if name in SEQ_PLANS and not args.no_sequence:
-            sequence.append(run_sequence(name, profiles[name]["layered"]["median"][0], args, folder))
+    rows, profiles, sequence, refused = profile_and_run(args, folder)
     floor = noise_floor(rows[0], args, folder)
     rows += sequence
     for stat in STATS:
@@ -393,7 +426,7 @@ def main() -> None:
         "clusters_for_sequence": {n: {stat: c.model_dump(mode="json", exclude_defaults=True)
                                       for stat, (c, _) in per.items()} for n, per in
                                   ((n, p["sequence"]) for n, p in profiles.items())},
-        "profile_drift": {n: p["drift"] for n, p in profiles.items()},
+        "profile_drift": {n: p["drift"] for n, p in profiles.items()}, "refused_profiles": refused,
         "model": MODELS[args.model].model_dump(mode="json"), "load_average_before": load_before, "load_average_after": load_after}, indent=1))
     picture = draw_calibration(json.loads(args.out.read_text()), args.out.with_suffix(".png"))
     console.print(f"wrote {args.out} and {picture} (work files in {folder})", highlight=False)
