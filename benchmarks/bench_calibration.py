@@ -5,7 +5,9 @@
 1. `profile` three clusters of CPU processes here, timing the problem's own model shapes:
    A = 2 processes on one machine and C = 2 machines of 1 process (1 process per core), and
    B = 2 machines of 2 processes (2 per core). Each profile's drift (its model pass's rounds'
-   spread) is printed: how steady the machine was while it was measured.
+   spread) is printed: how steady the machine was while it was measured. A profile whose fit
+   is refused (a figure outside physical sense, or undetermined) is tried once more; a
+   cluster refused twice is left out, and the report's "refused_profiles" says why.
 2. Run layered plans of the problem's own model (`--model`, see MODELS) on each — TP sizes 1, 2, layer
    splits, data-parallel pipelines, recompute on and off — and compare each run's measured
    step time (schedule + gradient sync, median over the steps after the first) with the cost
