@@ -134,7 +134,7 @@ def fit_link(inv_bw_coef, lat_coef, measured, what: str = "link", sigma=None) ->
     inv_bw, lat = theta
     if inv_bw <= 0:
         raise BandwidthError(f"{what}: fitted bandwidth {1 / inv_bw if inv_bw else float('inf'):g} GB/s "
-                               f"is not positive")
+                             f"is not positive")
     if lat < 0:
         raise CalibrationError(f"{what}: fitted latency {lat / US:.3g} µs is negative")
     scale = row_scales(measured, sigma)
@@ -143,8 +143,8 @@ def fit_link(inv_bw_coef, lat_coef, measured, what: str = "link", sigma=None) ->
                                      least_noise=0.0 if sigma is None else 1.0)[0]
     if error > UNDETERMINED:
         raise BandwidthError(f"{what}: fitted bandwidth {1 / inv_bw:.3g} GB/s has a standard error of "
-                               f"±{error:.0%} of its value: these message sizes cannot determine it "
-                               f"(measure larger messages)")
+                             f"±{error:.0%} of its value: these message sizes cannot determine it "
+                             f"(measure larger messages)")
     return LinkFit(bw_gbps=1.0 / inv_bw, latency_us=lat / US, points=len(measured),
                    rms_rel_error=rms_relative_error(columns, theta, measured))
 

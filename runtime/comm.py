@@ -34,6 +34,7 @@ import torch.distributed as dist
 from planner.hardware import Vendor
 from runtime.comm_types import (BridgeMeter, Group, PendingExchange, PendingSend, RankPlace, ReduceOpName,
                                 TimedCollectives, Waiter, spans_vendors)
+from runtime.config import WaitName
 from runtime.host import threads_fit
 from runtime.timing import PhaseTimer
 
@@ -46,7 +47,7 @@ VENDOR_ORDER = (Vendor.nvidia, Vendor.amd, Vendor.other)  # order of a mixed gro
 BRIDGE_BACKEND = "gloo"  # DESIGN.md §8: the bridge runs over host memory
 
 
-def waits_awake(device: torch.device, world_size: int, wait: str = "auto") -> bool:
+def waits_awake(device: torch.device, world_size: int, wait: WaitName = "auto") -> bool:
     """Whether this rank polls its waits (`Waiter`): on CPU, while the threads of this
     host's ranks (LOCAL_WORLD_SIZE, as torchrun and the local launchers set it; else every
     rank) fit in the cores this process may use. On a shared core a polling rank takes the
@@ -76,7 +77,7 @@ class Communicator:
     @classmethod
     def start(cls, backend: str, address: str | None, port: int | str | None, rank: int, world_size: int,
               places: tuple[RankPlace, ...], timeout_s: float, device: torch.device,
-              wait: str = "auto") -> Communicator:
+              wait: WaitName = "auto") -> Communicator:
         """Join the world (every rank calls this once, before any other operation): through
         a store at tcp://address:port (rank 0 hosts it), or, with `port` None, through the
         `env://` rendezvous (MASTER_ADDR/MASTER_PORT; under torchrun, the agent's store).
