@@ -27,16 +27,20 @@ class PackBuffers:
         flat = self._kept.get(key)
         if flat is None or flat.numel() != count or flat.dtype != first.dtype or flat.device != first.device:
             flat = self._kept[key] = torch.empty(count, dtype=first.dtype, device=first.device)
-        offset = 0
-        for tensor in tensors:
-            flat[offset:offset + tensor.numel()].view(tensor.shape).copy_(tensor)
-            offset += tensor.numel()
+        for tensor, part in _parts(flat, tensors):
+            part.copy_(tensor)
         return flat
 
 
 def unpack(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
     """The inverse of `PackBuffers.pack`: each tensor takes its part of `flat` back, in place."""
+    for tensor, part in _parts(flat, tensors):
+        tensor.copy_(part)
+
+
+def _parts(flat: torch.Tensor, tensors: Sequence[torch.Tensor]):
+    """Each tensor with its part of `flat` (one after another), shaped like it."""
     offset = 0
     for tensor in tensors:
-        tensor.copy_(flat[offset:offset + tensor.numel()].view(tensor.shape))
+        yield tensor, flat[offset:offset + tensor.numel()].view(tensor.shape)
         offset += tensor.numel()

@@ -29,8 +29,10 @@ def _local_pieces(states: ZeroStates, segments: list[Segment], owners: tuple[int
     return out
 
 
-def _packed(tensors: list[torch.Tensor], pieces) -> torch.Tensor:
-    return torch.cat([tensors[unit][start:stop] for unit, start, stop in pieces])
+def _local_views(tensors: list[torch.Tensor], states: ZeroStates, segments: list[Segment],
+                 owners: tuple[int, ...]) -> list[torch.Tensor]:
+    """The views of `tensors` (one per unit: its block, or its gradient) that `owners` sync."""
+    return [tensors[unit][start:stop] for unit, start, stop in _local_pieces(states, segments, owners)]
 
 
 def sync_gradients(comm: Communicator, groups: SeqGroups, states: ZeroStates, segments: list[Segment],
@@ -41,7 +43,7 @@ def sync_gradients(comm: Communicator, groups: SeqGroups, states: ZeroStates, se
     for owners in sync_group_keys(segments):
         if owners not in groups.sync:
             continue
-        views = [grads[unit][start:stop] for unit, start, stop in _local_pieces(states, segments, owners)]
+        views = _local_views(grads, states, segments, owners)
         unpack(comm.all_reduce(buffers.pack(owners, views), groups.sync[owners]), views)
 
 
@@ -51,7 +53,7 @@ def replicas_identical(comm: Communicator, groups: SeqGroups, states: ZeroStates
     for owners in sync_group_keys(segments):
         if owners not in groups.sync:
             continue
-        mine = _packed(blocks, _local_pieces(states, segments, owners))
+        mine = torch.cat(_local_views(blocks, states, segments, owners))
         highest = comm.all_reduce(mine.clone(), groups.sync[owners], "max")
         lowest = comm.all_reduce(mine.clone(), groups.sync[owners], "min")
         same = same and torch.equal(highest, mine) and torch.equal(lowest, mine)
