@@ -7,7 +7,7 @@
    B = 2 machines of 2 processes (2 per core). Each profile's drift (its model pass's rounds'
    spread) is printed: how steady the machine was while it was measured. A profile whose fit
    is refused (a figure outside physical sense, or undetermined) is tried once more; a
-   cluster refused twice is left out, and the report's "refused_profiles" says why.
+   cluster refused twice is left out; the report's "refused_profiles" keeps every reason.
 2. Run layered plans of the problem's own model (`--model`, see MODELS) on each — TP sizes 1, 2, layer
    splits, data-parallel pipelines, recompute on and off — and compare each run's measured
    step time (schedule + gradient sync, median over the steps after the first) with the cost
@@ -118,19 +118,19 @@ def plan_of(batches, stages) -> Plan:
                                 for b, pipe in zip(batches, stages)))
 
 
-def profile(name: str, args, folder: Path) -> dict | None:
+def profile(name: str, args, folder: Path) -> tuple[dict | None, list[str]]:
     """`profile_once`, again when its fit is refused (a figure outside physical sense, or one
-    its measurements do not determine: on these shared cores, a noisy stretch); each refusal
-    is printed and kept in the result ("refused"). None when every try was refused: the
-    cluster's rows are left out, and the report says why."""
+    its measurements do not determine: on these shared cores, a noisy stretch), and each
+    refusal's reason, printed as it comes. None when every try was refused: the cluster's
+    rows are left out, and the report says why."""
     refused = []
     for attempt in range(PROFILE_TRIES):
         try:
-            return {**profile_once(name, args, folder / f"try{attempt}"), "refused": refused}
+            return profile_once(name, args, folder / f"try{attempt}"), refused
         except CalibrationError as exc:
             console.print(f"  cluster {name}: profile refused ({exc})", highlight=False)
             refused.append(str(exc))
-    return None
+    return None, refused
 
 
 PROFILE_TRIES = 2
@@ -264,18 +264,19 @@ def summaries(rows: list[dict]) -> dict:
 
 def profile_and_run(args, folder: Path) -> tuple[list[dict], dict, list[dict], dict]:
     """Each cluster profiled, then its plans run: (layered rows, profiles, sequence rows, the
-    refusals per cluster). A cluster whose every profile was refused is left out; cluster A
-    cannot be (the noise floor is its first plan run twice)."""
+    refusals' reasons per cluster). A cluster whose every profile was refused is left out;
+    cluster A cannot be (the noise floor is its first plan run twice)."""
     rows, profiles, sequence, refused = [], {}, [], {}
     for name in PLANS:
-        measured = profile(name, args, folder)
+        measured, reasons = profile(name, args, folder)
+        if reasons:
+            refused[name] = reasons
         if measured is None:
-            refused[name] = f"all {PROFILE_TRIES} profiles refused"
             if name == "A":
-                sys.exit(f"cluster A: {refused[name]} (work files in {folder})")
+                sys.exit(f"cluster A: all {PROFILE_TRIES} profiles refused: {'; '.join(reasons)} "
+                         f"(work files in {folder})")
             continue
         profiles[name] = measured
-        refused.update({name: measured["refused"]} if measured["refused"] else {})
         rows += run_plans(name, profiles[name]["layered"]["median"][0], args, folder)
         if name in SEQ_PLANS and not args.no_sequence:
             sequence.append(run_sequence(name, profiles[name]["layered"]["median"][0], args, folder))
