@@ -107,7 +107,18 @@ class Communicator:
 
     @property
     def waiter(self) -> Waiter:
+        """How this rank waits for a collective: polled where `poll` (a collective's work
+        reports its completion as it happens)."""
         return Waiter(self.timeout_s, self.poll)
+
+    @property
+    def message_waiter(self) -> Waiter:
+        """How this rank waits for a point-to-point message: never polled. gloo's send and
+        receive works report completion only once waited on (torch 2.13: `is_completed()` is
+        still False 0.3 s after both sides finished), so a poll spun its whole SPIN_S on every
+        message — on every stage-to-stage exchange of a pipeline, every send awaited at a
+        step's end, every ring step. On CUDA nothing is polled anyway."""
+        return Waiter(self.timeout_s, poll=False)
 
     def _call(self, collective, /, *args, **kwargs) -> None:
         """Run one torch.distributed collective to completion; every collective of this
@@ -196,12 +207,12 @@ class Communicator:
         if self.crosses(dst):
             payload = self._host(payload)
             self.meter.sent += payload.numel() * payload.element_size()
-        return PendingSend(dist.isend(payload, dst=dst, tag=tag), payload, dst, self.waiter)
+        return PendingSend(dist.isend(payload, dst=dst, tag=tag), payload, dst, self.message_waiter)
 
     def recv(self, buffer: torch.Tensor, src: int, tag: int) -> torch.Tensor:
         """Receive into `buffer` from rank `src`, waiting at most the timeout."""
         landing = self._host(buffer) if self.crosses(src) else buffer
-        self.waiter.finish(dist.irecv(landing, src=src, tag=tag), f"the message from rank {src}")
+        self.message_waiter.finish(dist.irecv(landing, src=src, tag=tag), f"the message from rank {src}")
         return buffer if landing is buffer else buffer.copy_(landing)
 
     def exchange(self, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]],
@@ -214,7 +225,7 @@ class Communicator:
         return PendingExchange(
             sends=[self.send(tensor, dst, tag) for tensor, dst in sends],
             recvs=[(dist.irecv(landing, src=src, tag=tag), src) for landing, _, src in landings],
-            waiter=self.waiter,
+            waiter=self.message_waiter,
             staged=[(landing, buffer) for landing, buffer, _ in landings if landing is not buffer])
 
     # -- collectives ----------------------------------------------------------------------
