@@ -10,7 +10,7 @@
    cluster refused twice is left out; the report's "refused_profiles" keeps every reason.
 2. Run layered plans of the problem's own model (`--model`, see MODELS) on each — TP sizes 1, 2, layer
    splits, data-parallel pipelines, recompute on and off — and compare each run's measured
-   step time (schedule + gradient sync, median over the steps after the first) with the cost
+   step time (schedule + gradient sync, over the steps after the warm-up) with the cost
    model's T on the profiled cluster. Before each run a short probe times the model pass
    again (as the profile does): T with η scaled by the probe against the profile's model
    pass ("probe-scaled") takes out how far the machine moved between profile and run, and
@@ -64,7 +64,7 @@ from planner.workload import ModelSpec, TrainingSpec  # noqa: E402
 from runtime.launch import run_plan  # noqa: E402
 from runtime.profile_fit import drift, profiled_cluster  # noqa: E402
 from runtime.profile_launch import ProfileSpec, launch_profile  # noqa: E402
-from runtime.runlog import read_run_log  # noqa: E402
+from runtime.runlog import WARMUP_STEPS, read_run_log  # noqa: E402
 from calibration_tables import KEYS, STATS, error, link_table, result_table, seq_split, tp_split  # noqa: E402
 from report_figures import draw_calibration  # noqa: E402
 
@@ -180,7 +180,7 @@ def run_layered(name: str, problem: Problem, plan_spec, args, out: Path) -> dict
 def finished_run(name: str, label: str, recompute: bool, out: Path, probe_s: float) -> dict:
     """A run's row, read back from its run log: its steps' spread, and the probe before it."""
     log = read_run_log(out / "runlog.json")
-    times = [s.step_s for s in log.steps[1:]]
+    times = [s.step_s for s in log.steps[WARMUP_STEPS:]]
     console.print(f"  ran {label}: step {statistics.median(times) * 1e3:.1f} ms median", highlight=False)
     return {"cluster": name, "plan": label, "recompute": recompute, "log": log, "source": str(out),
             "spread": (max(times) - min(times)) / statistics.median(times), "probe_s": probe_s}
@@ -208,7 +208,7 @@ def noise_floor(first: dict, args, folder: Path) -> dict:
     again = run_layered("A", problem, spec, args, run_dir(folder, "A", spec[0] + " again"))
     out = {"plan": spec[0]}
     for stat in STATS:
-        a, b = (summarize([s.step_s for s in r["log"].steps[1:]], stat) for r in (first, again))
+        a, b = (summarize([s.step_s for s in r["log"].steps[WARMUP_STEPS:]], stat) for r in (first, again))
         out[stat] = {"first": a, "again": b, "difference": b / a - 1.0}
     return out
 
@@ -222,7 +222,7 @@ def predict(rows: list[dict], profiles: dict[str, dict], stat: str) -> None:
     from its cluster's layered runs, and is in no fit: a cluster has one, and its own row
     shows how far the cost model is from its runtime)."""
     for row in rows:
-        record = row["log"].record(row["source"], 1, stat)
+        record = row["log"].record(row["source"], statistic=stat)
         kind = "sequence" if isinstance(record.plan, SeqPlan) else "layered"
         row[f"record_{stat}"] = replace(record, problem=record.problem.model_copy(
             update={"cluster": profiles[row["cluster"]][kind][stat][0]}))

@@ -37,8 +37,7 @@ from runtime.config import Job, RunConfig  # noqa: E402
 from runtime.data import BatchLoader, make_source  # noqa: E402
 from runtime.launch import free_port, launch_local  # noqa: E402
 from runtime.model import ReferenceLlama  # noqa: E402
-
-WARMUP = 2
+from runtime.runlog import WARMUP_STEPS  # noqa: E402
 
 
 def make_config(args) -> RunConfig:
@@ -61,7 +60,7 @@ def single_process(config: RunConfig, batch: int, threads: int) -> float:
         model(*loader.batch(step, 0, batch)).backward()
         optimizer.step()
         rates.append(batch * config.seq_len / (time.perf_counter() - start))
-    return statistics.median(rates[WARMUP:])
+    return statistics.median(rates[WARMUP_STEPS:])
 
 
 def ddp_worker(rank: int, port: int, config: RunConfig, batch: int, results) -> None:
@@ -79,7 +78,7 @@ def ddp_worker(rank: int, port: int, config: RunConfig, batch: int, results) -> 
         optimizer.step()
         rates.append(batch * config.seq_len / (time.perf_counter() - start))
     if rank == 0:
-        results.put(statistics.median(rates[WARMUP:]))
+        results.put(statistics.median(rates[WARMUP_STEPS:]))
     dist.destroy_process_group()
 
 
@@ -102,7 +101,7 @@ def runtime(config: RunConfig, batch: int) -> float:
     result = launch_local(Job(plan=plan, config=config), threads=1, echo=False)
     if not result.ok:
         raise SystemExit("runtime run failed:\n" + result.failure_summary())
-    return statistics.median(s["tokens_per_s"] for s in result.steps[WARMUP:])
+    return statistics.median(s["tokens_per_s"] for s in result.steps[WARMUP_STEPS:])
 
 
 def sequence_run(config: RunConfig, batch: int, shares: list[int]) -> tuple[float, list[dict]]:
@@ -113,7 +112,7 @@ def sequence_run(config: RunConfig, batch: int, shares: list[int]) -> tuple[floa
     result = launch_local(Job(plan=plan, kind="sequence", config=config), threads=1, echo=False)
     if not result.ok:
         raise SystemExit("sequence run failed:\n" + result.failure_summary())
-    steps = result.steps[WARMUP:] or result.steps
+    steps = result.steps[WARMUP_STEPS:] or result.steps
     return statistics.median(s["tokens_per_s"] for s in steps), result.steps[-1]["members"]
 
 
@@ -121,11 +120,11 @@ def sequence_tables(args, console: Console) -> None:
     base = make_config(args)
     s = args.ring_seq_len
     config = base.model_copy(update={"seq_len": s, "micro_batch": 1, "recompute": False,
-                                     "steps": max(args.sequence_steps, WARMUP + 1)})
+                                     "steps": max(args.sequence_steps, WARMUP_STEPS + 1)})
     one, _ = sequence_run(config, args.ring_batch, [s])
     ring, _ = sequence_run(config, args.ring_batch, [s // 2, s // 2])
     table = Table(title=f"sequence plans: ring vs one process, L={args.layers} h={args.hidden} seq {s} "
-                        f"B={args.ring_batch}, median of steps {WARMUP + 1}..{config.steps}")
+                        f"B={args.ring_batch}, median of steps {WARMUP_STEPS + 1}..{config.steps}")
     for column in ("training", "processes", "tokens/s", "vs 1 process"):
         table.add_column(column, justify="right")
     table.add_row("1 group of 1 member (whole sequence)", "1", f"{one:,.0f}", "1.00×")
@@ -172,7 +171,7 @@ def main() -> None:
             ("single process, 2 threads", 1, single_process(config, args.batch, 2))]
     ddp_rate = rows[1][2]
     table = Table(title=f"runtime throughput: L={args.layers} h={args.hidden} seq {args.seq_len} "
-                        f"B={args.batch}, median of steps {WARMUP + 1}..{args.steps}")
+                        f"B={args.batch}, median of steps {WARMUP_STEPS + 1}..{args.steps}")
     for column in ("training", "processes", "tokens/s", "vs DDP"):
         table.add_column(column, justify="right")
     for name, procs, rate in rows:

@@ -22,7 +22,7 @@ def error(row: dict, key: str, stat: str) -> float:
 
 
 def result_table(rows: list[dict], summed: dict) -> Table:
-    table = Table(title="step time: measured (steps after the first) against the cost model's T")
+    table = Table(title="step time: measured (steps after the warm-up) against the cost model's T")
     table.add_column("cluster")
     table.add_column("plan")
     table.add_column("spread", justify="right")

@@ -28,6 +28,14 @@ from planner.base import Frozen
 from planner.calibration import Statistic, summarize
 from planner.calibration_runs import RunRecord
 from planner.hardware import Cluster
+
+# Steps of a run left out of its summaries: what the cost model prices is the steady step. A
+# fresh process's first steps also touch its memory for the first time — the optimizer's
+# state in step 1, then gradients and activations in memory not yet mapped in step 2: over
+# six runs on this project's 2-core machine step 2 took 15–25 % longer than the steps after
+# it (one process alone: its compute 263 ms per micro-batch against 205–217 ms from step 3
+# on, and none of that excess when the process's memory had been touched before).
+WARMUP_STEPS = 2
 from planner.layered.plan import Plan
 from planner.sequence.plan import SeqPlan
 from planner.problem import Problem
@@ -108,7 +116,7 @@ class RunLog(Frozen):
             return None if step.stages else [(m.replica, m.group, m.member) for m in step.members]
         return None if step.members else [(s.pipeline, s.stage) for s in step.stages]
 
-    def record(self, source: str, warmup: int = 1, statistic: Statistic = "mean") -> RunRecord:
+    def record(self, source: str, warmup: int = WARMUP_STEPS, statistic: Statistic = "mean") -> RunRecord:
         """The `statistic` (mean, median or fastest) over the steps after `warmup` (all steps if
         there are no more): per unit (each stage; each replica's slowest member) the forward +
         backward per micro-batch, the step time, and per micro-batch each stage's TP

@@ -83,12 +83,15 @@ def test_calibrate_writes_the_refitted_cluster(tmp_path, logs, flag: str | None)
 
 
 def test_the_run_view_gives_the_steps_spread_as_the_yardstick(tmp_path, logs):
-    """Steps of 0.30, 0.36 and 0.33 s after a warm-up step: mean 0.33 s, its standard error
-    stdev / √3 = 0.03 / √3 = 0.01732 s, 5.2 % of the mean."""
+    """Steps of 0.30, 0.36 and 0.33 s after two warm-up steps: mean 0.33 s, its standard error
+    stdev / √3 = 0.03 / √3 = 0.01732 s, 5.2 % of the mean. A run of warm-up steps alone says
+    that its times include the warm-up."""
     log = read_run_log(logs[0])
-    timed = [s.model_copy(update={"step_s": t}) for s, t in zip(log.steps * 2, (9.0, 0.30, 0.36, 0.33))]
+    timed = [s.model_copy(update={"step_s": t}) for s, t in zip(log.steps * 5, (9.0, 5.0, 0.30, 0.36, 0.33))]
     line = step_spread(log.model_copy(update={"steps": tuple(timed)}))
     assert "over 3 steps" in line and "300.0–360.0 ms" in line and "mean 330.0 ms ± 5.2%" in line
+    line = step_spread(log.model_copy(update={"steps": tuple(timed[:2])}))
+    assert "2 step(s), all warm-up (the first 2)" in line and "include" in line
 
 
 def test_truncated_and_corrupted_logs(tmp_path, logs):
@@ -177,13 +180,13 @@ def test_profile_then_run_then_calibrate(tmp_path, monkeypatch):
                        f"micro_batch: 1, recompute: false, act_bytes: 4, grad_bytes: 4, reserved_gib: 0}}\n")
     plan = tmp_path / "plan.json"
     plan.write_text(Plan(problem="p", pipelines=plan_of((4,), [[((0,), 2), ((1,), 2)]]).pipelines).to_json())
-    ran = invoke("run", str(problem), str(plan), "--model", "problem", "--steps", "2", "--out", str(tmp_path / "run"))
+    ran = invoke("run", str(problem), str(plan), "--model", "problem", "--steps", "3", "--out", str(tmp_path / "run"))
     assert ran.exit_code == 0, ran.output
     assert "predicted" in ran.output and "step" in ran.output
     assert "2 processes of 1 thread share 1 core" in " ".join(ran.output.split())
-    assert "1 step after warm-up, so its noise is not known" in ran.output  # 2 steps, the first left out
+    assert "1 step after warm-up, so its noise is not known" in ran.output  # 3 steps, the first 2 left out
     log = json.loads((tmp_path / "run" / "runlog.json").read_text())
-    assert log["format"] == "hexiscale.runlog/1" and len(log["steps"]) == 2
+    assert log["format"] == "hexiscale.runlog/1" and len(log["steps"]) == 3
     assert np.all([s["step_s"] > 0 for s in log["steps"]])
 
 

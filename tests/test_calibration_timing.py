@@ -30,7 +30,7 @@ def test_phases_accumulate_and_nest():
 def test_run_log_summaries(tmp_path):
     plan = plan_of((8,), [[((0,), 2), ((2,), 2)]])
     problem = Problem(name="p", cluster=cluster(0.5, 4.0, 2.5), model=small_model(), training=small_training())
-    step_times = [9.0, 1.0, 3.0, 2.0]  # step 1 is the warm-up
+    step_times = [9.0, 5.0, 1.0, 3.0, 2.0]  # steps 1 and 2 are the warm-up
     steps = [{"step": i + 1, "step_s": t, "wall_s": t + 0.5,
               "stages": [{"pipeline": 0, "stage": k, "forward_s": t * (k + 1), "backward_s": t, "comm_s": 0.1,
                           "sync_s": 0.0, "tp_s": 0.5 * t * k} for k in range(2)]}
@@ -45,7 +45,8 @@ def test_run_log_summaries(tmp_path):
     assert median.stage_s == pytest.approx((2.0 * 2 / micro, 2.0 * 3 / micro))  # (f + b) per micro-batch
     assert mean.tp_s == pytest.approx((0.0, 0.5 * 2.0 / micro))  # TP collectives per micro-batch
     assert mean.tp_stages() == ()  # both stages have TP size 1: no T_tp row to fit
-    assert log.record("x", warmup=0).step_s == 3.75 and log.record("x", warmup=0, statistic="median").step_s == 2.5
+    assert log.record("x", warmup=0).step_s == 4.0 and log.record("x", warmup=0, statistic="median").step_s == 3.0
+    assert log.record("x", warmup=1).step_s == 2.75  # (5 + 1 + 3 + 2) / 4
     assert log.run_problem.training.micro_batch == 2 and log.run_problem.model == small_model()
 
 
@@ -68,7 +69,7 @@ def test_a_sequence_run_log_times_each_replica_by_its_slowest_member(tmp_path):
              for i in (1, 2)]
     config = RunConfig(model=small_model(), seq_len=128, micro_batch=2)
     log = read_run_log(write_run_log(tmp_path, make_run_log(problem, "c" * 64, plan, config, steps)))
-    record = log.record("x")  # step 2 only: replica 0's slowest member (1.5 + 2.5)·2 over 2 micro-batches
+    record = log.record("x", warmup=1)  # step 2 only: replica 0's slowest member (1.5 + 2.5)·2 over 2 micro-batches
     assert record.stage_s == pytest.approx((4.0, 4.0)) and record.step_s == 9.0
     assert len(predicted_rows(record.problem, record.plan)) == 3  # T_mb of each replica, then T
     # per micro-batch in step 2, from replica 0's busiest member (most time outside its

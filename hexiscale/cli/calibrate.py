@@ -19,7 +19,7 @@ from planner.sequence.plan import SeqPlan
 from planner.violations import InvalidPlanError
 from runtime.host import shared_cores_note
 from runtime.profile_launch import Repeated  # the mean's standard error, as profile's repetitions have it
-from runtime.runlog import RunLog, log_run, read_run_log
+from runtime.runlog import WARMUP_STEPS, RunLog, log_run, read_run_log
 
 
 def load_log(path: Path) -> RunLog:
@@ -110,10 +110,13 @@ PREDICTION_TITLE = {
           "backward), step T (micro-batches + gradient sync, optimizer left out)"}
 
 
-def step_spread(log: RunLog, warmup: int = 1) -> str:
+def step_spread(log: RunLog, warmup: int = WARMUP_STEPS) -> str:
     """How far the measured step times scatter: the yardstick for the errors above (a miss
     within a few standard errors is the run's own noise, not the cost model's)."""
-    times = [s.step_s for s in (log.steps[warmup:] or log.steps)]
+    times = [s.step_s for s in log.steps[warmup:]]
+    if not times:
+        return (f"measured: {len(log.steps)} step(s), all warm-up (the first {warmup}): the times above include "
+                f"it, and its noise is not known (run more --steps)")
     if len(times) < 2:
         return f"measured: {len(times)} step after warm-up, so its noise is not known (run more --steps)"
     summary = Repeated.of(times)
@@ -160,7 +163,7 @@ def figures_table(figures, collective_times: bool = False) -> Table:
 @friendly_errors
 def calibrate(run_logs: list[Path] = typer.Argument(..., help="runlog.json files of runs (hexiscale run --out)"),
               output: Path = typer.Option(..., "-o", "--output", help="cluster file (YAML) to write"),
-              warmup: int = typer.Option(1, min=0, help="steps of each run left out as warm-up"),
+              warmup: int = typer.Option(WARMUP_STEPS, min=0, help="steps of each run left out as warm-up"),
               statistic: str = typer.Option("mean", help=STATISTIC_HELP),
               keep_undetermined: bool = typer.Option(False, help="keep a figure the runs cannot determine at its "
                                                      "logged value (and say so) instead of refusing the fit"),

@@ -16,6 +16,7 @@ from runtime.checkpoint import CheckpointError
 from runtime.elastic import run_elastic
 from runtime.launch import RunError, RunResult, free_port, launch_local, make_job, torchrun_commands
 from runtime.resume import check_fresh_dir, resume_job
+from runtime.runlog import WARMUP_STEPS
 from solvers.replan import ReplanError, replan
 
 EXIT_RUN_FAILED = 1
@@ -59,12 +60,20 @@ def mean_over_steps(steps: list[dict], units: str, index: int, keys: tuple[str, 
     return [sum(s[units][index][key] for s in steps) / len(steps) for key in keys]
 
 
+def after_warmup(steps: list[dict]) -> list[dict]:
+    """The steps after the warm-up (`WARMUP_STEPS`), or all of them when there are no more."""
+    return steps[WARMUP_STEPS:] or steps
+
+
+AFTER_WARMUP = f"mean over the steps after the first {WARMUP_STEPS} (warm-up)"
+
+
 def summary_table(result: RunResult, plan) -> Table:
-    """Per-stage mean forward/backward time over the steps after the first (warm-up) of the
-    plan the run ended on (an elastic run's earlier plans had other stages)."""
+    """Per-stage mean forward/backward time over the steps after the warm-up of the plan the
+    run ended on (an elastic run's earlier plans had other stages)."""
     final = [s for s in result.steps if len(s["stages"]) == len(result.steps[-1]["stages"])]
-    steps = final[1:] or final
-    table = Table(title="run summary (per-stage times: mean over steps after the first)")
+    steps = after_warmup(final)
+    table = Table(title=f"run summary (per-stage times: {AFTER_WARMUP})")
     for column in ("pipeline", "stage", "devices", "layers", "TP", "forward ms", "backward ms", "of which TP ms"):
         table.add_column(column, justify="right")
     for index, record in enumerate(result.steps[-1]["stages"]):
@@ -82,11 +91,11 @@ def member_shares(step: dict) -> list[tuple]:
 
 
 def member_table(result: RunResult) -> Table:
-    """Sequence plans: per-member mean forward/backward time over the steps after the first
+    """Sequence plans: per-member mean forward/backward time over the steps after the warm-up
     of the plan the run ended on (an elastic run's earlier plans had other members)."""
     final = [s for s in result.steps if member_shares(s) == member_shares(result.steps[-1])]
-    steps = final[1:] or final
-    table = Table(title="run summary (per-member times: mean over steps after the first)")
+    steps = after_warmup(final)
+    table = Table(title=f"run summary (per-member times: {AFTER_WARMUP})")
     for column in ("replica", "group", "member", "device", "tokens", "forward ms", "backward ms",
                    "of which HP ms", "ZeRO ms"):
         table.add_column(column, justify="right")
