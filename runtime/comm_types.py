@@ -81,10 +81,12 @@ class Waiter:
     sleeping. On CPU a sleeping wait lets the core go idle, and both the wake-up and the
     compute after it pay: on this project's 2-core machine, a 256 KiB gloo all-reduce
     between two GEMMs took 2.4–3.1 ms polled against 3.0–7.7 ms asleep, and the GEMMs after
-    it 2.9–3.4 ms against 3.4–4.4 ms (six alternating rounds of 200). A longer wait (a
-    pipeline stage waiting for its input) sleeps after SPIN_S, so that ranks which share
-    cores (two torchrun "machines" on one host) cannot starve each other. On CUDA, waiting
-    only orders streams; nothing is polled there."""
+    it 2.9–3.4 ms against 3.4–4.4 ms (six alternating rounds of 200). A longer wait sleeps
+    after SPIN_S, so that ranks which share cores (two torchrun "machines" on one host)
+    cannot starve each other. Only works that report their completion as it happens can be
+    polled: gloo's collectives do, its point-to-point messages do not (the communicator
+    waits for those unpolled: `Communicator.message_waiter`). On CUDA, waiting only orders
+    streams; nothing is polled there."""
 
     timeout_s: float
     poll: bool = False
