@@ -22,7 +22,7 @@ demo: $(STAMP)
 	# solve it, draw it, and train the solved plan (tiny model, same structure) on 4 local processes
 	$(BIN)/hexiscale solve instances/problems/demo-asym.yaml --solver heuristic -o .demo-plan.json
 	$(BIN)/hexiscale show instances/problems/demo-asym.yaml .demo-plan.json -o .demo-pictures
-	$(BIN)/hexiscale run instances/problems/demo-asym.yaml .demo-plan.json --model tiny --steps 2
+	$(BIN)/hexiscale run instances/problems/demo-asym.yaml .demo-plan.json --model tiny --steps 3
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --timeout=600
