@@ -118,11 +118,34 @@ def rms_relative_error(columns: np.ndarray, theta: np.ndarray, measured: np.ndar
     return float(np.sqrt(np.mean((columns @ theta / measured - 1.0) ** 2)))
 
 
-def fit_link(inv_bw_coef, lat_coef, measured, what: str = "link", sigma=None) -> LinkFit:
+# Rounds of re-weighting a fit whose rows' standard errors are relative to their fitted times.
+REWEIGHT_ROUNDS = 20
+
+
+def reweighted_least_squares(columns: np.ndarray, measured: np.ndarray, what: str,
+                             relative_error) -> tuple[np.ndarray, np.ndarray]:
+    """(θ, each row's standard error in seconds) where each row's standard error is
+    `relative_error` of its *fitted* time: weighted least squares, re-weighted by the fit
+    until the weights settle. Scaling each error by the measured time instead gives a row
+    that came out low a small error too, so the rows that landed low steer the fit."""
+    relative = np.ravel(np.asarray(relative_error, dtype=float))
+    scale = measured
+    for _ in range(REWEIGHT_ROUNDS):
+        sigma = relative * scale
+        theta = least_squares(columns, measured, what, sigma=sigma)
+        fitted = columns @ theta
+        if np.any(fitted <= 0) or np.allclose(fitted, scale, rtol=1e-9, atol=0.0):
+            break  # converged, or a fit outside physical sense (refused by the caller)
+        scale = fitted
+    return theta, sigma
+
+
+def fit_link(inv_bw_coef, lat_coef, measured, what: str = "link", sigma=None, relative_error=None) -> LinkFit:
     """Fit one link class's bw and α to measured times, each row priced by a cost term whose
-    regressors `term_regressors` gave; `sigma`: each time's standard error in seconds, if
-    known (weights the fit). Refuses bw ≤ 0, α < 0 and a bandwidth the messages do not
-    determine (messages so small that their transfer is lost in the latency's scatter:
+    regressors `term_regressors` gave. Weights, if known: `sigma`, each time's standard error
+    in seconds; or `relative_error`, each time's standard error as a fraction of its true
+    time (`reweighted_least_squares`). Refuses bw ≤ 0, α < 0 and a bandwidth the messages do
+    not determine (messages so small that their transfer is lost in the latency's scatter:
     a standard error above UNDETERMINED of its value). The latency is not held to that: on a
     fast link it is a few µs that the smallest messages may scatter about, and it is the
     bandwidth that prices the large messages of a plan."""
@@ -130,7 +153,10 @@ def fit_link(inv_bw_coef, lat_coef, measured, what: str = "link", sigma=None) ->
     measured = np.ravel(np.asarray(measured, dtype=float))
     if len(np.unique(columns[:, 0])) < 2:
         raise BandwidthError(f"{what}: one message size cannot separate bandwidth from latency")
-    theta = least_squares(columns, measured, what, sigma=sigma)
+    if relative_error is not None:
+        theta, sigma = reweighted_least_squares(columns, measured, what, relative_error)
+    else:
+        theta = least_squares(columns, measured, what, sigma=sigma)
     inv_bw, lat = theta
     if inv_bw <= 0:
         raise BandwidthError(f"{what}: fitted bandwidth {1 / inv_bw if inv_bw else float('inf'):g} GB/s "

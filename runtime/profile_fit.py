@@ -55,14 +55,40 @@ def standard_error_s(timing: LinkTiming) -> float:
     return max(timing.mean_error, MIN_RELATIVE_ERROR) * timing.mean_s
 
 
+# Message sizes on each side of a measurement whose relative standard errors are pooled with
+# its own (`pooled_relative_errors`): neighbouring sizes scatter alike.
+POOLED_SIZES = 2
+
+
+def pooled_relative_errors(timings: list[LinkTiming]) -> np.ndarray:
+    """Each measurement's relative standard error as the median of its own and its
+    POOLED_SIZES neighbours' on each side (timings of one operation, by message size): how
+    repeatable messages of about that size are, apart from how this one's repetitions fell."""
+    order = np.argsort([t.nbytes for t in timings])
+    own = np.array([max(timings[i].mean_error, MIN_RELATIVE_ERROR) for i in order])
+    pooled = np.array([np.median(own[max(0, k - POOLED_SIZES): k + POOLED_SIZES + 1]) for k in range(len(own))])
+    out = np.empty_like(pooled)
+    out[order] = pooled
+    return out
+
+
 def fit_timings(timings: list[LinkTiming], what: str, statistic: Statistic = "mean") -> LinkFit:
-    """Weighted by each measurement's standard error: a 64 MiB message's mean is repeatable
-    to 2–5 %, a 1 KiB one's (mostly wake-ups and skew) to 5–25 %; weighting the fit by
-    relative error alone let the scattered small messages pull the bandwidth 20 % off a
-    direct large-message measurement."""
+    """Weighted by how repeatable each measurement is: a 64 MiB message's mean is repeatable
+    to 2–5 %, a 1 KiB one's (mostly wake-ups and skew) to 5–25 %; weighting every size alike
+    let the scattered small messages pull the bandwidth 20 % off a direct large-message
+    measurement. Means are weighted by a model of their error (`pooled_relative_errors` of
+    the fitted time, `planner.calibration.reweighted_least_squares`), not by their own: a
+    small message's mean is raised by the few repetitions that hit a scheduler hiccup of
+    milliseconds, and a size whose repetitions missed them has a low mean and a small
+    standard error at once — weighted by its own error it steered the latency low (on the
+    bench's profiles α came out at 128–265 µs where TP runs' 256 KiB all-reduces took
+    1.1–1.6 ms; 25–36 % low in a simulation of 2–5 % hiccups). A median or a fastest
+    repetition carries no hiccup, and is weighted by its repetitions' scatter as before."""
     inv_bw, lat = np.array([term_regressors(priced_term(t)) for t in timings]).T
-    return fit_link(inv_bw, lat, [t.summary(statistic) for t in timings], what,
-                    sigma=[standard_error_s(t) for t in timings])
+    values = [t.summary(statistic) for t in timings]
+    if statistic == "mean":
+        return fit_link(inv_bw, lat, values, what, relative_error=pooled_relative_errors(timings))
+    return fit_link(inv_bw, lat, values, what, sigma=[standard_error_s(t) for t in timings])
 
 
 def reported_fit(timings: list[LinkTiming], what: str, statistic: Statistic) -> LinkFit | str:

@@ -292,3 +292,10 @@ def test_scaled_cluster_moves_only_the_named_figures():
     assert scaled.catalog["cpu"].efficiency == 0.25
     assert scaled.inter_bw_gbps == 0.625 and list(scaled.machine_intra_bw) == [4.0, 4.0]
     assert scaled.intra_latency_us == 120 and scaled.inter_latency_us == 60
+
+
+def test_a_fit_with_relative_errors_is_exact_on_noiseless_points():
+    inv_bw, lat, truth = link_rows(2.5, 80 * US, noise=0.0)
+    relative = np.random.default_rng(5).uniform(0.01, 0.3, len(truth))
+    fit = fit_link(inv_bw, lat, truth, relative_error=relative)
+    assert fit.bw_gbps == pytest.approx(2.5, rel=1e-6) and fit.latency_us == pytest.approx(80, rel=1e-6)
