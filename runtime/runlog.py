@@ -18,7 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from collections.abc import Sequence
+from typing import Annotated, Literal, TypeVar
 
 import numpy as np
 
@@ -28,6 +29,10 @@ from planner.base import Frozen
 from planner.calibration import Statistic, summarize
 from planner.calibration_runs import RunRecord
 from planner.hardware import Cluster
+from planner.layered.plan import Plan
+from planner.sequence.plan import SeqPlan
+from planner.problem import Problem
+from planner.workload import TrainingSpec
 
 # Steps of a run left out of its summaries: what the cost model prices is the steady step. A
 # fresh process's first steps also touch its memory for the first time — the optimizer's
@@ -36,10 +41,13 @@ from planner.hardware import Cluster
 # it (one process alone: its compute 263 ms per micro-batch against 205–217 ms from step 3
 # on, and none of that excess when the process's memory had been touched before).
 WARMUP_STEPS = 2
-from planner.layered.plan import Plan
-from planner.sequence.plan import SeqPlan
-from planner.problem import Problem
-from planner.workload import TrainingSpec
+T = TypeVar("T")
+
+
+def after_warmup(steps: Sequence[T], warmup: int = WARMUP_STEPS) -> Sequence[T]:
+    """The steps after the first `warmup`, or all of them when there are no more."""
+    return steps[warmup:] or steps
+
 
 RUNLOG_FORMAT = "hexiscale.runlog/1"
 RUNLOG_FILE = "runlog.json"
@@ -121,7 +129,7 @@ class RunLog(Frozen):
         there are no more): per unit (each stage; each replica's slowest member) the forward +
         backward per micro-batch, the step time, and per micro-batch each stage's TP
         collectives, or each replica's HP all-to-alls and ZeRO-3 collectives."""
-        steps = self.steps[warmup:] or self.steps
+        steps = after_warmup(self.steps, warmup)
         step_s = summarize([s.step_s for s in steps], statistic)
         if isinstance(self.plan, SeqPlan):
             unit_s, hp_s, zero_s = self._replica_rows(steps, statistic)

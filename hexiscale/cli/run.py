@@ -16,7 +16,7 @@ from runtime.checkpoint import CheckpointError
 from runtime.elastic import run_elastic
 from runtime.launch import RunError, RunResult, free_port, launch_local, make_job, torchrun_commands
 from runtime.resume import check_fresh_dir, resume_job
-from runtime.runlog import WARMUP_STEPS
+from runtime.runlog import WARMUP_STEPS, after_warmup
 from solvers.replan import ReplanError, replan
 
 EXIT_RUN_FAILED = 1
@@ -58,11 +58,6 @@ def check_backend(backend: str, torchrun: bool) -> None:
 def mean_over_steps(steps: list[dict], units: str, index: int, keys: tuple[str, ...]) -> list[float]:
     """Each of `keys` of the `index`-th unit ("stages" or "members") of every step, averaged."""
     return [sum(s[units][index][key] for s in steps) / len(steps) for key in keys]
-
-
-def after_warmup(steps: list[dict]) -> list[dict]:
-    """The steps after the warm-up (`WARMUP_STEPS`), or all of them when there are no more."""
-    return steps[WARMUP_STEPS:] or steps
 
 
 AFTER_WARMUP = f"mean over the steps after the first {WARMUP_STEPS} (warm-up)"
