@@ -159,12 +159,18 @@ def test_profile_then_run_then_calibrate(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runtime.host, "usable_cores", lambda: 1)
     out = tmp_path / "profiled.yaml"
-    # messages up to 16 MiB: tens of milliseconds of transfer, so the bandwidth term stands out
+    # messages up to 64 MiB: tens of milliseconds of transfer, so the bandwidth term stands out
     # of the latency even on loaded shared cores (the fastest repetition counts); at 4 MiB a
-    # fresh-clone suite had its inter bandwidth refused as undetermined (±81 %)
-    result = invoke("profile", "-o", str(out), "--processes", "2", "--machines", "2", "--model", "tiny",
-                    "--seq-len", "32", "--max-bytes", str(1 << 24), "--repeats", "3", "--warmup", "1",
-                    "--statistic", "min")
+    # fresh-clone suite had its inter bandwidth refused as undetermined (±81 %), and at 16 MiB
+    # one whose every message up to 1 MiB took a flat 4 ms (±162 %). Such a refusal is the
+    # profile doing its job on a noisy stretch of shared cores, so it is measured once more
+    # (as bench_calibration does); a second refusal fails the test.
+    for _ in range(2):
+        result = invoke("profile", "-o", str(out), "--processes", "2", "--machines", "2", "--model", "tiny",
+                        "--seq-len", "32", "--max-bytes", str(1 << 26), "--repeats", "3", "--warmup", "1",
+                        "--statistic", "min")
+        if not (result.exit_code == 2 and "not written" in result.output):
+            break
     assert result.exit_code == 0, result.output
     profiled = load_cluster(out)
     gpu = profiled.catalog["cpu"]
