@@ -37,7 +37,7 @@ from runtime.config import Job, RunConfig  # noqa: E402
 from runtime.data import BatchLoader, make_source  # noqa: E402
 from runtime.launch import free_port, launch_local  # noqa: E402
 from runtime.model import ReferenceLlama  # noqa: E402
-from runtime.runlog import WARMUP_STEPS  # noqa: E402
+from runtime.runlog import WARMUP_STEPS, after_warmup  # noqa: E402
 
 
 def make_config(args) -> RunConfig:
@@ -112,7 +112,7 @@ def sequence_run(config: RunConfig, batch: int, shares: list[int]) -> tuple[floa
     result = launch_local(Job(plan=plan, kind="sequence", config=config), threads=1, echo=False)
     if not result.ok:
         raise SystemExit("sequence run failed:\n" + result.failure_summary())
-    steps = result.steps[WARMUP_STEPS:] or result.steps
+    steps = after_warmup(result.steps)
     return statistics.median(s["tokens_per_s"] for s in steps), result.steps[-1]["members"]
 
 

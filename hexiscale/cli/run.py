@@ -103,7 +103,7 @@ def member_table(result: RunResult) -> Table:
 
 def print_summary(result: RunResult, plan) -> None:
     console.print(member_table(result) if "members" in result.steps[-1] else summary_table(result, plan))
-    steps = result.steps[1:] or result.steps
+    steps = after_warmup(result.steps)
     tokens_s = sum(s["tokens_per_s"] for s in steps) / len(steps)
     console.print(f"loss {result.steps[0]['loss']:.4f} → {result.steps[-1]['loss']:.4f} over "
                   f"{len(result.steps)} steps; {tokens_s:,.0f} tokens/s; wall {result.wall_s:.1f} s; "
