@@ -12,17 +12,27 @@ Every collective goes through the communicator (`runtime.comm`).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from runtime.comm import Communicator, Group, ReduceOpName
 from runtime.layered.groups import RankGroups
 from runtime.layered.stage import StageModel
-from runtime.packing import PackBuffers, unpack
+from runtime.packing import PackBuffers, hand_back
 
 
-def _chunk_views(model: StageModel, groups: RankGroups, grads: bool) -> dict[tuple[int, ...], list[torch.Tensor]]:
-    """Rank set → the views (of gradients or parameters) this rank syncs with it, in order."""
-    stage, views = groups.stage, {}
+class Piece(NamedTuple):
+    """A view of a parameter's gradient (or data) that one collective carries, and the parameter."""
+
+    param: torch.nn.Parameter
+    view: torch.Tensor
+
+
+def _chunk_views(model: StageModel, groups: RankGroups, grads: bool) -> dict[tuple[int, ...], list[Piece]]:
+    """Rank set → the pieces (views of gradients or parameters, with their parameters) this
+    rank syncs with it, in order."""
+    stage, pieces = groups.stage, {}
     for group in groups.layout.chunk_groups:
         if groups.rank not in group.ranks or len(group.ranks) == 1:
             continue
@@ -32,16 +42,20 @@ def _chunk_views(model: StageModel, groups: RankGroups, grads: bool) -> dict[tup
             tensor = param.grad if grads else param.data
             if dim is None:
                 if group.chunk == 0:
-                    views.setdefault(group.ranks, []).append(tensor)
+                    pieces.setdefault(group.ranks, []).append(Piece(param, tensor))
                 continue
             size = tensor.shape[dim] // per_rank
-            views.setdefault(group.ranks, []).append(tensor.narrow(dim, local_chunk * size, size))
-    return views
+            pieces.setdefault(group.ranks, []).append(Piece(param, tensor.narrow(dim, local_chunk * size, size)))
+    return pieces
 
 
-def _replicated(model: StageModel, grads: bool) -> list[torch.Tensor]:
+def _replicated(model: StageModel, grads: bool) -> list[Piece]:
     units = model.stage.units(model.spec.layers)
-    return [p.grad if grads else p.data for u in units for _, p, dim in model.unit_shards(u) if dim is None]
+    return [Piece(p, p.grad if grads else p.data) for u in units for _, p, dim in model.unit_shards(u) if dim is None]
+
+
+def _views(pieces: list[Piece]) -> list[torch.Tensor]:
+    return [piece.view for piece in pieces]
 
 
 def _all_reduce_views(comm: Communicator, views: list[torch.Tensor], group: Group,
@@ -56,24 +70,26 @@ def sync_gradients(comm: Communicator, model: StageModel, groups: RankGroups, bu
     into `buffers` (kept between steps)."""
     if groups.layout.num_pipelines == 1:
         return
-    views = _chunk_views(model, groups, grads=True)
+    pieces = _chunk_views(model, groups, grads=True)
     for key in groups.layout.dp_group_keys():
-        if key in views:
-            unpack(comm.all_reduce(buffers.pack(key, views[key]), groups.dp[key]), views[key])
+        if key in pieces:
+            summed = comm.all_reduce(buffers.pack(key, _views(pieces[key])), groups.dp[key])
+            hand_back(summed, _views(pieces[key]), [piece.param for piece in pieces[key]])
     if groups.tp is not None:
         replicated = _replicated(model, grads=True)
-        unpack(comm.broadcast(buffers.pack("replicated", replicated), groups.stage.leader, groups.tp), replicated)
+        sent = comm.broadcast(buffers.pack("replicated", _views(replicated)), groups.stage.leader, groups.tp)
+        hand_back(sent, _views(replicated), [piece.param for piece in replicated])
 
 
 def replicas_identical(comm: Communicator, model: StageModel, groups: RankGroups) -> bool:
     """True iff every chunk this rank holds equals, bit for bit, the same chunk in every
     other pipeline, and its replicated parameters equal those of its TP group."""
-    views, ok = _chunk_views(model, groups, grads=False), True
+    pieces, ok = _chunk_views(model, groups, grads=False), True
     for key in groups.layout.dp_group_keys():
-        if key in views:
-            ok &= _same_everywhere(comm, views[key], groups.dp[key])
+        if key in pieces:
+            ok &= _same_everywhere(comm, _views(pieces[key]), groups.dp[key])
     if groups.tp is not None:
-        ok &= _same_everywhere(comm, _replicated(model, grads=False), groups.tp)
+        ok &= _same_everywhere(comm, _views(_replicated(model, grads=False)), groups.tp)
     return ok
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from runtime.comm import Communicator
-from runtime.packing import PackBuffers, unpack
+from runtime.packing import PackBuffers, hand_back
 from runtime.sequence.groups import SeqGroups
 from runtime.sequence.shards import Segment, sync_group_keys
 from runtime.sequence.zero import ZeroStates
@@ -37,14 +37,15 @@ def _local_views(tensors: list[torch.Tensor], states: ZeroStates, segments: list
 
 def sync_gradients(comm: Communicator, groups: SeqGroups, states: ZeroStates, segments: list[Segment],
                    buffers: PackBuffers) -> None:
-    """Sum every gradient block over the replicas (in place), packed into `buffers` (kept
-    between steps)."""
+    """Sum every gradient block over the replicas, packed into `buffers` (kept between steps;
+    a block whose gradient went whole takes its part of the buffer as gradient)."""
     grads = [block.grad for block in states.blocks]
     for owners in sync_group_keys(segments):
         if owners not in groups.sync:
             continue
         views = _local_views(grads, states, segments, owners)
-        unpack(comm.all_reduce(buffers.pack(owners, views), groups.sync[owners]), views)
+        blocks = [states.blocks[unit] for unit, _, _ in _local_pieces(states, segments, owners)]
+        hand_back(comm.all_reduce(buffers.pack(owners, views), groups.sync[owners]), views, blocks)
 
 
 def replicas_identical(comm: Communicator, groups: SeqGroups, states: ZeroStates, segments: list[Segment]) -> bool:
