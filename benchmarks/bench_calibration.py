@@ -1,6 +1,6 @@
 """Predicted against measured step time on this machine (DESIGN.md §9, issue 15).
 
-    .venv/bin/python benchmarks/bench_calibration.py [--model medium|small] [--steps 8] [--out FILE]
+    .venv/bin/python benchmarks/bench_calibration.py [--model medium|small] [--steps 8] [--out FILE] [--again WORK_FOLDER]
 
 1. `profile` three clusters of CPU processes here, timing the problem's own model shapes:
    A = 2 processes on one machine and C = 2 machines of 1 process (1 process per core), and
@@ -22,7 +22,8 @@
 5. A sequence plan (DESIGN.md §7) on A and on B: its run log (each replica's slowest member
    per micro-batch, the step without the optimizer) against T on the cluster profiled for
    sequence plans (`profile --for sequence`: the all-to-all fit, η over §7.2's FLOPs), and
-   against T on the cluster calibrated from the layered runs. Each TP stage's and each sequence replica's
+   against T on that cluster with η as the layered runs refitted it (their links are
+   all-reduce fits, which do not price all-to-alls). Each TP stage's and each sequence replica's
    time is split as the runs timed it (collectives apart) against the cost model's parts.
 6. The noise floor: cluster A's first plan is run again at the end; no model predicts the
    difference between two runs of one plan.
@@ -63,7 +64,7 @@ from planner.problem import Problem  # noqa: E402
 from planner.workload import ModelSpec, TrainingSpec  # noqa: E402
 from runtime.launch import run_plan  # noqa: E402
 from runtime.profile_fit import drift, profiled_cluster  # noqa: E402
-from runtime.profile_launch import ProfileSpec, launch_profile  # noqa: E402
+from runtime.profile_launch import ProfileResult, ProfileSpec, launch_profile  # noqa: E402
 from runtime.runlog import WARMUP_STEPS, read_run_log  # noqa: E402
 from calibration_tables import KEYS, STATS, error, link_table, result_table, seq_split, tp_split  # noqa: E402
 from report_figures import draw_calibration  # noqa: E402
@@ -145,7 +146,7 @@ def profile_once(name: str, args, folder: Path):
     spec = ProfileSpec(machines=MACHINES[name], model=MODELS[args.model], seq_len=TRAINING.seq_len,
                        micro_batch=TRAINING.micro_batch, max_bytes=args.max_bytes, repeats=args.repeats)
     console.print(f"profiling cluster {name}: {spec.processes} processes on {len(spec.machines)} machine(s) …")
-    result = launch_profile(spec, folder / f"profile-{name}")
+    result = measured_profile(spec, folder / f"profile-{name}", args)
     moved = drift(result)
     console.print(f"  model pass rounds {', '.join(f'{r * 1e3:.1f}' for r in result.model_rounds)} ms: "
                   f"drift {moved:.0%}", highlight=False)
@@ -155,6 +156,13 @@ def profile_once(name: str, args, folder: Path):
     return {"layered": fitted, "sequence": for_sequence, "drift": moved, "model_s": result.model.mean_s}
 
 
+def measured_profile(spec: ProfileSpec, where: Path, args) -> ProfileResult:
+    """The profile's processes' result, or with --again the one an earlier run wrote there."""
+    if args.again:
+        return ProfileResult.model_validate_json((where / "profile.json").read_text())
+    return launch_profile(spec, where)
+
+
 def probe(name: str, args, where: Path) -> float:
     """The machine's speed just before a run: the whole model's forward + backward timed as
     the profile times it (every process of the cluster at once), in one short burst. Its
@@ -162,7 +170,7 @@ def probe(name: str, args, where: Path) -> float:
     sees that coming, and the "probe-scaled" column takes it out of the prediction."""
     spec = ProfileSpec(machines=MACHINES[name], model=MODELS[args.model], seq_len=TRAINING.seq_len,
                        micro_batch=TRAINING.micro_batch, max_bytes=2048, warmup=1, repeats=4, rounds=1)
-    return launch_profile(spec, where).model.mean_s
+    return measured_profile(spec, where, args).model.mean_s
 
 
 def run_dir(folder: Path, name: str, label: str) -> Path:
@@ -172,8 +180,9 @@ def run_dir(folder: Path, name: str, label: str) -> Path:
 def run_layered(name: str, problem: Problem, plan_spec, args, out: Path) -> dict:
     label, recompute, batches, stages = plan_spec
     probe_s = probe(name, args, out.with_name(out.name + "-probe"))
-    run_plan(problem, plan_of(batches, stages), model="problem", steps=args.steps, echo=False,
-             recompute=recompute, out_dir=str(out))
+    if not args.again:
+        run_plan(problem, plan_of(batches, stages), model="problem", steps=args.steps, echo=False,
+                 recompute=recompute, out_dir=str(out))
     return finished_run(name, label, recompute, out, probe_s)
 
 
@@ -197,7 +206,8 @@ def run_sequence(name: str, cluster, args, folder: Path) -> dict:
     problem = Problem(name="bench-calibration-seq", cluster=cluster, model=MODELS[args.model], training=SEQ_TRAINING)
     out = run_dir(folder, name, "sequence")
     probe_s = probe(name, args, out.with_name(out.name + "-probe"))
-    run_plan(problem, plan, model="problem", steps=args.steps, echo=False, out_dir=str(out))
+    if not args.again:
+        run_plan(problem, plan, model="problem", steps=args.steps, echo=False, out_dir=str(out))
     return finished_run(name, label, True, out, probe_s)
 
 
@@ -218,9 +228,10 @@ def predict(rows: list[dict], profiles: dict[str, dict], stat: str) -> None:
     (`profile --for`: the all-reduce fit for layered, the all-to-all fit for sequence); the
     same with η scaled by the machine's speed at the run's start (the probe against the
     profile's model pass: drift taken out, the cost model's own error left); then on the
-    cluster refitted from the *other* layered runs of its cluster (leave-one-out; a sequence plan is predicted
-    from its cluster's layered runs, and is in no fit: a cluster has one, and its own row
-    shows how far the cost model is from its runtime)."""
+    cluster refitted from the *other* layered runs of its cluster (leave-one-out). A sequence
+    plan is in no fit (a cluster has one, and its own row shows how far the cost model is
+    from its runtime); it is predicted on its own profiled cluster with η as the layered
+    runs refitted it (`with_fitted_eta`)."""
     for row in rows:
         record = row["log"].record(row["source"], statistic=stat)
         kind = "sequence" if isinstance(record.plan, SeqPlan) else "layered"
@@ -238,11 +249,22 @@ def predict(rows: list[dict], profiles: dict[str, dict], stat: str) -> None:
                   and not isinstance(r["log"].plan, SeqPlan)]
         try:
             fitted, figures = refit(others, keep_undetermined=True)
+            if isinstance(record.plan, SeqPlan):
+                fitted = with_fitted_eta(record.problem.cluster, others[0].problem.cluster, fitted)
             row[f"calibrated_{stat}"] = float(predicted_rows(record.problem.model_copy(update={"cluster": fitted}),
                                                              record.plan)[-1])
             row[f"kept_{stat}"] = [f"{f.kind} {f.name}: {f.kept_why}" for f in figures if f.kept_why]
         except ValueError as exc:  # a refused fit is a result too: shown, not hidden
             row[f"calibrated_{stat}"], row[f"refused_{stat}"] = float("nan"), str(exc)
+
+
+def with_fitted_eta(cluster, base, fitted):
+    """`cluster` with η of each GPU type moved as the fit moved it from `base`; its links kept.
+    The layered runs' links are fits to all-reduces and stage sends, as `profile --for layered`
+    writes them; a sequence plan's traffic is all-to-alls, which `profile --for sequence`
+    fits apart (2-3 times slower here at the same bytes). η is what transfers between them."""
+    factors = {g.name: g.efficiency / fitted.catalog[g.name].efficiency for g in base.gpu_types}
+    return scaled_cluster(cluster, factors, {})
 
 
 def summary(rows: list[dict], key: str, stat: str) -> dict:
@@ -290,9 +312,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--model", choices=tuple(MODELS), default="medium", help="the problem's model (see MODELS)")
     parser.add_argument("--no-sequence", action="store_true", help="skip the sequence plans' rows")
+    parser.add_argument("--again", type=Path, metavar="WORK_FOLDER",
+                        help="measure nothing: read the profiles and run logs of an earlier run's work files "
+                             "(the folder it printed) and compute the tables again, e.g. after a change to the fit")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "report" / "calibration.json")
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="bench-calibration-"))
+    folder = args.again or Path(tempfile.mkdtemp(prefix="bench-calibration-"))
     load_before = os.getloadavg()
     rows, profiles, sequence, refused = profile_and_run(args, folder)
     floor = noise_floor(rows[0], args, folder)

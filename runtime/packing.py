@@ -38,12 +38,12 @@ class PackBuffers:
         return flat
 
 
-def hand_back(flat: torch.Tensor, views: Sequence[torch.Tensor], params: Sequence[torch.nn.Parameter]) -> None:
-    """The inverse of `PackBuffers.pack` for gradients: `views[i]` is a view of
-    `params[i].grad`. Where it is the whole gradient, the parameter takes its part of `flat`
-    as its gradient (no copy; `flat` must then stay untouched until the gradient is used and
-    set to None); a part of a gradient is copied back into it, in place."""
-    for (view, part), param in zip(_parts(flat, views), params, strict=True):
+def hand_back(flat: torch.Tensor, pieces: Sequence[tuple[torch.nn.Parameter, torch.Tensor]]) -> None:
+    """The inverse of `PackBuffers.pack` for gradients: `pieces` are (parameter, view of its
+    `.grad`), in the order packed. Where the view is the whole gradient, the parameter takes
+    its part of `flat` as its gradient (no copy; `flat` must then stay untouched until the
+    gradient is used and set to None); a part of a gradient is copied back into it, in place."""
+    for (param, view), (_, part) in zip(pieces, _parts(flat, [view for _, view in pieces]), strict=True):
         if _is_whole(view, param.grad):
             param.grad = part
         else:

@@ -82,6 +82,24 @@ def test_calibrate_writes_the_refitted_cluster(tmp_path, logs, flag: str | None)
     assert fitted.inter_bw_gbps == pytest.approx(0.5, rel=0.01)
 
 
+def test_calibrate_says_which_plans_the_refitted_links_are_for(tmp_path, logs):
+    """Layered runs' links are fits to all-reduces: the written cluster says (on screen and in
+    its header) that sequence plans keep `profile --for sequence`'s links; and where every
+    link is kept as logged, nothing is said of them."""
+    from hexiscale.cli.calibrate import links_note
+    from planner.calibration_runs import Figure
+
+    out = tmp_path / "fitted.yaml"
+    result = invoke("calibrate", *map(str, logs), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    expected = "for sequence plans, keep the links of a cluster from `hexiscale profile --for sequence`"
+    assert expected in " ".join(result.output.split())
+    assert any(line.startswith("# the links are refitted from layered runs") and expected in line
+               for line in out.read_text().splitlines())
+    eta_only = [Figure("efficiency", "cpu", 0.5, 0.3, True), Figure("bandwidth", "inter", 2.0, 2.0, True, "tangled")]
+    assert links_note([read_run_log(logs[0]).record("x")], eta_only) == ""
+
+
 def test_the_run_view_gives_the_steps_spread_as_the_yardstick(tmp_path, logs):
     """Steps of 0.30, 0.36 and 0.33 s after two warm-up steps: mean 0.33 s, its standard error
     stdev / √3 = 0.03 / √3 = 0.01732 s, 5.2 % of the mean. A run of warm-up steps alone says

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from planner import cost
 from planner.base import US
 from planner.calibration import CalibrationError, fit_efficiency, fit_link, term_regressors
-from planner.calibration_runs import RunRecord, measured_rows, predicted_rows, refit, scaled_cluster
+from planner.calibration_runs import Figure, RunRecord, measured_rows, predicted_rows, refit, scaled_cluster
 from planner.hardware import Cluster, GpuType, Machine
 from planner.layered.plan import Pipeline, Plan, Stage
 from planner.layered.pricing import breakdown
@@ -299,3 +299,17 @@ def test_a_fit_with_relative_errors_is_exact_on_noiseless_points():
     relative = np.random.default_rng(5).uniform(0.01, 0.3, len(truth))
     fit = fit_link(inv_bw, lat, truth, relative_error=relative)
     assert fit.bw_gbps == pytest.approx(2.5, rel=1e-6) and fit.latency_us == pytest.approx(80, rel=1e-6)
+
+
+def test_the_links_note_names_the_traffic_the_links_were_refitted_from():
+    """Sequence runs alone: layered plans keep `profile --for layered`'s links; both kinds
+    together: one figure for two kinds of traffic, said."""
+    from hexiscale.cli.calibrate import links_note
+
+    truth, believed = cluster(0.3, 1.5, 0.5), cluster(0.5, 4.0, 2.5)
+    moved = [Figure("bandwidth", "inter", 2.5, 0.5, True)]
+    sequence = sequence_records(truth, believed, collective_times=False)
+    layered = synthetic_records(truth, believed)
+    assert "refitted from sequence runs (their all-to-alls and ZeRO-3 collectives): for layered plans, keep the " \
+           "links of a cluster from `hexiscale profile --for layered`" in links_note(sequence, moved)
+    assert "from layered and sequence runs together" in links_note(sequence + layered, moved)

@@ -25,7 +25,7 @@ def test_pack_then_hand_back_round_trips_strided_views_in_place():
     expected = torch.cat([v.reshape(-1) for v in views])
     assert torch.equal(flat, expected)
     flat.mul_(10)
-    hand_back(flat, views, params)
+    hand_back(flat, list(zip(params, views)))
     assert all(p.grad is g for p, g in zip(params, (grad, other, vector)))  # parts: copied, not adopted
     assert torch.equal(grad[:, 2:5], torch.arange(24.0).view(4, 6)[:, 2:5] * 10)
     assert torch.equal(grad[:, :2], torch.arange(24.0).view(4, 6)[:, :2])  # outside the view: untouched
@@ -50,7 +50,7 @@ def test_a_whole_gradient_takes_its_part_of_the_buffer_and_a_part_is_copied():
     flat = PackBuffers().pack("k", [whole, part])
     flat.mul_(3)
     kept = params[1].grad
-    hand_back(flat, [whole, part], params)
+    hand_back(flat, list(zip(params, [whole, part])))
     assert params[0].grad.data_ptr() == flat.data_ptr() and torch.equal(params[0].grad, torch.full((3, 4), 3.0))
     assert params[1].grad is kept and torch.equal(kept[:, :2], torch.full((2, 2), 3.0))
     assert torch.equal(kept[:, 2:], torch.ones(2, 3))
@@ -59,5 +59,5 @@ def test_a_whole_gradient_takes_its_part_of_the_buffer_and_a_part_is_copied():
     assert transposed.grad.shape == (4, 3) and not transposed.grad.is_contiguous()
     flat = PackBuffers().pack("t", [transposed.grad])
     before = transposed.grad
-    hand_back(flat, [transposed.grad], [transposed])
+    hand_back(flat, [(transposed, transposed.grad)])
     assert transposed.grad is before  # not adopted: a dense buffer part would change its strides

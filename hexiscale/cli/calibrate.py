@@ -146,6 +146,24 @@ def print_prediction(problem, job, result) -> None:
     console.print(f"run log: {path} (for `hexiscale calibrate`)", highlight=False)
 
 
+PLAN_KIND_LINKS = {"layered": "all-reduces and stage sends", "sequence": "all-to-alls and ZeRO-3 collectives"}
+
+
+def links_note(records, figures) -> str:
+    """Which traffic the refitted links describe, when they were refitted: a link's figures
+    differ by operation (`profile --for` fits each plan kind's own), so links refitted from
+    one kind's runs misprice the other kind's plans ("" when no link figure moved)."""
+    if not any(f.kind != "efficiency" and f.exercised and not f.kept_why for f in figures):
+        return ""
+    kinds = sorted({"sequence" if isinstance(r.plan, SeqPlan) else "layered" for r in records})
+    if len(kinds) == 2:
+        return ("the links are refitted from layered and sequence runs together: one figure per link class for "
+                "all-reduces and all-to-alls alike, which `profile --for` fits apart")
+    other = "sequence" if kinds[0] == "layered" else "layered"
+    return (f"the links are refitted from {kinds[0]} runs (their {PLAN_KIND_LINKS[kinds[0]]}): for {other} plans, "
+            f"keep the links of a cluster from `hexiscale profile --for {other}` and take η from here")
+
+
 def figures_table(figures, collective_times: bool = False) -> Table:
     rows = "stage, step and collective times" if collective_times else "stage and step times"
     table = Table(title=f"refitted figures (least squares over every log's {rows})")
@@ -189,5 +207,8 @@ def calibrate(run_logs: list[Path] = typer.Argument(..., help="runlog.json files
     console.print(f"|error| over {len(before)} stage and step times: mean {before.mean():.1%} → {after.mean():.1%}, "
                   f"worst {before.max():.1%} → {after.max():.1%}", highlight=False)
     header = f"# Refitted by `hexiscale calibrate` from {len(records)} run log(s) of problem {logs[0][1].problem}.\n"
+    if note := links_note(records, figures):
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+        header += f"# {note}.\n"
     output.write_text(header + yaml.safe_dump(cluster.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
     console.print(f"wrote {output}", highlight=False)

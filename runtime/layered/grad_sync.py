@@ -74,11 +74,11 @@ def sync_gradients(comm: Communicator, model: StageModel, groups: RankGroups, bu
     for key in groups.layout.dp_group_keys():
         if key in pieces:
             summed = comm.all_reduce(buffers.pack(key, _views(pieces[key])), groups.dp[key])
-            hand_back(summed, _views(pieces[key]), [piece.param for piece in pieces[key]])
+            hand_back(summed, pieces[key])
     if groups.tp is not None:
         replicated = _replicated(model, grads=True)
         sent = comm.broadcast(buffers.pack("replicated", _views(replicated)), groups.stage.leader, groups.tp)
-        hand_back(sent, _views(replicated), [piece.param for piece in replicated])
+        hand_back(sent, replicated)
 
 
 def replicas_identical(comm: Communicator, model: StageModel, groups: RankGroups) -> bool:

@@ -45,7 +45,7 @@ def sync_gradients(comm: Communicator, groups: SeqGroups, states: ZeroStates, se
             continue
         views = _local_views(grads, states, segments, owners)
         blocks = [states.blocks[unit] for unit, _, _ in _local_pieces(states, segments, owners)]
-        hand_back(comm.all_reduce(buffers.pack(owners, views), groups.sync[owners]), views, blocks)
+        hand_back(comm.all_reduce(buffers.pack(owners, views), groups.sync[owners]), list(zip(blocks, views)))
 
 
 def replicas_identical(comm: Communicator, groups: SeqGroups, states: ZeroStates, segments: list[Segment]) -> bool:
