@@ -43,9 +43,10 @@ def sync_gradients(comm: Communicator, groups: SeqGroups, states: ZeroStates, se
     for owners in sync_group_keys(segments):
         if owners not in groups.sync:
             continue
-        views = _local_views(grads, states, segments, owners)
-        blocks = [states.blocks[unit] for unit, _, _ in _local_pieces(states, segments, owners)]
-        hand_back(comm.all_reduce(buffers.pack(owners, views), groups.sync[owners]), list(zip(blocks, views)))
+        pieces = [(states.blocks[unit], grads[unit][start:stop])
+                  for unit, start, stop in _local_pieces(states, segments, owners)]
+        summed = comm.all_reduce(buffers.pack(owners, [view for _, view in pieces]), groups.sync[owners])
+        hand_back(summed, pieces)
 
 
 def replicas_identical(comm: Communicator, groups: SeqGroups, states: ZeroStates, segments: list[Segment]) -> bool:
