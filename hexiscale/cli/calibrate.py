@@ -14,7 +14,7 @@ from rich.table import Table
 
 from hexiscale.cli.app import STATISTIC_HELP, app, checked_statistic, console, fail, friendly_errors, writable_file
 from planner.calibration import CalibrationError
-from planner.calibration_runs import RunRecord, predicted_rows, refit
+from planner.calibration_runs import Figure, RunRecord, predicted_rows, refit
 from planner.sequence.plan import SeqPlan
 from planner.violations import InvalidPlanError
 from runtime.host import shared_cores_note
@@ -149,7 +149,7 @@ def print_prediction(problem, job, result) -> None:
 PLAN_KIND_LINKS = {"layered": "all-reduces and stage sends", "sequence": "all-to-alls and ZeRO-3 collectives"}
 
 
-def links_note(records, figures) -> str:
+def links_note(records: list[RunRecord], figures: list[Figure]) -> str:
     """Which traffic the refitted links describe, when they were refitted: a link's figures
     differ by operation (`profile --for` fits each plan kind's own), so links refitted from
     one kind's runs misprice the other kind's plans ("" when no link figure moved)."""

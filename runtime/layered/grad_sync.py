@@ -29,7 +29,7 @@ class Piece(NamedTuple):
     view: torch.Tensor
 
 
-def _chunk_views(model: StageModel, groups: RankGroups, grads: bool) -> dict[tuple[int, ...], list[Piece]]:
+def _chunk_pieces(model: StageModel, groups: RankGroups, grads: bool) -> dict[tuple[int, ...], list[Piece]]:
     """Rank set → the pieces (views of gradients or parameters, with their parameters) this
     rank syncs with it, in order."""
     stage, pieces = groups.stage, {}
@@ -70,7 +70,7 @@ def sync_gradients(comm: Communicator, model: StageModel, groups: RankGroups, bu
     into `buffers` (kept between steps)."""
     if groups.layout.num_pipelines == 1:
         return
-    pieces = _chunk_views(model, groups, grads=True)
+    pieces = _chunk_pieces(model, groups, grads=True)
     for key in groups.layout.dp_group_keys():
         if key in pieces:
             summed = comm.all_reduce(buffers.pack(key, _views(pieces[key])), groups.dp[key])
@@ -84,7 +84,7 @@ def sync_gradients(comm: Communicator, model: StageModel, groups: RankGroups, bu
 def replicas_identical(comm: Communicator, model: StageModel, groups: RankGroups) -> bool:
     """True iff every chunk this rank holds equals, bit for bit, the same chunk in every
     other pipeline, and its replicated parameters equal those of its TP group."""
-    pieces, ok = _chunk_views(model, groups, grads=False), True
+    pieces, ok = _chunk_pieces(model, groups, grads=False), True
     for key in groups.layout.dp_group_keys():
         if key in pieces:
             ok &= _same_everywhere(comm, _views(pieces[key]), groups.dp[key])
