@@ -255,3 +255,24 @@ def test_pooled_errors_are_each_sizes_neighbourhood_median():
     assert [pooled[t.nbytes] for t in timings] == pytest.approx([0.1, 0.2, 0.1, 0.1, 0.15, 0.2])
     quiet = [t.model_copy(update={"mean_error": 0.0}) for t in timings]
     assert np.all(pooled_relative_errors(quiet) == MIN_RELATIVE_ERROR)
+
+
+def test_profile_for_sequence_writes_the_all_to_all_fit_through_the_cli(tmp_path, monkeypatch):
+    """The command `calibrate` tells users to run for sequence plans, `hexiscale profile --for
+    sequence`, with the processes' measurements replaced by synthetic ones of known figures:
+    the file it writes carries the all-to-all fit and says so in its header."""
+    from typer.testing import CliRunner
+
+    import hexiscale.cli.profile as profile_cli
+    from hexiscale.cli import app
+    from planner.io import load_cluster
+
+    monkeypatch.setattr(profile_cli, "measure", lambda spec, folder: result((2,)))
+    out = tmp_path / "seq.yaml"
+    ran = CliRunner().invoke(app, ["profile", "-o", str(out), "--for", "sequence", "--max-bytes", str(1 << 20)])
+    assert ran.exit_code == 0, ran.output
+    bw, lat = FIGURES["all_to_all"]
+    written = load_cluster(out)
+    assert written.machine_intra_bw[0] == pytest.approx(bw, rel=0.01)
+    assert written.intra_latency_us == pytest.approx(lat, rel=0.01)
+    assert "links: the all_to_all fit, for sequence plans" in out.read_text().splitlines()[0]
