@@ -16,7 +16,7 @@ from planner.problem import Problem
 from planner.workload import ModelSpec, TrainingSpec
 from solvers.layered.exact import brute
 from solvers.layered.exact.bounds import DBounds, ordered_floor, ordered_structures, structures
-from solvers.layered.exact.tables import StageType, Tables
+from solvers.layered.tables import StageType, Tables
 
 SEEDS = range(24)
 

@@ -14,7 +14,7 @@ from solvers.common import SolverOptions
 from solvers.layered.exact import brute, cpsat, milp
 from solvers.layered.exact.bounds import DBounds, ordered_structures, structures
 from solvers.layered.exact.driver import SubProblem
-from solvers.layered.exact.tables import Tables, specs_of_plan
+from solvers.layered.tables import Tables, specs_of_plan
 
 SEEDS = (2, 5, 8, 11, 14)
 

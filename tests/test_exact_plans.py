@@ -17,7 +17,7 @@ from planner.layered.validate import validate
 from planner.workload import ModelSpec, TrainingSpec
 from solvers.common import SolverOptions
 from solvers.layered.exact import brute, cpsat, milp
-from solvers.layered.exact.tables import Tables, explain_infeasible
+from solvers.layered.tables import Tables, explain_infeasible
 from solvers.registry import solve
 
 EXACT = (cpsat, milp)

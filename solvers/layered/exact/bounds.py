@@ -22,7 +22,7 @@ from functools import cached_property
 import numpy as np
 
 from planner import cost
-from solvers.layered.exact.tables import Tables
+from solvers.layered.tables import Tables
 
 
 MAX_SHAPES = 20_000  # beyond this (larger clusters) the bounds are skipped: the models alone run

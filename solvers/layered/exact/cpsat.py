@@ -26,7 +26,7 @@ from solvers.layered.exact.cpsat_model import CpSatBuilder, LayoutVars, MemoryVa
 from solvers.layered.exact.cpsat_units import TimeScale, time_scale
 from solvers.layered.exact.driver import SubProblem, SubResult, solve_exact, solver_time
 from solvers.layered.exact.spec import read_specs
-from solvers.layered.exact.tables import PipelineSpec
+from solvers.layered.tables import PipelineSpec
 
 __all__ = ["CpSatVars", "add_hint", "build_model", "solve", "solve_fixed_d", "specs", "time_scale"]
 

@@ -20,7 +20,7 @@ from planner.problem import Problem
 from planner.layered.validate import validate
 from solvers.common import ModelSize, SolveResult, SolverOptions
 from solvers.layered.exact.bounds import Candidate, DBounds, PipelineFloors, ordered_structures, structures
-from solvers.layered.exact.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
+from solvers.layered.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
                                           specs_of_plan)
 from solvers.layered.exact.warm_start import warm_start
 

@@ -25,7 +25,7 @@ from solvers.layered.exact.driver import SubProblem, SubResult, solve_exact, sol
 from solvers.layered.exact.milp_cuts import CutVars, MilpCutBuilder
 from solvers.layered.exact.milp_model import BatchVars, LayoutVars, MemoryVars, SyncVars, TimeVars
 from solvers.layered.exact.spec import read_specs
-from solvers.layered.exact.tables import PipelineSpec
+from solvers.layered.tables import PipelineSpec
 from solvers.milp_backend import quiet_stdout, read_status
 
 GAP = 1e-9  # relative MIP gap: "optimal" means optimal to float tolerance

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from planner.workload import TrainingSpec
-from solvers.layered.exact.tables import PipelineSpec, StageType
+from solvers.layered.tables import PipelineSpec, StageType
 
 # q of §3.5 per schedule: "stages" is 1F1B's min(S − k, m_p), "all" is GPipe's m_p
 IN_FLIGHT_RULES = {"1f1b": "stages", "gpipe": "all"}

@@ -12,7 +12,7 @@ from planner.layered.validate import validate
 from planner.problem import Problem
 from solvers.common import SolverOptions
 from solvers.layered.baselines.symmetric import solve_symmetric
-from solvers.layered.exact.tables import specs_of_plan
+from solvers.layered.tables import specs_of_plan
 from solvers.layered.heuristic import HeuristicOptions, solve_with
 
 HEURISTIC_FROM_DEVICES = 6  # larger problems start from the heuristic's plan

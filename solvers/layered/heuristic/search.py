@@ -33,7 +33,7 @@ from planner.problem import Problem
 from planner.layered.table import stage_table
 from planner.layered.validate import validate
 from solvers.common import SolveResult, SolverOptions
-from solvers.layered.exact.tables import Tables, explain_infeasible
+from solvers.layered.tables import Tables, explain_infeasible
 from solvers.layered.heuristic.assemble import build_plan, plan_from_table, with_split
 from solvers.layered.heuristic.exact_refine import exact_sub_solve
 from solvers.layered.heuristic.moves import improve

@@ -1,4 +1,4 @@
-"""Coefficient tables shared by the exact models (docs/formulation.md §1).
+"""Coefficient tables shared by the exact models and the heuristic (docs/formulation.md §1).
 
 Every number here is a value of a `planner/cost.py` function at one candidate: a stage
 type c = (machine M, TP size t) [R1], a machine pair, a layer count. The models only add
