@@ -20,7 +20,7 @@ second formula of the cost model.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -28,12 +28,7 @@ from planner.base import US
 from planner.calibration import (CONDITION_LIMIT, UNDETERMINED, CalibrationError, checked_efficiency, least_squares,
                                  relative_standard_errors)
 from planner.hardware import Cluster
-from planner.layered.plan import Plan
-from planner.layered.pricing import breakdown
-from planner.layered.table import stage_table
-from planner.sequence.plan import SeqPlan
-from planner.sequence.pricing import time_parts
-from planner.sequence.table import MemberTable
+from planner.kinds import kind_of
 from planner.problem import Problem
 
 LINK_CLASSES = ("intra", "inter")
@@ -51,7 +46,7 @@ class RunRecord:
     the run's seq_len, micro-batch, recompute and schedule); units in plan order."""
 
     problem: Problem
-    plan: Plan | SeqPlan
+    plan: Any  # a plan of any kind (planner.kinds)
     stage_s: tuple[float, ...]  # forward + backward per micro-batch: of each stage, or of each replica's slowest member
     step_s: float  # step time (schedule + gradient sync), summarized over steps
     source: str = ""
@@ -61,19 +56,13 @@ class RunRecord:
 
     def tp_stages(self) -> tuple[int, ...]:
         """The stages whose T_tp the record measured: TP size above 1 and a time recorded."""
-        if isinstance(self.plan, SeqPlan) or not self.tp_s:
-            return ()
-        sizes = [stage.tp for pipe in self.plan.pipelines for stage in pipe.stages]
-        return tuple(i for i, (t, seconds) in enumerate(zip(sizes, self.tp_s)) if t > 1 and seconds > 0)
+        return tuple(i for kind, i in self.collective_rows() if kind == "tp")
 
     def collective_rows(self) -> tuple[tuple[CollectiveKind, int], ...]:
-        """The units' collective times the record measured, as (kind, unit index): each TP
-        stage's T_tp (layered); each replica's HP all-to-alls and ZeRO-3 collectives
-        (sequence), where it spent time in them."""
-        if not isinstance(self.plan, SeqPlan):
-            return tuple(("tp", i) for i in self.tp_stages())
-        return (tuple(("hp", r) for r, seconds in enumerate(self.hp_s) if seconds > 0)
-                + tuple(("zero", r) for r, seconds in enumerate(self.zero_s) if seconds > 0))
+        """The units' collective times the record measured, as (kind, unit index), by the
+        plan's kind: each TP stage's T_tp (layered); each replica's HP all-to-alls and ZeRO-3
+        collectives (sequence), where it spent time in them."""
+        return kind_of(self.plan).measured_collectives(self)
 
     def collective_s(self, kind: CollectiveKind, index: int) -> float:
         return {"tp": self.tp_s, "hp": self.hp_s, "zero": self.zero_s}[kind][index]
@@ -94,18 +83,13 @@ class Figure:
     kept_why: str = ""  # exercised but not determined by the records: kept as it was, and why
 
 
-def predicted_rows(problem: Problem, plan: Plan | SeqPlan,
+def predicted_rows(problem: Problem, plan: Any,
                    collectives: tuple[tuple[CollectiveKind, int], ...] = ()) -> np.ndarray:
-    """The cost model's figures that a run record measures: [τ of each stage, then T] of a
-    layered plan (§3), [T_mb of each replica, then T] of a sequence plan (§7.2); then each of
-    `collectives` (`RunRecord.collective_rows`): a stage's T_tp, a replica's part of T_mb in
-    HP all-to-alls or in ZeRO-3 collectives."""
-    if isinstance(plan, SeqPlan):
-        parts = time_parts(problem, MemberTable.of(plan))
-        terms = {"hp": parts.hp_micro, "zero": parts.zero_micro}
-        return np.concatenate([parts.micro_batch, [parts.iteration], [terms[k][i] for k, i in collectives]])
-    priced = breakdown(problem, stage_table(problem, plan))
-    return np.concatenate([priced.tau, [priced.iteration], [priced.tp[i] for _, i in collectives]])
+    """The cost model's figures that a run record measures, by the plan's kind: [τ of each
+    stage, then T] of a layered plan (§3), [T_mb of each replica, then T] of a sequence plan
+    (§7.2); then each of `collectives` (`RunRecord.collective_rows`): a stage's T_tp, a
+    replica's part of T_mb in HP all-to-alls or in ZeRO-3 collectives."""
+    return kind_of(plan).predicted_rows(problem, plan, collectives)
 
 
 def measured_rows(record: RunRecord) -> np.ndarray:

@@ -136,3 +136,9 @@ def devices_in_order(first_device: Sequence[int], shapes: Sequence[Sequence[tupl
             free[machine] += t
         out.append(devices)
     return out
+
+
+def outline(plan: Plan) -> str:
+    """The plan's structure in one phrase: pipelines, stages, devices and each stage's TP."""
+    return (f"D={len(plan.pipelines)}, {plan.num_stages} stages, {len(plan.devices)} devices, "
+            f"TP {'/'.join(str(s.tp) for p in plan.pipelines for s in p.stages)}")

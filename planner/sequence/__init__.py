@@ -8,16 +8,23 @@ devices) → `pricing` (every term, numpy over members) → `validate` (rules 1�
 For solvers: build plans with `SeqPlan.from_rings`, or price arrays without a plan through
 `MemberTable.from_arrays` and `iteration_time(problem, table, check=False)`."""
 
+from operator import attrgetter
+
 from planner.plan_kind import PlanKind
+from planner.sequence import calibration
+from planner.sequence.cost import iteration_flops
 from planner.sequence.estimate import Bottleneck, GroupEstimate, MemberEstimate, ReplicaEstimate, SeqEstimate
 from planner.sequence.evaluate import evaluate
-from planner.sequence.plan import SEQPLAN_FORMAT, Group, Member, Replica, SeqPlan
+from planner.sequence.plan import SEQPLAN_FORMAT, Group, Member, Replica, SeqPlan, outline
 from planner.sequence.pricing import iteration_time
 from planner.sequence.table import MemberTable
 from planner.sequence.validate import validate
 
-KIND = PlanKind(name="sequence", format=SEQPLAN_FORMAT, plan_type=SeqPlan, validate=validate,
-                evaluate=evaluate, iteration_time=iteration_time)
+KIND = PlanKind(name="sequence", format=SEQPLAN_FORMAT, schema_name="seqplan", plan_type=SeqPlan, validate=validate,
+                evaluate=evaluate, iteration_time=iteration_time, iteration_flops=iteration_flops,
+                unit="replica", units=attrgetter("replicas"), units_s=attrgetter("replica_s"), outline=outline,
+                pipeline_schedule=False, link_traffic="all-to-alls and ZeRO-3 collectives",
+                measured_collectives=calibration.measured_collectives, predicted_rows=calibration.predicted_rows)
 
 __all__ = ["KIND", "SEQPLAN_FORMAT", "Bottleneck", "Group", "GroupEstimate", "Member", "MemberEstimate",
            "MemberTable", "Replica", "ReplicaEstimate", "SeqEstimate", "SeqPlan", "evaluate",

@@ -114,3 +114,9 @@ class SeqPlan(Frozen):
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2, exclude_none=True)
+
+
+def outline(plan: SeqPlan) -> str:
+    """The plan's structure in one phrase: replicas, groups, devices and each group's HP size."""
+    hp = "/".join(str(len(g.members)) for r in plan.replicas for g in r.ring)
+    return f"D={len(plan.replicas)}, {plan.num_groups} groups, {len(plan.devices)} devices, HP {hp}"
