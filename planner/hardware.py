@@ -44,11 +44,24 @@ class GpuType(Frozen):
     efficiency: float = Field(
         default=0.5, gt=0, le=1, description="achievable fraction of peak on transformer GEMMs"
     )
+    attention_efficiency: float | None = Field(
+        default=None, gt=0, le=1,
+        description="η_att, achievable fraction of peak in the attention kernel (default: efficiency)")
 
     @property
     def effective_flops(self) -> float:
         """π of DESIGN.md §3 in FLOP/s: peak · η."""
         return self.peak_tflops * self.efficiency * TFLOPS
+
+    @property
+    def attention_eta(self) -> float:
+        """η_att, or η where the type gives none."""
+        return self.efficiency if self.attention_efficiency is None else self.attention_efficiency
+
+    @property
+    def effective_attention_flops(self) -> float:
+        """π_att of DESIGN.md §3 in FLOP/s: peak · η_att."""
+        return self.peak_tflops * self.attention_eta * TFLOPS
 
 
 @lru_cache(maxsize=1)
@@ -203,6 +216,11 @@ class Cluster(Frozen):
     def machine_flops(self) -> np.ndarray:
         """π per machine (FLOP/s per device): peak · η of its GPU type."""
         return np.array([self.gpu_of(i).effective_flops for i in range(len(self.machines))])
+
+    @cached_property
+    def machine_attention_flops(self) -> np.ndarray:
+        """π_att per machine (FLOP/s per device): peak · η_att of its GPU type."""
+        return np.array([self.gpu_of(i).effective_attention_flops for i in range(len(self.machines))])
 
     @cached_property
     def machine_peak_flops(self) -> np.ndarray:

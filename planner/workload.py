@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 from planner.base import Frozen
 
 ScheduleName = Literal["1f1b", "gpipe"]  # the keys of planner.schedules.SCHEDULES
+ZeroStage = Literal[0, 1]  # docs: ZeRO-1 across asymmetric pipelines
 
 
 class ModelSpec(Frozen):
@@ -23,6 +24,9 @@ class ModelSpec(Frozen):
     ffn_hidden: int = Field(ge=1, description="f, MLP hidden size")
     vocab: int = Field(ge=1, description="V, vocabulary size")
     gated: bool = Field(default=True, description="SwiGLU (three MLP matrices) or plain MLP (two)")
+    qkv_bias: bool = Field(default=False, description="biases on the q, k, v projections (Qwen2)")
+    tied_embeddings: bool = Field(
+        default=False, description="the LM head shares the embedding's matrix (priced as two synced copies)")
 
     @model_validator(mode="after")
     def _check_heads(self) -> ModelSpec:
@@ -41,10 +45,20 @@ class ModelSpec(Frozen):
         return self.hidden // self.heads
 
     @property
+    def qkv_width(self) -> int:
+        """h + 2·k·d: the output width of the q, k, v projections together."""
+        return self.hidden + 2 * self.num_kv_heads * self.head_dim
+
+    @property
+    def matrix_params(self) -> int:
+        """P_mm = h·(h + 2·k·d) + h·h + (3|2)·h·f: a layer's matrix weights (what its GEMMs multiply)."""
+        h, f = self.hidden, self.ffn_hidden
+        return h * self.qkv_width + h * h + (3 if self.gated else 2) * h * f
+
+    @property
     def params_per_layer(self) -> int:
-        """P_layer = h·(h + 2·k·d) + h·h + (3|2)·h·f + 2h."""
-        h, k, d, f = self.hidden, self.num_kv_heads, self.head_dim, self.ffn_hidden
-        return h * (h + 2 * k * d) + h * h + (3 if self.gated else 2) * h * f + 2 * h
+        """P_layer = P_mm + 2h + [qkv_bias]·(h + 2·k·d): matrices, two norms, the qkv biases."""
+        return self.matrix_params + 2 * self.hidden + (self.qkv_width if self.qkv_bias else 0)
 
     @property
     def params_embedding(self) -> int:
@@ -91,6 +105,16 @@ class TrainingSpec(Frozen):
     schedule: ScheduleName = Field(
         default="1f1b", description="pipeline schedule: what runs and what memory is priced (§3.5 q)")
     token_block: int = Field(default=64, ge=1, description="q, sequence plans: every token count is a multiple of q (§7)")
+    sequence_parallel: bool = Field(
+        default=False, description="Megatron sequence parallelism inside TP stages: norms, residuals and "
+                                   "the kept layer input split over the t devices (§3.5 memory)")
+    zero_stage: ZeroStage = Field(
+        default=0, description="0: every pipeline keeps its whole optimizer state; 1: the D holders of a "
+                               "chunk shard its optimizer state and master weights (§11)")
+    weight_bytes: float = Field(default=2, gt=0, description="μ_w, bytes per parameter of the weights "
+                                                             "the forward pass reads (part of μ)")
+    optimizer_bytes: float = Field(default=12, ge=0, description="μ_o, bytes per parameter of master "
+                                                                 "weights and Adam moments (part of μ)")
 
     @model_validator(mode="after")
     def _check_batch(self) -> TrainingSpec:
@@ -99,6 +123,20 @@ class TrainingSpec(Frozen):
                 f"global_batch {self.global_batch} is not a multiple of micro_batch {self.micro_batch}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _check_state_bytes(self) -> TrainingSpec:
+        """μ = μ_w + gradients + μ_o: the two named parts cannot exceed the whole."""
+        if self.weight_bytes + self.optimizer_bytes > self.param_state_bytes:
+            raise ValueError(
+                f"weight_bytes {self.weight_bytes:g} + optimizer_bytes {self.optimizer_bytes:g} exceed "
+                f"param_state_bytes {self.param_state_bytes:g} (μ = weights + gradients + optimizer state)")
+        return self
+
+    @property
+    def gradient_state_bytes(self) -> float:
+        """μ − μ_w − μ_o: bytes per parameter of the gradients kept in memory."""
+        return self.param_state_bytes - self.weight_bytes - self.optimizer_bytes
 
     @property
     def micro_batches(self) -> int:

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from planner import cost
+from planner.layered import cost as layered_cost
+from planner.layered.cost import StageShape
 from planner.base import US
 from planner.calibration import CalibrationError, fit_efficiency, fit_link, term_regressors
 from planner.calibration_runs import Figure, RunRecord, measured_rows, predicted_rows, refit, scaled_cluster
@@ -93,7 +95,7 @@ def test_weighted_link_fit_exact_on_noiseless_points():
 
 def test_efficiency_fit_recovers_eta():
     model, training = small_model(), small_training()
-    ideal = np.array([cost.stage_compute_time(model, training, 2e12, t, n, last)
+    ideal = np.array([layered_cost.stage_compute_time(model, training, StageShape(tp=t, layers=n, last=last, flops=2e12, attention_flops=2e12))
                       for t in (1, 2, 4) for n in (1, 2, 3) for last in (0, 1)])
     noisy = ideal / 0.37 * (1 + 0.003 * np.random.default_rng(1).standard_normal(len(ideal)))
     assert fit_efficiency(ideal, noisy) == pytest.approx(0.37, rel=0.01)

@@ -1,8 +1,8 @@
-"""The vectorized evaluator against a second, deliberately naive reading of DESIGN.md §3.
+"""The vectorized evaluator against a second, deliberately naive reading of docs/cost-model.md §3.
 
 The reference below walks every stage, layer and pair of holders with plain Python loops and
-device-level bw()/lat() lookups, written from the text of DESIGN.md without using
-planner.cost. Agreement on random plans over random clusters checks the numpy code paths
+device-level bw()/lat() lookups, written from the text of the docs without using the cost
+modules (causal attention at η_att, qkv biases, tied embeddings, sequence parallelism, ZeRO-1). Agreement on random plans over random clusters checks the numpy code paths
 (segment grouping of layers, reduceat over pipelines, diagonal handling in bw_min)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from planner import Cluster, Link, Machine, ModelSpec, Pipeline, Plan, Problem, Stage, TrainingSpec
+from planner import Cluster, GpuType, Link, Machine, ModelSpec, Pipeline, Plan, Problem, Stage, TrainingSpec
 from planner.layered.evaluate import evaluate
 
 GPUS = ["A100-80G", "RTX4090", "RTX3090", "H20", "V100"]
@@ -31,9 +31,11 @@ def reference(problem: Problem, plan: Plan) -> dict:
     h, s, b, V = mo.hidden, tr.seq_len, tr.micro_batch, mo.vocab
     d = h // mo.heads
     k = mo.kv_heads or mo.heads
-    p_layer = h * (h + 2 * k * d) + h * h + (3 if mo.gated else 2) * h * mo.ffn_hidden + 2 * h
+    bias = (h + 2 * k * d) if mo.qkv_bias else 0
+    p_mm = h * (h + 2 * k * d) + h * h + (3 if mo.gated else 2) * h * mo.ffn_hidden
+    p_layer = p_mm + 2 * h + bias
     p_emb, p_head = V * h, V * h + h
-    f_layer, f_head = 2 * (p_layer - 2 * h) + 4 * s * h, 2 * V * h
+    f_mm, f_att, f_head = 2 * p_mm, 2 * h * (s + 1), 2 * V * h
     c, r = (4, 6) if tr.recompute else (3, 4)
     A = b * s * h * tr.act_bytes
     gpu = lambda dev: cl.catalog[cl.machines[machine(dev)].gpu]  # noqa: E731
@@ -66,7 +68,9 @@ def reference(problem: Problem, plan: Plan) -> dict:
             last, first = kk == S - 1, kk == 0
             g = gpu(dev0)
             bw_s, a_s = bw_lat(dev0, dev0)
-            C = c * b * s * (n * f_layer + (f_head if last else 0)) / (t * g.peak_tflops * g.efficiency * 1e12)
+            pi, eta_att = g.peak_tflops * 1e12, g.attention_efficiency or g.efficiency
+            C = c * b * s * (n * (f_mm / (pi * g.efficiency) + f_att / (pi * eta_att))
+                             + (f_head / (pi * g.efficiency) if last else 0)) / t
             taus.append(C + n * r * ar(t, A, bw_s, a_s))
             if last:
                 pps.append(0.0)
@@ -77,23 +81,30 @@ def reference(problem: Problem, plan: Plan) -> dict:
                 pps.append(2 * (A / (bw_l * 1e9) + a_l + bc(len(nxt.devices), A, bw_n, a_n)))
             for layer in range(start, start + n):
                 holders.setdefault(layer, []).append((p, kk))
+            ends = ["tied"] if mo.tied_embeddings else ["emb", "head"]
             if first:
-                holders.setdefault("emb", []).append((p, kk))
-            if last:
-                holders.setdefault("head", []).append((p, kk))
+                holders.setdefault(ends[0], []).append((p, kk))
+            if last and not (mo.tied_embeddings and first):
+                holders.setdefault(ends[-1], []).append((p, kk))
             start += n
         pipes.append(sum(taus) + sum(pps) + (m - 1) * max(max(x, y) for x, y in zip(taus, pps)))
 
     tau_dp = {}
     for layer, hs in holders.items():
-        if D == 1:
+        n_sync = len(hs)  # D holders, or every first and last stage for the tied embedding
+        if n_sync == 1:
             tau_dp[layer] = 0.0
             continue
         stages = [plan.pipelines[p].stages[kk] for p, kk in hs]
         t_min = min(len(st.devices) for st in stages)
         pairs = [bw_lat(x.devices[0], y.devices[0]) for i, x in enumerate(stages) for y in stages[i + 1:]]
-        params = p_emb if layer == "emb" else p_head if layer == "head" else p_layer
-        tau_dp[layer] = ar(D, params * tr.grad_bytes / t_min, min(q[0] for q in pairs), max(q[1] for q in pairs))
+        bw, lat = min(q[0] for q in pairs), max(q[1] for q in pairs)
+        params = p_emb if layer in ("emb", "tied") else p_head if layer == "head" else p_layer
+        if tr.zero_stage == 1 and layer != "tied":  # reduce-scatter the gradient, all-gather the weights
+            tau_dp[layer] = (bc(n_sync, params * tr.grad_bytes / t_min, bw, lat)
+                             + bc(n_sync, params * tr.weight_bytes / t_min, bw, lat))
+        else:
+            tau_dp[layer] = ar(n_sync, params * tr.grad_bytes / t_min, bw, lat)
     stage_dp = {}
     for layer, hs in holders.items():
         for key in hs:
@@ -105,10 +116,14 @@ def reference(problem: Problem, plan: Plan) -> dict:
         S, m = len(pipe.stages), pipe.batch // b
         for kk, st in enumerate(pipe.stages):
             t, n, first, last = len(st.devices), st.layers, kk == 0, kk == len(pipe.stages) - 1
-            W = tr.param_state_bytes * (n * p_layer + first * p_emb + last * p_head) / t
-            a_full = s * b * h * (10 + 24 / t)
+            mu = tr.param_state_bytes
+            if tr.zero_stage == 1 and D >= 2:
+                mu = mu - tr.optimizer_bytes + tr.optimizer_bytes / D
+            W = mu * (n * p_layer + first * p_emb + last * p_head) / t
+            a_full = 34 * s * b * h / t if tr.sequence_parallel else s * b * h * (10 + 24 / t)
+            a_ckpt = 2 * s * b * h / t if tr.sequence_parallel else 2 * s * b * h
             q = min(S - kk, m)
-            act = q * n * (2 * s * b * h if tr.recompute else a_full) + (a_full if tr.recompute else 0)
+            act = q * n * (a_ckpt if tr.recompute else a_full) + (a_full if tr.recompute else 0)
             act += (4 * b * s * V / t) if last else 0
             memory[(p, kk)] = W + act + tr.reserved_gib * 2**30
     return {"T": max(pipes) + t_dp, "pipes": pipes, "dp": t_dp, "stage_dp": stage_dp, "memory": memory}
@@ -127,14 +142,19 @@ def random_problem(rng: random.Random) -> Problem:
             if rng.random() < 0.4:
                 links.append(Link(a=f"m{i}", b=f"m{j}", bw_gbps=rng.choice([0.5, 5, 25]),
                                   latency_us=rng.choice([None, 100.0])))
-    cluster = Cluster(machines=machines, inter_bw_gbps=rng.choice([1.25, 12.5]), links=links)
+    # some types get their own attention efficiency η_att (≠ η)
+    types = [GpuType(name=g, peak_tflops=100.0 * (i + 1), memory_gib=24.0 * (i + 1), efficiency=0.5,
+                     attention_efficiency=rng.choice([None, 0.2, 0.35, 0.8])) for i, g in enumerate(GPUS[:2])]
+    cluster = Cluster(machines=machines, inter_bw_gbps=rng.choice([1.25, 12.5]), links=links, gpu_types=types)
     heads = rng.choice([8, 16])
     model = ModelSpec(layers=rng.randint(1, 12), hidden=heads * 64, heads=heads,
                       kv_heads=rng.choice([heads, heads // 2, 2]), ffn_hidden=rng.choice([1024, 2816]),
-                      vocab=rng.choice([1000, 32000]), gated=rng.random() < 0.7)
+                      vocab=rng.choice([1000, 32000]), gated=rng.random() < 0.7,
+                      qkv_bias=rng.random() < 0.3, tied_embeddings=rng.random() < 0.3)
     b = rng.choice([1, 2])
     training = TrainingSpec(seq_len=rng.choice([512, 2048]), global_batch=b * rng.randint(4, 24),
-                            micro_batch=b, recompute=rng.random() < 0.6)
+                            micro_batch=b, recompute=rng.random() < 0.6,
+                            sequence_parallel=rng.random() < 0.3, zero_stage=rng.choice([0, 0, 1]))
     return Problem(cluster=cluster, model=model, training=training)
 
 

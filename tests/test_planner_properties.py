@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from planner import cost
+from planner.layered import holders
 from planner import Cluster, Link, Machine, ModelSpec, Plan, Problem, TrainingSpec, evaluate, validate
 from planner.layered.pricing import iteration_time
 
@@ -160,6 +160,6 @@ def test_vectorized_dp_pairs_match_the_per_layer_reading(n, d, rows, seed, limit
     rng = np.random.default_rng(seed)
     bw, lat = rng.random((n, n)) * 100, rng.random((n, n)) * 1e-4  # not even symmetric
     machines = rng.integers(0, n, (rows, d))
-    got_bw, got_lat = cost.holders_bw_lat_rows(machines, bw, lat, *limits)
+    got_bw, got_lat = holders.holders_bw_lat_rows(machines, bw, lat, *limits)
     for r in range(rows):
-        assert (got_bw[r], got_lat[r]) == cost.holders_bw_lat(machines[r], bw, lat)
+        assert (got_bw[r], got_lat[r]) == holders.holders_bw_lat(machines[r], bw, lat)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from instances.generate import generate_cluster, generated_problem
-from planner import cost, evaluate, validate
+from planner import evaluate, validate
+from planner.layered import holders
 from planner.base import US
 from planner.hardware import DENSE_MACHINES, Cluster, Link, Machine, Rack
 from planner.layered.pricing import iteration_time
@@ -97,7 +98,7 @@ def test_holder_extremes_without_pairs_equal_the_pairwise_reading(seed):
     for _ in range(20):
         d = int(rng.integers(2, 30))
         rows = rng.integers(0, int(rng.integers(1, n + 1)), (3, d))  # often few machines: repeats
-        want_bw, want_lat = cost.holders_bw_lat_rows(rows, bw, lat)
+        want_bw, want_lat = holders.holders_bw_lat_rows(rows, bw, lat)
         got_bw = [cluster.bw_table.row_extremes(r, use_max=False) for r in rows]
         got_lat = [cluster.lat_table.row_extremes(r, use_max=True) for r in rows]
         assert list(want_bw) == got_bw and list(want_lat) == got_lat

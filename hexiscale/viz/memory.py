@@ -10,7 +10,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hexiscale.viz.cluster import pipeline_colours  # noqa: E402
-from planner import cost  # noqa: E402
 from planner.layered.estimate import Estimate  # noqa: E402
 from planner.base import GIB  # noqa: E402
 from planner.problem import Problem  # noqa: E402
@@ -18,20 +17,15 @@ from planner.problem import Problem  # noqa: E402
 
 def device_memory(problem: Problem, estimate: Estimate) -> dict[str, np.ndarray]:
     """Per device (GiB): state, activations, reserve, total, capacity, pipeline (-1: idle)."""
-    cluster, model, training = problem.cluster, problem.model, problem.training
+    cluster, training = problem.cluster, problem.training
     n = cluster.num_devices
     out = {k: np.zeros(n) for k in ("state", "activation", "reserve", "total")}
     out["capacity"] = cluster.machine_memory_bytes[cluster.machine_of_device] / GIB
     out["pipeline"] = np.full(n, -1)
     for pipe in estimate.pipelines:
-        num = len(pipe.stages)
-        for st in pipe.stages:
-            first, last = int(st.index == 0), int(st.index == num - 1)
-            state = cost.stage_state_bytes(model, training, st.tp, st.layers, first, last) / GIB
-            q = cost.in_flight_micro_batches(problem.training, num, st.index, pipe.micro_batches)
-            act = cost.stage_activation_bytes(model, training, st.tp, st.layers, q, last) / GIB
+        for st in pipe.stages:  # the estimate's own parts: the bars are the evaluator's figures
             for d in st.devices:
-                out["state"][d], out["activation"][d] = state, float(act)
+                out["state"][d], out["activation"][d] = st.states_gib, st.activations_gib
                 out["reserve"][d] = training.reserved_gib
                 out["total"][d] = st.memory_gib  # the evaluator's figure: the bar must match it
                 out["pipeline"][d] = pipe.index

@@ -33,7 +33,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from planner import cost
+from planner.cost import pass_multiplier
+from planner.layered import cost
 from planner.layered.estimate import Estimate
 from planner.base import Frozen
 from planner.problem import Problem
@@ -71,7 +72,7 @@ class PipelineSchedule(Frozen):
 
 def forward_share(problem: Problem, compute_s: float, tp_s: float) -> float:
     """Seconds of τ_σ spent in the forward pass (see the module docstring)."""
-    forward_compute = compute_s / cost.pass_multiplier(problem.training)
+    forward_compute = compute_s / pass_multiplier(problem.training)
     forward_tp = tp_s * FORWARD_TP_ROUNDS / cost.tp_rounds(problem.training)
     return forward_compute + forward_tp
 

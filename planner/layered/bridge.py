@@ -18,6 +18,7 @@ import numpy as np
 
 from planner.bridge import BridgeTraffic, allreduce_bridge_bytes, crosses, vendor_spread
 from planner.layered.plan import Plan
+from planner.layered.cost import activation_message_bytes
 from planner.layered.pricing import breakdown, dp_layer_times, stage_dp_times
 from planner.layered.table import StageTable, stage_table
 from planner.problem import Problem
@@ -39,7 +40,7 @@ def crossing_boundaries(problem: Problem, table: StageTable) -> np.ndarray:
 def layered_bridge_bytes(problem: Problem, table: StageTable) -> dict[str, float]:
     """Bytes over the bridge per iteration: {"pp": …, "dp": …}."""
     model, training = problem.model, problem.training
-    activation = training.micro_batch * training.seq_len * model.hidden * training.act_bytes
+    activation = activation_message_bytes(model, training)
     pp = float((crossing_boundaries(problem, table) * 2 * activation * table.micro_batches).sum())
     if table.num_pipelines == 1:
         return {"pp": pp, "dp": 0.0}

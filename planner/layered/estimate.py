@@ -23,6 +23,8 @@ class StageEstimate(Frozen):
     pp_s: float = Field(ge=0, description="T_pp to the next stage per micro-batch (0 for the last)")
     dp_s: float = Field(ge=0, description="Σ τ_dp over the layers this stage holds")
     memory_gib: float = Field(ge=0, description="W + Act + R per device")
+    states_gib: float = Field(ge=0, description="W_σ: weights, gradients and optimizer state per device")
+    activations_gib: float = Field(ge=0, description="Act_σ: kept activations, working layer and logits per device")
     capacity_gib: float = Field(gt=0)
     headroom_gib: float = Field(description="capacity − memory; negative means out of memory")
 

@@ -1,4 +1,4 @@
-"""The evaluator of layered plans: T with every part of DESIGN.md §3 as a typed `Estimate`,
+"""The evaluator of layered plans: T with every part of docs/cost-model.md §3 as a typed `Estimate`,
 and the bottleneck that sets it. The numbers themselves come from `planner.layered.pricing`."""
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def evaluate(problem: Problem, plan: Plan) -> Estimate:
 
 
 _STAGE_FIELDS = ("pipeline", "index", "machine", "devices", "tp", "layers", "first_layer",
-                 "compute_s", "tp_s", "tau_s", "pp_s", "dp_s", "memory_gib", "capacity_gib",
-                 "headroom_gib")
+                 "compute_s", "tp_s", "tau_s", "pp_s", "dp_s", "memory_gib", "states_gib",
+                 "activations_gib", "capacity_gib", "headroom_gib")
 
 
 def _stage_rows(problem, plan, table, b: Breakdown) -> list[dict]:
@@ -59,7 +59,7 @@ def _stage_rows(problem, plan, table, b: Breakdown) -> list[dict]:
         [s.devices for p in plan.pipelines for s in p.stages], table.tp.tolist(),
         table.layers.tolist(), table.first_layer.tolist(), b.compute.tolist(), b.tp.tolist(),
         b.tau.tolist(), b.pp.tolist(), b.dp.tolist(), (b.memory / GIB).tolist(),
-        (b.capacity / GIB).tolist(), ((b.capacity - b.memory) / GIB).tolist(),
+        (b.states / GIB).tolist(), (b.activations / GIB).tolist(), (b.capacity / GIB).tolist(), ((b.capacity - b.memory) / GIB).tolist(),
     )
     return [dict(zip(_STAGE_FIELDS, row)) for row in zip(*columns)]
 

@@ -1,6 +1,8 @@
-"""The cost model of sequence plans: DESIGN.md §7.2–§7.3, term by term, as small pure functions.
+"""The cost model of sequence plans: docs/sequence-plans.md §7.2–§7.3, term by term, as small
+pure functions.
 
-Like `planner.cost` (whose collective primitives and multipliers these reuse), every function
+Like `planner.layered.cost`, these build on the primitives both kinds share (`planner.cost`:
+collectives, FLOPs per token, logits, reserve); every function
 works on Python scalars and numpy arrays alike, element-wise, so that the evaluator prices
 every member of a plan in a few vector operations and a solver can take its coefficients
 from the very same functions. Units: bytes, seconds, GB/s, FLOP/s. Per layer and per
@@ -11,16 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.base import GB, GIB
-from planner.cost import allreduce_time, bcast_time, pass_multiplier
+from planner import cost
+from planner.cost import (allgather_time, allreduce_time, alltoall_time, iteration_flops,  # noqa: F401 (re-exported)
+                          pass_multiplier, reserve_bytes)
 from planner.workload import ModelSpec, TrainingSpec
 
 # -- sizes ----------------------------------------------------------------------------------
-
-
-def linear_params(model: ModelSpec) -> int:
-    """P_layer − 2h: the parameters of a layer's matrices (norms excluded)."""
-    return model.params_per_layer - 2 * model.hidden
 
 
 def kv_heads_of(model: ModelSpec, heads):
@@ -47,19 +45,19 @@ def ring_rounds(training: TrainingSpec) -> int:
 
 
 def linear_compute_time(model, training, tokens, flops):
-    """Clin_i = c·b·t_i·2·(P_layer − 2h) / π_i."""
-    return pass_multiplier(training) * training.micro_batch * tokens * 2.0 * linear_params(model) / flops
+    """Clin_i = c·b·t_i·F_mm / π_i, F_mm = 2·P_mm."""
+    return pass_multiplier(training) * training.micro_batch * tokens * cost.matrix_flops_per_token(model) / flops
 
 
-def attention_compute_time(model, training, pairs, heads, flops):
-    """Catt_i = c·b·4·h·pairs_g·(heads_i/a) / π_i."""
+def attention_compute_time(model, training, pairs, heads, attention_flops):
+    """Catt_i = c·b·4·h·pairs_g·(heads_i/a) / π_att,i."""
     c, b = pass_multiplier(training), training.micro_batch
-    return c * b * 4.0 * model.hidden * pairs * (heads / model.heads) / flops
+    return c * b * 4.0 * model.hidden * pairs * (heads / model.heads) / attention_flops
 
 
 def head_compute_time(model, training, tokens, flops):
-    """Chead_i = c·b·t_i·2·V·h / π_i (LM head, once per micro-batch)."""
-    return pass_multiplier(training) * training.micro_batch * tokens * 2.0 * model.vocab * model.hidden / flops
+    """Chead_i = c·b·t_i·F_head / π_i (LM head, once per micro-batch)."""
+    return pass_multiplier(training) * training.micro_batch * tokens * cost.head_flops_per_token(model) / flops
 
 
 # -- head parallelism: the Ulysses all-to-all [7.2] -----------------------------------------
@@ -68,7 +66,7 @@ def head_compute_time(model, training, tokens, flops):
 def qkv_exchange_bytes(model, training, tokens, group_tokens, heads):
     """(sent_i, received_i) of the qkv exchange: b·t_i·(h+2kd)·β·(1 − heads_i/a) and
     b·(T_g − t_i)·(h+2kd)·β·heads_i/a."""
-    width = training.micro_batch * (model.hidden + 2 * model.num_kv_heads * model.head_dim) * training.act_bytes
+    width = training.micro_batch * model.qkv_width * training.act_bytes
     share = heads / model.heads
     return width * tokens * (1.0 - share), width * (group_tokens - tokens) * share
 
@@ -81,9 +79,8 @@ def output_exchange_bytes(model, training, tokens, group_tokens, heads):
 
 
 def exchange_time(max_bytes, members, bw_gbps, lat_s):
-    """One all-to-all: max_i max(sent_i, received_i)/(bw_g·1e9) + (n_g − 1)·α_g; 0 when n_g = 1."""
-    members = np.asarray(members, dtype=float)
-    return np.where(members > 1, max_bytes / (bw_gbps * GB) + (members - 1.0) * lat_s, 0.0)
+    """One all-to-all of the group: `planner.cost.alltoall_time` over its n_g members."""
+    return alltoall_time(members, max_bytes, bw_gbps, lat_s)
 
 
 # -- context parallelism: the K/V ring [7.2] -------------------------------------------------
@@ -93,7 +90,7 @@ def ring_time(model, training, group_tokens, kv_heads, ring_size, bw_gbps, lat_s
     """ring_i = b·(s − T_g)·2·kv_i·d·β / (bw_{g−1,g}·1e9) + (G_r − 1)·lat_{g−1,g}; 0 when G_r = 1."""
     nbytes = training.micro_batch * (training.seq_len - group_tokens) * 2.0 * kv_heads * model.head_dim * training.act_bytes
     ring_size = np.asarray(ring_size, dtype=float)
-    return np.where(ring_size > 1, nbytes / (bw_gbps * GB) + (ring_size - 1.0) * lat_s, 0.0)
+    return np.where(ring_size > 1, cost.p2p_time(nbytes, bw_gbps, (ring_size - 1.0) * lat_s), 0.0)
 
 
 def a2a_layer_time(training, a2a_max):
@@ -112,11 +109,6 @@ def hp_micro_batch_time(model, training, a2a_max):
 
 
 # -- ZeRO-3 and data parallelism [7.2] ------------------------------------------------------
-
-
-def allgather_time(n, nbytes, bw_gbps, lat_s):
-    """ag(n, x) = (n−1)/n·x/(bw·1e9) + (n−1)·α, 0 when n = 1 (the cost of §3's bcast)."""
-    return bcast_time(n, nbytes, bw_gbps, lat_s)
 
 
 def zero_time(training, params, devices, bw_gbps, lat_s):
@@ -144,13 +136,6 @@ def micro_batch_time(model, layer_s, zero_layer_s, head_max, zero_ends_s):
 def dp_time(model, training, replicas, min_devices, bw_gbps, lat_s):
     """T_dp = allreduce(D, P_total·γ / min_r N_r, bw_x, α_x); 0 when D = 1."""
     return allreduce_time(replicas, model.total_params * training.grad_bytes / min_devices, bw_gbps, lat_s)
-
-
-def iteration_flops(model: ModelSpec, training: TrainingSpec) -> float:
-    """F_iter = 3·B·s·(L·2·(P_layer − 2h) + L·2·h·(s+1) + 2·V·h)."""
-    s, L = training.seq_len, model.layers
-    per_token = L * 2.0 * linear_params(model) + L * 2.0 * model.hidden * (s + 1) + 2.0 * model.vocab * model.hidden
-    return 3.0 * training.global_batch * s * per_token
 
 
 # -- memory per device [7.3] ----------------------------------------------------------------
@@ -185,10 +170,5 @@ def ring_buffer_bytes(model, training, max_group_tokens, kv_heads, ring_size):
 
 
 def logits_bytes(model, training, tokens):
-    """4·b·t_i·V."""
-    return 4.0 * training.micro_batch * tokens * model.vocab
-
-
-def reserve_bytes(training) -> float:
-    """R·2^30."""
-    return training.reserved_gib * GIB
+    """4·b·t_i·V: the member's own tokens' logits, whole (`planner.cost.logits_bytes`)."""
+    return cost.logits_bytes(model, training, tokens)

@@ -1,4 +1,4 @@
-"""Every term of DESIGN.md §7.2 and §7.3 for a whole sequence plan, as numpy arrays over its
+"""Every term of docs/sequence-plans.md §7.2 and §7.3 for a whole sequence plan, as numpy arrays over its
 members, groups and replicas. The formulas are those of `planner.sequence.cost`; this module
 only gathers each term's inputs (speeds, link figures, group and ring sizes) and takes the
 maxima the cost model asks for. `iteration_time` is the solvers' fast path."""
@@ -70,7 +70,8 @@ def _member_compute(problem: Problem, table: MemberTable, machine: np.ndarray):
     flops = problem.cluster.machine_flops[machine]
     pairs = cost.causal_pairs(training.seq_len, table.group_tokens)
     linear = cost.linear_compute_time(model, training, table.tokens, flops)
-    attention = cost.attention_compute_time(model, training, pairs[table.group], table.heads, flops)
+    attention_flops = problem.cluster.machine_attention_flops[machine]
+    attention = cost.attention_compute_time(model, training, pairs[table.group], table.heads, attention_flops)
     return linear, attention, cost.head_compute_time(model, training, table.tokens, flops), pairs
 
 
@@ -171,7 +172,7 @@ def require_valid_structure(problem: Problem, table: MemberTable) -> None:
 
 
 def iteration_time(problem: Problem, plan: SeqPlan | MemberTable, check: bool = True) -> float:
-    """T of DESIGN.md §7.2 only: the solvers' inner loop. Takes a plan or a `MemberTable`;
+    """T of docs/sequence-plans.md §7.2 only: the solvers' inner loop. Takes a plan or a `MemberTable`;
     `check=False` skips rules 1–4 (the caller vouches for them)."""
     table = plan if isinstance(plan, MemberTable) else MemberTable.of(plan)
     if check:

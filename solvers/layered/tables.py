@@ -1,8 +1,8 @@
 """Coefficient tables shared by the exact models and the heuristic (docs/formulation.md §1).
 
-Every number here is a value of a `planner/cost.py` function at one candidate: a stage
+Every number here is a value of a `planner.layered.cost` function at one candidate: a stage
 type c = (machine M, TP size t) [R1], a machine pair, a layer count. The models only add
-and compare these numbers, so the objective they minimize is DESIGN.md §3 term by term.
+and compare these numbers, so the objective they minimize is docs/cost-model.md §3 term by term.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from functools import cached_property
 
 import numpy as np
 
-from planner import cost
 from planner.base import GIB
+from planner.cost import usable_memory_bytes
+from planner.layered import cost
+from planner.layered.cost import StageShape
 from planner.layered.plan import Plan, devices_in_order
 from planner.problem import Problem
 
@@ -59,11 +61,12 @@ class Tables:
     def tau_head(self) -> np.ndarray:
         return np.array([self._tau(c, 0, 1) for c in self.types])
 
+    def shape(self, c: StageType, n: int, last: int = 0, first: int = 0, in_flight=1) -> StageShape:
+        """A stage of type c holding n layers, as the cost model reads it."""
+        return StageShape.on(self.cluster, c.machine, c.tp, n, first=first, last=last, in_flight=in_flight)
+
     def _tau(self, c: StageType, n: int, last: int) -> float:
-        bw, lat = self.cluster.bw_matrix, self.cluster.lat_matrix
-        flops = self.cluster.machine_flops[c.machine]
-        return float(cost.stage_time(self.model, self.training, flops, c.tp, n, last,
-                                     bw[c.machine, c.machine], lat[c.machine, c.machine]))
+        return float(cost.stage_time(self.model, self.training, self.shape(c, n, last)))
 
     def stage_tau(self, c: StageType, n: int, last: bool) -> float:
         return self._tau(c, n, int(last))
@@ -120,7 +123,7 @@ class Tables:
             for first in (0, 1):
                 for last in (0, 1):
                     out[i, first, last, 1:] = cost.max_layers_fitting(
-                        self.model, self.training, c.tp, first, last, q, cap[c.machine])
+                        self.model, self.training, self.shape(c, 1, last, first, q), cap[c.machine])
                     out[i, first, last, 0] = out[i, first, last, 1]
         return out
 
@@ -131,10 +134,13 @@ class Tables:
     # -- a lower bound valid for every plan (docs/formulation.md §4) -----------------------
     @cached_property
     def trivial_bound(self) -> float:
-        """All micro-batches computed by all devices at once: T ≥ (B/b)·C(whole model, Σπ)."""
-        total = float(self.cluster.machine_flops[self.cluster.machine_of_device].sum())
-        return self.total_micro * float(cost.stage_compute_time(
-            self.model, self.training, total, 1, self.layers, 1))
+        """All micro-batches computed by all devices at once: T ≥ (B/b)·C(whole model, Σπ'), where
+        π' = max(π, π_att) per device (a device never does a FLOP faster than that)."""
+        cluster = self.cluster
+        fastest = np.maximum(cluster.machine_flops, cluster.machine_attention_flops)[cluster.machine_of_device]
+        total = float(fastest.sum())
+        whole = StageShape(tp=1, layers=self.layers, last=1, flops=total, attention_flops=total)
+        return self.total_micro * float(cost.stage_compute_time(self.model, self.training, whole))
 
     def dp_floor(self, pipelines: int) -> float:
         """A lower bound on T_dp for D ≥ 2: the first stage syncs layer 0 and the embedding,
@@ -178,7 +184,7 @@ def specs_of_plan(problem: Problem, plan: Plan) -> list[PipelineSpec]:
 def _states_and_usable(tables: Tables) -> tuple[float, float]:
     """Bytes of all model states (μ·P) and of the cluster's memory past the per-device reserve."""
     return (cost.model_state_bytes(tables.model, tables.training),
-            cost.usable_memory_bytes(tables.cluster, tables.training))
+            usable_memory_bytes(tables.cluster, tables.training))
 
 
 def explain_infeasible(tables: Tables) -> str:

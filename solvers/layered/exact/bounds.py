@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
-from planner import cost
+from planner.layered import cost
 from solvers.layered.tables import Tables
 
 

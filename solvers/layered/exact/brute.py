@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from planner import cost
+from planner.layered import cost
 from planner.layered.pricing import iteration_time, stage_memory
 from planner.layered.plan import Plan, devices_in_order
 from planner.solver_info import SolverInfo, SolveStatus

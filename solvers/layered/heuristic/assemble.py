@@ -12,8 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
-from planner import cost
-from planner.layered.pricing import breakdown, stage_times
+from planner.layered import cost
+from planner.layered.pricing import breakdown, stage_shapes, stage_times
 from planner.layered.plan import Plan
 from planner.problem import Problem
 from planner.layered.table import StageTable, first_layers, stage_table
@@ -107,9 +107,8 @@ def repair_memory(problem: Problem, table: StageTable) -> np.ndarray | None:
     each layer to the stage whose τ it raises least. Returns the new layer counts, or None
     when some stage cannot fit even one layer or the pipeline has no headroom left."""
     model, training = problem.model, problem.training
-    q = cost.in_flight_micro_batches(training, table.num_stages, table.index, table.micro_batches)
     cap = problem.cluster.machine_memory_bytes[table.machine]
-    fits = cost.max_layers_fitting(model, training, table.tp, table.first, table.last, q, cap)
+    fits = cost.max_layers_fitting(model, training, stage_shapes(problem, table), cap)
     tau_layer = stage_times(problem, replace(table, layers=np.ones_like(table.layers)))[2]
     layers = table.layers.copy()
     for p in range(table.num_pipelines):

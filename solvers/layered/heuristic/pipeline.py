@@ -9,7 +9,7 @@ Steps, per pool:
 4. prune: drop stages whose devices cost more (bubble, PP hops) than they add, while the
    pipeline's own T_pipe, priced by the evaluator, drops.
 
-Every time and byte figure comes from `planner.cost`; nothing here retypes a formula.
+Every time and byte figure comes from `planner.layered.cost`; nothing here retypes a formula.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner import cost
+from planner.cost import p2p_time
+from planner.layered import cost
+from planner.layered.cost import StageShape
 from planner.layered.pricing import stage_times
 from planner.problem import Problem
 from planner.layered.table import StageTable, table_of_stages
@@ -84,9 +86,7 @@ def group_sizes(count: int, t: int, allowed: list[int], fixed: bool) -> list[int
 
 def per_layer_time(problem: Problem, machine: np.ndarray, t: np.ndarray) -> np.ndarray:
     """τ of one layer on a stage of t devices of `machine` (compute + TP traffic)."""
-    cluster, model, training = problem.cluster, problem.model, problem.training
-    bw, lat = cluster.machine_intra_bw[machine], cluster.machine_intra_lat[machine]
-    return cost.stage_time(model, training, cluster.machine_flops[machine], t, 1, 0, bw, lat)
+    return cost.stage_time(problem.model, problem.training, StageShape.on(problem.cluster, machine, t, 1))
 
 
 def estimated_pipe_time(problem: Problem, machines: list[int], sizes: list[list[int]], micro: int) -> float:
@@ -238,10 +238,10 @@ def _hop_rows(cluster, mach: np.ndarray, a: float):
     """p2p time of the activation between the pool's machines i and cols: one matrix for a
     pool of few machines, else row by row (a pool of 10^4 machines would need gigabytes)."""
     if len(mach) <= HOP_MATRIX_MACHINES:
-        table = cost.p2p_time(a, cluster.pair_bw(mach[:, None], mach[None, :]),
+        table = p2p_time(a, cluster.pair_bw(mach[:, None], mach[None, :]),
                               cluster.pair_lat(mach[:, None], mach[None, :]))
         return lambda i, cols: table[i, cols]
-    return lambda i, cols: cost.p2p_time(a, cluster.pair_bw(mach[i], mach[cols]), cluster.pair_lat(mach[i], mach[cols]))
+    return lambda i, cols: p2p_time(a, cluster.pair_bw(mach[i], mach[cols]), cluster.pair_lat(mach[i], mach[cols]))
 
 
 # -- layer split with memory bounds ---------------------------------------------------------
@@ -257,9 +257,10 @@ def stage_coefficients(problem: Problem, slots: list[StageSlot], micro: int):
     first = (np.arange(size) == 0).astype(int)
     last = (np.arange(size) == size - 1).astype(int)
     per_layer = per_layer_time(problem, mach, t)
-    head = cost.stage_compute_time(model, training, cluster.machine_flops[mach], t, 0, last)  # τ = C: no TP
     q = cost.in_flight_micro_batches(training, size, np.arange(size), micro)
-    max_layers = cost.max_layers_fitting(model, training, t, first, last, q, cluster.machine_memory_bytes[mach])
+    shape = StageShape.on(cluster, mach, t, 0, first=first, last=last, in_flight=q)
+    head = cost.stage_compute_time(model, training, shape)  # the head alone (n = 0): τ = C, no TP
+    max_layers = cost.max_layers_fitting(model, training, shape, cluster.machine_memory_bytes[mach])
     return per_layer, head, max_layers
 
 

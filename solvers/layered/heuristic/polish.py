@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planner import cost
+from planner.layered import cost
 from planner.layered.pricing import Breakdown, breakdown, stage_times
 from planner.problem import Problem
 from planner.layered.table import StageTable

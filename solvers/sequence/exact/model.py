@@ -86,9 +86,10 @@ def _per_block(problem: Problem, machines) -> tuple[np.ndarray, np.ndarray, np.n
     model, training = problem.model, problem.training
     q, s = training.token_block, training.seq_len
     flops = problem.cluster.machine_flops[np.asarray(machines)]
+    attention_flops = problem.cluster.machine_attention_flops[np.asarray(machines)]
     per_kv = model.heads // model.num_kv_heads
     return (cost.linear_compute_time(model, training, q, flops), cost.head_compute_time(model, training, q, flops),
-            cost.attention_compute_time(model, training, q * (s + 1), per_kv, flops))
+            cost.attention_compute_time(model, training, q * (s + 1), per_kv, attention_flops))
 
 
 def scale_of(problem: Problem, devices, largest_s: float) -> Scale:
