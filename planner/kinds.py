@@ -1,9 +1,12 @@
 """Every plan kind, and the judges that dispatch on a plan's kind: `evaluate`, `validate`,
-`iteration_time` accept a plan of any kind and call that kind's own function."""
+`iteration_time` accept a plan of any kind and call that kind's own function; `AnyPlan` is the
+field type of a plan of any kind."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Union
+
+from pydantic import Field
 
 from planner import layered, sequence
 from planner.plan_kind import PlanKind
@@ -11,6 +14,8 @@ from planner.problem import Problem
 from planner.violations import Violation
 
 PLAN_KINDS: dict[str, PlanKind] = {k.name: k for k in (layered.KIND, sequence.KIND)}
+# A plan of any kind as a pydantic field, told apart by its file format tag
+AnyPlan = Annotated[Union[tuple(k.plan_type for k in PLAN_KINDS.values())], Field(discriminator="format")]  # noqa: UP007
 
 
 def kind_of(plan: Any) -> PlanKind:

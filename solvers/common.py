@@ -9,8 +9,8 @@ from __future__ import annotations
 from pydantic import ConfigDict, Field
 
 from planner.base import Frozen
+from planner.kinds import AnyPlan
 from planner.layered.plan import Plan
-from planner.sequence.plan import SeqPlan
 from planner.solver_info import SolveStatus
 
 
@@ -35,7 +35,7 @@ class ModelSize(Frozen):
 class SolveResult(Frozen):
     solver: str = Field(description="registry name of the solver")
     status: SolveStatus
-    plan: Plan | SeqPlan | None = Field(default=None, description="best plan found, of either kind (None if none)")
+    plan: AnyPlan | None = Field(default=None, description="best plan found, of either kind (None if none)")
     objective_s: float | None = Field(default=None, ge=0, description="the solver's T for the plan")
     bound_s: float | None = Field(default=None, ge=0, description="proven lower bound on the optimal T")
     wall_s: float = Field(ge=0, description="solve wall time")
@@ -43,6 +43,8 @@ class SolveResult(Frozen):
     restrictions: tuple[str, ...] = Field(
         default=(), description="limits that may cut the optimum (e.g. at most 4 pipelines)")
     message: str = Field(default="", description="explanation, e.g. why a problem is infeasible")
+    kind_reason: str = Field(default="", description="why this plan kind, when `solvers.choose.solve` chose it "
+                                                     "(kind auto); '' when the kind was given")
 
     @property
     def gap(self) -> float | None:

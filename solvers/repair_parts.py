@@ -1,10 +1,34 @@
-"""The two steps both repairs share (DESIGN.md §10): `solvers.replan` (layered) and
+"""What every kind's re-plan shares (DESIGN.md §10): `solvers.layered.replan` and
 `solvers.sequence.replan` drop the units (pipelines, replicas) that lost too much and deal
 their sequences — and, in a sequence group, a lost member's heads and tokens — to the
-survivors in proportion to speed.
+survivors in proportion to speed; each returns its `Candidates`, of which `solvers.replan`
+keeps the faster valid plan (`valid_time`).
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from planner.kinds import evaluate, validate
+from planner.problem import Problem
+from solvers.common import SolveResult
+
+
+class Candidates(NamedTuple):
+    """A kind's re-plan candidates on the survivors' problem."""
+
+    repaired: Any  # the old plan repaired onto the survivors (None: nothing of it survived)
+    repaired_s: float | None  # its T (None: not valid, or the run cannot train it)
+    changes: list[str]  # what the repair changed, one line each
+    fresh: SolveResult  # the fresh solve on the survivors
+    notes: list[str]  # why a fresh plan was set aside, one line each
+
+
+def valid_time(problem: Problem, plan: Any) -> float | None:
+    """T of a plan of any kind when it is valid for `problem`, else None (None too for no plan)."""
+    if plan is None or validate(problem, plan):
+        return None
+    return evaluate(problem, plan).iteration_s
 
 
 def deal(loads: list[int], speeds: list[float], total: int, unit: int) -> list[int]:

@@ -12,7 +12,8 @@ import hexiscale as hx
 from hexiscale.cli import app
 from planner.io import load_plan, load_problem
 from planner.layered.plan import Pipeline, Plan, Stage
-from solvers.replan import ReplanError, lost_devices, repair, replan, survivors
+from solvers.layered.replan import repair
+from solvers.replan import ReplanError, lost_devices, replan, survivors
 
 
 def plan_of(*pipelines) -> Plan:
@@ -82,7 +83,7 @@ def test_cli_replan_bad_input_is_one_line_exit_2(args, message):
 
 
 def test_rebalance_moves_micro_batches_off_a_slowed_pipeline():
-    from solvers.replan import rebalance
+    from solvers.layered.replan import rebalance
 
     problem = load_problem("small-8-llama2-7b")
     old = hx.solve(problem, "heuristic", hx.SolverOptions(time_limit_s=5)).plan

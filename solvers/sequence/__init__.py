@@ -5,5 +5,18 @@
   and `regroup` moves priced by the planner), any size;
 - `baselines`: `seq-uniform` and `seq-roundrobin`;
 - `exact/`: CP-SAT and MILP over the whole §7.1 space (small clusters), equal to `brute`;
-- `space`: what they share (rings as lists, batched pricing of rings, batch split, memory proof).
+- `space`: what they share (rings as lists, batched pricing of rings, batch split, memory proof);
+- `replan`: the repair after lost devices (§10).
 """
+
+from solvers.solver_kind import SolverKind
+
+# From this sequence length on, `solve(kind="auto")` plans by sequence: long context, where
+# activations and s² attention dominate (DESIGN.md §7)
+LONG_CONTEXT_TOKENS = 32768
+
+SOLVER_KIND = SolverKind(
+    name="sequence", default_solvers=("heuristic", "seq-uniform", "seq-roundrobin"),
+    reference="seq-uniform", reference_label="×unif",  # Megatron CP / USP: even shares everywhere
+    also_compare=("layered:heuristic",),  # which kind wins at this sequence length
+    auto_from_seq_len=LONG_CONTEXT_TOKENS, replan="solvers.sequence.replan:candidates")

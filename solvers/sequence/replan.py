@@ -44,7 +44,7 @@ from planner.sequence.plan import Replica, SeqPlan
 from planner.workload import ModelSpec
 from solvers.common import SolveResult, SolverOptions
 from solvers.registry import solve
-from solvers.repair_parts import deal, keep_or_move
+from solvers.repair_parts import Candidates, deal, keep_or_move
 from solvers.sequence.coarse import device_speed
 from solvers.sequence.polish import polish
 from solvers.sequence.space import plan_of
@@ -201,7 +201,13 @@ def fresh_solve(new: Problem, solver: str, options: SolverOptions, fit: RunFit) 
     return fresh.model_copy(update={"plan": None, "message": why}), [f"the fresh {solver} plan was set aside: {why}"]
 
 
-def shape(plan: SeqPlan) -> str:
-    """The plan's structure in one phrase (for the summary of what changed)."""
-    hp = "/".join(str(len(g.members)) for r in plan.replicas for g in r.ring)
-    return f"D={len(plan.replicas)}, {plan.num_groups} groups, {len(plan.devices)} devices, HP {hp}"
+def candidates(old: Problem, plan: SeqPlan, new: Problem, mapping: Mapping, *, solver: str,
+               options: SolverOptions, trained: ModelSpec | None, trained_seq_len: int | None,
+               deadline: float) -> Candidates:
+    """The repaired plan (polished when that is faster) and the fresh sequence solve, each
+    kept only when the run (`trained`, `trained_seq_len`: a resumed run's model and sequence)
+    can train it."""
+    fit = RunFit.of(old, trained, trained_seq_len)
+    repaired, repaired_s, changes = best_repair(old, plan, new, mapping, fit, deadline)
+    fresh, notes = fresh_solve(new, solver, options, fit)
+    return Candidates(repaired, repaired_s, changes, fresh, notes)
