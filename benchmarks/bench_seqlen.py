@@ -23,11 +23,11 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hexiscale.cli.solve import LONG_CONTEXT_TOKENS  # noqa: E402
 from planner.io import load_cluster, load_model  # noqa: E402
 from planner.kinds import evaluate  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 from planner.workload import TrainingSpec  # noqa: E402
+from solvers.choose import kind_for_seq_len  # noqa: E402
 from solvers.common import SolverOptions  # noqa: E402
 from solvers.registry import solve  # noqa: E402
 
@@ -95,7 +95,7 @@ def seqlen_row(seq_len: int, options: SolverOptions) -> SeqLenRow:
     start = time.perf_counter()
     problem = seqlen_problem(seq_len)
     row = dict(seq_len=seq_len, global_batch=problem.training.global_batch,
-               auto_kind="sequence" if seq_len >= LONG_CONTEXT_TOKENS else "layered")
+               auto_kind=kind_for_seq_len(seq_len)[0])
     layered, note = _best(problem, "layered", options)
     if layered is not None:
         row.update(layered_s=layered[0], layered_solver=layered[1], layered_shape=_shape(layered[2]))

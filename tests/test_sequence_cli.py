@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from hexiscale.cli import app
 from hexiscale.cli.compare import compare_problem, parse_solvers, solvers_for, with_cross_kind
-from hexiscale.cli.solve import LONG_CONTEXT_TOKENS, choose_kind
+from solvers.choose import choose_kind
+from solvers.sequence import LONG_CONTEXT_TOKENS
 from hexiscale.viz.sequence_bars import TIME_PARTS, member_memory, member_times
 from hexiscale.viz.sequence_ring import ring_figure, ring_shares
 from planner.io import load_plan, load_problem

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hexiscale.cli import app
-from hexiscale.viz import stage_labels
+from hexiscale.viz.layered_drawing import stage_labels
 from hexiscale.viz.gantt import gantt_figure
 from hexiscale.viz.memory import device_memory
 from hexiscale.viz.schedule import pipeline_schedule

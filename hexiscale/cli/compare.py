@@ -24,22 +24,18 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.app import app, console, err_console, fail, friendly_errors, writable_file, writable_folder
-from hexiscale.cli.solve import AUTO_KIND, choose_kind
-from planner.kinds import evaluate
 from planner.base import Frozen
 from planner.io import load_problem, save_plan
+from planner.kinds import evaluate, kind_of, validate
 from planner.problem import Problem
-from planner.kinds import validate
+from solvers.choose import AUTO_KIND, choose_kind
 from solvers.common import SolveResult, SolverOptions
+from solvers.kinds import SOLVER_KINDS, solver_kind
 from solvers.registry import DEFAULT_KIND, SOLVERS_BY_KIND, solve
 
 EXACT_SOLVERS = ("cpsat", "milp")
-REFERENCE = "symmetric"
-DEFAULT_SOLVERS = "heuristic,cpsat,milp,symmetric,symmetric-all,random"
-REFERENCE_BY_KIND = {"layered": REFERENCE, "sequence": "seq-uniform"}  # the speed-up column's baseline
-DEFAULT_SOLVERS_BY_KIND = {"layered": DEFAULT_SOLVERS, "sequence": "heuristic,seq-uniform,seq-roundrobin"}
-CROSS_KIND = {"sequence": "layered:heuristic"}  # also priced on a problem of this kind: the other kind's best
-REFERENCE_LABEL = {"layered": "×sym", "sequence": "×unif"}
+# each kind's defaults, its speed-up column's baseline and the other kinds' rows priced beside
+# its own come from its `SolverKind` (solvers.kinds)
 
 
 class ComparisonRow(Frozen):
@@ -92,18 +88,19 @@ def run_solver(problem: Problem, name: str, options: SolverOptions, exact_max_de
     if violations:
         return ComparisonRow(**dict(row, status="invalid", message=str(violations[0]))), result
     est = evaluate(problem, result.plan)
-    width = getattr(result.plan, "pipelines", None) or getattr(result.plan, "replicas", ())
+    units = kind_of(result.plan).units(result.plan)
     return ComparisonRow(**row, iteration_s=est.iteration_s, tokens_per_s=est.tokens_per_s, mfu=est.mfu,
-                         devices_used=len(result.plan.devices), pipelines=len(width)), result
+                         devices_used=len(result.plan.devices), pipelines=len(units)), result
 
 
 def with_cross_kind(solvers: list[str], kind: str) -> list[str]:
-    """The solvers plus, on a problem of a kind listed in CROSS_KIND, the other kind's best
-    (unless a solver of that kind is already asked for)."""
-    extra = CROSS_KIND.get(kind)
-    if extra is None or any(split_name(s, kind)[0] != kind for s in solvers):
+    """The solvers plus the other kinds' solvers that `kind` is compared with
+    (`SolverKind.also_compare`: on a sequence problem, the best layered plan), unless a solver
+    of another kind is already asked for."""
+    extra = list(solver_kind(kind).also_compare)
+    if not extra or any(split_name(s, kind)[0] != kind for s in solvers):
         return list(solvers)
-    return list(solvers) + [extra]
+    return list(solvers) + extra
 
 
 def compare_problem(problem: Problem, solvers: list[str], options: SolverOptions, exact_max_devices: int = 32,
@@ -112,8 +109,8 @@ def compare_problem(problem: Problem, solvers: list[str], options: SolverOptions
     """All solvers (of `kind`, or `KIND:NAME`) on one problem, with gap and speed-up filled in
     from the others' results. `exact_options` (default: `options`) is what cpsat and milp run
     with. The gap is against the best bound proved for the row's own kind; the speed-up
-    against `kind`'s reference baseline (REFERENCE_BY_KIND), for every row."""
-    rows, reference, ref_name = [], None, REFERENCE_BY_KIND.get(kind, REFERENCE)
+    against `kind`'s reference baseline (`SolverKind.reference`), for every row."""
+    rows, reference, ref_name = [], None, solver_kind(kind).reference
     for spec in solvers:
         row_kind, name = split_name(spec, kind)
         if on_start:
@@ -168,7 +165,9 @@ def comparison_table(problem: Problem, rows: list[ComparisonRow]) -> Table:
     mixed = len(kinds) > 1
     notes = "\n".join(f"{r.solver if r.kind == kinds[0] else r.kind + ':' + r.solver}: {r.message}"
                       for r in rows if r.message)
-    show_gap = kinds[0] == DEFAULT_KIND or any(r.gap is not None for r in rows)  # no bounds: no column
+    # no bounds, no column: unless the kind's defaults run exact solvers (then "—" says none was proved)
+    show_gap = (any(name in EXACT_SOLVERS for name in solver_kind(kinds[0]).default_solvers)
+                or any(r.gap is not None for r in rows))
     plans = "" if kinds == [DEFAULT_KIND] else f", {kinds[0]} plans" + (
         " and the best " + ", ".join(kinds[1:]) + " plan" if mixed else "")
     table = Table(title=f"{problem.name}: {problem.model.name} on {problem.cluster.name} "
@@ -180,7 +179,7 @@ def comparison_table(problem: Problem, rows: list[ComparisonRow]) -> Table:
     if mixed:
         table.add_column("kind", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    ref = REFERENCE_LABEL.get(kinds[0], "×sym")
+    ref = solver_kind(kinds[0]).reference_label
     for col, width in (("T (s)", 6), ("tok/s", 6), ("MFU", 5), ("gap", 5), (ref, 5), ("solve s", 7), ("used", 5)):
         if col != "gap" or show_gap:
             table.add_column(col, justify="right", no_wrap=True, min_width=width)
@@ -213,7 +212,7 @@ def parse_solvers(spec: str | None, kind: str = AUTO_KIND) -> list[str]:
     """Solver names (`KIND:NAME` for another kind's) checked against the registry; None: the
     kind's defaults (resolved per problem under `auto`, see `solvers_for`)."""
     if spec is None:
-        return [] if kind == AUTO_KIND else DEFAULT_SOLVERS_BY_KIND[kind].split(",")
+        return [] if kind == AUTO_KIND else list(solver_kind(kind).default_solvers)
     names = [s.strip() for s in spec.split(",") if s.strip()]
     kinds = list(SOLVERS_BY_KIND) if kind == AUTO_KIND else [kind]
     unknown = [n for n in names if not _known(n, kinds)]
@@ -247,7 +246,7 @@ def solvers_for(problem: Problem, kind: str, names: list[str]) -> tuple[str, lis
     if missing:
         fail(f"--solvers: {problem.name} is compared in {kind} plans ({why or 'given by --kind'}), which have "
              f"no solver {', '.join(map(repr, missing))}; write KIND:NAME or pass --kind")
-    chosen = names or DEFAULT_SOLVERS_BY_KIND[kind].split(",")
+    chosen = names or list(solver_kind(kind).default_solvers)
     return kind, with_cross_kind(chosen, kind), why
 
 
@@ -263,8 +262,8 @@ def _progress(status, message: str) -> None:
 def compare(
     problems: list[str] = typer.Argument(..., help="problem files or bundled names"),
     solvers: str = typer.Option(None, "--solvers", "-s", help="comma-separated solver names of the plan kind "
-                                "(KIND:NAME for another kind's); default: layered " + DEFAULT_SOLVERS
-                                + "; sequence " + DEFAULT_SOLVERS_BY_KIND["sequence"]),
+                                "(KIND:NAME for another kind's); default: " + "; ".join(
+                                    f"{k.name} {','.join(k.default_solvers)}" for k in SOLVER_KINDS.values())),
     kind: str = typer.Option(AUTO_KIND, "--kind", help="plan kind: auto (as hexiscale solve), " + ", ".join(SOLVERS_BY_KIND)),
     time_limit: float = typer.Option(60.0, "--time-limit", "-t", min=0.001, help="seconds per solver run"),
     exact_time_limit: float = typer.Option(None, min=0.001, help="seconds per cpsat/milp run (default: --time-limit)"),
@@ -308,6 +307,6 @@ def compare(
 
 
 def _footer(kinds: set[str]) -> None:
-    refs = "; ".join(f"{REFERENCE_LABEL[k]} = T_{REFERENCE_BY_KIND[k]} / T" for k in REFERENCE_BY_KIND if k in kinds)
+    refs = "; ".join(f"{k.reference_label} = T_{k.reference} / T" for k in SOLVER_KINDS.values() if k.name in kinds)
     console.print("[dim]T, tokens/s and MFU by planner.evaluate; gap = (T − best proven bound of the row's plan "
                   f"kind) / T; {refs}.[/]")

@@ -12,11 +12,10 @@ from rich.table import Table
 from hexiscale.cli.app import WorkLog, app, check_plan_is_for, console, fail, friendly_errors
 from hexiscale.cli.views import views_for
 from planner.violations import InvalidPlanError
+from planner.kinds import PLAN_KINDS, kind_of
 from planner.kinds import evaluate as evaluate_plan
 from planner.hardware import Cluster, builtin_catalog
 from planner.io import KINDS, bundled_names, load_cluster, load_model, load_plan, load_problem, read_mapping
-from planner.layered.plan import Plan
-from planner.sequence.plan import SeqPlan
 from planner.problem import Problem
 from planner.kinds import validate as validate_plan
 from planner.workload import ModelSpec, TrainingSpec
@@ -140,7 +139,8 @@ def _instance_rows(kind: str):
                          + ("" if t.recompute else ", no recompute"))
         else:
             pl = load_plan(name)
-            parts = f"{len(pl.pipelines)} pipelines" if isinstance(pl, Plan) else f"{len(pl.replicas)} replicas"
+            plan_kind = kind_of(pl)
+            parts = f"{len(plan_kind.units(pl))} {plan_kind.unit}s"
             yield name, (f"for {pl.problem or '?'}: {parts}, {len(pl.devices)} devices: "
                          f"{views_for(pl).plan_shape(pl)}")
 
@@ -163,8 +163,8 @@ def instances(kind: str = typer.Option(None, "--kind", help="clusters | models |
 
 # -- schema ------------------------------------------------------------------------------
 
-SCHEMA_TYPES = {"problem": Problem, "cluster": Cluster, "model": ModelSpec,
-                "training": TrainingSpec, "plan": Plan, "seqplan": SeqPlan}
+SCHEMA_TYPES = {"problem": Problem, "cluster": Cluster, "model": ModelSpec, "training": TrainingSpec,
+                **{kind.schema_name: kind.plan_type for kind in PLAN_KINDS.values()}}
 
 
 @app.command()

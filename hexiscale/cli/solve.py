@@ -14,20 +14,16 @@ from rich.table import Table
 
 from hexiscale.cli.views import views_for
 from hexiscale.cli.app import EXIT_INFEASIBLE, app, console, err_console, fail, friendly_errors, writable_file
-from planner.layered.estimate import Estimate
-from planner.kinds import evaluate
+from planner.kinds import evaluate, kind_of, validate
 from planner.io import load_plan, load_problem, save_plan
-from planner.layered.plan import Plan
-from planner.base import format_seconds
+from planner.base import Frozen, format_seconds
 from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
-from planner.kinds import validate
+from solvers.choose import AUTO_KIND, choose_kind
 from solvers.common import SolveResult, SolverOptions
-from solvers.registry import DEFAULT_KIND, SOLVERS, SOLVERS_BY_KIND, get, solvers_of
+from solvers.registry import SOLVERS, SOLVERS_BY_KIND, get, solvers_of
 
 WARM_STARTED = ("cpsat", "milp")  # the solvers that read SolverOptions.hint
-AUTO_KIND = "auto"
-LONG_CONTEXT_TOKENS = 32768  # from this sequence length on, `--kind auto` plans by sequence (DESIGN.md §7)
 STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "infeasible": "magenta"}
 
 
@@ -87,23 +83,6 @@ def check_kind_and_solver(kind: str, solver: str) -> None:
         fail(f"unknown solver {solver!r} for {' or '.join(kinds)} plans; available: {listed}")
 
 
-def choose_kind(problem: Problem, kind: str = AUTO_KIND, solver: str | None = None) -> tuple[str, str]:
-    """The plan kind to solve for and why. An explicit kind always wins. `auto`: the one kind
-    that has `solver` when only one has it (cpsat → layered, seq-uniform → sequence); else
-    "sequence" when seq_len ≥ LONG_CONTEXT_TOKENS (long context: activations and s² attention
-    dominate, DESIGN.md §7), else "layered". The reason is "" for an explicit kind."""
-    if kind != AUTO_KIND:
-        return kind, ""
-    having = [k for k, entries in SOLVERS_BY_KIND.items() if solver in entries]
-    if solver is not None and len(having) == 1:
-        return having[0], f"only {having[0]} plans have solver {solver!r}"
-    s = problem.training.seq_len
-    if s >= LONG_CONTEXT_TOKENS:
-        return "sequence", (f"--kind auto: seq_len {s:,} ≥ {LONG_CONTEXT_TOKENS:,} tokens is long context; "
-                            f"pass --kind layered for a layered plan")
-    return DEFAULT_KIND, f"--kind auto: seq_len {s:,} < {LONG_CONTEXT_TOKENS:,} tokens"
-
-
 def _run_with_spinner(problem: Problem, solver: str, kind: str, options: SolverOptions, quiet: bool) -> SolveResult:
     """Run the solver while a spinner shows the elapsed time (solvers log their own progress)."""
     if quiet:
@@ -138,7 +117,7 @@ def _report_no_plan(result: SolveResult, as_json: bool) -> None:
     fail(f"no plan found ({result.status.value}): {reason}", code=EXIT_INFEASIBLE)
 
 
-def _checked(problem: Problem, result: SolveResult) -> Plan:
+def _checked(problem: Problem, result: SolveResult):
     violations = validate(problem, result.plan)
     if violations:
         fail(f"{result.solver} returned an invalid plan: " + "; ".join(map(str, violations)))
@@ -149,14 +128,14 @@ def _checked(problem: Problem, result: SolveResult) -> Plan:
         bound_s=result.bound_s, wall_s=result.wall_s)})
 
 
-def status_table(result: SolveResult, estimate: Estimate) -> Table:
+def status_table(result: SolveResult, estimate: Frozen) -> Table:
     table = Table(box=box.SIMPLE, show_header=False)
     table.add_column(style="bold")
     table.add_column()
     style = STATUS_STYLE.get(result.status.value, "")
-    slowest = ("pipelines", estimate.pipe_s) if hasattr(estimate, "pipe_s") else ("replicas", estimate.replica_s)
-    table.add_row("iteration time", f"{format_seconds(estimate.iteration_s, 6)}  ({slowest[0]} "
-                                    f"{format_seconds(slowest[1])} + DP sync {format_seconds(estimate.dp_s)})")
+    kind = kind_of(result.plan)
+    table.add_row("iteration time", f"{format_seconds(estimate.iteration_s, 6)}  ({kind.unit}s "
+                                    f"{format_seconds(kind.units_s(estimate))} + DP sync {format_seconds(estimate.dp_s)})")
     table.add_row("throughput", f"{estimate.tokens_per_s:,.0f} tokens/s   MFU {estimate.mfu:.1%}")
     table.add_row("bottleneck", estimate.bottleneck.description)
     table.add_row("solver", f"{result.solver}: [{style}]{result.status.value}[/] in {result.wall_s:.1f} s")
@@ -173,8 +152,8 @@ def status_table(result: SolveResult, estimate: Estimate) -> Table:
     return table
 
 
-def result_dict(result: SolveResult, estimate: Estimate | None) -> dict:
-    out = result.model_dump(mode="json", exclude_none=True, exclude={"plan"})
+def result_dict(result: SolveResult, estimate: Frozen | None) -> dict:
+    out = result.model_dump(mode="json", exclude_none=True, exclude={"plan", "kind_reason"})
     out["gap"] = result.gap
     if result.plan is not None:
         out["plan"] = json.loads(result.plan.to_json())

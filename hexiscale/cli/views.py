@@ -1,15 +1,25 @@
-"""Which terminal views show a plan: one module per plan kind, found by the plan's kind."""
+"""Which terminal views show a plan: the module `hexiscale.cli.<kind>_views` of the plan's kind
+(a registry by module name: a new plan kind brings its own module).
+
+A views module defines `plan_table(problem, plan, estimate)`, `estimate_views(problem,
+estimate, full)`, `solved_views(problem, plan, estimate)`, `plan_shape(plan)` (one line),
+`timed_units(plan)` and `PREDICTION_TITLE` (the units a run record times, and the title of
+their predicted-against-measured table), and `run_table(result, plan)` (the summary of a run).
+"""
 
 from __future__ import annotations
 
+from importlib import import_module
 from types import ModuleType
 
-from hexiscale.cli import layered_views, sequence_views
 from planner.kinds import kind_of
 
-VIEWS: dict[str, ModuleType] = {"layered": layered_views, "sequence": sequence_views}
+
+def views_of(kind: str) -> ModuleType:
+    """The views module of a plan kind (by the planner's kind name)."""
+    return import_module(f"hexiscale.cli.{kind}_views")
 
 
 def views_for(plan) -> ModuleType:
-    """The views module of the plan's kind: `plan_table`, `estimate_views`, `plan_shape`."""
-    return VIEWS[kind_of(plan).name]
+    """The views module of the plan's kind."""
+    return views_of(kind_of(plan).name)
