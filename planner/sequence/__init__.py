@@ -10,9 +10,9 @@ For solvers: build plans with `SeqPlan.from_rings`, or price arrays without a pl
 
 from operator import attrgetter
 
+from planner.cost import iteration_flops  # F_iter: the same count as the layered kind's
 from planner.plan_kind import PlanKind
 from planner.sequence import calibration
-from planner.sequence.cost import iteration_flops
 from planner.sequence.estimate import Bottleneck, GroupEstimate, MemberEstimate, ReplicaEstimate, SeqEstimate
 from planner.sequence.evaluate import evaluate
 from planner.sequence.plan import SEQPLAN_FORMAT, Group, Member, Replica, SeqPlan, outline
