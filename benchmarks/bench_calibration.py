@@ -62,10 +62,10 @@ from planner.layered.plan import Pipeline, Plan, Stage  # noqa: E402
 from planner.sequence.plan import Group, Member, Replica, SeqPlan  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 from planner.workload import ModelSpec, TrainingSpec  # noqa: E402
-from runtime.launch import run_plan  # noqa: E402
-from runtime.profile_fit import drift, profiled_cluster  # noqa: E402
-from runtime.profile_launch import ProfileResult, ProfileSpec, launch_profile  # noqa: E402
-from runtime.runlog import WARMUP_STEPS, read_run_log  # noqa: E402
+from runtime.launch.launcher import run_plan  # noqa: E402
+from runtime.profiling.fit import drift, profiled_cluster  # noqa: E402
+from runtime.profiling.launcher import ProfileResult, ProfileSpec, launch_profile  # noqa: E402
+from runtime.metrics.runlog import WARMUP_STEPS, read_run_log  # noqa: E402
 from calibration_tables import KEYS, STATS, error, link_table, result_table, seq_split, tp_split  # noqa: E402
 from report_figures import draw_calibration  # noqa: E402
 

@@ -34,10 +34,10 @@ from planner.layered.plan import Pipeline, Plan, Stage  # noqa: E402
 from planner.sequence.plan import SeqPlan  # noqa: E402
 from planner.workload import ModelSpec  # noqa: E402
 from runtime.config import Job, RunConfig  # noqa: E402
-from runtime.data import BatchLoader, make_source  # noqa: E402
-from runtime.launch import free_port, launch_local  # noqa: E402
-from runtime.model import ReferenceLlama  # noqa: E402
-from runtime.runlog import WARMUP_STEPS, after_warmup  # noqa: E402
+from runtime.model.data import BatchLoader, make_source  # noqa: E402
+from runtime.launch.launcher import free_port, launch_local  # noqa: E402
+from runtime.model.llama import ReferenceLlama  # noqa: E402
+from runtime.metrics.runlog import WARMUP_STEPS, after_warmup  # noqa: E402
 
 
 def make_config(args) -> RunConfig:

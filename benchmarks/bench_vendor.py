@@ -49,7 +49,7 @@ def _timed(fn, repeat: int = REPEAT) -> float:
 def _measure_worker(rank: int, port: int, sizes: list[int], out) -> None:
     import torch
     import torch.distributed as dist
-    from runtime.comm import Communicator, RankPlace
+    from runtime.communication.communicator import Communicator, RankPlace
     torch.set_num_threads(1)
     places = tuple(RankPlace(r, r, Vendor(v)) for r, v in enumerate(VENDORS))
     comm = Communicator.start("gloo", "127.0.0.1", port, rank, len(VENDORS), places, 120.0, torch.device("cpu"))
@@ -76,7 +76,7 @@ def _measure_worker(rank: int, port: int, sizes: list[int], out) -> None:
 
 
 def measure(sizes_mb: list[float]) -> list[dict]:
-    from runtime.launch import free_port
+    from runtime.launch.launcher import free_port
     ctx = multiprocessing.get_context("forkserver")
     out, port, sizes = ctx.Queue(), free_port(), [int(mb * 1e6) // 4 * 4 for mb in sizes_mb]
     procs = [ctx.Process(target=_measure_worker, args=(r, port, sizes, out)) for r in range(len(VENDORS))]

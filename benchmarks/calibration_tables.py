@@ -11,7 +11,7 @@ from planner.layered.table import stage_table
 from planner.sequence.plan import SeqPlan
 from planner.sequence.pricing import time_parts
 from planner.sequence.table import MemberTable
-from runtime.profile_fit import WRITTEN_OP
+from runtime.profiling.fit import WRITTEN_OP
 
 STATS = ("mean", "median")  # of repetitions and steps: the mean (the default), and the median
 KEYS = {"profile": "after profile", "steady": "after profile, probe-scaled", "calibrated": "after hold-out calibrate"}

@@ -15,7 +15,7 @@ from planner import (
 )
 from solvers.common import SolveResult, SolverOptions
 from solvers.registry import solve
-from runtime.launch import run_plan
+from runtime.launch.launcher import run_plan
 from solvers.replan import ReplanResult, replan
 
 __all__ = [

@@ -18,7 +18,7 @@ from planner.workload import ModelSpec, ScheduleName
 
 BYTE_VOCAB = 256
 DataName = Literal["synthetic", "corpus"]
-# How a rank waits for an operation on CPU (runtime.comm_types.Waiter): "auto" polls while the
+# How a rank waits for an operation on CPU (runtime.communication.comm_types.Waiter): "auto" polls while the
 # host's ranks fit its cores; "asleep" never polls (cores shared with other work on purpose).
 WaitName = Literal["auto", "asleep"]
 Backend = Literal["gloo", "nccl"]
@@ -42,7 +42,7 @@ class RunConfig(Frozen):
     check_replicas: bool = Field(default=True, description="check replica equality after the last step")
     out_dir: str = Field(default="", description="folder for metrics and parameter shards")
     dump_params: bool = Field(default=False, description="write every rank's shards to out_dir")
-    checkpoint_dir: str = Field(default="", description="folder of plan-independent checkpoints (runtime.checkpoint)")
+    checkpoint_dir: str = Field(default="", description="folder of plan-independent checkpoints (runtime.checkpoints.manifest)")
     save_every: int = Field(default=0, ge=0, description="save a checkpoint every N steps (0: never)")
     resume_from: str = Field(default="", description="a verified checkpoint folder to start from")
 

@@ -8,7 +8,7 @@ a branch inside another kind's code.
 
 The worker module (`worker`) must define:
 - `plan_rank(job, machine) -> int`: this process's rank (RANK, or machine + LOCAL_RANK);
-- `check_job(job, world_size)`: raise `runtime.worker.ConfigError` if the job cannot run;
+- `check_job(job, world_size)`: raise `runtime.errors.ConfigError` if the job cannot run;
 - `describe_rank(job, rank) -> str`: "rank R (...)", the prefix of its error lines;
 - `rank_places(job) -> tuple[RankPlace, ...]`: device, machine and vendor of every rank;
 - `train(job, comm)`: train this rank for the configured steps, then report.

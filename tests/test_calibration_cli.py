@@ -20,7 +20,7 @@ from runtime.config import RunConfig
 from planner.layered.pricing import breakdown
 from planner.layered.table import stage_table
 from hexiscale.cli.calibrate import step_spread
-from runtime.runlog import make_run_log, read_run_log, write_run_log
+from runtime.metrics.runlog import make_run_log, read_run_log, write_run_log
 from tests.test_calibration_fit import cluster, plan_of, small_model, small_training
 
 RUNNER = CliRunner()

@@ -9,8 +9,8 @@ import pytest
 
 from planner.problem import Problem
 from runtime.config import RunConfig
-from runtime.runlog import make_run_log, read_run_log, write_run_log
-from runtime.timing import FORWARD, STEP, PhaseTimer
+from runtime.metrics.runlog import make_run_log, read_run_log, write_run_log
+from runtime.metrics.timing import FORWARD, STEP, PhaseTimer
 from tests.test_calibration_fit import cluster, plan_of, small_model, small_training
 
 

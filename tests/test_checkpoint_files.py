@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from hexiscale.cli import app
 from planner.io import load_plan, load_problem
-from runtime.checkpoint import (Chunk, CheckpointError, Manifest, TensorEntry, commit, latest_checkpoint,
+from runtime.checkpoints.manifest import (Chunk, CheckpointError, Manifest, TensorEntry, commit, latest_checkpoint,
                                 partial_dir, step_dir)
-from runtime.checkpoint_io import ShardReader, write_shard
-from runtime.launch import make_job
+from runtime.checkpoints.tensors import ShardReader, write_shard
+from runtime.launch.launcher import make_job
 from runtime.layered.checkpoint import build_manifest, rank_regions
 from runtime.layered.layout import rank_layout
 

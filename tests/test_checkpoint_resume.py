@@ -10,12 +10,12 @@ import pytest
 
 from planner.layered.plan import Pipeline, Plan, Stage
 from planner.workload import ModelSpec
-from runtime.checkpoint import complete_steps, latest_checkpoint, partial_dir
+from runtime.checkpoints.manifest import complete_steps, latest_checkpoint, partial_dir
 from runtime.config import Job, RunConfig
 from runtime.failure import FailureInjection
-from runtime.launch import launch_local
-from runtime.reference import load_pipeline_params, train_reference
-from runtime.resume import check_fresh_dir, resume_job
+from runtime.launch.launcher import launch_local
+from runtime.model.reference import load_pipeline_params, train_reference
+from runtime.launch.resume import check_fresh_dir, resume_job
 
 RTOL = 1e-5
 GQA = ModelSpec(name="gqa", layers=4, hidden=32, heads=4, kv_heads=2, ffn_hidden=64, vocab=256)

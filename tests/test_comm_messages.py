@@ -1,5 +1,5 @@
 """Point-to-point messages are awaited without polling, even where a rank polls its
-collectives (runtime.comm.Communicator.message_waiter): gloo's send and receive works do not
+collectives (runtime.communication.communicator.Communicator.message_waiter): gloo's send and receive works do not
 report their completion until they are waited on, so a polled wait on one spun its whole
 SPIN_S (5 ms) on every message, however early the message had arrived. Two real gloo
 processes: the receiver waits for a message that has long arrived, and the sender awaits a
@@ -14,7 +14,7 @@ import queue as queue_module
 import socket
 import statistics
 
-from runtime.comm_types import SPIN_S
+from runtime.communication.comm_types import SPIN_S
 
 MESSAGES = 15
 SETTLE_S = 0.05  # after a barrier, long enough for a 16 KiB message over loopback to land
@@ -34,7 +34,7 @@ def _worker(rank: int, port: int, results) -> None:
     import torch.distributed as dist
 
     from planner.hardware import Vendor
-    from runtime.comm import Communicator, RankPlace
+    from runtime.communication.communicator import Communicator, RankPlace
 
     torch.set_num_threads(1)
     places = tuple(RankPlace(r, r, Vendor.other) for r in range(2))

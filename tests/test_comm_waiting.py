@@ -1,4 +1,4 @@
-"""How the communicator waits (runtime.comm_types.Waiter, runtime.comm.waits_awake): a
+"""How the communicator waits (runtime.communication.comm_types.Waiter, runtime.communication.communicator.waits_awake): a
 polled wait ends as soon as the work is done, hands a longer one to the blocking wait with
 the rest of the timeout, and names what timed out; ranks poll only while this host's ranks'
 threads fit its cores. The work objects here are stand-ins with torch's Work interface
@@ -13,8 +13,8 @@ from datetime import timedelta
 import pytest
 import torch
 
-from runtime.comm import waits_awake
-from runtime.comm_types import SPIN_S, Waiter
+from runtime.communication.communicator import waits_awake
+from runtime.communication.comm_types import SPIN_S, Waiter
 
 
 class Work:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from planner.io import load_plan, load_problem
-from runtime.elastic import run_elastic
+from runtime.launch.elastic import run_elastic
 from runtime.failure import FailureInjection
-from runtime.launch import make_job
-from runtime.reference import train_reference
+from runtime.launch.launcher import make_job
+from runtime.model.reference import train_reference
 from solvers.common import SolverOptions
 from solvers.replan import replan
 

@@ -1,10 +1,10 @@
-"""runtime.packing: the gradient sync's kept flat buffers."""
+"""runtime.communication.packing: the gradient sync's kept flat buffers."""
 
 from __future__ import annotations
 
 import torch
 
-from runtime.packing import PackBuffers, hand_back
+from runtime.communication.packing import PackBuffers, hand_back
 
 
 def _with_grads(*grads: torch.Tensor) -> list[torch.nn.Parameter]:

@@ -1,4 +1,4 @@
-"""From `profile`'s raw timings to the cluster file (runtime.profile_fit, no processes): the
+"""From `profile`'s raw timings to the cluster file (runtime.profiling.fit, no processes): the
 timings are made by the cost model's own terms at known figures, one (bw, α) per operation,
 as on shared CPU cores where a collective's α is several times a ping-pong's."""
 
@@ -13,9 +13,9 @@ from planner.calibration import CalibrationError
 from planner.sequence.cost import exchange_time
 from planner.workload import ModelSpec
 from hexiscale.cli.profile import drift_line
-from runtime.profile import round_points
-from runtime.profile_fit import WRITTEN_OP, direct_bw_gbps, drift, fit_timings, pass_flops, profiled_cluster
-from runtime.profile_launch import MIN_SECONDS, GemmTiming, LinkTiming, ProfileResult, ProfileSpec, Repeated
+from runtime.profiling.measure import round_points
+from runtime.profiling.fit import WRITTEN_OP, direct_bw_gbps, drift, fit_timings, pass_flops, profiled_cluster
+from runtime.profiling.launcher import MIN_SECONDS, GemmTiming, LinkTiming, ProfileResult, ProfileSpec, Repeated
 
 MODEL = ModelSpec(name="small", layers=2, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=256)
 FIGURES = {"p2p": (3.0, 150.0), "all_reduce": (0.8, 600.0), "all_to_all": (0.5, 400.0)}  # (GB/s, µs) per op
@@ -223,7 +223,7 @@ def test_the_mean_fit_prices_the_hiccups_a_run_meets(hiccups):
     fit_timings did — lands 20 % or more low (154 and 185 µs): the sizes whose repetitions
     missed the hiccups have the lowest means and the smallest errors at once."""
     from planner.calibration import fit_link, term_regressors
-    from runtime.profile_fit import priced_term, standard_error_s
+    from runtime.profiling.fit import priced_term, standard_error_s
 
     truth = 150 + 3000 * hiccups
     fitted, own_errors = [], []
@@ -245,7 +245,7 @@ def test_pooled_errors_are_each_sizes_neighbourhood_median():
     median(0.3, 0.1, 0.1, 0.5) = 0.2, median(0.3, 0.1, 0.1, 0.5, 0.1) = 0.1,
     median(0.1, 0.1, 0.5, 0.1, 0.2) = 0.1, median(0.1, 0.5, 0.1, 0.2) = 0.15,
     median(0.5, 0.1, 0.2) = 0.2; and never below MIN_RELATIVE_ERROR."""
-    from runtime.profile_fit import MIN_RELATIVE_ERROR, pooled_relative_errors
+    from runtime.profiling.fit import MIN_RELATIVE_ERROR, pooled_relative_errors
 
     errors = [0.3, 0.1, 0.1, 0.5, 0.1, 0.2]
     timings = [LinkTiming(seconds=1e-3, fastest_s=1e-3, mean_s=1e-3, mean_error=e, link_class="intra",

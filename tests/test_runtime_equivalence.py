@@ -17,8 +17,8 @@ import torch
 from planner.layered.plan import Pipeline, Plan, Stage
 from planner.workload import ModelSpec
 from runtime.config import Job, RunConfig
-from runtime.launch import launch_local
-from runtime.reference import load_pipeline_params, train_reference
+from runtime.launch.launcher import launch_local
+from runtime.model.reference import load_pipeline_params, train_reference
 
 RTOL = 1e-5
 GQA = ModelSpec(name="gqa", layers=4, hidden=32, heads=4, kv_heads=2, ffn_hidden=64, vocab=256)

@@ -15,7 +15,7 @@ from planner.problem import Problem
 from planner.workload import ModelSpec, TrainingSpec
 from runtime.config import Job, RunConfig
 from runtime.failure import FailureInjection
-from runtime.launch import RunError, launch_local, make_job
+from runtime.launch.launcher import RunError, launch_local, make_job
 
 GQA = ModelSpec(name="gqa", layers=4, hidden=32, heads=4, kv_heads=2, ffn_hidden=64, vocab=256)
 # P0 = [TP 2: 3 layers, TP 1: 1 layer], P1 = [TP 1: 4 layers]: ranks 0,1 | 2 | 3
@@ -175,7 +175,7 @@ def test_cli_a_plan_for_another_problem_needs_force(tmp_path):
 
 
 def test_cli_wait_asleep_reaches_the_job_and_runs(tmp_path):
-    """--wait asleep is a run setting every rank reads from the job (runtime.comm.waits_awake)."""
+    """--wait asleep is a run setting every rank reads from the job (runtime.communication.communicator.waits_awake)."""
     result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--wait", "asleep", "--steps", "1",
                                       "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output

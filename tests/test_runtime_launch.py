@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from hexiscale.cli import app
 from planner.io import load_plan, load_problem
-from runtime.launch import launch_local, make_job
+from runtime.launch.launcher import launch_local, make_job
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN_WAIT_S = 120
@@ -89,7 +89,7 @@ def running(pid: int) -> bool:
 
 LONG_RUN = """
 from planner.io import load_plan, load_problem
-from runtime.launch import launch_local, make_job
+from runtime.launch.launcher import launch_local, make_job
 job = make_job(load_problem("demo-tiny"), load_plan("demo-tiny"), "tiny", steps=100000, out_dir={out!r})
 launch_local(job)
 """

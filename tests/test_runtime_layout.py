@@ -13,10 +13,10 @@ from planner.layered.plan import Pipeline, Plan, Stage
 from planner.schedules import SCHEDULES, Action, Pass, get_schedule, max_in_flight
 from planner.workload import ModelSpec
 from runtime.config import check_model_fits
-from runtime.data import CORPUS_PATH, BatchLoader, ByteCorpusSource, SyntheticSource
+from runtime.model.data import CORPUS_PATH, BatchLoader, ByteCorpusSource, SyntheticSource
 from runtime.layered.job import tiny_model
 from runtime.layered.layout import LayoutError, rank_layout
-from runtime.model import unit_params
+from runtime.model.llama import unit_params
 
 F, B = Pass.forward, Pass.backward
 
@@ -248,7 +248,7 @@ def test_run_settings_hold_no_test_hooks_and_ranks_know_machine_and_vendor():
 
     from planner.hardware import Vendor
     from runtime import make_job
-    from runtime.comm import RankPlace
+    from runtime.communication.communicator import RankPlace
     from runtime.config import RunConfig
     from runtime.failure import FailureInjection
     from runtime.layered.worker import rank_places

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from planner.workload import ModelSpec
-from runtime.data import BatchLoader, SyntheticSource
+from runtime.model.data import BatchLoader, SyntheticSource
 from runtime.layered.layout import StageRanks
 from runtime.layered.stage import StageModel
-from runtime.model import ReferenceLlama
+from runtime.model.llama import ReferenceLlama
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -56,8 +56,8 @@ def test_communicator_in_a_one_process_world():
     """Every collective of the communicator on a world of one (gloo): identities; groups
     carry their ranks' vendors."""
     from planner.hardware import Vendor
-    from runtime.comm import Communicator, Group, RankPlace
-    from runtime.launch import free_port
+    from runtime.communication.communicator import Communicator, Group, RankPlace
+    from runtime.launch.launcher import free_port
 
     comm = Communicator.start("gloo", "127.0.0.1", free_port(), 0, 1, (RankPlace(3, 0, Vendor.amd),), 10,
                               torch.device("cpu"))

@@ -2,7 +2,7 @@
 output and the gradients of q, k and v, to 1e-6 relative (fp32, in norm over the sequence),
 on random inputs, uneven tokens and heads, GQA included. One gloo world of WORLD processes
 serves every layout of the module; every rank compares its own rows with
-`runtime.model.causal_attention` over the whole sequence, computed in that process."""
+`runtime.model.llama.causal_attention` over the whole sequence, computed in that process."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _errors(layout, rank: int, comm, groups: dict, case: Case, seed: int) -> dic
     import torch
     from torch.utils.checkpoint import checkpoint
 
-    from runtime.model import causal_attention
+    from runtime.model.llama import causal_attention
     from runtime.sequence.attention import AttentionContext, sequence_attention
 
     me, group = layout.rank(rank), layout.group_of(rank)
@@ -59,7 +59,7 @@ def _worker(rank: int, port: int, cases, results) -> None:
     """Serve cases from `cases` (this rank's queue) until None, one result per case and rank held."""
     import torch
 
-    from runtime.comm import Communicator, RankPlace
+    from runtime.communication.communicator import Communicator, RankPlace
     from runtime.sequence.layout import seq_rank_layout
 
     torch.set_num_threads(1)
@@ -82,10 +82,10 @@ class _World:
     """WORLD gloo processes started once for the module; `run` hands them layouts."""
 
     def __init__(self):
-        from runtime.launch import free_port
+        from runtime.launch.launcher import free_port
 
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "runtime.comm"])  # no effect if the server runs already
+        ctx.set_forkserver_preload(["torch", "runtime.communication.communicator"])  # no effect if the server runs already
         self.results, self.queues, port = ctx.Queue(), [ctx.Queue() for _ in range(WORLD)], free_port()
         self.procs = [ctx.Process(target=_worker, args=(rank, port, self.queues[rank], self.results), daemon=True)
                       for rank in range(WORLD)]
@@ -184,7 +184,7 @@ def _lone_comm():
     which sends nothing."""
     import torch
 
-    from runtime.comm import Communicator, RankPlace
+    from runtime.communication.communicator import Communicator, RankPlace
 
     return Communicator(rank=0, world_size=1, places=(RankPlace(0),), timeout_s=1.0, device=torch.device("cpu"))
 

@@ -21,7 +21,7 @@ from planner.sequence.rules import structural_violations
 from planner.sequence.table import MemberTable
 from planner.workload import ModelSpec, TrainingSpec
 from runtime.errors import RunError
-from runtime.launch import make_job
+from runtime.launch.launcher import make_job
 from solvers.common import SolverOptions
 from solvers.replan import replan, survivors
 from solvers.repair_parts import deal
@@ -187,9 +187,9 @@ def test_cli_elastic_sequence_run_replans_resumes_and_matches_the_reference(tmp_
     CLI option); the survivors' plan, re-planned for the run's tiny model and sequence,
     resumes from step 2 on fewer devices; the 8 losses equal one-process training."""
     import hexiscale.cli.run as cli_run
-    from runtime.elastic import run_elastic
+    from runtime.launch.elastic import run_elastic
     from runtime.failure import FailureInjection
-    from runtime.reference import train_reference
+    from runtime.model.reference import train_reference
 
     runs = []
 

@@ -1,5 +1,5 @@
 """Training under sequence plans (CPU, gloo, fp32) equals the same model trained in one
-process on the whole batch (`runtime.reference.train_reference`): per-step loss and every
+process on the whole batch (`runtime.model.reference.train_reference`): per-step loss and every
 parameter after 3 AdamW steps agree to 1e-5 relative, and every replica ends bit-identical.
 
 Relative agreement of a parameter tensor is ‖run − ref‖ ≤ 1e-5·‖ref‖ per tensor, as in
@@ -25,9 +25,9 @@ from planner.workload import ModelSpec, TrainingSpec
 from runtime.config import Job, RunConfig
 from runtime.errors import RunError
 from runtime.failure import FailureInjection
-from runtime.launch import launch_local, make_job
-from runtime.model import ReferenceLlama
-from runtime.reference import train_reference
+from runtime.launch.launcher import launch_local, make_job
+from runtime.model.llama import ReferenceLlama
+from runtime.model.reference import train_reference
 from runtime.sequence.worker import load_replica_params
 
 RTOL = 1e-5
@@ -214,10 +214,10 @@ def test_zero3_gathers_every_unit_again_for_backward(monkeypatch, recompute: boo
     one-process model's."""
     import numpy as np
 
-    from runtime.comm import Communicator, RankPlace
-    from runtime.data import BatchLoader, make_source
-    from runtime.launch import free_port
-    from runtime.model import causal_attention
+    from runtime.communication.communicator import Communicator, RankPlace
+    from runtime.model.data import BatchLoader, make_source
+    from runtime.launch.launcher import free_port
+    from runtime.model.llama import causal_attention
     from runtime.sequence.member import MemberModel
     from runtime.sequence.shards import unit_catalogues
     from runtime.sequence.zero import ZeroStates
@@ -254,7 +254,7 @@ def test_checkpoints_pass_between_sequence_and_layered_plans(tmp_path):
     resumed under a layered TP-2 plan, saved; step 5 resumed under a ring of 2 groups: every
     loss and the final parameters equal 5 steps of one-process training."""
     from planner.layered.plan import Pipeline, Plan, Stage
-    from runtime.resume import resume_job
+    from runtime.launch.resume import resume_job
 
     config = RunConfig(model=GQA, seq_len=16, micro_batch=2, steps=2, save_every=2, timeout_s=60)
     runs = [(plan_of([4], [[[(0, 2, 10), (1, 2, 6)]]]), 2, "sequence"),
@@ -287,7 +287,7 @@ def test_cli_runs_a_sequence_plan_and_prints_every_member(tmp_path):
     assert result.exit_code == 0, result.output
     assert "per-member times" in result.output and "replicas identical: True" in result.output
     assert "replica T_mb per micro-batch" in " ".join(result.output.split())  # predicted against measured
-    from runtime.runlog import read_run_log
+    from runtime.metrics.runlog import read_run_log
 
     record = read_run_log(tmp_path / "runlog.json").record("cli")
     assert len(record.stage_s) == 2 and 0 < record.step_s  # one figure per replica, then the step

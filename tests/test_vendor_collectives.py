@@ -65,7 +65,7 @@ def _worker(rank: int, port: int, cases, results) -> None:
     import torch
     import torch.distributed as dist
     from planner.hardware import Vendor
-    from runtime.comm import Communicator, RankPlace
+    from runtime.communication.communicator import Communicator, RankPlace
     torch.set_num_threads(1)
     places = tuple(RankPlace(r, r, Vendor(v)) for r, v in enumerate(VENDORS))
     comm = Communicator.start("gloo", "127.0.0.1", port, rank, WORLD, places, 60.0, torch.device("cpu"))
@@ -82,7 +82,7 @@ def _worker(rank: int, port: int, cases, results) -> None:
 
 @pytest.fixture(scope="module")
 def world():
-    from runtime.launch import free_port
+    from runtime.launch.launcher import free_port
     ctx = multiprocessing.get_context("forkserver")
     results, queues, port = ctx.Queue(), [ctx.Queue() for _ in range(WORLD)], free_port()
     procs = [ctx.Process(target=_worker, args=(r, port, queues[r], results), daemon=True) for r in range(WORLD)]
@@ -131,7 +131,7 @@ def test_routed_collectives_equal_flat_ones(world, ranks, numel, seed):
 
 def test_a_single_backend_call_on_a_group_spanning_vendors_is_refused():
     from planner.hardware import Vendor
-    from runtime.comm import Communicator, Group
+    from runtime.communication.communicator import Communicator, Group
     mixed = Group((0, 1), (Vendor.nvidia, Vendor.amd), None)
     with pytest.raises(RuntimeError, match="would span nvidia and amd"):
         Communicator._handle(mixed)

@@ -13,8 +13,8 @@ from planner.layered.table import stage_table
 from planner.problem import Problem
 from planner.workload import ModelSpec, TrainingSpec
 from runtime.config import Job, RunConfig
-from runtime.launch import launch_local
-from runtime.reference import load_pipeline_params, train_reference
+from runtime.launch.launcher import launch_local
+from runtime.model.reference import load_pipeline_params, train_reference
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

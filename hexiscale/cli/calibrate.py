@@ -18,8 +18,8 @@ from planner.calibration_runs import Figure, RunRecord, predicted_rows, refit
 from planner.sequence.plan import SeqPlan
 from planner.violations import InvalidPlanError
 from runtime.host import shared_cores_note
-from runtime.profile_launch import Repeated  # the mean's standard error, as profile's repetitions have it
-from runtime.runlog import WARMUP_STEPS, RunLog, log_run, read_run_log
+from runtime.profiling.launcher import Repeated  # the mean's standard error, as profile's repetitions have it
+from runtime.metrics.runlog import WARMUP_STEPS, RunLog, log_run, read_run_log
 
 
 def load_log(path: Path) -> RunLog:

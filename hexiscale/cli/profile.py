@@ -62,7 +62,7 @@ def check_device(device: str, processes: int) -> None:
 
 
 def measure(spec, folder: Path):
-    from runtime.profile_launch import launch_profile  # starts processes: only when profiling
+    from runtime.profiling.launcher import launch_profile  # starts processes: only when profiling
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as bar:
@@ -99,7 +99,7 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
                                       "all-reduce fit is written) | sequence (the all-to-all fit)"),
             timeout: float = typer.Option(120.0, min=1, help="seconds any process waits on a peer")) -> None:
     """Measure achieved FLOP/s, attention time and link times here; write them as a cluster file."""
-    from runtime.profile_launch import ProfileSpec
+    from runtime.profiling.launcher import ProfileSpec
 
     writable_file(output, "--output")
     checked_statistic(statistic)
@@ -127,7 +127,7 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
 
 def _larger_messages_hint(result, exc: Exception) -> str:
     """A bandwidth fit that failed on messages cut short of the default: say how to help it."""
-    from runtime.profile_launch import ProfileSpec
+    from runtime.profiling.launcher import ProfileSpec
 
     default = ProfileSpec.model_fields["max_bytes"].default
     if not isinstance(exc, BandwidthError) or result.spec.max_bytes >= default:
@@ -140,7 +140,7 @@ def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str
                   plans: str = "layered", raw: Path | None = None) -> None:
     """Fit, show and write; a figure outside physical sense, or one the measurements do not
     determine, is refused and nothing is written (`raw`: where the measurements stay)."""
-    from runtime.profile_fit import WRITTEN_OP_FOR, profiled_cluster
+    from runtime.profiling.fit import WRITTEN_OP_FOR, profiled_cluster
 
     try:
         cluster, reports, notes = profiled_cluster(result, name=name, gpu_name=gpu_name, what=str(output),
@@ -173,7 +173,7 @@ def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str
 def drift_line(result) -> str:
     """The model pass's rounds: how steady the machine was while profiled, and a warning past
     DRIFT_WARNING (every run predicted from this file carries that uncertainty)."""
-    from runtime.profile_fit import DRIFT_WARNING, drift
+    from runtime.profiling.fit import DRIFT_WARNING, drift
 
     if len(result.model_rounds) < 2:
         return "drift: not known (the model pass was timed in one round: --rounds 1)"

@@ -12,11 +12,11 @@ from rich.table import Table
 from hexiscale.cli.calibrate import print_prediction
 from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
 from planner.io import load_plan, load_problem
-from runtime.checkpoint import CheckpointError
-from runtime.elastic import run_elastic
-from runtime.launch import RunError, RunResult, free_port, launch_local, make_job, torchrun_commands
-from runtime.resume import check_fresh_dir, resume_job
-from runtime.runlog import WARMUP_STEPS, after_warmup
+from runtime.checkpoints.manifest import CheckpointError
+from runtime.launch.elastic import run_elastic
+from runtime.launch.launcher import RunError, RunResult, free_port, launch_local, make_job, torchrun_commands
+from runtime.launch.resume import check_fresh_dir, resume_job
+from runtime.metrics.runlog import WARMUP_STEPS, after_warmup
 from solvers.replan import ReplanError, replan
 
 EXIT_RUN_FAILED = 1

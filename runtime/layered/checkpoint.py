@@ -17,13 +17,13 @@ from pathlib import Path
 import torch
 
 from planner.workload import ModelSpec
-from runtime.checkpoint import Chunk, Manifest, TensorEntry, read_manifest
-from runtime.checkpoint_io import ShardReader, restore_rng, rng_state
+from runtime.checkpoints.manifest import Chunk, Manifest, TensorEntry, read_manifest
+from runtime.checkpoints.tensors import ShardReader, restore_rng, rng_state
 from runtime.config import Job
 from runtime.layered.groups import RankGroups
 from runtime.layered.layout import RankLayout
 from runtime.layered.stage import StageModel
-from runtime.model import unit_params
+from runtime.model.llama import unit_params
 
 # checkpoint tensor kind → AdamW state key (None: the parameter itself)
 KINDS = {"param": None, "adam_m": "exp_avg", "adam_v": "exp_avg_sq"}

@@ -7,7 +7,7 @@ all-reduce it. Chunks that go to the same rank set are packed into one flat buff
 rank issues one all-reduce per distinct partner set, in the layout's one global order (which
 makes the blocking collectives deadlock-free). Replicated parameters (norm weights) travel
 in chunk 0, whose owner is the stage leader, which then broadcasts them in its TP group.
-Every collective goes through the communicator (`runtime.comm`).
+Every collective goes through the communicator (`runtime.communication.communicator`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import NamedTuple
 
 import torch
 
-from runtime.comm import Communicator, Group, ReduceOpName
+from runtime.communication.communicator import Communicator, Group, ReduceOpName
 from runtime.layered.groups import RankGroups
 from runtime.layered.stage import StageModel
-from runtime.packing import PackBuffers, hand_back
+from runtime.communication.packing import PackBuffers, hand_back
 
 
 class Piece(NamedTuple):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runtime.comm import Communicator, Group
+from runtime.communication.communicator import Communicator, Group
 from runtime.layered.layout import RankLayout, StageRanks
 
 

@@ -12,7 +12,7 @@ from planner.layered.plan import Plan
 from planner.layered.rules import structural_violations
 from planner.problem import Problem
 from planner.workload import ModelSpec
-from runtime.checkpoint import problem_hash
+from runtime.checkpoints.manifest import problem_hash
 from runtime.config import BYTE_VOCAB, Job, RunConfig, check_model_fits
 from runtime.errors import RunError
 from runtime.layered.layout import rank_layout

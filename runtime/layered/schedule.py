@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 import torch
 
 from planner.schedules import Pass, Schedule
-from runtime.comm import Communicator, PendingSend
+from runtime.communication.communicator import Communicator, PendingSend
 from runtime.layered.groups import RankGroups
 from runtime.layered.stage import StageModel
-from runtime.timing import BACKWARD, COMM, FORWARD, PhaseTimer
+from runtime.metrics.timing import BACKWARD, COMM, FORWARD, PhaseTimer
 
 FORWARD_TAG, BACKWARD_TAG = 0, 1
 

@@ -15,11 +15,11 @@ from torch.utils.checkpoint import checkpoint
 
 from planner.workload import ModelSpec
 from runtime.config import check_model_fits
-from runtime.comm import Communicator, Group
+from runtime.communication.communicator import Communicator, Group
 from runtime.layered.layout import StageRanks
-from runtime.model import (apply_rope, causal_attention, init_param, mlp_activation, rms_norm,
+from runtime.model.llama import (apply_rope, causal_attention, init_param, mlp_activation, rms_norm,
                            rope_tables, shard, unit_params)
-from runtime.tp import (copy_to_tp, reduce_from_tp, vocab_parallel_cross_entropy,
+from runtime.model.tp import (copy_to_tp, reduce_from_tp, vocab_parallel_cross_entropy,
                         vocab_parallel_embedding)
 
 

@@ -1,4 +1,4 @@
-"""Training one rank of a layered plan: the per-rank entry points that `runtime.worker`
+"""Training one rank of a layered plan: the per-rank entry points that `runtime.launch.worker`
 calls (see `runtime.runtime_kind`). Every exchange with other ranks goes through the
 communicator passed in.
 """
@@ -13,21 +13,21 @@ from pathlib import Path
 import torch
 
 from planner.schedules import get_schedule
-from runtime.comm import Communicator, RankPlace
+from runtime.communication.communicator import Communicator, RankPlace
 from runtime.config import Job, RunConfig, check_model_fits
-from runtime.data import BatchLoader, make_source
+from runtime.model.data import BatchLoader, make_source
 from runtime.errors import ConfigError
 from runtime.failure import FailureInjection
-from runtime.checkpoint import clear_partials
-from runtime.checkpoint_io import save_step
+from runtime.checkpoints.manifest import clear_partials
+from runtime.checkpoints.tensors import save_step
 from runtime.layered.checkpoint import build_manifest, load_rank, rank_tensors
 from runtime.layered.grad_sync import replicas_identical, sync_gradients
 from runtime.layered.groups import RankGroups, create_groups
 from runtime.layered.layout import RankLayout, rank_layout
 from runtime.layered.schedule import StageLink, StepRunner
 from runtime.layered.stage import StageModel
-from runtime.packing import PackBuffers
-from runtime.timing import STAGE_PHASES, STEP, SYNC, TP, TP_KINDS, PhaseTimer, device_synchronizer
+from runtime.communication.packing import PackBuffers
+from runtime.metrics.timing import STAGE_PHASES, STEP, SYNC, TP, TP_KINDS, PhaseTimer, device_synchronizer
 
 STEPS_FILE = "steps.jsonl"
 
@@ -177,7 +177,7 @@ def start_checkpoints(job: Job, comm: Communicator, model: StageModel, optimizer
 
 def save_checkpoint(job: Job, comm: Communicator, model: StageModel, optimizer, groups: RankGroups,
                     step: int, failure: FailureInjection | None) -> None:
-    """Pipeline 0's ranks write their chunks; once all have, rank 0 commits (runtime.checkpoint)."""
+    """Pipeline 0's ranks write their chunks; once all have, rank 0 commits (runtime.checkpoints.manifest)."""
     save_step(root=job.config.checkpoint_dir, step=step, comm=comm, failure=failure,
               tensors=rank_tensors(model, optimizer, groups), manifest=lambda: build_manifest(job, groups.layout, step))
 

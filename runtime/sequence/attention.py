@@ -16,7 +16,7 @@ from typing import Literal
 
 import torch
 
-from runtime.comm import Communicator, Group
+from runtime.communication.communicator import Communicator, Group
 from runtime.sequence.layout import SeqLayout, Span
 from runtime.sequence.ring import KernelName, RingAttention, RingSpec
 
@@ -118,7 +118,7 @@ def sequence_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ctx
 
     q: [b, t_i, a, d], k and v: [b, t_i, k, d] — this member's tokens, every head, rotary
     already applied at the true positions. Returns [b, t_i, a·d], like
-    `runtime.model.causal_attention` on the whole sequence restricted to these rows."""
+    `runtime.model.llama.causal_attention` on the whole sequence restricted to these rows."""
     t_me = ctx.tokens[ctx.member]
     if q.shape[1:3] != (t_me, ctx.num_heads) or k.shape[1:3] != (t_me, ctx.num_kv_heads) or k.shape != v.shape:
         raise ValueError(f"sequence_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "

@@ -1,5 +1,5 @@
 """A sequence plan's ZeRO-3 blocks ↔ the checkpoint's global tensors (imports torch); the
-format is the plan-independent one of `runtime.checkpoint`.
+format is the plan-independent one of `runtime.checkpoints.manifest`.
 
 A rank's block of a unit is a range of the unit's flat vector, so of each parameter it
 holds a range of the row-major flattening: at most three rectangles of the full tensor (a
@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from planner.workload import ModelSpec
-from runtime.checkpoint import Chunk, Manifest, TensorEntry, read_manifest
-from runtime.checkpoint_io import ShardReader, restore_rng, rng_state
+from runtime.checkpoints.manifest import Chunk, Manifest, TensorEntry, read_manifest
+from runtime.checkpoints.tensors import ShardReader, restore_rng, rng_state
 from runtime.config import Job
 from runtime.sequence.layout import SeqLayout
 from runtime.sequence.shards import UnitCatalogue, block_span, unit_catalogues

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runtime.comm import Communicator, Group
+from runtime.communication.communicator import Communicator, Group
 from runtime.sequence.layout import SeqLayout
 from runtime.sequence.shards import Segment, sync_group_keys
 

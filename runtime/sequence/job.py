@@ -24,7 +24,7 @@ from planner.sequence.plan import SeqPlan
 from planner.sequence.rules import structural_violations
 from planner.sequence.table import MemberTable
 from planner.workload import ModelSpec
-from runtime.checkpoint import problem_hash
+from runtime.checkpoints.manifest import problem_hash
 from runtime.config import BYTE_VOCAB, Job, RunConfig
 from runtime.errors import RunError
 

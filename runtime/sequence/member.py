@@ -1,5 +1,5 @@
 """One member's share of the Llama model under a sequence plan: the same math as the
-one-process reference (`runtime.model`) on this member's tokens only.
+one-process reference (`runtime.model.llama`) on this member's tokens only.
 
 A member holds t_i tokens of its group's shard outside attention; it embeds them, runs every
 layer on them (weights gathered by ZeRO-3, `runtime.sequence.zero`), and computes the LM
@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from planner.workload import ModelSpec
-from runtime.model import apply_rope, mlp_activation, rms_norm, rope_tables
+from runtime.model.llama import apply_rope, mlp_activation, rms_norm, rope_tables
 from runtime.sequence.zero import ZeroStates
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]

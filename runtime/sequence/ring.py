@@ -33,7 +33,7 @@ from typing import Literal
 
 import torch
 
-from runtime.comm import Communicator, PendingExchange
+from runtime.communication.communicator import Communicator, PendingExchange
 from runtime.sequence.blocks import BlockShape, KernelName, attend, attend_backward
 
 RING_TAG = 4100  # p2p tags of the ring: RING_TAG + 4·step + what (see `_tag`)

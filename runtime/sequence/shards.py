@@ -1,7 +1,7 @@
 """ZeRO-3 shard arithmetic of a sequence plan (pure: numbers only, no process or collective).
 
 Model states are kept per *unit* — the embedding (unit 0), each layer (1..L), the final norm
-with the LM head (L+1), as in `runtime.model.unit_params` — each unit as one flat vector of
+with the LM head (L+1), as in `runtime.model.llama.unit_params` — each unit as one flat vector of
 its parameters in catalogue order. Inside replica r (N_r ranks), rank j holds the block
 [j·c, (j+1)·c) of every unit's vector, c = ⌈P_u/N_r⌉ (the last blocks are padded with
 zeros, so the all-gather and the reduce-scatter move equal blocks).
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from math import prod
 
 from planner.workload import ModelSpec
-from runtime.model import unit_params
+from runtime.model.llama import unit_params
 
 Span = tuple[int, int]
 

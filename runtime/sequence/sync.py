@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from runtime.comm import Communicator
-from runtime.packing import PackBuffers, hand_back
+from runtime.communication.communicator import Communicator
+from runtime.communication.packing import PackBuffers, hand_back
 from runtime.sequence.groups import SeqGroups
 from runtime.sequence.shards import Segment, sync_group_keys
 from runtime.sequence.zero import ZeroStates

@@ -1,4 +1,4 @@
-"""Training one rank of a sequence plan: the per-rank entry points that `runtime.worker`
+"""Training one rank of a sequence plan: the per-rank entry points that `runtime.launch.worker`
 calls (see `runtime.runtime_kind`). Every exchange with other ranks goes through the
 communicator passed in.
 
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import torch
 
-from runtime.checkpoint import clear_partials
-from runtime.checkpoint_io import save_step
-from runtime.comm import Communicator, RankPlace
+from runtime.checkpoints.manifest import clear_partials
+from runtime.checkpoints.tensors import save_step
+from runtime.communication.communicator import Communicator, RankPlace
 from runtime.config import Job, RunConfig
-from runtime.data import BatchLoader, make_source
+from runtime.model.data import BatchLoader, make_source
 from runtime.errors import ConfigError
 from runtime.failure import FailureInjection
-from runtime.packing import PackBuffers
+from runtime.communication.packing import PackBuffers
 from runtime.sequence.checkpoint import build_manifest, load_rank, rank_tensors
 from runtime.sequence.attention import AttentionContext, sequence_attention
 from runtime.sequence.groups import SeqGroups, create_groups
@@ -36,7 +36,7 @@ from runtime.sequence.member import MemberModel
 from runtime.sequence.shards import sync_segments, unit_catalogues
 from runtime.sequence.sync import replicas_identical, sync_gradients
 from runtime.sequence.zero import ZeroStates
-from runtime.timing import HP, HP_KINDS, ZERO, ZERO_KINDS, PhaseTimer, device_synchronizer
+from runtime.metrics.timing import HP, HP_KINDS, ZERO, ZERO_KINDS, PhaseTimer, device_synchronizer
 
 STEPS_FILE = "steps.jsonl"
 
@@ -236,7 +236,7 @@ def start_checkpoints(job: Job, comm: Communicator, member: Member) -> int:
 
 def save_checkpoint(job: Job, comm: Communicator, member: Member, step: int,
                     failure: FailureInjection | None) -> None:
-    """Replica 0's ranks write their chunks; once all have, rank 0 commits (runtime.checkpoint)."""
+    """Replica 0's ranks write their chunks; once all have, rank 0 commits (runtime.checkpoints.manifest)."""
     save_step(root=job.config.checkpoint_dir, step=step, comm=comm, failure=failure,
               tensors=rank_tensors(member.states, member.optimizer, replica=member.record.replica),
               manifest=lambda: build_manifest(job, member.layout, step))

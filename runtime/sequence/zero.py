@@ -4,7 +4,7 @@ before use and its gradients reduce-scattered back onto the shards.
 
 *Own code, not torch FSDP2 (`fully_shard`).* FSDP2 does run on CPU/gloo here (checked with
 torch 2.13: two processes, `fully_shard` per layer on a `DeviceMesh("cpu")`), but:
-- the communicator must own every collective of the runtime (`runtime.comm`): FSDP2 issues
+- the communicator must own every collective of the runtime (`runtime.communication.communicator`): FSDP2 issues
   its all-gathers and reduce-scatters itself, on the process groups of a DeviceMesh, from
   DTensor hooks the communicator never sees — and issue 13 routes a replica that spans
   NVIDIA and AMD devices through a bridge (hierarchical collectives inside `Communicator`),
@@ -31,8 +31,8 @@ import contextlib
 import torch
 from torch import nn
 
-from runtime.comm import Communicator, Group
-from runtime.model import init_param
+from runtime.communication.communicator import Communicator, Group
+from runtime.model.llama import init_param
 from runtime.sequence.shards import UnitCatalogue, block_size, block_span
 
 

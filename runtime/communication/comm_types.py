@@ -1,6 +1,6 @@
-"""The values the communicator hands out and takes (`runtime.comm`): where a rank runs, a
+"""The values the communicator hands out and takes (`runtime.communication.communicator`): where a rank runs, a
 process group with its vendors, a posted send or exchange, the bridge's byte meter and a
-timed family of collectives. No torch.distributed call is made here; `runtime.comm` makes
+timed family of collectives. No torch.distributed call is made here; `runtime.communication.communicator` makes
 them all and re-exports these names, the communicator layer's one public face.
 """
 
@@ -15,7 +15,7 @@ from typing import Literal
 import torch
 
 from planner.hardware import Vendor
-from runtime.timing import PhaseTimer
+from runtime.metrics.timing import PhaseTimer
 
 ReduceOpName = Literal["sum", "max", "min"]
 

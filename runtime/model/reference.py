@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 
 from runtime.config import RunConfig
-from runtime.data import BatchLoader, make_source
-from runtime.model import ReferenceLlama
+from runtime.model.data import BatchLoader, make_source
+from runtime.model.llama import ReferenceLlama
 
 
 def train_reference(config: RunConfig, global_batch: int) -> tuple[list[float], dict[str, torch.Tensor]]:

@@ -7,7 +7,7 @@
 - `vocab_parallel_embedding` and `vocab_parallel_cross_entropy`: the vocabulary is split in
   contiguous blocks; neither ever materialises the full [tokens, V] logits on one rank.
 Every function takes the communicator and the TP group, and every collective goes through
-the communicator (`runtime.comm`). A group of None means TP size 1: every function reduces
+the communicator (`runtime.communication.communicator`). A group of None means TP size 1: every function reduces
 to the plain operation (and needs no communicator).
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from runtime.comm import Communicator, Group
+from runtime.communication.communicator import Communicator, Group
 
 
 class _CopyToTP(torch.autograd.Function):

@@ -30,8 +30,8 @@ from runtime.config import Job
 from runtime.errors import RunError
 from runtime.failure import FailureInjection
 from runtime.kinds import runtime_kind, runtime_of
-from runtime.resume import check_fresh_dir, resume_job
-from runtime.runlog import log_run
+from runtime.launch.resume import check_fresh_dir, resume_job
+from runtime.metrics.runlog import log_run
 
 GRACE_S = 15.0
 __all__ = ["GRACE_S", "RunError", "RunResult", "free_port", "launch_local", "make_job", "run_plan",
@@ -74,7 +74,7 @@ def free_port() -> int:
 def _context() -> multiprocessing.context.BaseContext:
     """A forkserver that has imported the worker once: later starts are plain forks."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["runtime.worker"])
+    ctx.set_forkserver_preload(["runtime.launch.worker"])
     return ctx
 
 
@@ -85,7 +85,7 @@ def _main_hidden():
     A forkserver (like spawn) re-imports the main script in the server and in each child,
     so a script that calls `run_plan` without an `if __name__ == "__main__":` guard would
     run again there and fail. The workers need nothing from `__main__` (their target lives
-    in `runtime.worker`), so for the start a bare module stands in for it. This swaps a
+    in `runtime.launch.worker`), so for the start a bare module stands in for it. This swaps a
     process-wide entry for a moment: do not start other multiprocessing children from
     another thread at the same time."""
     main = sys.modules.get("__main__")
@@ -100,7 +100,7 @@ def _main_hidden():
 def _spawn(job_path: Path, world: int, out: Path, threads: int, echo_rank0: bool,
            failure: FailureInjection | None) -> list:
     env = {"MASTER_ADDR": "127.0.0.1", "HEXISCALE_PORT": str(free_port()), "WORLD_SIZE": str(world),
-           "LOCAL_WORLD_SIZE": str(world),  # every rank on this host (runtime.comm.waits_awake)
+           "LOCAL_WORLD_SIZE": str(world),  # every rank on this host (runtime.communication.communicator.waits_awake)
            "HEXISCALE_LAUNCHER_PID": str(os.getpid())}  # workers end when this process does
     ctx, procs = _context(), []
     with _main_hidden():
@@ -111,7 +111,7 @@ def _spawn(job_path: Path, world: int, out: Path, threads: int, echo_rank0: bool
 
 def _start_rank(ctx, rank: int, env: dict[str, str], job_path: Path, out: Path, threads: int,
                 echo_rank0: bool, failure: FailureInjection | None):
-    from runtime.worker import spawned_entry  # imports torch: only when a run starts
+    from runtime.launch.worker import spawned_entry  # imports torch: only when a run starts
 
     rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
     if failure is not None and failure.rank == rank:
@@ -190,7 +190,7 @@ def torchrun_commands(job_path: str, plan: Any, problem: Problem, master_addr: s
         commands.append(
             f"torchrun --nnodes={len(machines)} "
             f"--node-rank={node} --nproc-per-node={local} --master-addr={master_addr} "
-            f"--master-port={port} -m runtime.worker {shlex.quote(job_path)} --machine {machine}")
+            f"--master-port={port} -m runtime.launch.worker {shlex.quote(job_path)} --machine {machine}")
     return commands
 
 

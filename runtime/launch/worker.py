@@ -1,4 +1,4 @@
-"""Per-rank entry point: `python -m runtime.worker JOB.json [--machine I]`.
+"""Per-rank entry point: `python -m runtime.launch.worker JOB.json [--machine I]`.
 
 Reads the job, picks the runtime of its plan kind (`runtime.kinds`), finds this process's
 rank, joins the world through the communicator, trains the rank for the configured steps,
@@ -22,7 +22,7 @@ from types import ModuleType
 
 import torch
 
-from runtime.comm import Communicator
+from runtime.communication.communicator import Communicator
 from runtime.config import Job
 from runtime.errors import ConfigError
 from runtime.kinds import runtime_kind

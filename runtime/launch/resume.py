@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.checkpoint import CheckpointError, Manifest, check_resumable, complete_steps, latest_checkpoint
+from runtime.checkpoints.manifest import CheckpointError, Manifest, check_resumable, complete_steps, latest_checkpoint
 from runtime.config import Job
 from runtime.errors import RunError
 from runtime.kinds import runtime_kind

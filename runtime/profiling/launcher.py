@@ -1,9 +1,9 @@
 """`hexiscale profile`'s settings, raw results and launcher (no torch here).
 
-The launcher starts one process per measured device (`python -m runtime.profile SPEC RANK`),
+The launcher starts one process per measured device (`python -m runtime.profiling.measure SPEC RANK`),
 on this machine, and waits for them within a bound; rank 0 writes the raw measurements
 (`ProfileResult`) and a progress file the caller may watch. The fit lives in
-`runtime.profile_fit`, the measuring in `runtime.profile`.
+`runtime.profiling.fit`, the measuring in `runtime.profiling.measure`.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class Repeated(Frozen):
     @classmethod
     def of(cls, times: list[float], **fields) -> Repeated:
         """From the repetitions' times; a time at or below 0 (a difference of two noisy
-        times, see `runtime.profile.measure_link`) counts as MIN_SECONDS."""
+        times, see `runtime.profiling.measure.measure_link`) counts as MIN_SECONDS."""
         times = [max(t, MIN_SECONDS) for t in times]
         mean = statistics.fmean(times)
         error = statistics.stdev(times) / len(times) ** 0.5 / mean if len(times) > 1 else 0.0
@@ -130,7 +130,7 @@ class ProfileResult(Frozen):
     model_rounds: tuple[float, ...] = Field(default=(), description="each round's mean seconds of that pass, in "
                                             "order: how far the machine's speed drifted over the profile")
     model_flops: float = Field(gt=0, description="§3's FLOPs of that forward + backward (a sequence "
-                               "cluster recounts them by §7.2: profile_fit.pass_flops)")
+                               "cluster recounts them by §7.2: profiling.fit.pass_flops)")
     attention: tuple[AttentionTiming, ...] = Field(description="attention time against sequence length")
     links: tuple[LinkTiming, ...] = Field(description="every link measurement")
     memory_gib: float = Field(gt=0, description="memory per device, GiB")
@@ -138,13 +138,13 @@ class ProfileResult(Frozen):
 
 
 def repo_root() -> Path:
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 def launch_profile(spec: ProfileSpec, folder: Path, on_progress: Callable[[dict], None] | None = None) -> ProfileResult:
     """Run the measurement processes; returns rank 0's result or raises RuntimeError with the
     first failing rank's last error line."""
-    from runtime.launch import free_port  # the run launcher's port picker (no torch)
+    from runtime.launch.launcher import free_port  # the run launcher's port picker (no torch)
 
     folder.mkdir(parents=True, exist_ok=True)
     spec = spec.model_copy(update={"out": str(folder / "profile.json"), "progress": str(folder / "progress.jsonl")})
@@ -152,7 +152,7 @@ def launch_profile(spec: ProfileSpec, folder: Path, on_progress: Callable[[dict]
     (folder / "spec.json").write_text(spec.model_dump_json())
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo_root()), os.environ.get("PYTHONPATH", "")]),
            "HEXISCALE_PORT": str(free_port()), "LOCAL_WORLD_SIZE": str(spec.processes)}  # every rank here
-    procs = [subprocess.Popen([sys.executable, "-m", "runtime.profile", str(folder / "spec.json"), str(rank)],
+    procs = [subprocess.Popen([sys.executable, "-m", "runtime.profiling.measure", str(folder / "spec.json"), str(rank)],
                               env=env, cwd=repo_root(), stdout=(folder / f"rank{rank}.log").open("w"),
                               stderr=subprocess.STDOUT) for rank in range(spec.processes)]
     _wait(procs, spec, on_progress)

@@ -1,4 +1,4 @@
-"""The measuring processes of `hexiscale profile`: `python -m runtime.profile SPEC.json RANK`.
+"""The measuring processes of `hexiscale profile`: `python -m runtime.profiling.measure SPEC.json RANK`.
 
 Every rank measures at once, so the figures hold the contention a run of that many processes
 has (on CPU, processes share the cores). Each figure keeps the mean, median and fastest of
@@ -32,15 +32,15 @@ from typing import Callable
 import torch
 
 from planner import cost
-from runtime.comm import Communicator, Group, RankPlace
+from runtime.communication.communicator import Communicator, Group, RankPlace
 from runtime.layered.layout import StageRanks
 from runtime.layered.stage import StageModel
-from runtime.model import causal_attention
-from runtime.profile_fit import pass_flops
-from runtime.profile_launch import (AttentionTiming, GemmTiming, LinkTiming, ProfileResult, ProfileSpec,
+from runtime.model.llama import causal_attention
+from runtime.profiling.fit import pass_flops
+from runtime.profiling.launcher import (AttentionTiming, GemmTiming, LinkTiming, ProfileResult, ProfileSpec,
                                     Repeated)
-from runtime.timing import device_synchronizer
-from runtime.worker import die_with_parent
+from runtime.metrics.timing import device_synchronizer
+from runtime.launch.worker import die_with_parent
 
 SQUARE = 512  # the square GEMM's side: at its best rate on a CPU core, and short
 
@@ -100,7 +100,7 @@ class ModelPass:
     machine's speed drifts by tens of percent within a minute (two profiles of cluster A two
     minutes apart: 104 and 130 ms), so one burst of repetitions prices every later run by one
     moment; the rounds' mean prices them by the profile's whole span, and their spread says
-    how far the machine drifted (`profile_fit.drift`)."""
+    how far the machine drifted (`profiling.fit.drift`)."""
 
     def __init__(self, spec: ProfileSpec, device):
         whole = StageRanks(pipeline=0, stage=0, ranks=(0,), devices=(0,), layer_start=0,

@@ -12,14 +12,14 @@ Tensors are named by what they are, never by where they lived: `param/<name>`,
 `adam_m/<name>`, `adam_v/<name>` for the weights and AdamW's two moments (the optimizer's
 step count is the manifest's `step`). Each chunk names its file, its key there, and its
 global `offsets` and `sizes` in the full tensor, so a plan with any TP sizes, layer split or
-batch split reads exactly the region it holds (`runtime.checkpoint_io.ShardReader`).
+batch split reads exactly the region it holds (`runtime.checkpoints.tensors.ShardReader`).
 
 Writes are atomic: ranks write into `.partial-step-NNNNNNNN`; once every rank is done, rank 0
 hashes the files, writes the manifest (temporary name, then rename) and renames the folder
 to `step-NNNNNNNN`. A checkpoint cut mid-write is therefore a `.partial-*` folder, which
 readers ignore: the newest complete one is used. A complete checkpoint whose file is later
 missing or damaged (size or sha256 not the manifest's) is a `CheckpointError` naming the
-file. No torch here (`runtime.checkpoint_io` does the tensor I/O).
+file. No torch here (`runtime.checkpoints.tensors` does the tensor I/O).
 """
 
 from __future__ import annotations

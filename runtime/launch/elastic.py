@@ -26,13 +26,13 @@ from typing import Any
 
 from planner.base import format_seconds
 from planner.problem import Problem
-from runtime.checkpoint import complete_steps
+from runtime.checkpoints.manifest import complete_steps
 from runtime.config import Job
 from runtime.errors import RunError
 from runtime.failure import FailureInjection
 from runtime.kinds import runtime_kind
-from runtime.launch import RunResult, launch_local, make_job
-from runtime.resume import resume_job
+from runtime.launch.launcher import RunResult, launch_local, make_job
+from runtime.launch.resume import resume_job
 
 # (problem, plan, lost device ids of that problem) → (new problem, new plan, old T, new T)
 Replanner = Callable[[Problem, Any, list[int]], tuple[Problem, Any, float | None, float]]

@@ -22,7 +22,7 @@ from planner.calibration import CalibrationError, LinkFit, Statistic, MeasuredDe
 from planner.hardware import Cluster
 from planner.sequence import cost as seq_cost
 from planner.sequence.cost import exchange_time
-from runtime.profile_launch import LinkTiming, ProfileResult, ProfileSpec
+from runtime.profiling.launcher import LinkTiming, ProfileResult, ProfileSpec
 
 # The operation whose fit the cluster file carries, by the kind of plan it is for: the
 # collective that kind leans on. Layered: the all-reduce of the TP and gradient terms.

@@ -1,6 +1,6 @@
 """The tensor side of checkpoints (imports torch): a rank writes its chunks into the
 checkpoint's partial folder; a rank of any later plan reads any region of any tensor back
-from the chunks that overlap it (`ShardReader.region`). The format is in `runtime.checkpoint`.
+from the chunks that overlap it (`ShardReader.region`). The format is in `runtime.checkpoints.manifest`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from runtime.checkpoint import CheckpointError, Manifest, commit, partial_dir
+from runtime.checkpoints.manifest import CheckpointError, Manifest, commit, partial_dir
 
 
 def write_shard(root: str | Path, step: int, rank: int, tensors: dict[str, torch.Tensor]) -> Path:
@@ -31,7 +31,7 @@ def write_shard(root: str | Path, step: int, rank: int, tensors: dict[str, torch
 def save_step(*, root: str | Path, step: int, comm, tensors: dict[str, torch.Tensor],
               manifest: Callable[[], Manifest], failure=None) -> None:
     """Every rank with chunks (one replica's ranks: the others hold copies) writes them; after
-    a barrier, rank 0 commits the step with `manifest()` (runtime.checkpoint: atomic rename).
+    a barrier, rank 0 commits the step with `manifest()` (runtime.checkpoints.manifest: atomic rename).
     `failure` (tests only) may cut this rank's file mid-write first."""
     if failure and failure.strikes_saving(comm.rank, step - 1):
         failure.cut_write(partial_dir(root, step) / f"rank{comm.rank}.pt")

@@ -32,11 +32,11 @@ import torch
 import torch.distributed as dist
 
 from planner.hardware import Vendor
-from runtime.comm_types import (BridgeMeter, Group, PendingExchange, PendingSend, RankPlace, ReduceOpName,
+from runtime.communication.comm_types import (BridgeMeter, Group, PendingExchange, PendingSend, RankPlace, ReduceOpName,
                                 TimedCollectives, Waiter, spans_vendors)
 from runtime.config import WaitName
 from runtime.host import threads_fit
-from runtime.timing import PhaseTimer
+from runtime.metrics.timing import PhaseTimer
 
 __all__ = ["BridgeMeter", "Communicator", "Group", "PendingExchange", "PendingSend", "RankPlace", "ReduceOpName",
            "TimedCollectives", "Waiter", "spans_vendors"]
