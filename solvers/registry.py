@@ -3,7 +3,8 @@ CLI reach them here.
 
 Each plan kind (a folder of `planner/` and of `solvers/`) lists its own solvers; entries are
 "module:function" strings imported on first use, so that asking for the heuristic never
-imports OR-Tools or torch.
+imports OR-Tools or torch. The strings are still dependencies: tests/test_architecture.py
+reads them as import edges of this module, and finds no cycle through them.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ DEFAULT_KIND = "layered"
 SOLVERS_BY_KIND: dict[str, dict[str, str]] = {
     # plan kind -> solver name -> "module:function"
     "layered": {
-        "heuristic": "solvers.layered.heuristic:solve",
-        "cpsat": "solvers.layered.exact.cpsat:solve",
-        "milp": "solvers.layered.exact.milp:solve",
+        # the heuristic with its exact refinement, and the exact models warm-started from the
+        # heuristic: composed above both, which never import each other (composed.py)
+        "heuristic": "solvers.layered.composed:solve_heuristic",
+        "cpsat": "solvers.layered.composed:solve_cpsat",
+        "milp": "solvers.layered.composed:solve_milp",
         "brute": "solvers.layered.exact.brute:solve",
         "symmetric": "solvers.layered.baselines.symmetric:solve_symmetric",
         "symmetric-all": "solvers.layered.baselines.symmetric:solve_symmetric_all",

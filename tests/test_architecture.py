@@ -1,7 +1,9 @@
 """The shape of the code: layers that point one way, short functions.
 
 The import graph is read from the source (every `import`, at module level or deferred inside
-a function), so a cycle hidden behind a deferred import is still a cycle."""
+a function), so a cycle hidden behind a deferred import is still a cycle; so are the modules
+a string names for `importlib` (the solver registry's "module:function" entries, a runtime
+kind's worker module), as edges of the module that holds the string."""
 
 from __future__ import annotations
 
@@ -41,16 +43,49 @@ def _imported(node: ast.AST, module: str, is_package: bool, known: set[str]) -> 
     return out
 
 
+def _named_in_string(node: ast.AST, known: set[str]) -> list[str]:
+    """The project module a string constant names for `importlib`: "module:function" (the
+    solver registry) or a whole dotted module name (a runtime kind's worker)."""
+    if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+        return []
+    name = node.value.split(":")[0] if node.value.count(":") == 1 else node.value
+    return [name] if "." in name and name in known else []
+
+
+def _run_as_main(tree: ast.AST) -> set[int]:
+    """The string nodes that follow "-m" in a command list: a module a new interpreter runs
+    as its main (a process this module starts), not one it imports."""
+    return {id(after) for node in ast.walk(tree) if isinstance(node, (ast.List, ast.Tuple))
+            for before, after in zip(node.elts, node.elts[1:])
+            if isinstance(before, ast.Constant) and before.value == "-m"}
+
+
+def module_edges(name: str, source: str, is_package: bool, known: set[str]) -> set[str]:
+    """The project modules one module's source imports or names in an importlib string."""
+    tree = ast.parse(source)
+    mains = _run_as_main(tree)
+    edges = {m for node in ast.walk(tree)
+             for m in _imported(node, name, is_package, known)
+             + ([] if id(node) in mains else _named_in_string(node, known))}
+    return edges - {name}
+
+
 def import_graph() -> dict[str, set[str]]:
     modules = project_modules()
     known = set(modules)
-    graph = {}
-    for name, path in modules.items():
-        tree = ast.parse(path.read_text(), filename=str(path))
-        is_package = path.name == "__init__.py"
-        edges = {m for node in ast.walk(tree) for m in _imported(node, name, is_package, known)}
-        graph[name] = edges - {name}
-    return graph
+    return {name: module_edges(name, path.read_text(), path.name == "__init__.py", known)
+            for name, path in modules.items()}
+
+
+def reachable(graph: dict[str, set[str]], roots: list[str]) -> set[str]:
+    """Every module the roots reach, transitively (the roots excluded unless reached)."""
+    seen, todo = set(), [e for r in roots for e in graph[r]]
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(graph[node])
+    return seen
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -89,6 +124,43 @@ def test_no_import_cycle_among_project_modules():
     assert cycle is None, "import cycle: " + " → ".join(cycle)
 
 
+def test_registry_strings_are_edges_and_a_planted_string_cycle_is_found():
+    """A "module:function" string is an edge: a registry naming a solver that imports the
+    registry back is a cycle, though no import statement closes it."""
+    known = {"pkg", "pkg.registry", "pkg.solver", "pkg.other"}
+    registry = ('import importlib\nSOLVERS = {"s": "pkg.solver:solve", "doc": "not pkg.other"}\n'
+                'MAIN = ["python", "-m", "pkg.other"]\n')  # a process started, not an import
+    graph = {"pkg": set(), "pkg.other": set(),
+             "pkg.registry": module_edges("pkg.registry", registry, False, known),
+             "pkg.solver": module_edges("pkg.solver", "from pkg import registry\n", False, known)}
+    assert graph["pkg.registry"] == {"pkg.solver"}  # the entry, not the prose
+    assert find_cycle(graph) == ["pkg.registry", "pkg.solver", "pkg.registry"]
+    real = import_graph()
+    assert "solvers.layered.exact.brute" in real["solvers.registry"]  # the real registry's strings
+    assert "runtime.sequence.worker" in real["runtime.sequence"]  # a runtime kind's worker string
+
+
+EXACT_PACKAGES = ("solvers.layered.exact", "solvers.sequence.exact")
+
+
+@pytest.mark.parametrize("heuristic", ["solvers.layered.heuristic", "solvers.sequence.heuristic"])
+def test_heuristics_never_reach_the_exact_solvers(heuristic):
+    """The heuristics import nothing of the exact packages, even through the registry's
+    strings: "the heuristic, then the exact refinement" is a solver above both
+    (solvers/layered/composed.py), and the exact solvers take their warm start as a function."""
+    graph = import_graph()
+    roots = [m for m in graph if m == heuristic or m.startswith(heuristic + ".")]
+    reached = reachable(graph, roots)
+    assert not sorted(m for m in reached if m.startswith(EXACT_PACKAGES) or m == "solvers.registry")
+
+
+@pytest.mark.parametrize("exact", EXACT_PACKAGES)
+def test_exact_solvers_never_reach_the_heuristics(exact):
+    graph = import_graph()
+    reached = reachable(graph, [m for m in graph if m == exact or m.startswith(exact + ".")])
+    assert not sorted(m for m in reached if ".heuristic" in m or m == "solvers.registry")
+
+
 def test_planner_imports_nothing_above_it():
     for module, edges in import_graph().items():
         if module.startswith("planner"):
@@ -113,7 +185,7 @@ def test_only_the_communicator_touches_torch_distributed():
     users = sorted(name for name, path in project_modules().items()
                    if any(n == "torch.distributed" or n.startswith("torch.distributed.")
                           for n in _external_imports(path)))
-    assert users == ["runtime.communication.communicator"]
+    assert users == ["runtime.comm"]
 
 
 def _long_functions() -> list[str]:

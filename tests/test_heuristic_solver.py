@@ -16,7 +16,8 @@ from planner.layered.validate import validate
 from solvers import registry
 from solvers.common import SolverOptions
 from solvers.layered.exact import brute
-from solvers.layered.heuristic import HeuristicOptions, build_plan, partition, solve, solve_with
+from solvers.layered.composed import solve_heuristic as solve  # the registry's: search + exact refinement
+from solvers.layered.heuristic import HeuristicOptions, build_plan, partition, solve_with
 from solvers.layered.heuristic.assemble import plan_from_table
 
 MIXES = ["A100-80G:1,RTX4090:1", "H800:1,H20:1", "RTX3090:2,RTX4090:1,L40S:1", "A800-80G:1",

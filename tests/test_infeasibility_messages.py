@@ -32,8 +32,8 @@ def test_heuristic_and_exact_solvers_explain_infeasibility_alike():
 def test_a_heuristic_that_finds_nothing_on_a_feasible_problem_says_unknown(monkeypatch):
     problem = load_problem("tiny-4-llama2-7b")
     assert solve(problem, "cpsat", SolverOptions(time_limit_s=30)).status == SolveStatus.optimal
-    monkeypatch.setattr(search.Search, "polished", lambda self: None)  # the search comes back empty
-    result = solve(problem, "heuristic")
+    monkeypatch.setattr(search.Search, "own_best", lambda self: None)  # the search comes back empty
+    result = search.solve(problem, SolverOptions())  # its own search (the registry's adds CP-SAT)
     assert result.status == SolveStatus.unknown and result.plan is None
     assert "no proof" in result.message
 

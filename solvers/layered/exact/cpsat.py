@@ -26,6 +26,7 @@ from solvers.layered.exact.cpsat_model import CpSatBuilder, LayoutVars, MemoryVa
 from solvers.layered.exact.cpsat_units import TimeScale, time_scale
 from solvers.layered.exact.driver import SubProblem, SubResult, solve_exact, solver_time
 from solvers.layered.exact.spec import read_specs
+from solvers.layered.exact.warm_start import WarmStartFn
 from solvers.layered.tables import PipelineSpec
 
 __all__ = ["CpSatVars", "add_hint", "build_model", "solve", "solve_fixed_d", "specs", "time_scale"]
@@ -123,6 +124,9 @@ def solve_fixed_d(sub: SubProblem) -> SubResult:
                      objective=solver.objective_value * scale.unit, bound=bound, error_bound=error, **size)
 
 
-def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult:
-    """Exact CP-SAT solve: the optimum of DESIGN.md §3 over the plan space of §2, with a bound."""
-    return solve_exact(problem, options or SolverOptions(), "cpsat", solve_fixed_d)
+def solve(problem: Problem, options: SolverOptions | None = None, *,
+          warm_start_fn: WarmStartFn | None = None) -> SolveResult:
+    """Exact CP-SAT solve: the optimum of DESIGN.md §3 over the plan space of §2, with a bound.
+    `warm_start_fn` supplies the first incumbent beyond tiny problems (None: the symmetric
+    baseline's; the registry's `cpsat` passes the heuristic's, solvers/layered/composed.py)."""
+    return solve_exact(problem, options or SolverOptions(), "cpsat", solve_fixed_d, warm_start_fn)

@@ -22,7 +22,7 @@ from solvers.common import ModelSize, SolveResult, SolverOptions
 from solvers.layered.exact.bounds import Candidate, DBounds, PipelineFloors, ordered_structures, structures
 from solvers.layered.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
                                           specs_of_plan)
-from solvers.layered.exact.warm_start import warm_start
+from solvers.layered.exact.warm_start import WarmStartFn, warm_start
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "unknown"]
 # relative tolerance between a model's objective and the evaluator's T (float rounding only)
@@ -67,7 +67,10 @@ class ExactSolveError(RuntimeError):
     """A model's objective disagrees with the evaluator: a bug in the formulation."""
 
 
-def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Backend) -> SolveResult:
+def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Backend,
+                warm_start_fn: WarmStartFn | None = None) -> SolveResult:
+    """The exact search with `backend`'s model per D, from the warm start (the hint, else
+    `warm_start_fn`'s plan beyond tiny problems, else the symmetric baseline's)."""
     start = time.perf_counter()
     tables = Tables(problem)
     log = _logger(options)
@@ -76,7 +79,7 @@ def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Ba
         return SolveResult(solver=name, status=SolveStatus.infeasible, wall_s=time.perf_counter() - start,
                            message=why)
     d_values, max_stages, restrictions = _limits(tables, options)
-    best_t, best_plan, hint = warm_start(problem, options, log)
+    best_t, best_plan, hint = warm_start(problem, options, log, warm_start_fn)
     setup = _Setup(problem=problem, name=name, backend=backend, tables=tables, options=options, log=log,
                    hint=hint, max_stages=max_stages)
     search = _Search(setup=setup, best_t=best_t, best_plan=best_plan)

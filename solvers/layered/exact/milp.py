@@ -25,6 +25,7 @@ from solvers.layered.exact.driver import SubProblem, SubResult, solve_exact, sol
 from solvers.layered.exact.milp_cuts import CutVars, MilpCutBuilder
 from solvers.layered.exact.milp_model import BatchVars, LayoutVars, MemoryVars, SyncVars, TimeVars
 from solvers.layered.exact.spec import read_specs
+from solvers.layered.exact.warm_start import WarmStartFn
 from solvers.layered.tables import PipelineSpec
 from solvers.milp_backend import quiet_stdout, read_status
 
@@ -97,6 +98,9 @@ def solve_fixed_d(sub: SubProblem) -> SubResult:
                      objective=v.T.value() * unit, bound=bound, **size)
 
 
-def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult:
-    """Exact MILP solve: the optimum of DESIGN.md §3 over the plan space of §2, with a bound."""
-    return solve_exact(problem, options or SolverOptions(), "milp", solve_fixed_d)
+def solve(problem: Problem, options: SolverOptions | None = None, *,
+          warm_start_fn: WarmStartFn | None = None) -> SolveResult:
+    """Exact MILP solve: the optimum of DESIGN.md §3 over the plan space of §2, with a bound.
+    `warm_start_fn` supplies the first incumbent beyond tiny problems (None: the symmetric
+    baseline's; the registry's `milp` passes the heuristic's, solvers/layered/composed.py)."""
+    return solve_exact(problem, options or SolverOptions(), "milp", solve_fixed_d, warm_start_fn)

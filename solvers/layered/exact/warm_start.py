@@ -1,34 +1,39 @@
 """The exact solvers' warm start (docs/formulation.md §3): an incumbent before the first
-model — the given hint, else the heuristic's plan (beyond tiny problems), else the symmetric
-baseline's — checked against the problem and the solver's limits. It only cuts the models
-off and hints CP-SAT; the proof is the models'.
+model — the given hint, else the plan of the warm-start function the caller passes (beyond
+tiny problems), else the symmetric baseline's — checked against the problem and the
+solver's limits. It only cuts the models off and hints CP-SAT; the proof is the models'.
+
+The function is passed in, never imported here: the registry's composition
+(solvers/layered/composed.py) passes the heuristic's own search, so this package imports
+nothing from the heuristic, which in turn never reaches these models (no cycle, issue 28).
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 from planner.layered.plan import Plan
 from planner.layered.pricing import iteration_time
 from planner.layered.validate import validate
 from planner.problem import Problem
-from solvers.common import SolverOptions
+from solvers.common import SolveResult, SolverOptions
 from solvers.layered.baselines.symmetric import solve_symmetric
 from solvers.layered.tables import specs_of_plan
-from solvers.layered.heuristic import HeuristicOptions, solve_with
 
-HEURISTIC_FROM_DEVICES = 6  # larger problems start from the heuristic's plan
-# the warm starts, tried in order (the heuristic only beyond HEURISTIC_FROM_DEVICES devices)
-# (the heuristic without its own exact sub-solve: that would be this solver again)
-WARM_STARTS = (("heuristic", lambda problem, options: solve_with(problem, options, HeuristicOptions(exact_devices=0))),
-               ("symmetric", solve_symmetric))
+# a solver whose plan starts the exact search (e.g. the heuristic's own search)
+WarmStartFn = Callable[[Problem, SolverOptions], SolveResult]
+GIVEN_FROM_DEVICES = 6  # larger problems start from the given function's plan (smaller ones:
+# the symmetric baseline's is cheaper, and the models prove such problems quickly anyway)
 
 
-def warm_start(problem: Problem, options: SolverOptions, log) -> tuple[float | None, Plan | None, list | None]:
-    """The warm start: the given hint, else the heuristic's plan (beyond tiny problems), else
-    the symmetric baseline's. It only supplies an incumbent: a cutoff for the models (which
-    also bounds CP-SAT's integer domains) and CP-SAT's hint; the proof is the models'."""
+def warm_start(problem: Problem, options: SolverOptions, log,
+               warm_start_fn: WarmStartFn | None = None) -> tuple[float | None, Plan | None, list | None]:
+    """The warm start: the given hint, else `warm_start_fn`'s plan (beyond tiny problems),
+    else the symmetric baseline's. It only supplies an incumbent: a cutoff for the models
+    (which also bounds CP-SAT's integer domains) and CP-SAT's hint; the proof is the models'."""
     plan, source = options.hint, "hint plan"
     if plan is None:
-        plan, source = _first_warm_start(problem, options)
+        plan, source = _first_warm_start(problem, options, warm_start_fn)
     if plan is None:
         return None, None, None
     if validate(problem, plan):
@@ -43,15 +48,19 @@ def warm_start(problem: Problem, options: SolverOptions, log) -> tuple[float | N
     return t, plan, specs_of_plan(problem, plan)
 
 
-def _first_warm_start(problem: Problem, options: SolverOptions) -> tuple[Plan | None, str]:
+def _first_warm_start(problem: Problem, options: SolverOptions,
+                      warm_start_fn: WarmStartFn | None) -> tuple[Plan | None, str]:
+    """The first plan of the warm starts, tried in order: `warm_start_fn` (beyond
+    GIVEN_FROM_DEVICES devices), then the symmetric baseline."""
     budget = SolverOptions(time_limit_s=max(0.5, min(5.0, 0.05 * options.time_limit_s)),
                            threads=options.threads, seed=options.seed)
-    big = problem.cluster.num_devices > HEURISTIC_FROM_DEVICES
-    for name, solver in WARM_STARTS[0 if big else 1:]:
+    big = problem.cluster.num_devices > GIVEN_FROM_DEVICES
+    starts = ([warm_start_fn] if warm_start_fn is not None and big else []) + [solve_symmetric]
+    for solver in starts:
         try:
             result = solver(problem, budget)
         except Exception:  # a warm start is optional: a failing one must not stop the proof
             continue
         if result.plan is not None:
-            return result.plan.model_copy(update={"solver": None}), f"warm start ({name})"
+            return result.plan.model_copy(update={"solver": None}), f"warm start ({result.solver})"
     return None, ""

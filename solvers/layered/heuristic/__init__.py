@@ -2,7 +2,9 @@
 
 Public API (used by the baselines too):
 - `HeuristicOptions`: knobs, including the random-partition baseline and the ablations;
-- `solve(problem, options)` and `solve_with(problem, options, heuristic)`;
+- `solve(problem, options)` and `solve_with(problem, options, heuristic)`: the search alone (the
+  registry's `heuristic` adds the exact refinement on small clusters: solvers/layered/composed.py,
+  so that this package never reaches the exact solvers);
 - `build_plan(problem, pools, heuristic, *, tp_cap, max_stages, cache)`: phase 2 (pools of device ids → Plan);
 - `partition(problem, D, *, partitioner, protect, seed)`: phase 1 alone;
 - `polish(problem, table, *, rounds, exhaustive_moves, deadline)`: the layer / micro-batch local search alone.

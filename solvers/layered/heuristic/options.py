@@ -55,12 +55,13 @@ class HeuristicOptions(Frozen):
     exact_devices: int = Field(
         default=8, ge=0,
         description="clusters of at most this many devices spend the time left on the exact CP-SAT "
-                    "model warm-started from the heuristic's plan (exact_refine.py); 0: off")
+                    "model warm-started from the heuristic's plan (read by the registry's "
+                    "heuristic, solvers/layered/composed.py; this package's own search ignores it); 0: off")
 
     @property
     def is_plain(self) -> bool:
         """The heuristic itself, not a baseline or ablation setting (those keep the paper's
-        phases only: no structure moves, no exact sub-solve)."""
+        phases only: no structure moves, no exact refinement)."""
         return self.partitioner == "metis" and self.fixed_tp is None and not self.equal_batch
 
     @field_validator("fixed_tp")

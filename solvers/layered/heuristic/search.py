@@ -1,8 +1,9 @@
 """The search loop: over D (pipelines) and the secondary split (TP cap), build a plan for
 each candidate, keep the best few by the full evaluator, polish those, improve each by
-structure moves (moves.py, clusters up to `move_devices`), and on clusters up to
-`exact_devices` spend the time left on the exact CP-SAT model from the best plan
-(exact_refine.py); return the best. Status `optimal` only when that sub-solve proves it.
+structure moves (moves.py, clusters up to `move_devices`); return the best, `feasible` (a
+heuristic proves nothing). The exact refinement on small clusters is not this package's:
+solvers/layered/composed.py runs this search, then CP-SAT from its plan (the heuristic never
+reaches the exact models, which warm-start from it: no cycle).
 
 Deterministic for a given seed (METIS and the random baseline take it; nothing reads global
 random state). A rich progress bar shows on long runs. `SolverOptions.time_limit_s` bounds
@@ -26,7 +27,8 @@ import numpy as np
 from rich.progress import Progress
 
 from planner.layered.pricing import iteration_time
-from planner import cost
+from planner.cost import usable_memory_bytes
+from planner.layered import cost
 from planner.layered.plan import Plan
 from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
@@ -35,7 +37,6 @@ from planner.layered.validate import validate
 from solvers.common import SolveResult, SolverOptions
 from solvers.layered.tables import Tables, explain_infeasible
 from solvers.layered.heuristic.assemble import build_plan, plan_from_table, with_split
-from solvers.layered.heuristic.exact_refine import exact_sub_solve
 from solvers.layered.heuristic.moves import improve
 from solvers.layered.heuristic.options import HeuristicOptions
 from solvers.layered.heuristic.partition import partition
@@ -52,7 +53,7 @@ def max_pipelines(problem: Problem, options: SolverOptions) -> int:
     """Upper bound on D: micro-batches, devices, and the memory to hold one model replica
     (model states only, μ·P, against the cluster's memory less the reserves)."""
     cluster, training = problem.cluster, problem.training
-    by_memory = int(cost.usable_memory_bytes(cluster, training) // cost.model_state_bytes(problem.model, training))
+    by_memory = int(usable_memory_bytes(cluster, training) // cost.model_state_bytes(problem.model, training))
     bound = min(training.micro_batches, cluster.num_devices, max(1, by_memory))
     return min(bound, options.max_pipelines or bound)
 
@@ -104,8 +105,10 @@ def protect_modes(problem: Problem, heuristic: HeuristicOptions) -> list[str]:
 
 
 class Search:
-    def __init__(self, problem: Problem, options: SolverOptions, heuristic: HeuristicOptions):
+    def __init__(self, problem: Problem, options: SolverOptions, heuristic: HeuristicOptions,
+                 reserve_share: float = 0.0):
         self.problem, self.options, self.heuristic = problem, options, heuristic
+        self.reserve_share = reserve_share  # of the time left after the polish, for what follows
         self.start = time.perf_counter()
         self.deadline = self.start + options.time_limit_s
         self.explore_share_end = self.start + EXPLORE_SHARE * options.time_limit_s
@@ -113,7 +116,6 @@ class Search:
         self.found: dict[tuple, tuple[float, Plan]] = {}  # (D, mode, cap) -> (T, plan)
         self.seen_pools: dict[tuple, list] = {}
         self.pipelines: dict = {}  # phase-2 results by (pool, TP layout), shared by all candidates
-        self.exact: SolveResult | None = None  # the exact sub-solve's result, when it ran
         self.hint = options.hint if options.hint is not None and not validate(problem, options.hint) else None
 
     @property
@@ -188,20 +190,6 @@ class Search:
             if progress:
                 progress.advance(task)
 
-    def polished(self) -> tuple[float, Plan] | None:
-        """The search's own best plan, then on small clusters the exact sub-solve from it
-        (kept in `self.exact`); the best plan found, or None."""
-        best = self.own_best()
-        if not self.exact_on():
-            return best
-        self.exact = exact_sub_solve(self.problem, self.options, best[1] if best else None, self.deadline)
-        plan = self.exact.plan if self.exact is not None else None
-        if plan is not None:
-            t = iteration_time(self.problem, plan)
-            if best is None or t < best[0] * (1 - 1e-9):
-                best = (t, plan.model_copy(update={"solver": None}))
-        return best
-
     def own_best(self) -> tuple[float, Plan] | None:
         """The best few structures polished, then (on clusters up to `move_devices`) each
         improved by structure moves; the best plan found."""
@@ -236,15 +224,12 @@ class Search:
         h = self.heuristic
         return h.is_plain and self.problem.cluster.num_devices <= h.move_devices and h.move_rounds > 0
 
-    def exact_on(self) -> bool:
-        h = self.heuristic
-        return h.is_plain and self.problem.cluster.num_devices <= h.exact_devices
-
     def move_deadline(self) -> float:
         """The structure moves may use the budget (their work is bounded by
-        `move_evaluations`), less half of what is left when an exact sub-solve follows."""
+        `move_evaluations`), less `reserve_share` of what is left (for a solver that follows
+        this search, e.g. the composite's exact refinement)."""
         now = time.perf_counter()
-        return self.deadline if not self.exact_on() else now + (self.deadline - now) / 2
+        return now + (self.deadline - now) * (1 - self.reserve_share)
 
     def polish_one(self, plan: Plan) -> Plan:
         problem = self.problem
@@ -256,42 +241,33 @@ class Search:
 
 
 def solve_with(problem: Problem, options: SolverOptions, heuristic: HeuristicOptions,
-               name: str = "heuristic") -> SolveResult:
-    """The heuristic (or one of its baseline/ablation settings, reported as `name`)."""
-    search = Search(problem, options, heuristic)
+               name: str = "heuristic", *, reserve_share: float = 0.0) -> SolveResult:
+    """The heuristic's own search (or one of its baseline/ablation settings, reported as
+    `name`); its structure moves leave `reserve_share` of the time left to a follow-up."""
+    search = Search(problem, options, heuristic, reserve_share)
     bar = Progress(transient=True) if options.progress else nullcontext()
     with bar as progress:
         search.explore(progress if options.progress else None)
-        best = search.polished()
-    exact, wall = search.exact, time.perf_counter() - search.start
-    if exact is not None and exact.status == SolveStatus.infeasible and best is None:
-        return SolveResult(solver=name, status=SolveStatus.infeasible, wall_s=wall, message=exact.message)
+        best = search.own_best()
+    wall = time.perf_counter() - search.start
     if best is None:
         return _no_plan(problem, heuristic, name, wall)
-    return _found(problem, name, best, exact, wall)
+    return plan_result(problem, name, *best, wall=wall)
 
 
-def _found(problem: Problem, name: str, best: tuple[float, Plan], exact: SolveResult | None,
-           wall: float) -> SolveResult:
-    """The result for the best plan: `optimal` (with the bound) only when the exact sub-solve
-    proved it, `feasible` otherwise (with the sub-solve's bound when it ran)."""
-    t, plan = best
+def plan_result(problem: Problem, name: str, t: float, plan: Plan, *, wall: float,
+                status: SolveStatus = SolveStatus.feasible, bound: float | None = None, note: str = "",
+                restrictions: tuple[str, ...] = ()) -> SolveResult:
+    """The result for a plan of T = `t` (checked by the validator first), `feasible` unless a
+    proof says otherwise; its message sums the plan up, then `note`."""
     problems = validate(problem, plan)
     if problems:  # never expected: phase 2, the polish, the moves and CP-SAT keep every rule
         raise RuntimeError(f"heuristic built an invalid plan: {problems[0]}")
-    bound = min(exact.bound_s, t) if exact is not None and exact.bound_s is not None else None
-    proven = exact is not None and exact.status == SolveStatus.optimal
-    status = SolveStatus.optimal if proven else SolveStatus.feasible
     info = SolverInfo(name=name, status=status, objective_s=t, bound_s=bound, wall_s=wall)
     message = (f"D={len(plan.pipelines)}, {plan.num_stages} stage{'s' if plan.num_stages != 1 else ''}, "
-               f"{len(plan.devices)}/{problem.cluster.num_devices} devices used")
-    if exact is not None:
-        message += ("; optimal (proved by the exact sub-solve, cpsat)" if proven else
-                    f"; exact sub-solve (cpsat) stopped at the time limit: {exact.status.value}"
-                    + (f", bound {exact.bound_s:.6g} s" if exact.bound_s is not None else ""))
+               f"{len(plan.devices)}/{problem.cluster.num_devices} devices used" + note)
     return SolveResult(solver=name, status=status, plan=plan.model_copy(update={"solver": info}),
-                       objective_s=t, bound_s=bound, wall_s=wall, message=message,
-                       restrictions=exact.restrictions if exact is not None else ())
+                       objective_s=t, bound_s=bound, wall_s=wall, message=message, restrictions=restrictions)
 
 
 def _no_plan(problem: Problem, heuristic: HeuristicOptions, name: str, wall: float) -> SolveResult:
@@ -314,4 +290,6 @@ def _no_plan(problem: Problem, heuristic: HeuristicOptions, name: str, wall: flo
 
 
 def solve(problem: Problem, options: SolverOptions) -> SolveResult:
+    """The default heuristic's own search (the registry's `heuristic` adds the exact refinement
+    on small clusters: solvers/layered/composed.py)."""
     return solve_with(problem, options, HeuristicOptions())
