@@ -185,7 +185,7 @@ def test_only_the_communicator_touches_torch_distributed():
     users = sorted(name for name, path in project_modules().items()
                    if any(n == "torch.distributed" or n.startswith("torch.distributed.")
                           for n in _external_imports(path)))
-    assert users == ["runtime.comm"]
+    assert users == ["runtime.communication.communicator"]
 
 
 def _long_functions() -> list[str]:
