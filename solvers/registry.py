@@ -40,6 +40,7 @@ SOLVERS_BY_KIND: dict[str, dict[str, str]] = {
         "cpsat": "solvers.sequence.exact.cpsat:solve",
         "milp": "solvers.sequence.exact.milp:solve",
         "seq-uniform": "solvers.sequence.baselines:solve_uniform",
+        "seq-uniform-all": "solvers.sequence.baselines:solve_uniform_all",
         "seq-roundrobin": "solvers.sequence.baselines:solve_roundrobin",
     },
 }
