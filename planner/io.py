@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from planner.hardware import Cluster
+from planner.hf_config import HFConfigError, read_hf_model
 from planner.kinds import PLAN_KINDS, kind_of_format
 from planner.problem import Problem
 from planner.workload import ModelSpec, TrainingSpec
@@ -201,9 +202,35 @@ def load_cluster(path: str | Path) -> Cluster:
     return build(Cluster, _named(read_mapping(path), path.stem), path)
 
 
+HF_PREFIX = "hf:"
+
+
+def hf_model(path: str | Path, seq_len: int | None = None, file: str | Path | None = None) -> ModelSpec:
+    """The ModelSpec of a Hugging Face folder or config.json (docs/models-and-data.md §12); `file`: the
+    problem file naming it, for the message when the folder is missing."""
+    if file is not None and not Path(path).exists():
+        raise InputError(file, "model.hf", f"no Hugging Face model folder or config.json at {str(path)!r}")
+    try:
+        return read_hf_model(path, seq_len)
+    except HFConfigError as exc:
+        raise InputError(exc.file, exc.field, exc.reason) from None
+
+
 def load_model(path: str | Path) -> ModelSpec:
+    """A model file, a bundled model's name, or `hf:PATH` (a Hugging Face folder)."""
+    if str(path).startswith(HF_PREFIX):
+        return hf_model(str(path)[len(HF_PREFIX):])
     path = _find(path, "models")
     return build(ModelSpec, _named(read_mapping(path), path.stem), path)
+
+
+def _hf_reference(ref: Any, base: Path, file: Path) -> Path | None:
+    """The folder of `model: {hf: path}` (relative to the problem file), None for other forms."""
+    if not (isinstance(ref, dict) and "hf" in ref):
+        return None
+    if set(ref) != {"hf"} or not isinstance(ref["hf"], str):
+        raise InputError(file, "model", "expected {hf: PATH} alone (a Hugging Face folder or its config.json)")
+    return base / ref["hf"]
 
 
 def load_problem(path: str | Path) -> Problem:
@@ -217,15 +244,23 @@ def load_problem(path: str | Path) -> Problem:
     if unknown:
         raise InputError(path, unknown[0], "unknown field (expected name, cluster, model, training)")
     cluster_data, cluster_file = _resolve(data["cluster"], "clusters", path.parent, path, "cluster")
-    model_data, model_file = _resolve(data["model"], "models", path.parent, path, "model")
     name = str(data.get("name", path.stem))
     inline = "cluster" if cluster_file == path else ""
     cluster_name = f"{name}-cluster" if inline else cluster_file.stem
     cluster = build(Cluster, _named(cluster_data, cluster_name), cluster_file, inline)
-    model_name = f"{name}-model" if model_file == path else model_file.stem
-    model = build(ModelSpec, _named(model_data, model_name), model_file, "model" if model_file == path else "")
     training = build(TrainingSpec, data["training"], path, "training")
-    return Problem(name=name, cluster=cluster, model=model, training=training)
+    return Problem(name=name, cluster=cluster, model=_problem_model(data["model"], path, name, training),
+                   training=training)
+
+
+def _problem_model(ref: Any, path: Path, name: str, training: TrainingSpec) -> ModelSpec:
+    """A problem's model: {hf: folder}, inline, a path relative to the problem or a bundled name."""
+    folder = _hf_reference(ref, path.parent, path)
+    if folder is not None:
+        return hf_model(folder, training.seq_len, file=path)
+    model_data, model_file = _resolve(ref, "models", path.parent, path, "model")
+    model_name = f"{name}-model" if model_file == path else model_file.stem
+    return build(ModelSpec, _named(model_data, model_name), model_file, "model" if model_file == path else "")
 
 
 def load_plan(path: str | Path):
@@ -244,8 +279,12 @@ def save_plan(plan, path: str | Path) -> None:
 
 
 def problem_to_dict(problem: Problem) -> dict[str, Any]:
-    """A self-contained problem mapping (cluster and model inline), for writing files."""
-    return problem.model_dump(mode="json", exclude_defaults=True)
+    """A self-contained problem mapping (cluster and model inline; a model read from a Hugging
+    Face folder as {hf: folder}, which it is read from again), for writing files."""
+    data = problem.model_dump(mode="json", exclude_defaults=True)
+    if problem.model.hf_folder:
+        data["model"] = {"hf": problem.model.hf_folder}
+    return data
 
 
 def save_yaml(data: dict[str, Any], path: str | Path) -> None:

@@ -27,6 +27,11 @@ class ModelSpec(Frozen):
     qkv_bias: bool = Field(default=False, description="biases on the q, k, v projections (Qwen2)")
     tied_embeddings: bool = Field(
         default=False, description="the LM head shares the embedding's matrix (priced as two synced copies)")
+    # runtime only (docs/models-and-data.md §12): the numbers the runtime's decoder needs, no cost-model term
+    rope_theta: float = Field(default=10000.0, gt=0, description="rotary embeddings' base (runtime only)")
+    norm_eps: float = Field(default=1e-5, gt=0, description="RMSNorm epsilon (runtime only)")
+    hf_folder: str = Field(default="", description="the Hugging Face model folder it was read from "
+                                                   "(weights, tokenizer; runtime only); empty: none")
 
     @model_validator(mode="after")
     def _check_heads(self) -> ModelSpec:

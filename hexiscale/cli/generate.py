@@ -8,6 +8,7 @@ import typer
 from pydantic import ValidationError
 
 from hexiscale.cli.app import app, console, fail, friendly_errors, writable_file
+from planner.io import HF_PREFIX, hf_model
 from instances.generate import generate_cluster, generated_problem, write_cluster, write_problem
 
 generate_app = typer.Typer(no_args_is_help=True, help="Generate synthetic clusters and problems.")
@@ -49,7 +50,8 @@ def cluster_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path
 @generate_app.command("problem")
 @friendly_errors
 def problem_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path = OUTPUT,
-                model: str = typer.Option("llama2-70b", help="bundled model name or model file"),
+                model: str = typer.Option("llama2-70b", help="bundled model name, model file, or hf:PATH "
+                                                             "(a Hugging Face folder or its config.json)"),
                 seq_len: int = typer.Option(4096, min=1, help="sequence length s"),
                 global_batch: int = typer.Option(None, min=1, help="B (default: one sequence per GPU)"),
                 micro_batch: int = typer.Option(1, min=1, help="b"),
@@ -58,7 +60,8 @@ def problem_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path
     writable_file(output, "--output")
     cluster = _cluster_or_fail(gpus, mix, seed)
     try:
-        problem = generated_problem(cluster, model, seq_len, global_batch, micro_batch, recompute)
+        spec = hf_model(model[len(HF_PREFIX):], seq_len) if model.startswith(HF_PREFIX) else model
+        problem = generated_problem(cluster, spec, seq_len, global_batch, micro_batch, recompute)
     except ValidationError as exc:  # e.g. a global batch that is not a multiple of the micro-batch
         fail("training: " + exc.errors()[0]["msg"].removeprefix("Value error, "))
     write_problem(problem, output)

@@ -1,0 +1,148 @@
+"""A Hugging Face model folder's config.json → ModelSpec (docs/models-and-data.md §12).
+
+Supported: `llama`, `mistral` (no sliding window shorter than the sequence), `qwen2` (biases on
+q, k and v). Every field that would make the model something the runtime's decoder does not
+compute — another activation, a head_dim other than h/a, a rope scaling, biases elsewhere
+than q/k/v, attention dropout, sliding windows — is refused with one line naming the field,
+so that nobody plans for (or trains) a model that is not the one in the folder.
+No import of planner.io (which reads `model: {hf: path}` through this module); errors are an
+`HFConfigError` carrying file, field and reason, which planner.io turns into its InputError.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from planner.workload import ModelSpec
+
+SUPPORTED = ("llama", "mistral", "qwen2")
+CONFIG = "config.json"
+REQUIRED = {"num_hidden_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
+            "intermediate_size": "ffn_hidden", "vocab_size": "vocab"}
+DEFAULT_ROPE_THETA = 10000.0
+DEFAULT_NORM_EPS = 1e-6  # transformers' LlamaConfig / Qwen2Config / MistralConfig default
+
+
+class HFConfigError(ValueError):
+    """A config.json that does not describe a model hexiscale runs: file, field, reason."""
+
+    def __init__(self, file: str | Path, field: str, reason: str):
+        self.file, self.field, self.reason = str(file), field, reason
+        super().__init__(f"{self.file}: {field}: {reason}" if field else f"{self.file}: {reason}")
+
+
+def config_path(path: str | Path) -> Path:
+    """The config.json of a model folder, or the file itself when given."""
+    path = Path(path)
+    return path / CONFIG if path.is_dir() else path
+
+
+def read_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """(config.json's path, its mapping); unreadable or not a JSON mapping: HFConfigError."""
+    file = config_path(path)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise HFConfigError(file, "", f"cannot read the model's config ({exc.strerror or exc})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HFConfigError(file, "", f"not a JSON config.json ({exc})") from None
+    if not isinstance(data, dict):
+        raise HFConfigError(file, "", "expected a JSON mapping at the top level")
+    return file, data
+
+
+def rope_theta(file: Path, data: dict[str, Any]) -> float:
+    """rope_theta, or rope_parameters.rope_theta (transformers 5); a rope scaling is refused."""
+    params = data.get("rope_parameters") or {}
+    scaling = data.get("rope_scaling") or {}
+    for field, mapping in (("rope_parameters", params), ("rope_scaling", scaling)):
+        kind = mapping.get("rope_type", mapping.get("type", "default")) if isinstance(mapping, dict) else mapping
+        if kind not in ("default", None):
+            raise HFConfigError(file, f"{field}.rope_type", f"rope scaling {kind!r} is not supported "
+                                                            "(only the default rotary embedding)")
+    theta = params.get("rope_theta", data.get("rope_theta", DEFAULT_ROPE_THETA))
+    if not isinstance(theta, (int, float)) or theta <= 0:
+        raise HFConfigError(file, "rope_theta", f"expected a positive number, got {theta!r}")
+    return float(theta)
+
+
+def _refusals(data: dict[str, Any], kind: str) -> list[tuple[str, str]]:
+    """(field, reason) of everything the runtime's decoder does not compute."""
+    out = []
+    if data.get("hidden_act", "silu") != "silu":
+        out.append(("hidden_act", f"activation {data['hidden_act']!r} is not supported (only silu)"))
+    heads, hidden = data.get("num_attention_heads"), data.get("hidden_size")
+    head_dim = data.get("head_dim")
+    if head_dim is not None and isinstance(heads, int) and heads and head_dim * heads != hidden:
+        out.append(("head_dim", f"{head_dim} is not hidden_size/num_attention_heads = {hidden}/{heads}"))
+    if data.get("mlp_bias"):
+        out.append(("mlp_bias", "biases on the MLP are not supported"))
+    if kind != "qwen2" and data.get("attention_bias"):
+        out.append(("attention_bias", f"{kind} puts a bias on o_proj too; only q/k/v biases (qwen2) are supported"))
+    if data.get("attention_dropout"):
+        out.append(("attention_dropout", f"{data['attention_dropout']} > 0: dropout is not supported"))
+    layer_types = data.get("layer_types") or []
+    if any(t != "full_attention" for t in layer_types):
+        out.append(("layer_types", "only full attention is supported, not "
+                                   f"{next(t for t in layer_types if t != 'full_attention')!r}"))
+    return out
+
+
+def sliding_window(data: dict[str, Any], kind: str) -> int | None:
+    """The attention window a layer uses, None when attention sees the whole prefix."""
+    if kind == "qwen2" and not data.get("use_sliding_window"):
+        return None
+    return data.get("sliding_window")
+
+
+def read_hf_model(path: str | Path, seq_len: int | None = None) -> ModelSpec:
+    """ModelSpec of a Hugging Face folder (or its config.json). With `seq_len`, a sliding
+    window shorter than the sequence is refused (the model would attend differently)."""
+    file, data = read_config(path)
+    kind = data.get("model_type")
+    if kind not in SUPPORTED:
+        raise HFConfigError(file, "model_type", f"{kind!r} is not supported (supported: {', '.join(SUPPORTED)})")
+    for field, reason in _refusals(data, kind):
+        raise HFConfigError(file, field, reason)
+    window = sliding_window(data, kind)
+    if window is not None and seq_len is not None and window < seq_len:
+        raise HFConfigError(file, "sliding_window", f"{window} is shorter than the sequence ({seq_len} tokens): "
+                                                    "sliding-window attention is not supported")
+    sizes = {}
+    for field, name in REQUIRED.items():
+        value = data.get(field)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise HFConfigError(file, field, "field required (a positive integer)" if value is None
+                                else f"expected a positive integer, got {value!r}")
+        sizes[name] = value
+    return _spec(file, data, kind, sizes)
+
+
+def _spec(file: Path, data: dict[str, Any], kind: str, sizes: dict[str, int]) -> ModelSpec:
+    kv = data.get("num_key_value_heads") or sizes["heads"]
+    eps = data.get("rms_norm_eps", DEFAULT_NORM_EPS)
+    if not isinstance(eps, (int, float)) or eps <= 0:
+        raise HFConfigError(file, "rms_norm_eps", f"expected a positive number, got {eps!r}")
+    try:
+        return ModelSpec(name=file.parent.name or "model", kv_heads=kv, gated=True,
+                         qkv_bias=kind == "qwen2",
+                         tied_embeddings=bool(data.get("tie_word_embeddings", False)),
+                         rope_theta=rope_theta(file, data), norm_eps=float(eps),
+                         hf_folder=str(file.parent.resolve()), **sizes)
+    except ValueError as exc:  # heads not dividing hidden, kv heads not dividing heads
+        reason = str(exc).splitlines()[1].strip().removeprefix("Value error, ") if "\n" in str(exc) else str(exc)
+        raise HFConfigError(file, "num_key_value_heads" if "kv_heads" in reason else "num_attention_heads",
+                            reason) from None
+
+
+def eos_token_id(path: str | Path) -> int | None:
+    """The config's eos_token_id (the first, where it is a list); None when it has none."""
+    file, data = read_config(path)
+    eos = data.get("eos_token_id")
+    if isinstance(eos, list):
+        eos = eos[0] if eos else None
+    if eos is not None and (not isinstance(eos, int) or isinstance(eos, bool) or eos < 0):
+        raise HFConfigError(file, "eos_token_id", f"expected a token id, got {eos!r}")
+    return eos
