@@ -1,5 +1,6 @@
-"""Sequence plans (DESIGN.md §7, after HexiSeq): the heuristic against the homogeneous baselines,
-against the brute-force optimum on tiny problems, and the scheduler's speed.
+"""Sequence plans (docs/sequence-plans.md §7, after HexiSeq): the heuristic against the
+homogeneous baselines, against the brute-force optimum on tiny problems, and the scheduler's
+speed.
 
 1. Quality (and cross-machine traffic against `seq-roundrobin`): heuristic vs `seq-uniform`
    (Megatron CP / USP / Ulysses run by hand: equal shards, heads and batches, one HP degree,

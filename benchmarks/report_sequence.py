@@ -1,4 +1,4 @@
-"""The long-context section of benchmarks/report/README.md (DESIGN.md §7, after HexiSeq): the
+"""The long-context section of benchmarks/report/README.md (docs/sequence-plans.md §7, after HexiSeq): the
 suites against the homogeneous baselines, the FLOP-matched comparison, and which plan kind
 wins at which sequence length. Every number comes from the bench's rows.
 """
@@ -131,7 +131,7 @@ def sequence_section(sequence: dict | None) -> list[str]:
     traffic = [r["heuristic GB"] / r["seq-roundrobin GB"] for r in suites
                if r["heuristic GB"] is not None and r["seq-roundrobin GB"]]
     return [
-        "## Long context: sequence plans (DESIGN.md §7, after HexiSeq)",
+        "## Long context: sequence plans (docs/sequence-plans.md §7, after HexiSeq)",
         "",
         "`benchmarks/bench_sequence.py` (the suites) and `benchmarks/bench_seqlen.py` (the sequence-length "
         "table); every T is the evaluator of its plan kind. **heuristic** is HexiSeq's two-stage scheduler, "
@@ -155,8 +155,8 @@ def sequence_section(sequence: dict | None) -> list[str]:
         "### Which plan kind wins at which sequence length",
         "",
         "llama3-8b on longctx-h100-a100 (2 × 8 H100 + 2 × 8 A100-80G, bandwidths guessed), about 2^20 tokens per "
-        "iteration (B = 2^20 / s). Best layered = the better of the layered heuristic and symmetric (DESIGN.md "
-        "§2–§4: pipelines of layers, TP, DP; the whole sequence on every stage); best sequence = the better of "
+        "iteration (B = 2^20 / s). Best layered = the better of the layered heuristic and symmetric "
+        "(docs/plan-space.md §2, docs/cost-model.md §3: pipelines of layers, TP, DP; the whole sequence on every stage); best sequence = the better of "
         "the sequence heuristic and seq-uniform.",
         "",
         *seqlen_lines(seqlen),
