@@ -198,11 +198,33 @@ class MeasuredDevice(Frozen):
     peak_flops: float = Field(gt=0, description="best achieved FLOP/s on any measured GEMM (the type's peak)")
     model_flops: float = Field(gt=0, description="achieved FLOP/s on the model's layers, forward + backward")
     memory_gib: float = Field(gt=0, description="memory per device, GiB")
+    attention_flops: float | None = Field(
+        default=None, gt=0, description="achieved FLOP/s of causal attention alone (its causal FLOPs over "
+                                        "its time); None: not measured, η_att = η")
+    attention_share: float = Field(
+        default=0.0, ge=0, lt=1, description="the attention's part of the model pass's FLOPs (F_att/F_layer "
+                                             "weighted as the pass counts them)")
+
+    def efficiencies(self) -> tuple[float, float | None]:
+        """(η, η_att). Without an attention measurement η is the pass's rate over peak. With one,
+        the pass's time per FLOP is split, 1/model = share/attention + (1 − share)/matrices, so
+        that η prices the matrix FLOPs alone and η_att the attention's."""
+        what = f"device {self.name}"
+        if self.attention_flops is None or self.attention_share == 0:
+            return checked_efficiency(self.model_flops / self.peak_flops, what), None
+        eta_att = checked_efficiency(self.attention_flops / self.peak_flops, f"{what} attention")
+        matrix_time = 1.0 / self.model_flops - self.attention_share / self.attention_flops
+        if matrix_time <= 0:
+            raise CalibrationError(
+                f"{what}: the attention alone ({self.attention_flops / TFLOPS:.3g} TFLOP/s) was timed slower "
+                f"than the whole model pass allows ({self.model_flops / TFLOPS:.3g} TFLOP/s with "
+                f"{self.attention_share:.0%} of its FLOPs in attention): a noisy measurement")
+        return checked_efficiency((1 - self.attention_share) / matrix_time / self.peak_flops, what), eta_att
 
     def gpu_type(self) -> GpuType:
-        eta = checked_efficiency(self.model_flops / self.peak_flops, f"device {self.name}")
+        eta, eta_att = self.efficiencies()
         return GpuType(name=self.name, vendor=self.vendor, peak_tflops=self.peak_flops / TFLOPS,
-                       memory_gib=self.memory_gib, efficiency=eta)
+                       memory_gib=self.memory_gib, efficiency=eta, attention_efficiency=eta_att)
 
 
 def measured_cluster(*, name: str, device: MeasuredDevice, machines: list[int], intra: LinkFit,

@@ -105,14 +105,16 @@ def used_gpu_types(records: list[RunRecord]) -> list[str]:
 
 def scaled_cluster(cluster: Cluster, compute: dict[str, float], links: dict[str, float],
                    latencies: dict[str, float] | None = None) -> Cluster:
-    """`cluster` with η of each named GPU type divided by its factor, each link class's
+    """`cluster` with η (and η_att) of each named GPU type divided by its factor, each link class's
     bandwidths divided by its factor and its latencies multiplied by its factor in
     `latencies`. Built and validated afresh."""
     data, latencies = cluster.model_dump(), latencies or {}
     own = {g["name"]: g for g in data["gpu_types"]}
     for name, factor in compute.items():
         entry = own.get(name) or cluster.catalog[name].model_dump()
-        own[name] = {**entry, "efficiency": entry["efficiency"] / factor}
+        att = entry.get("attention_efficiency")  # compute time ∝ the factor: attention's too
+        own[name] = {**entry, "efficiency": entry["efficiency"] / factor,
+                     "attention_efficiency": None if att is None else att / factor}
     data["gpu_types"] = list(own.values())
     intra_lat, inter_lat = latencies.get("intra", 1.0), latencies.get("inter", 1.0)
     data["intra_latency_us"] *= intra_lat

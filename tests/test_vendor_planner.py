@@ -93,8 +93,9 @@ def test_hand_checked_mixed_layered_plan():
         {"batch": 2, "stages": [{"devices": [3], "layers": 2}, {"devices": [2], "layers": 2}]}]})
     assert validate(problem, plan) == []
     est = evaluate(problem, plan)
-    # C_0 = c·b·s·(2·F_layer)/π = 4·128·229376/50e12 ; C_1 = 4·128·(229376 + 32768)/50e12 ; no TP
-    c0, c1 = 512 * 229376 / 50e12, 512 * 262144 / 50e12
+    # F_layer = 2·P_mm + 2h(s+1) = 81920 + 16512 = 98432 (causal attention, η_att = η)
+    # C_0 = c·b·s·(2·F_layer)/π = 4·128·196864/50e12 ; C_1 = 4·128·(196864 + 32768)/50e12 ; no TP
+    c0, c1 = 512 * 196864 / 50e12, 512 * 229632 / 50e12
     # T_pp,0 = 2·(A/(10 GB/s) + 80 µs), A = b·s·h·β = 16384 bytes (the bridged pair)
     pp0 = 2 * (16384 / 10e9 + 80e-6)
     # 1F1B: Σ τ + T_pp + (m − 1)·max(τ0, T_pp0, τ1), T_pp0 the largest
