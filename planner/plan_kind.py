@@ -42,7 +42,15 @@ class PlanKind:
     outline: Callable[[Any], str]  # the plan's structure in one phrase: "D=2, 5 stages, 8 devices, TP 2/1/..."
     pipeline_schedule: bool  # whether its plans run a pipeline schedule (1F1B, GPipe)
     link_traffic: str  # what its runs send over the links (so what links refitted from them describe)
-    # calibration (DESIGN.md §9): a run record's measured collective rows, and the cost
-    # model's figures for a run record's rows: [each unit's time, T, then each collective row]
+    # a run (DESIGN.md §9): each step of a run log lists one timing per timed part of the
+    # plan — a stage, a member — in its field `timings` ("stages", "members"), keyed by
+    # `timing_key`; `timed_parts` are the plan's keys in order. `step_rows` turns one step's
+    # timings into per-unit times per micro-batch, by RunRecord field (stage_s, tp_s, ...)
+    timings: str
+    timing_key: Callable[[Any], tuple[int, ...]]
+    timed_parts: Callable[[Any], list[tuple[int, ...]]]
+    step_rows: Callable[[Problem, Any, Sequence[Any]], dict[str, list[float]]]  # (problem, plan, timings)
+    # calibration: a run record's measured collective rows, and the cost model's figures for
+    # a run record's rows: [each unit's time, T, then each collective row]
     measured_collectives: Callable[[Any], tuple[CollectiveRow, ...]]  # (RunRecord) -> rows
     predicted_rows: Callable[[Problem, Any, tuple[CollectiveRow, ...]], np.ndarray]

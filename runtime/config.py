@@ -6,18 +6,19 @@ Test-only failure hooks are not settings: they live in `runtime.failure`.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from planner.base import Frozen
 from planner.hardware import Cluster
-from planner.layered.plan import Plan
-from planner.sequence.plan import SeqPlan
+from planner.kinds import AnyPlan, kind_of
 from planner.workload import ModelSpec, ScheduleName
 
 BYTE_VOCAB = 256
-DataName = Literal["synthetic", "corpus"]
+DataName = Literal["synthetic", "corpus", "text"]  # text: a tokenized corpus (token_file)
+SaveDtype = Literal["float32", "bfloat16", "float16"]
 # How a rank waits for an operation on CPU (runtime.communication.comm_types.Waiter): "auto" polls while the
 # host's ranks fit its cores; "asleep" never polls (cores shared with other work on purpose).
 WaitName = Literal["auto", "asleep"]
@@ -45,25 +46,33 @@ class RunConfig(Frozen):
     checkpoint_dir: str = Field(default="", description="folder of plan-independent checkpoints (runtime.checkpoints.manifest)")
     save_every: int = Field(default=0, ge=0, description="save a checkpoint every N steps (0: never)")
     resume_from: str = Field(default="", description="a verified checkpoint folder to start from")
+    # docs/models-and-data.md §12: Hugging Face weights in and out, tokenized text
+    init_from: str = Field(default="", description="a Hugging Face folder whose safetensors the weights start from")
+    save_hf: str = Field(default="", description="folder to write the trained model to, Hugging Face layout")
+    save_dtype: SaveDtype = Field(default="float32", description="dtype of the tensors save_hf writes")
+    token_file: str = Field(default="", description="data 'text': the token stream's cache (runtime.model.text)")
+    eval_token_file: str = Field(default="", description="a held-out token stream's cache (eval loss)")
+    eval_every: int = Field(default=0, ge=0, description="an eval loss every N steps (0: never)")
+
+    @property
+    def data_id(self) -> str:
+        """What fixes the tokens read: the source's name, a token stream's cache key."""
+        return f"text:{Path(self.token_file).stem}" if self.data == "text" else self.data
 
 
 class Job(Frozen):
-    """Everything a worker process reads: the plan, its kind, the run settings and, when the
-    job was made for a problem, the cluster (machines and vendors of the plan's devices)."""
+    """Everything a worker process reads: the plan, the run settings and, when the job was
+    made for a problem, the cluster (machines and vendors of the plan's devices)."""
 
-    plan: Annotated[Plan | SeqPlan, Field(discriminator="format")] = Field(
-        description="a layered or a sequence plan (told apart by its format tag)")
-    kind: str = Field(default="layered", description="plan kind: picks the runtime (runtime.kinds)")
+    plan: AnyPlan = Field(description="a plan of any kind (told apart by its format tag)")
     config: RunConfig
     cluster: Cluster | None = Field(default=None, description="the problem's cluster; None: unknown")
     problem_hash: str = Field(default="", description="sha256 of the problem (checkpoint manifests)")
 
-    @model_validator(mode="after")
-    def _kind_of_the_plan(self) -> Job:
-        expected = "sequence" if isinstance(self.plan, SeqPlan) else "layered"
-        if self.kind != expected:
-            raise ValueError(f"a job of kind {self.kind!r} carries a {expected} plan")
-        return self
+    @property
+    def kind(self) -> str:
+        """The plan's kind (planner.kinds): picks the runtime (runtime.kinds)."""
+        return kind_of(self.plan).name
 
 
 def check_model_fits(spec: ModelSpec, tp_sizes: list[int]) -> None:

@@ -1,5 +1,6 @@
 """What the runtime needs to know of a plan kind: how to make its job and which processes it
-needs (no torch), and the worker module that trains one rank of it (imports torch).
+needs (no torch), the worker module that trains one rank of it (imports torch), and which
+measured link operation a profile for its plans writes.
 
 Each kind's runtime lives in its own folder (`runtime/layered/`, ...) and describes itself
 with one `RuntimeKind`; `runtime.kinds` lists them by the planner's kind name
@@ -31,6 +32,9 @@ class RuntimeKind:
     worker: str  # module name of the per-rank entry points (see above)
     with_model: Callable[[Any, Any], Any]  # (job, model) -> the job training that model (a
     # checkpoint's); ValueError if the plan cannot split it
+    # the link operation whose fit `hexiscale profile --for KIND` writes as the cluster's links:
+    # the collective the kind's plans lean on (runtime.profiling.fit)
+    profiled_op: str
 
     def worker_module(self) -> ModuleType:
         return import_module(self.worker)

@@ -47,7 +47,7 @@ def assert_equivalent(plan: SeqPlan, tmp_path, *, model: ModelSpec = MHA, micro_
     seq_len = plan.replicas[0].tokens
     config = RunConfig(model=model, seq_len=seq_len, micro_batch=micro_batch, steps=3, recompute=recompute,
                        dump_params=True, out_dir=str(tmp_path), timeout_s=60)
-    result = launch_local(Job(plan=plan, kind="sequence", config=config, cluster=cluster), echo=False)
+    result = launch_local(Job(plan=plan, config=config, cluster=cluster), echo=False)
     assert result.ok, result.failure_summary() + "\n".join(result.logs)
     ref_losses, ref_state = train_reference(config, sum(r.batch for r in plan.replicas))
     losses = [s["loss"] for s in result.steps]
@@ -175,7 +175,7 @@ def test_a_killed_rank_ends_every_other_rank_with_one_line(tmp_path):
     """Rank 2 (the ring's second group) dies mid-step 1, after one forward: the 2-member group
     waits on it in the ring exchange and the ZeRO-3 collectives."""
     config = RunConfig(model=GQA, seq_len=16, micro_batch=1, steps=3, timeout_s=20, out_dir=str(tmp_path))
-    result = launch_local(Job(plan=GQA_RING, kind="sequence", config=config), echo=False,
+    result = launch_local(Job(plan=GQA_RING, config=config), echo=False,
                           failure=FailureInjection(rank=2, step=1, mode="kill"))
     assert result.returncodes[2] == -9
     for rank in (0, 1):
@@ -264,7 +264,7 @@ def test_checkpoints_pass_between_sequence_and_layered_plans(tmp_path):
     for index, (plan, steps, kind) in enumerate(runs):
         settings = {"steps": steps, "out_dir": str(tmp_path / f"out{index}"),
                     "checkpoint_dir": str(tmp_path / f"ck{index}"), "dump_params": index == 2}
-        job = Job(plan=plan, kind=kind, config=config.model_copy(update=settings))
+        job = Job(plan=plan, config=config.model_copy(update=settings))
         if index:
             job, manifest = resume_job(job, tmp_path / f"ck{index - 1}")
             assert manifest.plan_kind == runs[index - 1][2]
@@ -334,7 +334,7 @@ def test_a_block_range_is_at_most_three_rectangles_of_the_tensor(rows: int, cols
 
 def test_a_world_that_differs_from_the_plan_stops_every_rank_with_one_line():
     config = RunConfig(model=GQA, seq_len=16, micro_batch=1, steps=1)
-    result = launch_local(Job(plan=GQA_RING, kind="sequence", config=config), echo=False, world_size=2)
+    result = launch_local(Job(plan=GQA_RING, config=config), echo=False, world_size=2)
     assert result.returncodes == [2, 2]
     for rank, log in enumerate(result.logs):
         lines = [ln for ln in log.splitlines() if ln.startswith("error:")]

@@ -85,7 +85,7 @@ def test_sequence_replicas_on_two_vendors_train_like_one_process_and_meter_the_b
     plan = plan_of([1, 1], [[[(0, 4, 16)]], [[(3, 4, 16)]]])
     config = RunConfig(model=MHA, seq_len=16, micro_batch=1, steps=3, dump_params=True, out_dir=str(tmp_path),
                        timeout_s=60)
-    result = launch_local(Job(plan=plan, kind="sequence", config=config, cluster=cluster), echo=False)
+    result = launch_local(Job(plan=plan, config=config, cluster=cluster), echo=False)
     assert result.ok, result.failure_summary() + "\n".join(result.logs)
     ref_losses, ref_state = train_reference(config, 2)
     losses = [s["loss"] for s in result.steps]
@@ -129,7 +129,7 @@ def test_a_sequence_ring_and_zero3_across_the_bridge_send_the_planners_bytes(tmp
     plan = plan_of([2, 1], [[[(0, 2, 6), (1, 2, 4)], [(3, 4, 6)]], [[(2, 4, 16)]]])
     config = RunConfig(model=SEQ_GQA, seq_len=16, micro_batch=1, steps=2, recompute=recompute,
                        out_dir=str(tmp_path), timeout_s=60)
-    result = launch_local(Job(plan=plan, kind="sequence", config=config, cluster=cluster), echo=False)
+    result = launch_local(Job(plan=plan, config=config, cluster=cluster), echo=False)
     assert result.ok, result.failure_summary() + "\n".join(result.logs)
     ring = 40960 if recompute else 32768
     assert [s["bridge_bytes"] for s in result.steps] == [ring + 774048 + 93232] * 2

@@ -18,7 +18,9 @@ KIND = PlanKind(name="layered", format=PLAN_FORMAT, schema_name="plan", plan_typ
                 evaluate=evaluate, iteration_time=iteration_time, iteration_flops=iteration_flops,
                 unit="pipeline", units=attrgetter("pipelines"), units_s=attrgetter("pipe_s"), outline=outline,
                 pipeline_schedule=True, link_traffic="all-reduces and stage sends",
-                measured_collectives=calibration.measured_collectives, predicted_rows=calibration.predicted_rows)
+                timings="stages", timing_key=attrgetter("pipeline", "stage"), timed_parts=calibration.timed_parts,
+                step_rows=calibration.step_rows, measured_collectives=calibration.measured_collectives,
+                predicted_rows=calibration.predicted_rows)
 
 __all__ = ["KIND", "PLAN_FORMAT", "Bottleneck", "Estimate", "Pipeline", "PipelineEstimate", "Plan",
            "Stage", "StageEstimate", "evaluate", "iteration_time", "validate"]

@@ -1,6 +1,7 @@
 """What a run of a layered plan measures, and the cost model's figures for it (DESIGN.md §9,
 `planner.calibration_runs`): each stage's τ = C + T_tp per micro-batch, then T, then the
-T_tp of each stage whose TP collectives the run timed."""
+T_tp of each stage whose TP collectives the run timed. A run log times every stage (its
+leader's forward, backward and TP collective seconds per step: `runtime.metrics.runlog`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,19 @@ from planner.layered.plan import Plan
 from planner.layered.pricing import breakdown
 from planner.layered.table import stage_table
 from planner.problem import Problem
+
+
+def timed_parts(plan: Plan) -> list[tuple[int, int]]:
+    """(pipeline, stage) of every stage, in plan order: what a run log times."""
+    return [(p, k) for p, pipe in enumerate(plan.pipelines) for k in range(len(pipe.stages))]
+
+
+def step_rows(problem: Problem, plan: Plan, stages) -> dict[str, list[float]]:
+    """One step's stage timings as each stage's forward + backward (τ) and TP collective time,
+    per micro-batch of its pipeline."""
+    micro = [pipe.batch // problem.training.micro_batch for pipe in plan.pipelines for _ in pipe.stages]
+    return {"stage_s": [(st.forward_s + st.backward_s) / m for st, m in zip(stages, micro)],
+            "tp_s": [st.tp_s / m for st, m in zip(stages, micro)]}
 
 
 def measured_collectives(record) -> tuple[tuple[str, int], ...]:

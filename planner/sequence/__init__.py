@@ -24,7 +24,9 @@ KIND = PlanKind(name="sequence", format=SEQPLAN_FORMAT, schema_name="seqplan", p
                 evaluate=evaluate, iteration_time=iteration_time, iteration_flops=iteration_flops,
                 unit="replica", units=attrgetter("replicas"), units_s=attrgetter("replica_s"), outline=outline,
                 pipeline_schedule=False, link_traffic="all-to-alls and ZeRO-3 collectives",
-                measured_collectives=calibration.measured_collectives, predicted_rows=calibration.predicted_rows)
+                timings="members", timing_key=attrgetter("replica", "group", "member"), timed_parts=calibration.timed_parts,
+                step_rows=calibration.step_rows, measured_collectives=calibration.measured_collectives,
+                predicted_rows=calibration.predicted_rows)
 
 __all__ = ["KIND", "SEQPLAN_FORMAT", "Bottleneck", "Group", "GroupEstimate", "Member", "MemberEstimate",
            "MemberTable", "Replica", "ReplicaEstimate", "SeqEstimate", "SeqPlan", "evaluate",

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.base import format_seconds
+from planner.kinds import kind_of
 from planner.problem import Problem
 from runtime.checkpoints.manifest import complete_steps
 from runtime.config import Job
@@ -74,8 +75,9 @@ def lost_ranks(result: RunResult) -> list[int]:
 def restart_job(job: Job, problem: Problem, plan: Any) -> tuple[Job, int]:
     """The job of `plan` (of `problem`) with the same model and settings, from the newest
     checkpoint (step 0 when there is none yet)."""
-    dropped = {"model", "out_dir", "resume_from", "dump_params"} | ({"schedule"} if job.kind == "sequence" else set())
-    settings = job.config.model_dump(exclude=dropped)  # a sequence job refuses a schedule
+    scheduled = kind_of(job.plan).pipeline_schedule  # a plan without a pipeline schedule refuses one
+    dropped = {"model", "out_dir", "resume_from", "dump_params"} | (set() if scheduled else {"schedule"})
+    settings = job.config.model_dump(exclude=dropped)
     settings["dump_params"] = job.config.dump_params
     new = make_job(problem, plan, job.config.model, **settings)
     if not complete_steps(job.config.checkpoint_dir):

@@ -58,7 +58,7 @@ def make_layered_job(problem: Problem, plan: Plan, model: str | ModelSpec = "tin
     settings.setdefault("micro_batch", training.micro_batch)
     settings.setdefault("recompute", training.recompute)
     settings.setdefault("schedule", training.schedule)
-    return Job(plan=plan, kind="layered", config=RunConfig(model=spec, **settings), cluster=problem.cluster,
+    return Job(plan=plan, config=RunConfig(model=spec, **settings), cluster=problem.cluster,
                problem_hash=problem_hash(problem))
 
 

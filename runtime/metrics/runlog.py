@@ -19,7 +19,7 @@ import hashlib
 import json
 from pathlib import Path
 from collections.abc import Sequence
-from typing import Annotated, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import numpy as np
 
@@ -29,8 +29,7 @@ from planner.base import Frozen
 from planner.calibration import Statistic, summarize
 from planner.calibration_runs import RunRecord
 from planner.hardware import Cluster
-from planner.layered.plan import Plan
-from planner.sequence.plan import SeqPlan
+from planner.kinds import AnyPlan, kind_of
 from planner.problem import Problem
 from planner.workload import TrainingSpec
 
@@ -85,6 +84,9 @@ class StepTiming(Frozen):
     members: tuple[MemberTiming, ...] = Field(default=(), description="sequence: per member, in plan order")
 
 
+TIMINGS = ("stages", "members")  # StepTiming's per-part fields: each plan kind's runs fill one (PlanKind.timings)
+
+
 def cluster_hash(cluster: Cluster) -> str:
     return hashlib.sha256(cluster.model_dump_json().encode()).hexdigest()
 
@@ -95,34 +97,20 @@ class RunLog(Frozen):
     problem_hash: str = Field(min_length=64, max_length=64, description="sha256 of that problem")
     cluster_hash: str = Field(min_length=64, max_length=64, description="sha256 of the cluster")
     run_problem: Problem = Field(description="the problem as run: cluster, model trained, run settings")
-    plan: Annotated[Plan | SeqPlan, Field(discriminator="format")] = Field(
-        description="the plan that ran (a sequence plan as scaled to the model run)")
+    plan: AnyPlan = Field(description="the plan that ran (a sequence plan as scaled to the model run)")
     steps: tuple[StepTiming, ...] = Field(min_length=1, description="every step, in order")
 
     @model_validator(mode="after")
     def _consistent(self) -> RunLog:
         if cluster_hash(self.run_problem.cluster) != self.cluster_hash:
             raise ValueError("cluster_hash does not match the cluster the log carries (edited or corrupted)")
-        expected = self._plan_units()
+        kind = kind_of(self.plan)  # its steps time the plan's parts in their field `kind.timings`
+        expected = kind.timed_parts(self.plan)
         for step in self.steps:
-            if self._units(step) != expected:
-                raise ValueError(f"step {step.step} lists {self._unit_name()} that are not the plan's")
+            others = [name for name in TIMINGS if name != kind.timings and getattr(step, name)]
+            if others or [kind.timing_key(t) for t in getattr(step, kind.timings)] != expected:
+                raise ValueError(f"step {step.step} lists {kind.timings} that are not the plan's")
         return self
-
-    def _unit_name(self) -> str:
-        return "members" if isinstance(self.plan, SeqPlan) else "stages"
-
-    def _plan_units(self) -> list[tuple[int, ...]]:
-        if isinstance(self.plan, SeqPlan):
-            return [(r, g, m) for r, rep in enumerate(self.plan.replicas) for g, group in enumerate(rep.ring)
-                    for m in range(len(group.members))]
-        return [(p, k) for p, pipe in enumerate(self.plan.pipelines) for k in range(len(pipe.stages))]
-
-    def _units(self, step: StepTiming) -> list[tuple[int, ...]] | None:
-        """The step's units in order; None when it lists units of the other kind."""
-        if isinstance(self.plan, SeqPlan):
-            return None if step.stages else [(m.replica, m.group, m.member) for m in step.members]
-        return None if step.members else [(s.pipeline, s.stage) for s in step.stages]
 
     def record(self, source: str, warmup: int = WARMUP_STEPS, statistic: Statistic = "mean") -> RunRecord:
         """The `statistic` (mean, median or fastest) over the steps after `warmup` (all steps if
@@ -131,38 +119,10 @@ class RunLog(Frozen):
         collectives, or each replica's HP all-to-alls and ZeRO-3 collectives."""
         steps = after_warmup(self.steps, warmup)
         step_s = summarize([s.step_s for s in steps], statistic)
-        if isinstance(self.plan, SeqPlan):
-            unit_s, hp_s, zero_s = self._replica_rows(steps, statistic)
-            return RunRecord(problem=self.run_problem, plan=self.plan, stage_s=unit_s, step_s=step_s, source=source,
-                             hp_s=hp_s, zero_s=zero_s)
-        micro = self.run_problem.training.micro_batch
-        per_stage = [p.batch // micro for p in self.plan.pipelines for _ in p.stages]
-        rows = np.array([[(st.forward_s + st.backward_s) / m for st, m in zip(s.stages, per_stage)] for s in steps])
-        tp = np.array([[st.tp_s / m for st, m in zip(s.stages, per_stage)] for s in steps])
-        return RunRecord(problem=self.run_problem, plan=self.plan, stage_s=_columns(rows, statistic), step_s=step_s,
-                         source=source, tp_s=_columns(tp, statistic))
-
-    def _replica_rows(self, steps, statistic: Statistic) -> tuple[tuple[float, ...], ...]:
-        """Per replica and micro-batch: its slowest member's forward + backward (T_mb), its
-        busiest member's ZeRO-3 collective time, and the HP all-to-all time of its busiest
-        member in an HP group (0 when no group has two members). The busiest is the one with
-        the most time outside those collectives: every collective is a barrier, so the
-        busiest member's are transfers, the others' hold their waiting for it too."""
-        micro = self.run_problem.training.micro_batch
-        counts = [r.batch // micro for r in self.plan.replicas]
-        totals, hp, zero = [], [], []
-        for s in steps:
-            members = [[m for m in s.members if m.replica == r] for r in range(len(self.plan.replicas))]
-            totals.append([max(m.forward_s + m.backward_s for m in ms) / n for ms, n in zip(members, counts)])
-            zero.append([_busiest(ms).zero_s / n for ms, n in zip(members, counts)])
-            in_groups = [[m for m in ms if m.hp_s > 0] for ms in members]  # a member alone in its group sends none
-            hp.append([_busiest(ms).hp_s / n if ms else 0.0 for ms, n in zip(in_groups, counts)])
-        return tuple(_columns(np.array(rows), statistic) for rows in (totals, hp, zero))
-
-
-def _busiest(members: list[MemberTiming]) -> MemberTiming:
-    """The member with the most time outside its HP and ZeRO-3 collectives."""
-    return max(members, key=lambda m: m.forward_s + m.backward_s - m.hp_s - m.zero_s)
+        kind = kind_of(self.plan)  # each step's timings as per-unit rows (PlanKind.step_rows)
+        rows = [kind.step_rows(self.run_problem, self.plan, getattr(s, kind.timings)) for s in steps]
+        columns = {field: _columns(np.array([r[field] for r in rows]), statistic) for field in rows[0]}
+        return RunRecord(problem=self.run_problem, plan=self.plan, step_s=step_s, source=source, **columns)
 
 
 def _columns(rows: np.ndarray, statistic: Statistic) -> tuple[float, ...]:

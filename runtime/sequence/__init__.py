@@ -15,7 +15,9 @@ gradient sync) → `worker` (trains one rank; imports torch). `KIND` registers i
 from runtime.runtime_kind import RuntimeKind
 from runtime.sequence.job import make_sequence_job, sequence_devices, with_model
 
+# a profile for sequence plans writes the all-to-all's fit: the Ulysses exchanges' (on gloo,
+# ZeRO-3's all-gathers and reduce-scatters cost like it, not like the all-reduce)
 KIND = RuntimeKind(name="sequence", make_job=make_sequence_job, devices=sequence_devices,
-                   worker="runtime.sequence.worker", with_model=with_model)
+                   worker="runtime.sequence.worker", with_model=with_model, profiled_op="all_to_all")
 
 __all__ = ["KIND", "make_sequence_job", "sequence_devices"]
