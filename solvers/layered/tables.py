@@ -61,9 +61,11 @@ class Tables:
     def tau_head(self) -> np.ndarray:
         return np.array([self._tau(c, 0, 1) for c in self.types])
 
-    def shape(self, c: StageType, n: int, last: int = 0, first: int = 0, in_flight=1) -> StageShape:
-        """A stage of type c holding n layers, as the cost model reads it."""
-        return StageShape.on(self.cluster, c.machine, c.tp, n, first=first, last=last, in_flight=in_flight)
+    def shape(self, c: StageType, n: int, last: int = 0, first: int = 0, in_flight=1,
+              pipelines: int = 1) -> StageShape:
+        """A stage of type c holding n layers in a plan of D = `pipelines`, as the cost model reads it."""
+        return StageShape.on(self.cluster, c.machine, c.tp, n, first=first, last=last, in_flight=in_flight,
+                             pipelines=pipelines)
 
     def _tau(self, c: StageType, n: int, last: int) -> float:
         return float(cost.stage_time(self.model, self.training, self.shape(c, n, last)))
@@ -100,6 +102,38 @@ class Tables:
         lat = self.cluster.lat_matrix[m1, m2]
         return float(cost.dp_layer_time(pipelines, 0.0, self.training, 1, 1.0, lat))
 
+    # -- the tied embedding's sync [3.4]: the same split over its n holder stages ------------
+    @property
+    def tied(self) -> bool:
+        """A tied model: "emb" and "head" are one pseudo-layer synced over every first and
+        last stage (`tied_bw_part` + `tied_lat_part`), not two pseudo-layers of D holders."""
+        return bool(self.model.tied_embeddings)
+
+    def tied_bw_part(self, holders: int, t: int, m1: int, m2: int) -> float:
+        bw = self.cluster.bw_matrix[m1, m2]
+        return float(cost.tied_sync_time(self.model, self.training, holders, t, bw, 0.0))
+
+    def tied_lat_part(self, holders: int, m1: int, m2: int) -> float:
+        lat = self.cluster.lat_matrix[m1, m2]
+        return float(cost.tied_sync_time(self.model, self.training, holders, 1, np.inf, lat))
+
+    def sync_kinds(self, layer: int) -> list[str]:
+        """The (pseudo-)layers synced with layer ℓ's holders: "emb" at 0 and "head" at L − 1
+        unless the model is tied (whose shared matrix is priced by the tied parts)."""
+        ends = [] if self.tied else (["emb"] if layer == 0 else []) + (["head"] if layer == self.layers - 1 else [])
+        return ["layer"] + ends
+
+    def sync_ceiling(self, pipelines: int) -> float:
+        """An upper bound on any stage's Σ τ_dp (L layers, both pseudo-layers and the tied sync
+        at their slowest: TP 1, every machine pair), for big-M constants."""
+        pairs = [(a, b) for a in range(self.num_machines) for b in range(self.num_machines)]
+        lat = max(self.dp_lat_part(pipelines, a, b) for a, b in pairs)
+        per = {k: max(self.dp_bw_part(pipelines, p, 1, a, b) for a, b in pairs) + lat
+               for k, p in self.pseudo_params.items()}
+        tied = max((self.tied_bw_part(2 * pipelines, 1, a, b) + self.tied_lat_part(2 * pipelines, a, b)
+                    for a, b in pairs), default=0.0) if self.tied else 0.0
+        return self.layers * per["layer"] + per["emb"] + per["head"] + tied
+
     @property
     def tp_values(self) -> list[int]:
         return sorted({c.tp for c in self.types})
@@ -112,9 +146,31 @@ class Tables:
     # -- memory [3.5]: the most layers a stage can hold, for each (c, first, last, q) --------
     @cached_property
     def n_max(self) -> np.ndarray:
-        """[c, first, last, q] (q = 1..Q at index q): largest n ≤ L that fits, 0 if none. Q is
-        the schedule's most micro-batches in flight (§3.5): min(S_max, B/b) under 1F1B, B/b
-        under GPipe (the first stage of the longest pipeline with all micro-batches)."""
+        """[c, first, last, q] (q = 1..Q at index q): largest n ≤ L that fits in a plan of one
+        pipeline, 0 if none. Q is the schedule's most micro-batches in flight (§3.5):
+        min(S_max, B/b) under 1F1B, B/b under GPipe (the first stage of the longest pipeline
+        with all micro-batches). With ZeRO-1 a plan of D ≥ 2 fits more: `n_max_for(D)`."""
+        return self._n_max_table(1)
+
+    def n_max_for(self, pipelines: int) -> np.ndarray:
+        """`n_max` in a plan of D = `pipelines`: the same table unless ZeRO-1 shards the optimizer
+        state over D ≥ 2 holders (μ_σ = μ − μ_o + μ_o/D, §11), which only lowers memory."""
+        if self.training.zero_stage != 1 or pipelines < 2:
+            return self.n_max
+        if pipelines not in self._n_max_by_d:
+            self._n_max_by_d[pipelines] = self._n_max_table(pipelines)
+        return self._n_max_by_d[pipelines]
+
+    @property
+    def lenient_n_max(self) -> np.ndarray:
+        """`n_max` at the D where memory is lowest (the most pipelines): what any plan may fit."""
+        return self.n_max_for(self.max_pipelines)
+
+    @cached_property
+    def _n_max_by_d(self) -> dict[int, np.ndarray]:
+        return {}
+
+    def _n_max_table(self, pipelines: int) -> np.ndarray:
         q_top = max(1, int(cost.in_flight_micro_batches(self.training, self.max_stages, 0, self.total_micro)))
         out = np.zeros((len(self.types), 2, 2, q_top + 1), dtype=int)
         cap = self.cluster.machine_memory_bytes
@@ -123,7 +179,7 @@ class Tables:
             for first in (0, 1):
                 for last in (0, 1):
                     out[i, first, last, 1:] = cost.max_layers_fitting(
-                        self.model, self.training, self.shape(c, 1, last, first, q), cap[c.machine])
+                        self.model, self.training, self.shape(c, 1, last, first, q, pipelines), cap[c.machine])
                     out[i, first, last, 0] = out[i, first, last, 1]
         return out
 
@@ -145,7 +201,8 @@ class Tables:
     def dp_floor(self, pipelines: int) -> float:
         """A lower bound on T_dp for D ≥ 2: the first stage syncs layer 0 and the embedding,
         the last stage the last layer and the head, each at best at the largest TP size, the
-        fastest bandwidth and the smallest latency of the cluster [3.4]."""
+        fastest bandwidth and the smallest latency of the cluster; a tied model's two ends are
+        one sync over n ≥ D holders, which every holder counts (all-reduce grows with n) [3.4]."""
         if pipelines < 2:
             return 0.0
         bw, lat = self.cluster.bw_matrix, self.cluster.lat_matrix
@@ -155,6 +212,8 @@ class Tables:
         p = self.pseudo_params
         per = {k: self.dp_bw_part(pipelines, p[k], t, *fast) + self.dp_lat_part(pipelines, *near)
                for k in p}
+        if self.tied:
+            return per["layer"] + self.tied_bw_part(pipelines, t, *fast) + self.tied_lat_part(pipelines, *near)
         return max(per["layer"] + per["emb"], per["layer"] + per["head"])
 
     def type_index(self, c: StageType) -> int:
@@ -195,7 +254,7 @@ def explain_infeasible(tables: Tables) -> str:
         return (f"model states need {states / GIB:.1f} GiB (μ={training.param_state_bytes:g} bytes × "
                 f"{model.total_params / 1e9:.3g} B parameters), the cluster has {usable / GIB:.1f} GiB "
                 f"after the {training.reserved_gib:g} GiB reserve per device")
-    nm = tables.n_max
+    nm = tables.lenient_n_max  # ZeRO-1: the most pipelines need the least memory
     if not any(nm[i, 1, 0, 1] >= 1 or nm[i, 1, 1, 1] >= tables.layers for i in range(len(tables.types))):
         return "no stage fits layer 0 with its embedding on any machine, at any TP size"
     if not any(nm[i, 0, 1, 1] >= 1 or nm[i, 1, 1, 1] >= tables.layers for i in range(len(tables.types))):
@@ -210,7 +269,7 @@ def explain_infeasible(tables: Tables) -> str:
 def memory_summary(tables: Tables) -> str:
     """The numbers behind an infeasibility that only the models could prove."""
     states, usable = _states_and_usable(tables)
-    most = max(int(tables.n_max[i, 0, 0, 1]) for i in range(len(tables.types)))
+    most = max(int(tables.lenient_n_max[i, 0, 0, 1]) for i in range(len(tables.types)))
     return (f"model states need {states / GIB:.1f} GiB of the cluster's {usable / GIB:.1f} GiB, but "
             f"activations, the embedding, the head and whole-layer stages do not pack: a stage holds "
             f"at most {most} of the {tables.layers} layers")
@@ -225,7 +284,7 @@ def _longest_pipeline(tables: Tables) -> int:
         for d in range(1, mach.count + 1):
             for i, c in enumerate(tables.types):
                 if c.machine == m and c.tp <= d:
-                    best[d] = max(best[d], best[d - c.tp] + int(tables.n_max[i, 0, 0, 1]))
+                    best[d] = max(best[d], best[d - c.tp] + int(tables.lenient_n_max[i, 0, 0, 1]))
             best[d] = max(best[d], best[d - 1])
         per_machine.append(best[-1])
     return sum(per_machine)

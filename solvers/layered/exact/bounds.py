@@ -40,8 +40,11 @@ class Shape:
 class PipelineFloors:
     """pipe_floor[m, a] for every micro-batch count m and allocation a (mixed radix index)."""
 
-    def __init__(self, tables: Tables, pipelines: int = 1):
+    def __init__(self, tables: Tables, pipelines: int = 1, memory_pipelines: int | None = None):
+        """Floors with the last stage's sync of D = `pipelines` (none for 1) and the memory caps
+        of a plan of `memory_pipelines` (default D; they differ only under ZeRO-1, §11)."""
         self.tb, self.d = tables, pipelines
+        self.n_max = tables.n_max_for(pipelines if memory_pipelines is None else memory_pipelines)
         self.counts = [mach.count for mach in tables.cluster.machines]
         self.radix = [c + 1 for c in self.counts]
         self.strides = [int(np.prod(self.radix[:k])) for k in range(len(self.radix))]
@@ -107,19 +110,23 @@ class PipelineFloors:
     def _last_stage_sync(self) -> tuple[np.ndarray, np.ndarray]:
         """[c]: floors of τ_dp(layer) and of τ_dp(head) when a stage of type c holds it (D ≥ 2):
         t_min ≤ t_c, and the holders' pair includes c's machine, so bw_min ≤ its best link and
-        α_max ≥ its least latency. [B3]"""
+        α_max ≥ its least latency. A tied model's "head" is its shared sync, over n ≥ D holders
+        (an all-reduce grows with n). [B3]"""
         tb, d = self.tb, self.d
         if d < 2:
             zero = np.zeros(len(tb.types))
             return zero, zero
         bw, lat = tb.cluster.bw_matrix, tb.cluster.lat_matrix
-        out = {}
-        for kind in ("layer", "head"):
-            params = tb.pseudo_params[kind]
-            out[kind] = np.array([
-                tb.dp_bw_part(d, params, c.tp, c.machine, int(np.argmax(bw[c.machine])))
-                + tb.dp_lat_part(d, c.machine, int(np.argmin(lat[c.machine]))) for c in tb.types])
-        return out["layer"], out["head"]
+        near = [(int(np.argmax(bw[c.machine])), int(np.argmin(lat[c.machine]))) for c in tb.types]
+        layer = np.array([tb.dp_bw_part(d, tb.pseudo_params["layer"], c.tp, c.machine, fast)
+                          + tb.dp_lat_part(d, c.machine, close) for c, (fast, close) in zip(tb.types, near)])
+        if tb.tied:
+            head = np.array([tb.tied_bw_part(d, c.tp, c.machine, fast) + tb.tied_lat_part(d, c.machine, close)
+                             for c, (fast, close) in zip(tb.types, near)])
+        else:
+            head = np.array([tb.dp_bw_part(d, tb.pseudo_params["head"], c.tp, c.machine, fast)
+                             + tb.dp_lat_part(d, c.machine, close) for c, (fast, close) in zip(tb.types, near)])
+        return layer, head
 
     def _receive_floor(self) -> np.ndarray:
         """[c]: the least T_pp into a stage of type c, over every sending machine."""
@@ -133,7 +140,7 @@ class PipelineFloors:
         tb, big_l = self.tb, self.tb.layers
         idx = np.array(shape.stages)
         a, h = tb.tau_layer[idx], tb.tau_head[idx]
-        caps = tb.n_max[idx, 0, 0, 1]
+        caps = self.n_max[idx, 0, 0, 1]
         if caps.min() < 1 or caps.sum() < big_l:
             return None
         micro = np.maximum(np.arange(tb.total_micro + 1) - 1, 0)
@@ -173,13 +180,23 @@ class DBounds:
 
     def __init__(self, tables: Tables):
         self.tb = tables
-        self.plain = PipelineFloors(tables)  # D = 1 (no sync): valid for every D
+        self.plain = PipelineFloors(tables)  # D = 1 (no sync): valid for every D but under ZeRO-1
         self._per_d: dict[int, PipelineFloors] = {1: self.plain}
+        self._plain_d: dict[int, PipelineFloors] = {1: self.plain}
 
     def floors_for(self, d: int) -> PipelineFloors:
         if d not in self._per_d:
             self._per_d[d] = PipelineFloors(self.tb, d)
         return self._per_d[d]
+
+    def plain_for(self, d: int) -> PipelineFloors:
+        """Floors without sync and with D's memory: the D = 1 table, but under ZeRO-1, where
+        a plan of D ≥ 2 fits more layers per stage (§11), D's own."""
+        if self.tb.training.zero_stage != 1:
+            return self.plain
+        if d not in self._plain_d:
+            self._plain_d[d] = PipelineFloors(self.tb, 1, memory_pipelines=d)
+        return self._plain_d[d]
 
     @staticmethod
     def fits(floors: PipelineFloors, d: int, threshold: float) -> bool:
@@ -218,7 +235,7 @@ class DBounds:
 
     def bound(self, d: int) -> float:
         """[B2] with the D-aware floors (last-stage sync) where D pipelines fit at all."""
-        plain = self._bound(d, self.plain)
+        plain = self._bound(d, self.plain_for(d))
         if d < 2 or plain == float("inf"):
             return plain
         return max(plain, self._bound(d, self.floors_for(d)) - self.tb.dp_floor(d))
@@ -289,19 +306,32 @@ def ordered_floor(floors: PipelineFloors, order: tuple[int, ...], m: int) -> flo
     """[B5] The least T_pipe + the last stage's sync over every layer split of a pipeline with
     its stage types in this order: exact memory caps (first, last, q of the schedule: 1F1B
     min(S − k, m), GPipe m) and the
-    exact T_pp of each boundary; for D = 1 it is the pipeline's optimum itself."""
+    exact T_pp of each boundary; for D = 1 it is the pipeline's optimum itself (with a tied
+    model's sync between its first and last stage, `_tied_sync_of_order`)."""
     tb, big_l = floors.tb, floors.tb.layers
     floors.table  # the sync floors
     idx, s = np.array(order), len(order)
     q = np.minimum(cost.in_flight_micro_batches(tb.training, s, np.arange(s), m), tb.q_top)
-    caps = np.array([tb.n_max[c, int(k == 0), int(k == s - 1), int(q[k])] for k, c in enumerate(order)])
+    caps = np.array([floors.n_max[c, int(k == 0), int(k == s - 1), int(q[k])] for k, c in enumerate(order)])
     if caps.min() < 1 or caps.sum() < big_l:
         return float("inf")
     pp = [tb.pp_link[tb.types[a].machine, tb.types[b].machine] + tb.pp_bcast[b] for a, b in zip(order, order[1:])]
-    sync = (floors.dp_layer[idx[-1]], floors.dp_head[idx[-1]])
+    sync = (floors.dp_layer[idx[-1]], max(floors.dp_head[idx[-1]], _tied_sync_of_order(floors, order)))
     micro = np.array([max(m - 1, 0)])
     a, h = tb.tau_layer[idx], tb.tau_head[idx]
     return float(floors._split_floor(a, h, caps, s - 1, micro, sync, max(pp, default=0.0))[0] + sum(pp))
+
+
+def _tied_sync_of_order(floors: PipelineFloors, order: tuple[int, ...]) -> float:
+    """A floor of a tied model's sync when a pipeline's first and last stage are these (S ≥ 2):
+    both are holders, so n ≥ D + 1 (2 when D = 1: then n = 2 and this is its exact τ), t_min ≤
+    the smaller TP, bw_min ≤ and α_max ≥ their pair's link [3.4]; 0 otherwise."""
+    tb = floors.tb
+    if not tb.tied or len(order) < 2:
+        return 0.0
+    first, last = tb.types[order[0]], tb.types[order[-1]]
+    n, t = floors.d + 1, min(first.tp, last.tp)
+    return tb.tied_bw_part(n, t, first.machine, last.machine) + tb.tied_lat_part(n, first.machine, last.machine)
 
 
 def ordered_structures(floors: PipelineFloors, combos: list[list[Candidate]], cutoff: float,

@@ -1,11 +1,12 @@
 """Brute force for tiny problems: every valid plan, priced by `planner`, the best kept.
 
 The independent oracle of the exact models' tests. It shares no code with them: plans are
-enumerated straight from DESIGN.md §2 and judged by `planner.evaluate.iteration_time` and the
+enumerated straight from docs/plan-space.md §2 and judged by `planner.evaluate.iteration_time` and the
 planner's memory function. Two symmetries are used, both exact (docs/formulation.md §5):
 devices of one machine are interchangeable (a stage is a machine and a TP size, its devices
 the machine's next free ones), and the order of the pipelines does not change T (pipelines
-are enumerated as a sorted multiset).
+are enumerated as a sorted multiset). Under ZeRO-1 a stage's memory depends on the plan's D
+(§11), so pipelines are judged once per D.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 import numpy as np
 
 from planner.layered import cost
-from planner.layered.pricing import iteration_time, stage_memory
+from planner.layered.pricing import iteration_time, stage_shapes
 from planner.layered.plan import Plan, devices_in_order
 from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
@@ -64,15 +65,17 @@ def make_plan(problem: Problem, pipes: list[PipeKey]) -> Plan:
                             stages=[list(zip(d, layers)) for d, (_, layers, _) in zip(devices, pipes)])
 
 
-def fits_memory(problem: Problem, pipe: PipeKey) -> bool:
-    """Rule 5 for one pipeline (memory depends only on the pipeline's own stages and m_p)."""
+def fits_memory(problem: Problem, pipe: PipeKey, pipelines: int = 1) -> bool:
+    """Rule 5 for one pipeline in a plan of D = `pipelines` (memory depends only on the
+    pipeline's own stages, m_p and, under ZeRO-1, D)."""
     plan = make_plan(problem, [pipe])
     table = stage_table(problem, plan)
-    need = stage_memory(problem, table)
+    shape = stage_shapes(problem, table).with_(pipelines=pipelines)
+    need = cost.stage_memory_bytes(problem.model, problem.training, shape)
     return bool(np.all(need <= problem.cluster.machine_memory_bytes[table.machine]))
 
 
-def most_micro_batches(problem: Problem, seq, layers) -> int:
+def most_micro_batches(problem: Problem, seq, layers, pipelines: int = 1) -> int:
     """Largest m_p with which the pipeline fits in memory (0: none). Memory grows with m_p
     only through the schedule's in-flight count q (1F1B: min(S − k, m_p), flat from m_p = S
     on; GPipe: m_p, never flat), so once q stops growing every larger m_p fits too."""
@@ -81,7 +84,7 @@ def most_micro_batches(problem: Problem, seq, layers) -> int:
     saturated = cost.in_flight_micro_batches(training, len(seq), index, total)
     best = 0
     for m in range(1, total + 1):
-        if not fits_memory(problem, (seq, layers, m)):
+        if not fits_memory(problem, (seq, layers, m), pipelines):
             return best
         best = m
         if np.array_equal(cost.in_flight_micro_batches(training, len(seq), index, m), saturated):
@@ -89,12 +92,13 @@ def most_micro_batches(problem: Problem, seq, layers) -> int:
     return best
 
 
-def pipeline_structures(problem: Problem) -> list[tuple[tuple[StageKey, ...], tuple[int, ...], int]]:
-    """(stage types, layer counts, most micro-batches) of every pipeline that fits."""
+def pipeline_structures(problem: Problem, pipelines: int = 1) -> list[tuple[tuple[StageKey, ...], tuple[int, ...], int]]:
+    """(stage types, layer counts, most micro-batches) of every pipeline that fits in a plan
+    of D = `pipelines`."""
     out = []
     for seq in stage_sequences(problem):
         for layers in compositions(problem.model.layers, len(seq)):
-            top = most_micro_batches(problem, seq, layers)
+            top = most_micro_batches(problem, seq, layers, pipelines)
             if top:
                 out.append((seq, layers, top))
     return out
@@ -102,16 +106,26 @@ def pipeline_structures(problem: Problem) -> list[tuple[tuple[StageKey, ...], tu
 
 def enumerate_plans(problem: Problem):
     """Every valid plan up to the two symmetries: a sorted multiset of pipeline structures
-    whose devices fit (rule 1), with every split of the micro-batches (rule 4, 5)."""
-    structures = pipeline_structures(problem)
+    whose devices fit (rule 1), with every split of the micro-batches (rule 4, 5). Under
+    ZeRO-1 the structures that fit are listed again for each D."""
+    if problem.training.zero_stage != 1:
+        yield from _plans_of(problem, pipeline_structures(problem), None)
+        return
+    for d in range(1, min(problem.cluster.num_devices, problem.training.micro_batches) + 1):
+        yield from _plans_of(problem, pipeline_structures(problem, d), d)
+
+
+def _plans_of(problem: Problem, structures: list, size: int | None):
+    """The plans of `enumerate_plans` made of these structures, of `size` pipelines (any: None)."""
     machines = len(problem.cluster.machines)
     usage = [[sum(t for m, t in seq if m == k) for k in range(machines)] for seq, _, _ in structures]
     total = problem.training.micro_batches
+    most = total if size is None else size
 
     def pick(start: int, chosen: list[int], free: list[int]):
-        if chosen:
+        if chosen and (size is None or len(chosen) == size):
             yield list(chosen)
-        if len(chosen) == total:
+        if len(chosen) == most:
             return
         for i in range(start, len(structures)):
             if all(u <= f for u, f in zip(usage[i], free)):

@@ -1,4 +1,4 @@
-"""The CP-SAT model's variables and constraint families [C1]–[C15] (docs/formulation.md §2.1):
+"""The CP-SAT model's variables and constraint families [C1]–[C16] (docs/formulation.md §2.1):
 `CpSatBuilder` adds one family at a time to one model (one D); `cpsat` builds and solves.
 """
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from solvers.layered.exact.cpsat_tied import TiedVars, tied_at_last, tied_sync
 from solvers.layered.exact.cpsat_units import TimeScale
 from solvers.layered.exact.driver import SubProblem
 from solvers.layered.exact.spec import in_flight_rule
@@ -54,13 +55,14 @@ class TimeVars:
 
 @dataclass(frozen=True)
 class SyncVars:
-    """[C11]: τ_dp(ℓ) = F(ℓ) + G(ℓ) and T_dp (all empty but t_dp when D = 1)."""
+    """[C11]: τ_dp(ℓ) = F(ℓ) + G(ℓ) and T_dp (all empty but t_dp when D = 1); [C16] the tied sync."""
 
     t_dp: cp_model.IntVar
     t_min: dict  # ℓ → index of the smallest TP size among ℓ's holders
     bandwidth: dict  # (kind, ℓ) → F: bandwidth part of τ_dp
     latency: dict  # ℓ → G: latency part of τ_dp
     running: dict  # (p, ℓ) → Σ τ_dp over ℓ's stage up to ℓ; (p, "head") with the head
+    tied: TiedVars | None  # a tied model's sync [C16], else None
 
 
 class CpSatBuilder:
@@ -140,8 +142,8 @@ class CpSatBuilder:
 
     # -- [C7] memory: n ≤ n_max[c, first, last, q] -----------------------------------------
     def memory(self, layout: LayoutVars, micro: dict) -> MemoryVars:
-        tb, q_top = self.tb, self.tb.q_top
-        flat = [int(tb.n_max[c, f, last, q]) for c in self.C for f in (0, 1) for last in (0, 1)
+        tb, q_top, n_max = self.tb, self.tb.q_top, self.tb.n_max_for(self.d)  # ZeRO-1: D's memory
+        flat = [int(n_max[c, f, last, q]) for c in self.C for f in (0, 1) for last in (0, 1)
                 for q in range(q_top + 1)]
         mem = MemoryVars(position={}, first={}, stages_left={}, last={}, in_flight={}, cap={})
         for p in self.P:
@@ -250,12 +252,13 @@ class CpSatBuilder:
                 tb.types[c].tp * (sc.tau_layer[c] * sum(z[p, l, c] for l in self.L)
                                   + sc.tau_head[c] * z[p, last, c]) for c in on_k))
 
-    # -- [C11] data-parallel sync over pairs of pipelines ---------------------------------------
+    # -- [C11] data-parallel sync over pairs of pipelines, [C16] a tied model's -----------------
     def dp_sync(self, layout: LayoutVars) -> SyncVars:
+        tied = tied_sync(self, layout) if self.tb.tied else None
         sync = SyncVars(t_dp=self.model.new_int_var(0, self.scale.dp_top, "T_dp"), t_min={},
-                        bandwidth={}, latency={}, running={})
-        if self.d == 1:
-            self.model.add(sync.t_dp == 0)
+                        bandwidth={}, latency={}, running={}, tied=tied)
+        if self.d == 1:  # no layer syncs; a tied model's two copies still do [C16]
+            self.model.add(sync.t_dp == (tied.bandwidth + tied.latency if tied else 0))
             return sync
         tau = {}
         for l in self.L:
@@ -266,10 +269,10 @@ class CpSatBuilder:
 
     def _layer_sync(self, l: int, layout: LayoutVars, sync: SyncVars) -> dict:
         """τ_dp(ℓ) per kind = F(t_min, bw_min) + G(α_max), maxima over pairs of holders."""
-        model, sc, big_l = self.model, self.scale, self.tb.layers
+        model, sc = self.model, self.scale
         t_min = sync.t_min[l] = model.new_int_var(0, len(self.tb.tp_values) - 1, f"tmin_{l}")
         model.add_min_equality(t_min, [layout.tp_index[p, l] for p in self.P])
-        kinds = ["layer"] + (["emb"] if l == 0 else []) + (["head"] if l == big_l - 1 else [])
+        kinds = self.tb.sync_kinds(l)
         bw_parts, lat_parts = self._pair_sync(l, layout.machine_index, t_min, kinds)
         g = sync.latency[l] = model.new_int_var(0, max(sc.dp_lat), f"G_{l}")
         model.add_max_equality(g, lat_parts)
@@ -299,18 +302,20 @@ class CpSatBuilder:
         return bw_parts, lat_parts
 
     def _stage_sync(self, p: int, beta: dict, tau: dict, sync: SyncVars) -> list:
-        """Σ τ_dp over each stage's layers, running (+emb at ℓ = 0, +head at L − 1)."""
-        model, top, big_l = self.model, self.scale.dp_top, self.tb.layers
+        """Σ τ_dp over each stage's layers, running (+emb at ℓ = 0, +head at L − 1; a tied
+        model's sync instead at ℓ = 0 and, where the last stage is another stage, at L − 1)."""
+        model, top, big_l, tied = self.model, self.scale.dp_top, self.tb.layers, sync.tied
         ends = []
         for l in self.L:
             acc = sync.running[p, l] = model.new_int_var(0, top, f"dacc_{p}_{l}")
             if l == 0:
-                model.add(acc == tau["layer", 0] + tau["emb", 0])
+                model.add(acc == tau["layer", 0] + (tied.bandwidth + tied.latency if tied else tau["emb", 0]))
             else:
                 model.add(acc == sync.running[p, l - 1] + tau["layer", l]).only_enforce_if(~beta[p, l])
                 model.add(acc == tau["layer", l]).only_enforce_if(beta[p, l])
             ends.append(acc)
-        ends[-1] = sync.running[p, "head"] = self.int_var(ends[-1] + tau["head", big_l - 1], top, f"dacch_{p}")
+        end = tau["head", big_l - 1] if not tied else tied_at_last(self, p, tied)
+        ends[-1] = sync.running[p, "head"] = self.int_var(ends[-1] + end, top, f"dacch_{p}")
         return ends
 
     # -- [C12]–[C13] objective and its cuts ---------------------------------------------------

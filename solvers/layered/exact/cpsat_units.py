@@ -32,6 +32,8 @@ class TimeScale:
     bcast: tuple[int, ...]  # [c']: T_pp's broadcast part
     dp_bw: dict[str, tuple[int, ...]]  # kind → [(M1·K + M2)·|T| + index of t_min]
     dp_lat: tuple[int, ...]  # [M1·K + M2]
+    tied_bw: tuple[int, ...]  # [((n − D)·K² + M1·K + M2)·|T| + index of t_min]: the tied sync's [C16]
+    tied_lat: tuple[int, ...]  # [(n − D)·K² + M1·K + M2], n = D..2D holders (empty if untied)
     r_top: int  # any τ_σ or T_pp
     bubble_top: int
     steady_top: int
@@ -73,11 +75,26 @@ def _scaled(sub: SubProblem, unit: float, error: int) -> TimeScale:
     dp_bw = {kind: tuple(units(tb.dp_bw_part(d, tb.pseudo_params[kind], t, a, b)) if d > 1 else 0
                          for a, b in pairs for t in tb.tp_values) for kind in DP_KINDS}
     dp_lat = tuple(units(tb.dp_lat_part(d, a, b)) if d > 1 else 0 for a, b in pairs)
+    tied_bw, tied_lat = _tied_tables(sub, units)
     tau_top = max(big_l * a + b for a, b in zip(t1, th))
     pp_top = max(link) + max(bcast)
     r_top = max(tau_top, pp_top)
     bubble_top, steady_top = tau_top + (big_l - 1) * pp_top, (tb.total_micro - d) * r_top
-    dp_top = (big_l + 2) * (max(max(t) for t in dp_bw.values()) + max(dp_lat))
+    dp_top = (big_l + 2) * (max(max(t) for t in (*dp_bw.values(), tied_bw)) + max(dp_lat + tied_lat))
     return TimeScale(unit=unit, error_units=error, tau_layer=t1, tau_head=th, link=link, bcast=bcast,
-                     dp_bw=dp_bw, dp_lat=dp_lat, r_top=r_top, bubble_top=bubble_top,
+                     dp_bw=dp_bw, dp_lat=dp_lat, tied_bw=tied_bw, tied_lat=tied_lat, r_top=r_top, bubble_top=bubble_top,
                      steady_top=steady_top, dp_top=dp_top, t_top=bubble_top + steady_top + dp_top)
+
+
+def _tied_tables(sub: SubProblem, units) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A tied model's sync parts for n = D..2D holders, every machine pair (each the larger of
+    its two orders, as the evaluator reads every ordered pair) and every t_min [C16]."""
+    tb, d, nk = sub.tables, sub.pipelines, sub.tables.num_machines
+    if not tb.tied:
+        return (0,), (0,)
+    holders = range(d, 2 * d + 1)
+    pairs = [(a, b) for a in range(nk) for b in range(nk)]
+    bw = tuple(units(max(tb.tied_bw_part(n, t, a, b), tb.tied_bw_part(n, t, b, a)))
+               for n in holders for a, b in pairs for t in tb.tp_values)
+    lat = tuple(units(max(tb.tied_lat_part(n, a, b), tb.tied_lat_part(n, b, a))) for n in holders for a, b in pairs)
+    return bw, lat

@@ -31,11 +31,12 @@ class MilpCutBuilder(MilpBuilder):
         written with y[p,ℓ,c] = m_p·z[p,ℓ,c] (exact: y ≤ top·z, Σ_c y = m_p)."""
         tb, big_l, u, z = self.tb, self.tb.layers, self.unit, layout.z
         top = tb.total_micro - self.d + 1
+        n_max = tb.n_max_for(self.d)  # ZeRO-1: D's memory
         busy, ys = {k: [] for k in self.K}, {}
         for p in self.P:
             for c in self.C:
                 self.add(pulp.lpSum(z[p, l, c] for l in self.L)
-                         <= int(tb.n_max[c, 0, 0, 1]) * pulp.lpSum(layout.start[p, l, c] for l in self.L))
+                         <= int(n_max[c, 0, 0, 1]) * pulp.lpSum(layout.start[p, l, c] for l in self.L))
             for l in self.L:
                 row = {c: self.cont(f"y_{p}_{l}_{c}", 0, top) for c in self.C}
                 self.add(pulp.lpSum(row.values()) == micro[p])

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pulp
 
 from solvers.layered.exact.driver import SubProblem
+from solvers.layered.exact.milp_tied import TiedVars, tied_sync
 from solvers.layered.exact.spec import in_flight_rule
 
 
@@ -57,7 +58,8 @@ class TimeVars:
 
 @dataclass(frozen=True)
 class SyncVars:
-    """[M11]: τ_dp(ℓ) = F + G over the holders of ℓ, and T_dp (all empty but t_dp when D = 1)."""
+    """[M11]: τ_dp(ℓ) = F + G over the holders of ℓ, and T_dp (all empty but t_dp when D = 1);
+    [M17] a tied model's sync."""
 
     t_dp: pulp.LpVariable
     on_machine: dict  # (ℓ, M) → h1: M holds ℓ
@@ -66,6 +68,7 @@ class SyncVars:
     latency: dict  # ℓ → G
     bandwidth: dict  # (kind, ℓ) → F
     running: dict  # (p, ℓ) → dacc: Σ τ_dp over ℓ's stage up to ℓ
+    tied: TiedVars | None  # [M17], None for an untied model
 
 
 class MilpBuilder:
@@ -205,7 +208,7 @@ class MilpBuilder:
     def _memory_rows(self, p: int, l: int, z: dict, mem: MemoryVars, not_last, steps: tuple[dict, dict]) -> None:
         """cnt ≤ n_max[c, f, last, 1] − Σ_j (n_max[.., j−1] − n_max[.., j])·step_j, one row for
         a middle stage and one for the last, each relaxed by big-M when it does not apply."""
-        nm, big = self.tb.n_max, self.tb.layers
+        nm, big = self.tb.n_max_for(self.d), self.tb.layers  # ZeRO-1: D's memory
         cnt, f = mem.position[p, l], mem.first[p, l]
         for c in self.C:
             for first in (0, 1):
@@ -285,19 +288,19 @@ class MilpBuilder:
             terms.append((1 << k) * w)
         return pulp.lpSum(terms)
 
-    # -- [M11] data-parallel sync: τ_dp(ℓ) = F(t_min, bw_min) + G(α_max) ------------------
+    # -- [M11] data-parallel sync: τ_dp(ℓ) = F(t_min, bw_min) + G(α_max); [M17] a tied model's
     def dp_sync(self, layout: LayoutVars) -> SyncVars:
+        tied = tied_sync(self, layout) if self.tb.tied else None
         sync = SyncVars(t_dp=self.cont("T_dp"), on_machine={}, on_machine_twice={}, tp_occurs={},
-                        latency={}, bandwidth={}, running={})
-        if self.d == 1:
-            self.add(sync.t_dp == 0)
+                        latency={}, bandwidth={}, running={}, tied=tied)
+        if self.d == 1:  # no layer syncs; a tied model's two copies still do [M17]
+            self.add(sync.t_dp >= (tied.bandwidth + tied.latency if tied else 0))
             return sync
         tau = {}
         for l in self.L:
             self._holders(l, layout.z, sync)
             lat = self._latency(l, sync)
-            kinds = ["layer"] + (["emb"] if l == 0 else []) + (["head"] if l == self.tb.layers - 1 else [])
-            for kind in kinds:
+            for kind in self.tb.sync_kinds(l):
                 tau[kind, l] = self._bandwidth(kind, l, sync) + lat
         self._stage_sync(layout.beta, tau, sync)
         return sync
@@ -327,21 +330,24 @@ class MilpBuilder:
         return bw
 
     def _stage_sync(self, beta: dict, tau: dict, sync: SyncVars) -> None:
-        """Running Σ τ_dp inside a stage; T_dp ≥ every stage's sum (+head)."""
-        tb, d, big_l = self.tb, self.d, self.tb.layers
-        params = tb.pseudo_params
-        big = (big_l + 2) * max(tb.dp_bw_part(d, params["emb"], 1, k1, k2) + tb.dp_lat_part(d, k1, k2)
-                                for k1 in self.K for k2 in self.K) / self.unit
+        """Running Σ τ_dp inside a stage; T_dp ≥ every stage's sum (+head). A tied model's sync
+        instead at ℓ = 0 and, when the last stage is another stage (S_p ≥ 2), at L − 1 [M17]."""
+        big_l, tied = self.tb.layers, sync.tied
+        big = self.tb.sync_ceiling(self.d) / self.unit
         for p in self.P:
             for l in self.L:
                 acc = sync.running[p, l] = self.cont(f"dacc_{p}_{l}")
                 if l == 0:
-                    self.add(acc >= tau["layer", 0] + tau["emb", 0])
+                    self.add(acc >= tau["layer", 0] + (tied.bandwidth + tied.latency if tied else tau["emb", 0]))
                 else:
                     self.add(acc >= tau["layer", l])
                     self.add(acc >= sync.running[p, l - 1] + tau["layer", l] - big * beta[p, l])
                 self.add(sync.t_dp >= acc)
-            self.add(sync.t_dp >= sync.running[p, big_l - 1] + tau["head", big_l - 1])
+            if tied:
+                self.add(sync.t_dp >= sync.running[p, big_l - 1] + tied.bandwidth + tied.latency
+                         - big * (1 - tied.several[p]))
+            else:
+                self.add(sync.t_dp >= sync.running[p, big_l - 1] + tau["head", big_l - 1])
 
     def _holders(self, l: int, z: dict, sync: SyncVars) -> None:
         """Indicators for layer ℓ: machine M holds it (for ≥1 / ≥2 pipelines), TP t occurs."""

@@ -1,5 +1,5 @@
 """What the CP-SAT and MILP models share outside their constraints: reading a solved model
-back into `PipelineSpec` lists, and the schedule's in-flight rule (DESIGN.md §3.5 q).
+back into `PipelineSpec` lists, and the schedule's in-flight rule (docs/cost-model.md §3.5 q).
 
 Both models are layer-indexed (docs/formulation.md §2): z[p, ℓ, c] says that stage type c
 holds layer ℓ of pipeline p, β[p, ℓ] (ℓ ≥ 1) that a new stage starts at ℓ, and m_p is the
