@@ -2,7 +2,7 @@
 
     import hexiscale as hx
     problem = hx.load_problem("instances/problems/case-study-llama2-13b.yaml")
-    result = hx.solve(problem, solver="heuristic")
+    result = hx.solve(problem, solver="heuristic")   # kind="auto": layered, or sequence at long context
     print(hx.evaluate(problem, result.plan).iteration_s)
     run = hx.run_plan(problem, result.plan, model="tiny", steps=3)   # a layered or a sequence plan
     new = hx.replan(problem, result.plan, [3, 7])   # lost devices 3, 7: new.plan in the survivors' ids
@@ -14,7 +14,7 @@ from planner import (
     save_plan, validate,
 )
 from solvers.common import SolveResult, SolverOptions
-from solvers.registry import solve
+from solvers.choose import solve  # kind='auto' by default: the kind chosen, and why (kind_reason)
 from runtime.launch.launcher import run_plan
 from solvers.replan import ReplanResult, replan
 

@@ -13,11 +13,13 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from hexiscale.cli.app import STATISTIC_HELP, app, checked_statistic, console, fail, friendly_errors, writable_file
+from hexiscale.cli.views import views_for
 from planner.calibration import CalibrationError
 from planner.calibration_runs import Figure, RunRecord, predicted_rows, refit
-from planner.sequence.plan import SeqPlan
+from planner.kinds import PLAN_KINDS, kind_of
 from planner.violations import InvalidPlanError
 from runtime.host import shared_cores_note
+from runtime.kinds import RUNTIME_KINDS
 from runtime.profiling.launcher import Repeated  # the mean's standard error, as profile's repetitions have it
 from runtime.metrics.runlog import WARMUP_STEPS, RunLog, log_run, read_run_log
 
@@ -58,24 +60,12 @@ def errors_of(record: RunRecord, cluster=None) -> tuple[np.ndarray, np.ndarray, 
     return measured, predicted, predicted / measured - 1.0
 
 
-def unit_rows(plan) -> list[tuple[str, str, str]]:
-    """(unit, devices, shape) of each unit a run record times: stages (p pipeline, s stage),
-    or a sequence plan's replicas (their slowest member)."""
-    if isinstance(plan, SeqPlan):
-        return [(f"replica {r}", ",".join(map(str, rep.devices)),
-                 f"batch {rep.batch}, " + " → ".join("+".join(f"{m.heads}h/{m.tokens}t" for m in g.members)
-                                                      for g in rep.ring))
-                for r, rep in enumerate(plan.replicas)]
-    return [(f"p{p} s{k}", ",".join(map(str, stage.devices)), f"{stage.layers} layers, TP {stage.tp}")
-            for p, pipe in enumerate(plan.pipelines) for k, stage in enumerate(pipe.stages)]
-
-
 def prediction_table(record: RunRecord, title: str) -> Table:
     table = Table(title=title)
     for column in ("unit", "devices", "shape", "measured ms", "predicted ms", "error"):
         table.add_column(column, justify="right")
     measured, predicted, error = errors_of(record)
-    for i, (unit, devices, shape) in enumerate(unit_rows(record.plan)):
+    for i, (unit, devices, shape) in enumerate(views_for(record.plan).timed_units(record.plan)):
         table.add_row(unit, devices, shape, f"{measured[i] * 1e3:.2f}", f"{predicted[i] * 1e3:.2f}", f"{error[i]:+.1%}")
     table.add_row("step", "", "", f"{measured[-1] * 1e3:.2f}", f"{predicted[-1] * 1e3:.2f}", f"{error[-1]:+.1%}")
     return table
@@ -92,7 +82,7 @@ def collectives_table(record: RunRecord) -> Table | None:
     if not rows:
         return None
     predicted = predicted_rows(record.problem, record.plan, rows)[-len(rows):]
-    units = unit_rows(record.plan)
+    units = views_for(record.plan).timed_units(record.plan)
     table = Table(title="of which collectives per micro-batch: measured against the cost model's part")
     for column in ("unit", "devices", "collectives", "measured ms", "predicted ms", "error"):
         table.add_column(column, justify="right")
@@ -101,13 +91,6 @@ def collectives_table(record: RunRecord) -> Table | None:
         table.add_row(units[i][0], units[i][1], COLLECTIVE_LABEL[kind], f"{measured * 1e3:.2f}",
                       f"{priced * 1e3:.2f}", f"{priced / measured - 1:+.1%}")
     return table
-
-
-PREDICTION_TITLE = {
-    False: "predicted (cost model) against measured: stage τ per micro-batch (forward + backward), step T "
-           "(schedule + gradient sync)",
-    True: "predicted (cost model) against measured: replica T_mb per micro-batch (its slowest member's forward + "
-          "backward), step T (micro-batches + gradient sync, optimizer left out)"}
 
 
 def step_spread(log: RunLog, warmup: int = WARMUP_STEPS) -> str:
@@ -132,7 +115,7 @@ def print_prediction(problem, job, result) -> None:
     log = read_run_log(path)
     record = log.record(str(path))
     try:
-        console.print(prediction_table(record, PREDICTION_TITLE[isinstance(record.plan, SeqPlan)]))
+        console.print(prediction_table(record, views_for(record.plan).PREDICTION_TITLE))
         if (collectives := collectives_table(record)) is not None:
             console.print(collectives)
         console.print(step_spread(log), highlight=False, soft_wrap=True)
@@ -146,22 +129,21 @@ def print_prediction(problem, job, result) -> None:
     console.print(f"run log: {path} (for `hexiscale calibrate`)", highlight=False)
 
 
-PLAN_KIND_LINKS = {"layered": "all-reduces and stage sends", "sequence": "all-to-alls and ZeRO-3 collectives"}
-
-
 def links_note(records: list[RunRecord], figures: list[Figure]) -> str:
     """Which traffic the refitted links describe, when they were refitted: a link's figures
     differ by operation (`profile --for` fits each plan kind's own), so links refitted from
     one kind's runs misprice the other kind's plans ("" when no link figure moved)."""
     if not any(f.kind != "efficiency" and f.exercised and not f.kept_why for f in figures):
         return ""
-    kinds = sorted({"sequence" if isinstance(r.plan, SeqPlan) else "layered" for r in records})
-    if len(kinds) == 2:
-        return ("the links are refitted from layered and sequence runs together: one figure per link class for "
-                "all-reduces and all-to-alls alike, which `profile --for` fits apart")
-    other = "sequence" if kinds[0] == "layered" else "layered"
-    return (f"the links are refitted from {kinds[0]} runs (their {PLAN_KIND_LINKS[kinds[0]]}): for {other} plans, "
-            f"keep the links of a cluster from `hexiscale profile --for {other}` and take η from here")
+    kinds = sorted({kind_of(r.plan).name for r in records})
+    if len(kinds) > 1:
+        return (f"the links are refitted from {' and '.join(kinds)} runs together: one figure per link class for "
+                f"{' and '.join(RUNTIME_KINDS[k].profiled_op.replace('_', '-') + 's' for k in kinds)} alike, "
+                f"which `profile --for` fits apart")
+    kind, others = PLAN_KINDS[kinds[0]], [k for k in PLAN_KINDS if k != kinds[0]]
+    plans, fors = " or ".join(others), " / ".join(f"--for {k}" for k in others)
+    return (f"the links are refitted from {kind.name} runs (their {kind.link_traffic}): for {plans} plans, "
+            f"keep the links of a cluster from `hexiscale profile {fors}` and take η from here")
 
 
 def figures_table(figures, collective_times: bool = False) -> Table:

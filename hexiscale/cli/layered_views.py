@@ -1,12 +1,14 @@
 """Terminal views of layered plans (DESIGN.md §2–§4) and their estimates: the per-stage table,
-the iteration summary, the solved plan. Each plan kind has a module like this one;
-`hexiscale.cli.views` picks it by the plan's kind."""
+the iteration summary, the solved plan, and a run of one (its per-stage summary, the units its
+run record times). Each plan kind has a module like this one; `hexiscale.cli.views` picks it
+by the plan's kind."""
 
 from __future__ import annotations
 
 from rich import box
 from rich.table import Table
 
+from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
 from hexiscale.cli.vendor_views import bridge_table
 from planner.base import format_seconds
 from planner.layered.bridge import layered_bridge_traffic
@@ -148,3 +150,31 @@ def solved_views(problem: Problem, plan: Plan, est: Estimate) -> list[Table]:
     and the cross-vendor traffic on a mixed-vendor cluster."""
     extra = [idle_view(problem, plan, est), bridge_view(problem, plan, est)]
     return [plan_table(problem, plan, est)] + [view for view in extra if view is not None]
+
+
+# -- a run of the plan ----------------------------------------------------------------------
+
+PREDICTION_TITLE = ("predicted (cost model) against measured: stage τ per micro-batch (forward + backward), step T "
+                    "(schedule + gradient sync)")
+
+
+def timed_units(plan: Plan) -> list[tuple[str, str, str]]:
+    """(unit, devices, shape) of each unit a run record times: every stage (p pipeline, s stage)."""
+    return [(f"p{p} s{k}", ",".join(map(str, stage.devices)), f"{stage.layers} layers, TP {stage.tp}")
+            for p, pipe in enumerate(plan.pipelines) for k, stage in enumerate(pipe.stages)]
+
+
+def run_table(result, plan: Plan) -> Table:
+    """Per-stage mean forward/backward time over the steps after the warm-up of the plan the
+    run ended on (`plan`; an elastic run's earlier plans had other stages)."""
+    steps = final_steps(result.steps, lambda step: len(step["stages"]))
+    table = Table(title=f"run summary (per-stage times: {AFTER_WARMUP})")
+    for column in ("pipeline", "stage", "devices", "layers", "TP", "forward ms", "backward ms", "of which TP ms"):
+        table.add_column(column, justify="right")
+    for index, record in enumerate(result.steps[-1]["stages"]):
+        stage = plan.pipelines[record["pipeline"]].stages[record["stage"]]
+        fwd, bwd, tp = mean_over_steps(steps, "stages", index, ("forward_s", "backward_s", "tp_s"))
+        table.add_row(str(record["pipeline"]), str(record["stage"]), ",".join(map(str, stage.devices)),
+                      str(stage.layers), str(stage.tp), f"{fwd * 1e3:.1f}", f"{bwd * 1e3:.1f}",
+                      f"{tp * 1e3:.1f}" if stage.tp > 1 else "")
+    return table

@@ -17,6 +17,7 @@ from hexiscale.cli.app import STATISTIC_HELP, app, checked_statistic, console, f
 from planner.calibration import BandwidthError, CalibrationError
 from planner.io import load_model, load_problem
 from runtime.host import shared_cores_note
+from runtime.kinds import RUNTIME_KINDS
 
 EXIT_PROFILE_FAILED = 1
 HONESTY = ("one host: 'inter' links join processes of simulated machines; on CPU every pair of processes "
@@ -103,8 +104,8 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
 
     writable_file(output, "--output")
     checked_statistic(statistic)
-    if plans not in ("layered", "sequence"):
-        fail(f"--for must be layered or sequence, got {plans!r}")
+    if plans not in RUNTIME_KINDS:
+        fail(f"--for must be {' or '.join(RUNTIME_KINDS)}, got {plans!r}")
     if max_bytes < 2 * 1024:
         fail(f"--max-bytes: {max_bytes} leaves fewer than two message sizes from 1024 B (a fit needs two)")
     check_device(device, processes)
@@ -140,7 +141,7 @@ def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str
                   plans: str = "layered", raw: Path | None = None) -> None:
     """Fit, show and write; a figure outside physical sense, or one the measurements do not
     determine, is refused and nothing is written (`raw`: where the measurements stay)."""
-    from runtime.profiling.fit import WRITTEN_OP_FOR, profiled_cluster
+    from runtime.profiling.fit import profiled_cluster
 
     try:
         cluster, reports, notes = profiled_cluster(result, name=name, gpu_name=gpu_name, what=str(output),
@@ -162,7 +163,7 @@ def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str
     console.print(drift_line(result), highlight=False, soft_wrap=True)
     header = (f"# Measured by `hexiscale profile` on {result.host}: {result.spec.processes} {result.spec.device} "
               f"processes, {len(result.spec.machines)} simulated machine(s); links: the "
-              f"{WRITTEN_OP_FOR[plans]} fit, for {plans} plans.\n"
+              f"{RUNTIME_KINDS[plans].profiled_op} fit, for {plans} plans.\n"
               f"# {HONESTY if result.spec.device == 'cpu' else ''}\n")
     output.write_text(header + yaml.safe_dump(cluster.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
     raw = output.with_suffix(".profile.json")

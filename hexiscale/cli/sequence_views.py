@@ -1,6 +1,7 @@
 """Terminal views of sequence plans (DESIGN.md §7) and their estimates: per member, per group
-and per replica tables, the iteration summary, the solved plan. `hexiscale.cli.views` picks
-this module for a `SeqPlan`, as it picks `layered_views` for a layered plan."""
+and per replica tables, the iteration summary, the solved plan, and a run of one (its
+per-member summary, the units its run record times). `hexiscale.cli.views` picks this module
+for a `SeqPlan`, as it picks `layered_views` for a layered plan."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.layered_views import format_devices, time_unit
+from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
 from hexiscale.cli.vendor_views import bridge_table
 from planner.base import format_seconds as seconds
 from planner.problem import Problem
@@ -145,3 +147,33 @@ def solved_views(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> list[Tabl
     the cross-vendor traffic on a mixed-vendor cluster."""
     extra = [idle_view(problem, plan, est), bridge_view(problem, plan, est)]
     return [plan_table(problem, plan, est)] + [view for view in extra if view is not None]
+
+
+# -- a run of the plan ----------------------------------------------------------------------
+
+PREDICTION_TITLE = ("predicted (cost model) against measured: replica T_mb per micro-batch (its slowest member's "
+                    "forward + backward), step T (micro-batches + gradient sync, optimizer left out)")
+MEMBER_KEYS = ("replica", "group", "member", "device", "tokens")  # which plan a step's member record ran
+
+
+def timed_units(plan: SeqPlan) -> list[tuple[str, str, str]]:
+    """(unit, devices, shape) of each unit a run record times: every replica (its slowest member)."""
+    return [(f"replica {r}", ",".join(map(str, rep.devices)),
+             f"batch {rep.batch}, " + " → ".join("+".join(f"{m.heads}h/{m.tokens}t" for m in g.members)
+                                                  for g in rep.ring))
+            for r, rep in enumerate(plan.replicas)]
+
+
+def run_table(result, plan: SeqPlan) -> Table:
+    """Per-member mean forward/backward time over the steps after the warm-up of the plan the
+    run ended on (an elastic run's earlier plans had other members; `plan` is not needed: each
+    step's member records say which member of which plan ran)."""
+    steps = final_steps(result.steps, lambda step: [tuple(m[k] for k in MEMBER_KEYS) for m in step["members"]])
+    table = Table(title=f"run summary (per-member times: {AFTER_WARMUP})")
+    for column in ("replica", "group", "member", "device", "tokens", "forward ms", "backward ms",
+                   "of which HP ms", "ZeRO ms"):
+        table.add_column(column, justify="right")
+    for index, record in enumerate(result.steps[-1]["members"]):
+        times = mean_over_steps(steps, "members", index, ("forward_s", "backward_s", "hp_s", "zero_s"))
+        table.add_row(*(str(record[k]) for k in MEMBER_KEYS), *(f"{t * 1e3:.1f}" for t in times))
+    return table
