@@ -15,7 +15,7 @@ from planner.workload import ModelSpec
 from hexiscale.cli.profile import drift_line
 from runtime.profiling.measure import round_points
 from runtime.profiling.fit import WRITTEN_OP, direct_bw_gbps, drift, fit_timings, pass_flops, profiled_cluster
-from runtime.profiling.launcher import MIN_SECONDS, GemmTiming, LinkTiming, ProfileResult, ProfileSpec, Repeated
+from runtime.profiling.launcher import MIN_SECONDS, AttentionTiming, GemmTiming, LinkTiming, ProfileResult, ProfileSpec, Repeated
 
 MODEL = ModelSpec(name="small", layers=2, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=256)
 FIGURES = {"p2p": (3.0, 150.0), "all_reduce": (0.8, 600.0), "all_to_all": (0.5, 400.0)}  # (GB/s, µs) per op
@@ -132,17 +132,33 @@ def test_messages_too_small_to_determine_the_bandwidth_are_refused():
     assert fit_timings(timings(24), "intra links").bw_gbps == pytest.approx(bw, rel=0.05)
 
 
-def test_a_sequence_cluster_counts_the_model_pass_as_section_7_2_does():
-    """One timed pass, two FLOP counts: §3's attention is 4·s·h per token and layer, §7.2's
-    the causal pairs, 2·h·(s+1); each kind's η is the same time over its own count."""
+def test_an_attention_timing_splits_the_pass_into_eta_and_eta_att():
+    """With attention timed alone at the profile's sequence length, η prices the matrix FLOPs
+    and η_att the attention's: the cost model's compute term at (η, η_att) gives back the
+    measured pass time, and η_att is the attention's own rate over peak. Without it, η is the
+    whole pass's rate over peak (η_att unset)."""
     raw = result((2,))
-    layered = profiled_cluster(raw, name="x", gpu_name="cpu")[0].catalog["cpu"].efficiency
-    sequence = profiled_cluster(raw, name="x", gpu_name="cpu", plans="sequence")[0].catalog["cpu"].efficiency
-    h, s, L, V = MODEL.hidden, raw.spec.seq_len, MODEL.layers, MODEL.vocab
-    linear = 2 * (MODEL.params_per_layer - 2 * h)
-    by_hand = (L * (linear + 4 * s * h) + 2 * V * h) / (L * (linear + 2 * h * (s + 1)) + 2 * V * h)
-    assert layered == pytest.approx(0.3)
-    assert sequence == pytest.approx(0.3 / by_hand, rel=1e-9)
+    spec, peak = raw.spec, raw.square_gemm.flops_per_s
+    s, b, L = spec.seq_len, spec.micro_batch, MODEL.layers
+    f_mm, f_att, f_head = 2 * MODEL.matrix_params, 2 * MODEL.hidden * (s + 1), 2 * MODEL.vocab * MODEL.hidden
+    att_seconds = 3 * b * s * f_att / (0.05 * peak)  # attention alone runs at 5 % of peak
+    timed = raw.model_copy(update={"attention": (AttentionTiming(seq_len=s, seconds=att_seconds),)})
+    gpu = profiled_cluster(timed, name="x", gpu_name="cpu")[0].catalog["cpu"]
+    assert gpu.attention_efficiency == pytest.approx(0.05, rel=1e-9)
+    priced = 3 * b * s * (L * (f_mm / (gpu.efficiency * peak) + f_att / (0.05 * peak)) + f_head / (gpu.efficiency * peak))
+    assert priced == pytest.approx(raw.model.summary("mean"), rel=1e-9)
+    assert gpu.efficiency > 0.3  # the slow attention no longer drags the matrices' η down
+    untimed = profiled_cluster(raw, name="x", gpu_name="cpu")[0].catalog["cpu"]
+    assert untimed.efficiency == pytest.approx(0.3) and untimed.attention_efficiency is None
+
+
+def test_an_attention_slower_than_the_whole_pass_allows_is_refused():
+    raw = result((2,))
+    spec = raw.spec
+    slow = raw.model.summary("mean") * 2  # attention alone takes twice the whole pass
+    timed = raw.model_copy(update={"attention": (AttentionTiming(seq_len=spec.seq_len, seconds=slow),)})
+    with pytest.raises(CalibrationError, match="noisy measurement"):
+        profiled_cluster(timed, name="x", gpu_name="cpu")
 
 
 @pytest.mark.parametrize("measurements, rounds", [(30, 4), (45, 4), (7, 3), (2, 4), (1, 2), (30, 1)])

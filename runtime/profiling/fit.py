@@ -20,7 +20,6 @@ import numpy as np
 from planner import cost
 from planner.calibration import CalibrationError, LinkFit, Statistic, MeasuredDevice, fit_link, measured_cluster, term_regressors
 from planner.hardware import Cluster
-from planner.sequence import cost as seq_cost
 from planner.sequence.cost import exchange_time
 from runtime.profiling.launcher import LinkTiming, ProfileResult, ProfileSpec
 
@@ -135,11 +134,29 @@ def class_report(result: ProfileResult, link_class: str, what: str, statistic: S
 
 
 def pass_flops(spec: ProfileSpec, plans: str = "layered") -> float:
-    """The FLOPs the cost model of that kind of plan prices for the timed model pass (forward +
-    backward of one micro-batch through every layer and the head), so that η = achieved/peak
-    prices the same FLOPs it was measured on: §3 counts attention as 4·s·h per token and layer,
-    §7.2 as the causal pairs, 2·h·(s+1) — at s = 512 the two differ by 15 %."""
-    return (seq_cost if plans == "sequence" else cost).iteration_flops(spec.model, spec.training())
+    """The FLOPs the cost model prices for the timed model pass (forward + backward of one
+    micro-batch through every layer and the head; causal attention, docs/cost-model.md §3.6),
+    so that η = achieved/peak prices the same FLOPs it was measured on. Both plan kinds count
+    them alike."""
+    return cost.iteration_flops(spec.model, spec.training())
+
+
+def attention_share(spec: ProfileSpec) -> float:
+    """The attention's part of the pass's FLOPs: L·F_att / (L·F_layer + F_head)."""
+    model, s = spec.model, spec.seq_len
+    att = model.layers * cost.attention_flops_per_token(model, s)
+    return att / (model.layers * cost.layer_flops_per_token(model, s) + cost.head_flops_per_token(model))
+
+
+def attention_rate(result: ProfileResult) -> float | None:
+    """Achieved FLOP/s of causal attention alone at the profile's own sequence length (its
+    forward + backward: 3·b·s·F_att over the measured median), or None where it was not timed."""
+    spec = result.spec
+    timing = next((a for a in result.attention if a.seq_len == spec.seq_len), None)
+    if timing is None:
+        return None
+    flops = 3.0 * spec.micro_batch * spec.seq_len * cost.attention_flops_per_token(spec.model, spec.seq_len)
+    return flops / timing.seconds
 
 
 def drift(result: ProfileResult) -> float:
@@ -155,11 +172,13 @@ DRIFT_WARNING = 0.10  # above it, `profile` says the machine was not steady
 def measured_device(result: ProfileResult, name: str, statistic: Statistic = "mean",
                     plans: str = "layered") -> MeasuredDevice:
     """The device type: peak = the best rate of any timed GEMM; achieved = the whole model's,
-    its FLOPs counted as `plans`' cost model counts them."""
+    its FLOPs counted as the cost model counts them; and the attention's own rate, which splits
+    the pass into η (matrices) and η_att (attention): `MeasuredDevice.efficiencies`."""
     peak = max(g.rate(statistic) for g in (result.square_gemm, *result.gemms))
     return MeasuredDevice(name=name, peak_flops=peak,
                           model_flops=pass_flops(result.spec, plans) / result.model.summary(statistic),
-                          memory_gib=result.memory_gib)
+                          memory_gib=result.memory_gib, attention_flops=attention_rate(result),
+                          attention_share=attention_share(result.spec))
 
 
 def profiled_cluster(result: ProfileResult, *, name: str, gpu_name: str, what: str = "profile",

@@ -32,6 +32,7 @@ from typing import Callable
 import torch
 
 from planner import cost
+from planner.layered.cost import tp_rounds
 from runtime.communication.communicator import Communicator, Group, RankPlace
 from runtime.layered.layout import StageRanks
 from runtime.layered.stage import StageModel
@@ -176,8 +177,8 @@ def compute_gap(spec: ProfileSpec, group_size: int, device) -> Callable[[], obje
     it, keeps what back-to-back repetitions hide: the ranks' skew at the sync point (it grows
     with the compute before it) and the wake-up of a process that was computing."""
     training, tokens = spec.training(), spec.micro_batch * spec.seq_len
-    flops = (cost.pass_multiplier(training) * tokens * cost.layer_flops_per_token(spec.model, training)
-             / (group_size * cost.tp_rounds(training)))
+    flops = (cost.pass_multiplier(training) * tokens * cost.layer_flops_per_token(spec.model, training.seq_len)
+             / (group_size * tp_rounds(training)))
     width = max(1, round(flops / (2 * tokens * spec.model.hidden)))
     x, w = torch.randn(tokens, spec.model.hidden, device=device), torch.randn(spec.model.hidden, width, device=device)
     return lambda: x @ w
