@@ -180,6 +180,25 @@ def devices_by_speed(problem: Problem) -> list[int]:
     return sorted(range(problem.cluster.num_devices), key=lambda d: (-float(flops[d]), int(machine[d]), d))
 
 
+def growth_machines(problem: Problem, devices: Sequence[int]) -> list[int]:
+    """Idle machines that may join `devices`, one per GPU type among the idle ones: the best
+    linked to the machines in use (largest slowest link to them, then most devices, then
+    first in the file), so that a plan grows where its rings and replicas stay fast."""
+    cluster = problem.cluster
+    used = np.unique(cluster.machine_of_device[list(devices)])
+    idle = np.setdiff1d(np.arange(len(cluster.machines)), used)
+    if not len(idle) or not len(used):
+        return []
+    slowest = np.array(cluster.pair_bw(idle[:, None], used[None, :]), dtype=float).min(axis=1)
+    best: dict[str, tuple] = {}
+    for m, bw in zip(idle.tolist(), slowest.tolist()):
+        key = (-bw, -int(cluster.machine_counts[m]), m)
+        gpu = cluster.machines[m].gpu
+        if gpu not in best or key < best[gpu]:
+            best[gpu] = key
+    return sorted(key[2] for key in best.values())
+
+
 def degrees(problem: Problem) -> list[int]:
     """HP degrees tried: 1, 2, 4, … up to min(k, the largest machine), and that maximum."""
     top = min(problem.model.num_kv_heads, int(problem.cluster.machine_counts.max()))
