@@ -7,16 +7,17 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 from rich.markup import escape
-from rich.table import Table
 
 from hexiscale.cli.calibrate import print_prediction
 from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
+from hexiscale.cli.views import views_for
 from planner.io import load_plan, load_problem
+from planner.kinds import kind_of
 from runtime.checkpoints.manifest import CheckpointError
 from runtime.launch.elastic import run_elastic
 from runtime.launch.launcher import RunError, RunResult, free_port, launch_local, make_job, torchrun_commands
 from runtime.launch.resume import check_fresh_dir, resume_job
-from runtime.metrics.runlog import WARMUP_STEPS, after_warmup
+from runtime.metrics.runlog import after_warmup
 from solvers.replan import ReplanError, replan
 
 EXIT_RUN_FAILED = 1
@@ -55,54 +56,8 @@ def check_backend(backend: str, torchrun: bool) -> None:
             fail("nccl needs CUDA; this machine has none: use --backend gloo")
 
 
-def mean_over_steps(steps: list[dict], units: str, index: int, keys: tuple[str, ...]) -> list[float]:
-    """Each of `keys` of the `index`-th unit ("stages" or "members") of every step, averaged."""
-    return [sum(s[units][index][key] for s in steps) / len(steps) for key in keys]
-
-
-AFTER_WARMUP = f"mean over the steps after the first {WARMUP_STEPS} (warm-up)"
-
-
-def summary_table(result: RunResult, plan) -> Table:
-    """Per-stage mean forward/backward time over the steps after the warm-up of the plan the
-    run ended on (an elastic run's earlier plans had other stages)."""
-    final = [s for s in result.steps if len(s["stages"]) == len(result.steps[-1]["stages"])]
-    steps = after_warmup(final)
-    table = Table(title=f"run summary (per-stage times: {AFTER_WARMUP})")
-    for column in ("pipeline", "stage", "devices", "layers", "TP", "forward ms", "backward ms", "of which TP ms"):
-        table.add_column(column, justify="right")
-    for index, record in enumerate(result.steps[-1]["stages"]):
-        stage = plan.pipelines[record["pipeline"]].stages[record["stage"]]
-        fwd, bwd, tp = mean_over_steps(steps, "stages", index, ("forward_s", "backward_s", "tp_s"))
-        table.add_row(str(record["pipeline"]), str(record["stage"]), ",".join(map(str, stage.devices)),
-                      str(stage.layers), str(stage.tp), f"{fwd * 1e3:.1f}", f"{bwd * 1e3:.1f}",
-                      f"{tp * 1e3:.1f}" if stage.tp > 1 else "")
-    return table
-
-
-def member_shares(step: dict) -> list[tuple]:
-    """A step record's members (replica, group, member, device, tokens): which plan ran it."""
-    return [tuple(m[k] for k in ("replica", "group", "member", "device", "tokens")) for m in step["members"]]
-
-
-def member_table(result: RunResult) -> Table:
-    """Sequence plans: per-member mean forward/backward time over the steps after the warm-up
-    of the plan the run ended on (an elastic run's earlier plans had other members)."""
-    final = [s for s in result.steps if member_shares(s) == member_shares(result.steps[-1])]
-    steps = after_warmup(final)
-    table = Table(title=f"run summary (per-member times: {AFTER_WARMUP})")
-    for column in ("replica", "group", "member", "device", "tokens", "forward ms", "backward ms",
-                   "of which HP ms", "ZeRO ms"):
-        table.add_column(column, justify="right")
-    for index, record in enumerate(result.steps[-1]["members"]):
-        times = mean_over_steps(steps, "members", index, ("forward_s", "backward_s", "hp_s", "zero_s"))
-        table.add_row(*(str(record[k]) for k in ("replica", "group", "member", "device", "tokens")),
-                      *(f"{t * 1e3:.1f}" for t in times))
-    return table
-
-
 def print_summary(result: RunResult, plan) -> None:
-    console.print(member_table(result) if "members" in result.steps[-1] else summary_table(result, plan))
+    console.print(views_for(plan).run_table(result, plan))
     steps = after_warmup(result.steps)
     tokens_s = sum(s["tokens_per_s"] for s in steps) / len(steps)
     console.print(f"loss {result.steps[0]['loss']:.4f} → {result.steps[-1]['loss']:.4f} over "
@@ -240,7 +195,7 @@ def run_elastically(prob, job, the_plan):
 
 def describe_job(job) -> str:
     spec, config = job.config.model, job.config
-    schedule = f"{config.schedule}, " if job.kind == "layered" else ""  # a sequence plan has no pipeline schedule
+    schedule = f"{config.schedule}, " if kind_of(job.plan).pipeline_schedule else ""
     return (f"model {spec.name} (L={spec.layers}, h={spec.hidden}, heads={spec.heads}/{spec.num_kv_heads}), "
             f"{schedule}recompute={config.recompute}, seq {config.seq_len}, B={job.plan.global_batch}")
 
