@@ -34,7 +34,7 @@ class RunConfig(Frozen):
                                    "make_job takes the problem's training.schedule")
     recompute: bool = Field(default=False, description="full activation recomputation")
     data: DataName = Field(default="synthetic", description="token source")
-    lr: float = Field(default=1e-3, gt=0, description="AdamW learning rate")
+    lr: float = Field(default=1e-3, ge=0, description="AdamW learning rate (0: the weights stay as they are)")
     weight_decay: float = Field(default=0.01, ge=0, description="AdamW weight decay")
     seed: int = Field(default=0, ge=0, description="seeds weights and data")
     backend: Backend = Field(default="gloo", description="torch.distributed backend")

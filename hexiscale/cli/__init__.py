@@ -14,6 +14,7 @@ from hexiscale.cli import generate as _generate  # noqa: E402,F401
 from hexiscale.cli import compare as _compare  # noqa: E402,F401
 from hexiscale.cli import show as _show  # noqa: E402,F401
 from hexiscale.cli import run as _run  # noqa: E402,F401
+from hexiscale.cli import hf_run as _hf_run  # noqa: E402,F401
 from hexiscale.cli import solve as _solve  # noqa: E402,F401
 from hexiscale.cli import replan as _replan  # noqa: E402,F401
 from hexiscale.cli import profile as _profile  # noqa: E402,F401

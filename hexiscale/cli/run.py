@@ -9,6 +9,8 @@ from pydantic import ValidationError
 from rich.markup import escape
 
 from hexiscale.cli.calibrate import print_prediction
+from hexiscale.cli.hf_run import (DATA, EVAL_DATA, EVAL_EVERY, INIT_FROM, MODEL, SAVE_DTYPE, SAVE_HF, WEIGHT_DECAY,
+                                  checked_model, model_file_settings)
 from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
 from hexiscale.cli.views import views_for
 from planner.io import load_plan, load_problem
@@ -70,14 +72,15 @@ def print_summary(result: RunResult, plan) -> None:
 @friendly_errors
 def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         plan: str = typer.Argument(..., help="plan file or bundled name"),
-        model: str = typer.Option("tiny", help="tiny: small model, same plan structure; problem: the problem's model"),
+        model: str = MODEL,
         steps: int = typer.Option(3, min=1, help="optimizer steps"),
         schedule: str = typer.Option(None, help="pipeline schedule: 1f1b | gpipe (default: the problem's, "
                                      "whose memory was priced)"),
         recompute: bool = typer.Option(None, "--recompute/--no-recompute", help="default: the problem's setting"),
-        data: str = typer.Option("synthetic", help="synthetic | corpus (bundled text, byte-level)"),
+        data: str = DATA, eval_data: str = EVAL_DATA, eval_every: int = EVAL_EVERY,
+        init_from: Path = INIT_FROM, save_hf: Path = SAVE_HF, save_dtype: str = SAVE_DTYPE,
         seq_len: int = typer.Option(None, min=1, help="default: min(problem's, 32) for tiny"),
-        lr: float = typer.Option(1e-3, help="AdamW learning rate"),
+        lr: float = typer.Option(1e-3, help="AdamW learning rate"), weight_decay: float = WEIGHT_DECAY,
         seed: int = typer.Option(0, min=0, help="seeds weights and data"),
         timeout: float = typer.Option(60.0, help="seconds any rank waits on a peer before giving up"),
         wait: str = typer.Option("auto", help="CPU: auto (wait awake while the ranks fit the cores) | asleep"),
@@ -97,10 +100,10 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     checkpoint_dir = checkpoint_options(checkpoint_dir, save_every, resume, elastic, torchrun)
     prob, the_plan = load_problem(problem), load_plan(plan)
     check_plan_is_for(prob, the_plan, plan, force)
-    if model not in ("tiny", "problem"):
-        fail(f"--model must be tiny or problem, got {model!r}")
+    model = checked_model(prob, model)
     check_backend(backend, torchrun)
-    settings = {"steps": steps, "data": data, "lr": lr, "seed": seed,
+    settings = {"steps": steps, "lr": lr, "seed": seed, "weight_decay": weight_decay, **model_file_settings(
+                    prob, steps, seq_len, data, eval_data, eval_every, init_from, save_hf, save_dtype),
                 "timeout_s": timeout, "wait": wait, "backend": backend, "out_dir": str(out) if out else "",
                 "checkpoint_dir": str(checkpoint_dir or ""), "save_every": save_every}
     settings.update({k: v for k, v in (("recompute", recompute), ("seq_len", seq_len), ("schedule", schedule))

@@ -26,12 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from planner.problem import Problem
+from runtime.checkpoints.hf_names import check_weights
 from runtime.config import Job
 from runtime.errors import RunError
 from runtime.failure import FailureInjection
 from runtime.kinds import runtime_kind, runtime_of
 from runtime.launch.resume import check_fresh_dir, resume_job
 from runtime.metrics.runlog import log_run
+from runtime.model.catalogue import model_tensors
 
 GRACE_S = 15.0
 __all__ = ["GRACE_S", "RunError", "RunResult", "free_port", "launch_local", "make_job", "run_plan",
@@ -210,7 +212,10 @@ def make_job(problem: Problem, plan: Any, model: str = "tiny", **settings) -> Jo
     """The job for `plan`, made by its kind's runtime: the plan checked against the problem,
     the model chosen (`tiny` or the problem's own), settings defaulting to the problem's
     training (the schedule that was priced is the one that runs)."""
-    return runtime_of(plan).make_job(problem, plan, model, **settings)
+    job = runtime_of(plan).make_job(problem, plan, model, **settings)
+    if job.config.init_from:  # before any process: a folder that is not this model is one line
+        check_weights(job.config.init_from, job.config.model, model_tensors(job.config.model))
+    return job
 
 
 def run_plan(problem: Problem, plan: Any, model: str = "tiny", steps: int = 3, echo: bool = True,

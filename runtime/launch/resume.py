@@ -14,7 +14,7 @@ from runtime.kinds import runtime_kind
 
 def job_settings(job: Job) -> dict:
     config = job.config
-    return {"seq_len": config.seq_len, "seed": config.seed, "data": config.data,
+    return {"seq_len": config.seq_len, "seed": config.seed, "data": config.data_id,
             "global_batch": job.plan.global_batch}
 
 

@@ -7,6 +7,10 @@ all-reduce it. Chunks that go to the same rank set are packed into one flat buff
 rank issues one all-reduce per distinct partner set, in the layout's one global order (which
 makes the blocking collectives deadlock-free). Replicated parameters (norm weights) travel
 in chunk 0, whose owner is the stage leader, which then broadcasts them in its TP group.
+Tied embeddings (docs/cost-model.md §3.4) leave the DP sync: every first stage's embedding
+and every last stage's head are copies of one matrix, and each vocabulary chunk is summed
+over all its holders at once (`layout.tied_groups`: both uses and every pipeline), so the
+copies start equal and stay equal, as Megatron keeps its two copies.
 Every collective goes through the communicator (`runtime.communication.communicator`).
 """
 
@@ -19,6 +23,7 @@ import torch
 from runtime.communication.communicator import Communicator, Group, ReduceOpName
 from runtime.layered.groups import RankGroups
 from runtime.layered.stage import StageModel
+from runtime.model.llama import EMBEDDING, HEAD
 from runtime.communication.packing import PackBuffers, hand_back
 
 
@@ -38,7 +43,9 @@ def _chunk_pieces(model: StageModel, groups: RankGroups, grads: bool) -> dict[tu
             continue
         per_rank = group.num_chunks // stage.tp  # chunks in each TP rank's shard
         local_chunk = group.chunk - groups.tp_rank * per_rank
-        for _, param, dim in model.unit_shards(group.unit):
+        for name, param, dim in model.unit_shards(group.unit):
+            if model.spec.tied_embeddings and name in (EMBEDDING, HEAD):
+                continue  # summed over the tied groups instead
             tensor = param.grad if grads else param.data
             if dim is None:
                 if group.chunk == 0:
@@ -65,9 +72,38 @@ def _all_reduce_views(comm: Communicator, views: list[torch.Tensor], group: Grou
     return list(flat.split([v.numel() for v in views]))
 
 
+def _tied_pieces(model: StageModel, groups: RankGroups, grads: bool) -> dict[tuple[int, ...], list[list[torch.Tensor]]]:
+    """Tied group's rank set → per chunk this rank holds, the views of its copies (the
+    embedding's, the head's, or both on a stage that is first and last)."""
+    stage, out = groups.stage, {}
+    copies = [model.p(name) for name, held in ((EMBEDDING, stage.first), (HEAD, stage.last)) if held]
+    for group in groups.layout.tied_groups:
+        if groups.rank not in group.ranks:
+            continue
+        per_rank = group.num_chunks // stage.tp
+        local = group.chunk - groups.tp_rank * per_rank
+        tensors = [p.grad if grads else p.data for p in copies]
+        rows = tensors[0].shape[0] // per_rank
+        out.setdefault(group.ranks, []).append([t.narrow(0, local * rows, rows) for t in tensors])
+    return out
+
+
+def sync_tied(comm: Communicator, model: StageModel, groups: RankGroups) -> None:
+    """Every copy of the tied matrix gets the sum of all copies' gradients (all pipelines)."""
+    for key, chunks in sorted(_tied_pieces(model, groups, grads=True).items()):
+        summed = torch.cat([sum(views[1:], views[0].clone()).reshape(-1) for views in chunks])
+        if len(key) > 1:
+            comm.all_reduce(summed, groups.tied[key])
+        for views, total in zip(chunks, summed.split([views[0].numel() for views in chunks])):
+            for view in views:
+                view.copy_(total.view_as(view))
+
+
 def sync_gradients(comm: Communicator, model: StageModel, groups: RankGroups, buffers: PackBuffers) -> None:
     """Sum every gradient across pipelines (one call per step, after accumulation), packed
-    into `buffers` (kept between steps)."""
+    into `buffers` (kept between steps); the tied embeddings' copies first."""
+    if model.spec.tied_embeddings:
+        sync_tied(comm, model, groups)
     if groups.layout.num_pipelines == 1:
         return
     pieces = _chunk_pieces(model, groups, grads=True)
@@ -88,6 +124,11 @@ def replicas_identical(comm: Communicator, model: StageModel, groups: RankGroups
     for key in groups.layout.dp_group_keys():
         if key in pieces:
             ok &= _same_everywhere(comm, _views(pieces[key]), groups.dp[key])
+    if model.spec.tied_embeddings:  # a stage's two copies alike, then every holder's
+        for key, chunks in sorted(_tied_pieces(model, groups, grads=False).items()):
+            ok &= all(torch.equal(view, views[0]) for views in chunks for view in views)
+            if len(key) > 1:
+                ok &= _same_everywhere(comm, [views[0] for views in chunks], groups.tied[key])
     if groups.tp is not None:
         ok &= _same_everywhere(comm, _views(_replicated(model, grads=False)), groups.tp)
     return ok

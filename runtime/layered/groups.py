@@ -25,6 +25,7 @@ class RankGroups:
     stage: StageRanks
     tp: Group | None = None  # None when the stage has TP size 1
     dp: dict[tuple[int, ...], Group] = field(default_factory=dict)  # rank set → group
+    tied: dict[tuple[int, ...], Group] = field(default_factory=dict)  # tied embeddings' rank sets
 
     @property
     def tp_size(self) -> int:
@@ -39,9 +40,10 @@ class RankGroups:
         return self.rank == self.stage.leader
 
 
-def create_groups(layout: RankLayout, comm: Communicator) -> RankGroups:
-    """Create every group on every rank in one fixed order; return this rank's groups."""
-    rank, tp, dp = comm.rank, None, {}
+def create_groups(layout: RankLayout, comm: Communicator, tied: bool = False) -> RankGroups:
+    """Create every group on every rank in one fixed order; return this rank's groups.
+    `tied`: also the tied embeddings' groups (a rank set that is a DP group's too reuses it)."""
+    rank, tp, dp, tied_groups = comm.rank, None, {}, {}
     for ranks in layout.tp_group_keys():
         group = comm.new_group(ranks)
         if rank in ranks:
@@ -50,4 +52,8 @@ def create_groups(layout: RankLayout, comm: Communicator) -> RankGroups:
         group = comm.new_group(ranks)
         if rank in ranks:
             dp[ranks] = group
-    return RankGroups(rank=rank, layout=layout, stage=layout.stage_of(rank), tp=tp, dp=dp)
+    for ranks in layout.tied_group_keys() if tied else ():
+        group = dp.get(ranks) if ranks in layout.dp_group_keys() else comm.new_group(ranks)
+        if rank in ranks:
+            tied_groups[ranks] = group
+    return RankGroups(rank=rank, layout=layout, stage=layout.stage_of(rank), tp=tp, dp=dp, tied=tied_groups)

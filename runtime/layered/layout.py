@@ -73,6 +73,8 @@ class RankLayout(Frozen):
     stages: tuple[StageRanks, ...] = Field(description="every stage, in plan order")
     p2p: tuple[P2PPair, ...] = Field(description="leader pairs between consecutive stages")
     chunk_groups: tuple[ChunkGroup, ...] = Field(description="DP chunk groups, by unit then chunk")
+    tied_groups: tuple[ChunkGroup, ...] = Field(
+        default=(), description="tied embeddings: each chunk's holders among every first and last stage")
 
     @property
     def world_size(self) -> int:
@@ -97,6 +99,10 @@ class RankLayout(Frozen):
     def dp_group_keys(self) -> list[tuple[int, ...]]:
         """Distinct rank sets of the chunk groups (size > 1), in the one global sync order."""
         return sorted({g.ranks for g in self.chunk_groups if len(g.ranks) > 1})
+
+    def tied_group_keys(self) -> list[tuple[int, ...]]:
+        """Distinct rank sets of the tied groups (size > 1), in one global order."""
+        return sorted({g.ranks for g in self.tied_groups if len(g.ranks) > 1})
 
     def tp_group_keys(self) -> list[tuple[int, ...]]:
         return [s.ranks for s in self.stages if s.tp > 1]
@@ -136,6 +142,18 @@ def _chunk_groups(stages: list[StageRanks], num_layers: int, num_pipelines: int)
     return groups
 
 
+def _tied_groups(stages: list[StageRanks]) -> list[ChunkGroup]:
+    """Tied embeddings (docs/cost-model.md §3.4): the embedding of every first stage and the
+    head of every last stage are copies of one matrix, cut in vocabulary chunks of the finest
+    shard among them; chunk c's group is every rank holding it (a stage that is both first and
+    last counts once: it sums its two copies' gradients before the group's all-reduce)."""
+    holders = [s for s in stages if s.first or s.last]
+    finest = max(s.tp for s in holders)
+    return [ChunkGroup(unit=0, chunk=c, num_chunks=finest,
+                       ranks=tuple(sorted({s.ranks[c // (finest // s.tp)] for s in holders})))
+            for c in range(finest)]
+
+
 def _check_plan(plan: Plan) -> int:
     """Checks the layout needs (the validator checks the rest against a problem)."""
     layers = [p.layers for p in plan.pipelines]
@@ -159,4 +177,5 @@ def rank_layout(plan: Plan) -> RankLayout:
     pairs = [P2PPair(pipeline=a.pipeline, stage=a.stage, src=a.leader, dst=b.leader)
              for a, b in zip(stages, stages[1:]) if a.pipeline == b.pipeline]
     return RankLayout(num_layers=num_layers, num_pipelines=len(plan.pipelines), stages=tuple(stages),
-                      p2p=tuple(pairs), chunk_groups=tuple(_chunk_groups(stages, num_layers, len(plan.pipelines))))
+                      p2p=tuple(pairs), chunk_groups=tuple(_chunk_groups(stages, num_layers, len(plan.pipelines))),
+                      tied_groups=tuple(_tied_groups(stages)))

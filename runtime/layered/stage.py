@@ -17,8 +17,8 @@ from planner.workload import ModelSpec
 from runtime.config import check_model_fits
 from runtime.communication.communicator import Communicator, Group
 from runtime.layered.layout import StageRanks
-from runtime.model.llama import (apply_rope, causal_attention, init_param, mlp_activation, rms_norm,
-                           rope_tables, shard, unit_params)
+from runtime.model.llama import (apply_rope, causal_attention, initial_value, layer_param_shapes, mlp_activation,
+                                 project_qkv, rms_norm, rope_tables, shard, unit_params)
 from runtime.model.tp import (copy_to_tp, reduce_from_tp, vocab_parallel_cross_entropy,
                         vocab_parallel_embedding)
 
@@ -38,10 +38,10 @@ class StageModel(nn.Module):
         self.shard_dims: dict[str, int | None] = {}
         for unit in stage.units(spec.layers):
             for name, (shape, dim) in unit_params(spec, unit).items():
-                full = init_param(name, shape, seed)
+                full = initial_value(spec, name, shape, seed)  # a tied head: the embedding's
                 self.params[name.replace(".", "/")] = nn.Parameter(shard(full, dim, tp_rank, stage.tp))
                 self.shard_dims[name] = dim
-        cos, sin = rope_tables(seq_len, spec.head_dim)
+        cos, sin = rope_tables(seq_len, spec.head_dim, spec.rope_theta)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
         self.vocab_start = tp_rank * (spec.vocab // stage.tp)
@@ -54,18 +54,16 @@ class StageModel(nn.Module):
         return [(name, self.p(name), dim) for name, (_, dim) in unit_params(self.spec, unit).items()]
 
     def _attention(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        p, spec, t = (lambda n: self.p(f"layers.{i}.{n}")), self.spec, self.tp_size
-        b, s, _ = x.shape
-        h = copy_to_tp(rms_norm(x, p("attn_norm.weight")), self.comm, self.tp_group)
-        q = F.linear(h, p("attn.q.weight")).view(b, s, spec.heads // t, spec.head_dim)
-        k = F.linear(h, p("attn.k.weight")).view(b, s, spec.num_kv_heads // t, spec.head_dim)
-        v = F.linear(h, p("attn.v.weight")).view(b, s, spec.num_kv_heads // t, spec.head_dim)
+        spec, t = self.spec, self.tp_size
+        w = {name: self.p(f"layers.{i}.{name}") for name in layer_param_shapes(spec)}
+        h = copy_to_tp(rms_norm(x, w["attn_norm.weight"], spec.norm_eps), self.comm, self.tp_group)
+        q, k, v = project_qkv(h, w, spec.heads // t, spec.num_kv_heads // t, spec.head_dim)
         q, k = apply_rope(q, self.cos, self.sin), apply_rope(k, self.cos, self.sin)
-        return reduce_from_tp(F.linear(causal_attention(q, k, v), p("attn.o.weight")), self.comm, self.tp_group)
+        return reduce_from_tp(F.linear(causal_attention(q, k, v), w["attn.o.weight"]), self.comm, self.tp_group)
 
     def _mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
         p = lambda n: self.p(f"layers.{i}.{n}")  # noqa: E731
-        h = copy_to_tp(rms_norm(x, p("mlp_norm.weight")), self.comm, self.tp_group)
+        h = copy_to_tp(rms_norm(x, p("mlp_norm.weight"), self.spec.norm_eps), self.comm, self.tp_group)
         gate = F.linear(h, p("mlp.gate.weight")) if self.spec.gated else None
         hidden = mlp_activation(gate, F.linear(h, p("mlp.up.weight")))
         return reduce_from_tp(F.linear(hidden, p("mlp.down.weight")), self.comm, self.tp_group)
@@ -85,7 +83,7 @@ class StageModel(nn.Module):
             x = checkpoint(self._layer, i, x, use_reentrant=False) if self.recompute else self._layer(i, x)
         if not self.stage.last:
             return x
-        h = copy_to_tp(rms_norm(x, self.p("norm.weight")), self.comm, self.tp_group)
+        h = copy_to_tp(rms_norm(x, self.p("norm.weight"), self.spec.norm_eps), self.comm, self.tp_group)
         logits = F.linear(h, self.p("head.weight"))
         losses = vocab_parallel_cross_entropy(logits, labels, self.vocab_start, self.comm, self.tp_group)
         return losses.sum() * loss_scale

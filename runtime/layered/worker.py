@@ -15,18 +15,20 @@ import torch
 from planner.schedules import get_schedule
 from runtime.communication.communicator import Communicator, RankPlace
 from runtime.config import Job, RunConfig, check_model_fits
-from runtime.model.data import BatchLoader, make_source
+from runtime.model.data import BatchLoader, eval_due, eval_loader, run_source
 from runtime.errors import ConfigError
 from runtime.failure import FailureInjection
 from runtime.checkpoints.manifest import clear_partials
 from runtime.checkpoints.tensors import save_step
-from runtime.layered.checkpoint import build_manifest, load_rank, rank_tensors
+from runtime.checkpoints.hf_weights import report_init, save_hf_folder
+from runtime.layered.checkpoint import build_manifest, init_rank, load_rank, rank_tensors
 from runtime.layered.grad_sync import replicas_identical, sync_gradients
 from runtime.layered.groups import RankGroups, create_groups
 from runtime.layered.layout import RankLayout, rank_layout
 from runtime.layered.schedule import StageLink, StepRunner
 from runtime.layered.stage import StageModel
 from runtime.communication.packing import PackBuffers
+from runtime.metrics.progress import progress_note
 from runtime.metrics.timing import STAGE_PHASES, STEP, SYNC, TP, TP_KINDS, PhaseTimer, device_synchronizer
 
 STEPS_FILE = "steps.jsonl"
@@ -105,12 +107,12 @@ def build_stage(job: Job, comm: Communicator, groups: RankGroups) -> StageModel:
 
 def train(job: Job, comm: Communicator) -> None:
     config, layout, rank = job.config, rank_layout(job.plan), comm.rank
-    groups = create_groups(layout, comm)
+    groups = create_groups(layout, comm, tied=config.model.tied_embeddings)
     model = build_stage(job, comm, groups)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
                                   foreach=False)
-    loader = BatchLoader(make_source(config.data, config.model.vocab, config.seed), config.seq_len)
     global_batch = job.plan.global_batch
+    loader, evaluator = BatchLoader(run_source(config, global_batch), config.seq_len), eval_loader(config, global_batch)
     shape = (config.micro_batch, config.seq_len, config.model.hidden)
     schedule, failure, history = get_schedule(config.schedule), FailureInjection.from_env(), []
     first = start_checkpoints(job, comm, model, optimizer, groups)
@@ -132,22 +134,39 @@ def train(job: Job, comm: Communicator) -> None:
                 sync_gradients(comm, model, groups, buffers)
         optimizer.step()
         metrics = step_metrics(comm, runner, groups, comm.meter.sent - bridge_start)
-        history.append(report_step(step, config, layout, metrics, time.perf_counter() - start,
-                                   global_batch, rank))
+        wall_s = time.perf_counter() - start
+        held_out = eval_loss(job, comm, model, groups, evaluator, shape) if eval_due(config, step) else None
+        history.append(report_step(step, config, layout, metrics, wall_s, global_batch, rank, held_out))
         if config.save_every and (step + 1) % config.save_every == 0:
             save_checkpoint(job, comm, model, optimizer, groups, step + 1, failure)
     finish(job, comm, model, groups, history)
 
 
+def eval_loss(job: Job, comm: Communicator, model: StageModel, groups: RankGroups, loader: BatchLoader,
+              shape: tuple[int, ...]) -> float:
+    """The held-out loss (batch 0 of the eval stream, each pipeline its slice as in training):
+    forward passes only, mean over its B·s targets, the same number on every rank."""
+    scale = 1.0 / (job.plan.global_batch * job.config.seq_len)
+    runner = StepRunner(model, StageLink.of(comm, groups, shape),
+                        micro_batches(job, groups.stage.pipeline, 0, loader, comm.device), scale)
+    with torch.no_grad():
+        for index in range(len(runner.micro_batches)):
+            runner.forward(index)
+            runner.saved.clear()
+        runner.link.finish()
+    share = runner.loss_sum if groups.is_leader and groups.stage.last else 0.0
+    return float(comm.all_reduce(torch.tensor([share], dtype=torch.float64, device=comm.device), comm.world).item())
+
+
 def report_step(step: int, config: RunConfig, layout: RankLayout, metrics: torch.Tensor,
-                wall_s: float, global_batch: int, rank: int) -> dict:
+                wall_s: float, global_batch: int, rank: int, held_out: float | None = None) -> dict:
     tokens_s = global_batch * config.seq_len / wall_s
     phases = len(STAGE_PHASES)
     per_stage = metrics[1: 1 + phases * len(layout.stages)].view(-1, phases).tolist()
     times = [(values[0], values[1]) for values in per_stage]
     record = {"step": step + 1, "loss": float(metrics[0]), "tokens_per_s": tokens_s, "wall_s": wall_s,
               "step_s": float(metrics[1 + phases * len(layout.stages): -1].max()),
-              "bridge_bytes": float(metrics[-1]),
+              "bridge_bytes": float(metrics[-1]), **({"eval_loss": held_out} if held_out is not None else {}),
               "stages": [{"pipeline": s.pipeline, "stage": s.stage,
                           **{f"{name}_s": value for name, value in zip(STAGE_PHASES, values)}}
                          for s, values in zip(layout.stages, per_stage)]}
@@ -157,7 +176,7 @@ def report_step(step: int, config: RunConfig, layout: RankLayout, metrics: torch
     if rank == 0:
         per_stage = "  ".join(f"p{s.pipeline}s{s.stage} F {f * 1e3:.0f}ms B {b * 1e3:.0f}ms"
                               for s, (f, b) in zip(layout.stages, times))
-        print(f"step {step + 1}/{config.steps}  loss {record['loss']:.5f}  tokens/s {tokens_s:,.0f}  "
+        print(f"step {step + 1}/{config.steps}  loss {record['loss']:.5f}{progress_note(record, config, step)}  "
               f"| {per_stage}", flush=True)
     return record
 
@@ -171,6 +190,8 @@ def start_checkpoints(job: Job, comm: Communicator, model: StageModel, optimizer
     first = load_rank(config.resume_from, model, optimizer, groups) if config.resume_from else 0
     if comm.rank == 0 and config.resume_from:
         print(f"resumed from {config.resume_from} at step {first}", flush=True)
+    if config.init_from and not config.resume_from:  # a resumed run's weights are the checkpoint's
+        report_init(comm.rank, config.init_from, init_rank(config.init_from, model, groups))
     comm.barrier()
     return first
 
@@ -202,6 +223,9 @@ def finish(job: Job, comm: Communicator, model: StageModel, groups: RankGroups, 
     out = Path(config.out_dir) if config.out_dir else None
     if out and config.dump_params:
         dump_params(out / f"rank{rank}.pt", model, groups, config.model.layers)
+    if config.save_hf:
+        save_hf_folder(config.save_hf, config.steps, comm, rank_tensors(model, None, groups),
+                       lambda: build_manifest(job, groups.layout, config.steps), config.save_dtype)
     if rank == 0 and out:
         (out / "metrics.json").write_text(json.dumps({"steps": history, "replicas_identical": replicas_ok}))
     if rank == 0 and replicas_ok is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from runtime.config import RunConfig
-from runtime.model.data import BatchLoader, make_source
+from runtime.model.data import BatchLoader, run_source
 from runtime.model.llama import ReferenceLlama
 
 
@@ -16,7 +16,7 @@ def train_reference(config: RunConfig, global_batch: int) -> tuple[list[float], 
     model = ReferenceLlama(config.model, config.seq_len, config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
                                   foreach=False)
-    loader = BatchLoader(make_source(config.data, config.model.vocab, config.seed), config.seq_len)
+    loader = BatchLoader(run_source(config, global_batch), config.seq_len)
     losses = []
     for step in range(config.steps):
         optimizer.zero_grad(set_to_none=True)

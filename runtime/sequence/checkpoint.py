@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from planner.workload import ModelSpec
+from runtime.checkpoints.hf_weights import HFReader
 from runtime.checkpoints.manifest import Chunk, Manifest, TensorEntry, read_manifest
 from runtime.checkpoints.tensors import ShardReader, restore_rng, rng_state
 from runtime.config import Job
@@ -77,15 +78,17 @@ def saved_tensors(layout: SeqLayout, spec: ModelSpec) -> dict[str, TensorEntry]:
     return {key: TensorEntry(shape=shapes[key.split("/", 1)[1]], chunks=tuple(c)) for key, c in chunks.items()}
 
 
-def rank_tensors(states: ZeroStates, optimizer: torch.optim.Optimizer, *, replica: int) -> dict[str, torch.Tensor]:
-    """This rank's chunks by their key in its file (none outside replica 0)."""
+def rank_tensors(states: ZeroStates, optimizer: torch.optim.Optimizer | None, *,
+                 replica: int) -> dict[str, torch.Tensor]:
+    """This rank's chunks by their key in its file (none outside replica 0; the weights
+    alone without an optimizer)."""
     if replica != 0:
         return {}
     tensors = {}
     for unit, name, _, (_, sizes, lo, hi), at in rank_pieces(states.catalogues, parts=states.parts,
                                                              index=states.index):
         block = states.blocks[unit]
-        for kind, key in KINDS.items():
+        for kind, key in KINDS.items() if optimizer is not None else [("param", None)]:
             source = block.detach() if key is None else optimizer.state[block][key]
             tensors[f"{kind}/{name}@{lo}"] = source[at:at + hi - lo].reshape(sizes)
     return tensors
@@ -93,11 +96,27 @@ def rank_tensors(states: ZeroStates, optimizer: torch.optim.Optimizer, *, replic
 
 def build_manifest(job: Job, layout: SeqLayout, step: int) -> Manifest:
     config, batch = job.config, job.plan.global_batch
-    settings = {"seq_len": config.seq_len, "seed": config.seed, "data": config.data, "global_batch": batch,
+    settings = {"seq_len": config.seq_len, "seed": config.seed, "data": config.data_id, "global_batch": batch,
                 "lr": config.lr, "weight_decay": config.weight_decay}
     return Manifest(step=step, data_position=step, sequences_seen=step * batch, rng=rng_state(),
                     plan_kind=job.kind, plan=job.plan.model_dump(mode="json"), problem_hash=job.problem_hash,
                     model=config.model, settings=settings, tensors=saved_tensors(layout, config.model))
+
+
+def load_params(reader, states: ZeroStates) -> None:
+    """This rank's blocks of the weights from `reader` (a checkpoint's or a model folder's)."""
+    for unit, name, _, (offsets, sizes, lo, hi), at in rank_pieces(states.catalogues, parts=states.parts,
+                                                                   index=states.index):
+        with torch.no_grad():
+            states.blocks[unit][at:at + hi - lo] = reader.region(f"param/{name}", offsets, sizes).flatten()
+
+
+def init_rank(folder: str | Path, states: ZeroStates) -> int:
+    """This rank's blocks of the weights from a Hugging Face folder (lazy slices: the
+    rectangles of its blocks only); returns the bytes read."""
+    reader = HFReader(folder)
+    load_params(reader, states)
+    return reader.bytes_read
 
 
 def load_rank(folder: str | Path, states: ZeroStates, optimizer: torch.optim.Optimizer) -> int:
@@ -106,12 +125,11 @@ def load_rank(folder: str | Path, states: ZeroStates, optimizer: torch.optim.Opt
     folder = Path(folder)
     manifest = read_manifest(folder)
     reader = ShardReader(folder, manifest)
+    load_params(reader, states)
     moments = {unit: {key: torch.zeros_like(block) for key in KINDS.values() if key}
                for unit, block in enumerate(states.blocks)}
     for unit, name, _, (offsets, sizes, lo, hi), at in rank_pieces(states.catalogues, parts=states.parts,
                                                                    index=states.index):
-        with torch.no_grad():
-            states.blocks[unit][at:at + hi - lo] = reader.region(f"param/{name}", offsets, sizes).flatten()
         for kind, key in KINDS.items():
             if key and manifest.step:
                 moments[unit][key][at:at + hi - lo] = reader.region(f"{kind}/{name}", offsets, sizes).flatten()

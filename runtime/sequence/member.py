@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from planner.workload import ModelSpec
-from runtime.model.llama import apply_rope, mlp_activation, rms_norm, rope_tables
+from runtime.model.llama import EMBEDDING, HEAD, apply_rope, mlp_activation, project_qkv, rms_norm, rope_tables
 from runtime.sequence.zero import ZeroStates
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -37,22 +37,20 @@ class MemberModel(nn.Module):
                  positions: np.ndarray | torch.Tensor, seq_len: int, recompute: bool):
         super().__init__()
         self.spec, self.states, self.attention, self.recompute = spec, states, attention, recompute
-        cos, sin = rope_tables(seq_len, spec.head_dim)
+        cos, sin = rope_tables(seq_len, spec.head_dim, spec.rope_theta)
         index = torch.as_tensor(positions, dtype=torch.int64)
         self.register_buffer("cos", cos[index], persistent=False)
         self.register_buffer("sin", sin[index], persistent=False)
 
     def _attention(self, w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        spec, (b, t, _) = self.spec, x.shape
-        h = rms_norm(x, w["attn_norm.weight"])
-        q = F.linear(h, w["attn.q.weight"]).view(b, t, spec.heads, spec.head_dim)
-        k = F.linear(h, w["attn.k.weight"]).view(b, t, spec.num_kv_heads, spec.head_dim)
-        v = F.linear(h, w["attn.v.weight"]).view(b, t, spec.num_kv_heads, spec.head_dim)
+        spec = self.spec
+        h = rms_norm(x, w["attn_norm.weight"], spec.norm_eps)
+        q, k, v = project_qkv(h, w, spec.heads, spec.num_kv_heads, spec.head_dim)
         q, k = apply_rope(q, self.cos, self.sin), apply_rope(k, self.cos, self.sin)
         return F.linear(self.attention(q, k, v), w["attn.o.weight"])
 
     def _mlp(self, w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        h = rms_norm(x, w["mlp_norm.weight"])
+        h = rms_norm(x, w["mlp_norm.weight"], self.spec.norm_eps)
         gate = F.linear(h, w["mlp.gate.weight"]) if self.spec.gated else None
         return F.linear(mlp_activation(gate, F.linear(h, w["mlp.up.weight"])), w["mlp.down.weight"])
 
@@ -62,15 +60,22 @@ class MemberModel(nn.Module):
         w = {name[len(prefix):]: tensor for name, tensor in weights.items()}
         # Under recompute, checkpoint already drops every saved tensor (and gathers again in
         # its recomputed forward); otherwise the gathered weights are re-gathered in backward.
-        with contextlib.nullcontext() if self.recompute else self.states.regathering(i + 1, flat):
+        with contextlib.nullcontext() if self.recompute else self.states.regathering((i + 1, flat)):
             x = x + self._attention(w, x)
             return x + self._mlp(w, x)
 
     def _head_loss(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Final norm, LM head, summed token losses. A tied head is the embedding's unit,
+        gathered again: its gradient reaches the embedding's block through a second
+        reduce-scatter (one copy, unlike a layered plan's two)."""
         unit = self.spec.layers + 1
         w, flat = self.states.gather(unit)
-        with self.states.regathering(unit, flat):
-            logits = F.linear(rms_norm(x, w["norm.weight"]), w["head.weight"])
+        held = [(unit, flat)]
+        if self.spec.tied_embeddings:
+            embedding, embedding_flat = self.states.gather(0)
+            w, held = {**w, HEAD: embedding[EMBEDDING]}, held + [(0, embedding_flat)]
+        with self.states.regathering(*held):
+            logits = F.linear(rms_norm(x, w["norm.weight"], self.spec.norm_eps), w[HEAD])
             return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
 
     def forward(self, tokens: torch.Tensor, labels: torch.Tensor, loss_scale: float) -> torch.Tensor:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from math import prod
 
 from planner.workload import ModelSpec
-from runtime.model.llama import unit_params
+from runtime.model.llama import stored_name, unit_params
 
 Span = tuple[int, int]
 
@@ -36,11 +36,14 @@ class UnitCatalogue:
 
 
 def unit_catalogues(spec: ModelSpec) -> list[UnitCatalogue]:
-    """Every unit's flat layout, units 0..L+1."""
+    """Every unit's flat layout, units 0..L+1; a tied head is not in unit L+1 (the member
+    model uses the embedding's unit for it)."""
     out = []
     for unit in range(spec.layers + 2):
         offset, params = 0, {}
         for name, (shape, _) in unit_params(spec, unit).items():
+            if stored_name(spec, name) != name:
+                continue
             params[name] = (shape, (offset, offset + prod(shape)))
             offset += prod(shape)
         out.append(UnitCatalogue(unit=unit, params=params))

@@ -23,11 +23,12 @@ from runtime.checkpoints.manifest import clear_partials
 from runtime.checkpoints.tensors import save_step
 from runtime.communication.communicator import Communicator, RankPlace
 from runtime.config import Job, RunConfig
-from runtime.model.data import BatchLoader, make_source
+from runtime.model.data import BatchLoader, eval_due, eval_loader, run_source
 from runtime.errors import ConfigError
 from runtime.failure import FailureInjection
 from runtime.communication.packing import PackBuffers
-from runtime.sequence.checkpoint import build_manifest, load_rank, rank_tensors
+from runtime.checkpoints.hf_weights import report_init, save_hf_folder
+from runtime.sequence.checkpoint import build_manifest, init_rank, load_rank, rank_tensors
 from runtime.sequence.attention import AttentionContext, sequence_attention
 from runtime.sequence.groups import SeqGroups, create_groups
 from runtime.sequence.job import run_violations
@@ -36,6 +37,7 @@ from runtime.sequence.member import MemberModel
 from runtime.sequence.shards import sync_segments, unit_catalogues
 from runtime.sequence.sync import replicas_identical, sync_gradients
 from runtime.sequence.zero import ZeroStates
+from runtime.metrics.progress import progress_note
 from runtime.metrics.timing import HP, HP_KINDS, ZERO, ZERO_KINDS, PhaseTimer, device_synchronizer
 
 STEPS_FILE = "steps.jsonl"
@@ -128,20 +130,29 @@ class Member:
                                  recompute=config.recompute).to(comm.device)
         self.optimizer = torch.optim.AdamW(self.states.parameters(), lr=config.lr,
                                            weight_decay=config.weight_decay, foreach=False)
-        self.loader = BatchLoader(make_source(config.data, config.model.vocab, config.seed), config.seq_len)
         self.global_batch = job.plan.global_batch
+        self.loader = BatchLoader(run_source(config, self.global_batch), config.seq_len)
         self.buffers = PackBuffers()  # the gradient sync's, kept between steps
         self.setup_mib = current_mib(comm.device)  # model, optimizer, groups: before any step
 
-    def micro_batches(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def micro_batches(self, step: int, loader: BatchLoader | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(tokens, labels) at this member's positions of each micro-batch of its replica."""
         plan, b, r = self.job.plan, self.job.config.micro_batch, self.record.replica
         offset = sum(rep.batch for rep in plan.replicas[:r])
         out = []
         for start in range(offset, offset + plan.replicas[r].batch, b):
-            inputs, labels = self.loader.batch(step, start, b)
+            inputs, labels = (loader or self.loader).batch(step, start, b)
             out.append((inputs[:, self.positions].to(self.comm.device), labels[:, self.positions].to(self.comm.device)))
         return out
+
+    def eval_loss(self, loader: BatchLoader) -> float:
+        """The held-out loss (batch 0 of the eval stream, each replica its slice as in
+        training): forward passes only, mean over its B·s targets, on every rank."""
+        scale = 1.0 / (self.global_batch * self.job.config.seq_len)
+        with torch.no_grad():
+            share = sum(self.model(tokens, labels, scale).item() for tokens, labels in self.micro_batches(0, loader))
+        total = torch.tensor([share], dtype=torch.float64, device=self.comm.device)
+        return float(self.comm.all_reduce(total, self.comm.world).item())
 
     def step(self, step: int, failure: FailureInjection | None) -> torch.Tensor:
         """One optimizer step; returns [loss share, forward s, backward s, peak MiB above the
@@ -186,11 +197,12 @@ def step_metrics(comm: Communicator, own: torch.Tensor) -> torch.Tensor:
 
 
 def report_step(step: int, config: RunConfig, layout: SeqLayout, metrics: torch.Tensor, wall_s: float,
-                global_batch: int, rank: int) -> dict:
+                global_batch: int, rank: int, held_out: float | None = None) -> dict:
     tokens_s = global_batch * config.seq_len / wall_s
     times = metrics[1:-1].view(-1, PER_RANK).tolist()
     record = {"step": step + 1, "loss": float(metrics[0]), "tokens_per_s": tokens_s, "wall_s": wall_s,
               "step_s": max(t[3] for t in times), "bridge_bytes": float(metrics[-1]),
+              **({"eval_loss": held_out} if held_out is not None else {}),
               "members": [{"replica": r.replica, "group": r.group, "member": r.member, "device": r.device,
                            "tokens": r.num_tokens, "forward_s": f, "backward_s": b, "peak_mib": m,
                            "hp_s": hp, "zero_s": zero}
@@ -201,21 +213,23 @@ def report_step(step: int, config: RunConfig, layout: SeqLayout, metrics: torch.
     if rank == 0:
         per_member = "  ".join(f"r{m['replica']}g{m['group']}m{m['member']} F {m['forward_s'] * 1e3:.0f}ms "
                                f"B {m['backward_s'] * 1e3:.0f}ms" for m in record["members"])
-        print(f"step {step + 1}/{config.steps}  loss {record['loss']:.5f}  tokens/s {tokens_s:,.0f}  "
+        print(f"step {step + 1}/{config.steps}  loss {record['loss']:.5f}{progress_note(record, config, step)}  "
               f"| {per_member}", flush=True)
     return record
 
 
 def train(job: Job, comm: Communicator) -> None:
     config, member = job.config, Member(job, comm)
-    failure, history = FailureInjection.from_env(), []
+    failure, history, evaluator = FailureInjection.from_env(), [], eval_loader(config, member.global_batch)
     first = start_checkpoints(job, comm, member)
     for step in range(first, config.steps):
         start = time.perf_counter()
         own = member.step(step, failure)
         metrics = step_metrics(comm, own)
-        history.append(report_step(step, config, member.layout, metrics, time.perf_counter() - start,
-                                   member.global_batch, comm.rank))
+        wall_s = time.perf_counter() - start
+        held_out = member.eval_loss(evaluator) if eval_due(config, step) else None
+        history.append(report_step(step, config, member.layout, metrics, wall_s, member.global_batch, comm.rank,
+                                   held_out))
         if config.save_every and (step + 1) % config.save_every == 0:
             save_checkpoint(job, comm, member, step + 1, failure)
     finish(job, comm, member, history)
@@ -230,6 +244,8 @@ def start_checkpoints(job: Job, comm: Communicator, member: Member) -> int:
     first = load_rank(config.resume_from, member.states, member.optimizer) if config.resume_from else 0
     if comm.rank == 0 and config.resume_from:
         print(f"resumed from {config.resume_from} at step {first}", flush=True)
+    if config.init_from and not config.resume_from:  # a resumed run's weights are the checkpoint's
+        report_init(comm.rank, config.init_from, init_rank(config.init_from, member.states))
     comm.barrier()
     return first
 
@@ -252,6 +268,10 @@ def finish(job: Job, comm: Communicator, member: Member, history: list[dict]) ->
         torch.save({"replica": member.record.replica, "pieces": member.states.rank_pieces(),
                     "shapes": {n: s for c in member.states.catalogues for n, (s, _) in c.params.items()}},
                    out / f"rank{rank}.pt")
+    if config.save_hf:
+        save_hf_folder(config.save_hf, config.steps, comm,
+                       rank_tensors(member.states, None, replica=member.record.replica),
+                       lambda: build_manifest(job, member.layout, config.steps), config.save_dtype)
     if rank == 0 and out:
         (out / "metrics.json").write_text(json.dumps({"steps": history, "replicas_identical": replicas_ok}))
     if rank == 0 and replicas_ok is not None:

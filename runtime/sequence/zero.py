@@ -93,26 +93,28 @@ class ZeroStates(nn.Module):
         return {name: piece.view(shape) for name, piece, shape in zip(catalogue.params, pieces, shapes)}, flat
 
     @contextlib.contextmanager
-    def regathering(self, unit: int, flat: torch.Tensor):
-        """Autograd keeps no tensor of the gathered buffer `flat`: it keeps where it was and
-        gathers the unit again on first use in backward. A no-op for a one-rank replica."""
+    def regathering(self, *held: tuple[int, torch.Tensor]):
+        """For each (unit, gathered buffer `flat`) held: autograd keeps no tensor of `flat`,
+        only where it was, and gathers the unit again on first use in backward. A no-op for
+        a one-rank replica."""
         if self.group is None:
             yield
             return
-        storage = flat.untyped_storage().data_ptr()
+        units = {flat.untyped_storage().data_ptr(): unit for unit, flat in held}
 
         def pack(tensor: torch.Tensor):
-            if tensor.untyped_storage().data_ptr() != storage:
+            unit = units.get(tensor.untyped_storage().data_ptr())
+            if unit is None:
                 return tensor
             return (unit, tensor.size(), tensor.stride(), tensor.storage_offset())
 
         def unpack(packed):
             if isinstance(packed, torch.Tensor):
                 return packed
+            unit, size, stride, offset = packed
             if unit not in self.regathered:
                 with torch.no_grad():
                     self.regathered[unit] = self.all_gather(self.blocks[unit])
-            _, size, stride, offset = packed
             return self.regathered[unit].as_strided(size, stride, offset)
 
         with torch.autograd.graph.saved_tensors_hooks(pack, unpack):

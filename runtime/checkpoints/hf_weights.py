@@ -1,0 +1,177 @@
+"""Hugging Face safetensors in and out (imports torch; docs/models-and-data.md §12).
+
+In: `HFReader.region` reads the block a rank holds of one tensor through safetensors' lazy
+slices (`safe_open(...).get_slice(name)[...]`): only those bytes are read from the file, and
+the rank never holds the whole tensor, let alone the whole file. It answers the same
+`region(key, offsets, sizes)` as a checkpoint's `ShardReader`, so a plan of either kind fills
+its parameters from a model folder exactly as it resumes from a checkpoint.
+
+Out: `write_hf_folder` writes config.json, every other file of the source folder except the
+weights and their index (the tokenizer's among them), and model.safetensors (or shards of at
+most `max_shard_bytes` with model.safetensors.index.json) under transformers' names; a tied
+head is not written (transformers ties it to the embedding on loading). `export_checkpoint`
+converts a plan-independent checkpoint (any plan, either kind) the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from math import prod
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from planner.workload import ModelSpec
+from runtime.checkpoints.hf_names import INDEX, SINGLE, HFWeights, hf_name
+from runtime.checkpoints.manifest import CheckpointError, commit, latest_checkpoint
+from runtime.checkpoints.tensors import ShardReader, write_shard
+from runtime.model.llama import model_tensors
+
+SAVE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
+WEIGHT_INDEXES = (INDEX, "pytorch_model.bin.index.json")
+MAX_SHARD_BYTES = 5 * 2**30
+
+
+class HFReader:
+    """Regions of a model folder's tensors as fp32, by runtime name (`param/<name>` keys, as a
+    checkpoint's ShardReader); `bytes_read` counts what the slices asked of the files."""
+
+    def __init__(self, folder: str | Path):
+        self.weights, self._open, self.bytes_read = HFWeights(folder), {}, 0
+
+    def _file(self, path: Path):
+        if path not in self._open:
+            self._open[path] = safe_open(str(path), framework="pt")
+        return self._open[path]
+
+    def region(self, key: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> torch.Tensor:
+        name = hf_name(key.removeprefix("param/"))
+        if name not in self.weights.file_of:
+            raise CheckpointError(f"{self.weights.folder}: tensor {name} is missing")
+        part = self._file(self.weights.file_of[name]).get_slice(name)
+        block = part[tuple(slice(o, o + n) for o, n in zip(offsets, sizes))]
+        self.bytes_read += block.numel() * block.element_size()
+        return block.to(torch.float32)
+
+
+def config_of(spec: ModelSpec, dtype: str) -> dict:
+    """config.json of the model: the source folder's (its dtype set to the one written), or,
+    for a model of no folder, a Llama (Qwen2 with q/k/v biases) config of its sizes."""
+    if spec.hf_folder and (Path(spec.hf_folder) / "config.json").is_file():
+        config = json.loads((Path(spec.hf_folder) / "config.json").read_text())
+        config.update({key: dtype for key in ("dtype", "torch_dtype") if key in config} or {"dtype": dtype})
+        return config
+    if not spec.gated:
+        raise CheckpointError(f"model {spec.name!r} has a plain MLP: no Hugging Face Llama layout holds it")
+    kind = "qwen2" if spec.qkv_bias else "llama"
+    return {"architectures": ["Qwen2ForCausalLM" if spec.qkv_bias else "LlamaForCausalLM"], "model_type": kind,
+            "num_hidden_layers": spec.layers, "hidden_size": spec.hidden, "num_attention_heads": spec.heads,
+            "num_key_value_heads": spec.num_kv_heads, "intermediate_size": spec.ffn_hidden,
+            "vocab_size": spec.vocab, "hidden_act": "silu", "rms_norm_eps": spec.norm_eps,
+            "rope_theta": spec.rope_theta, "tie_word_embeddings": spec.tied_embeddings, "dtype": dtype}
+
+
+def copy_other_files(source: Path, out: Path) -> None:
+    """Every file of the source folder but its weights, their index and config.json."""
+    for path in sorted(source.iterdir()):
+        if (path.is_file() and not path.name.startswith(".") and path.name != "config.json"
+                and not path.name.endswith(WEIGHT_SUFFIXES) and path.name not in WEIGHT_INDEXES):
+            shutil.copy2(path, out / path.name)
+
+
+def shard_plan(spec: ModelSpec, itemsize: int, max_shard_bytes: int) -> list[list[str]]:
+    """Runtime tensor names in file order, cut into shards of at most max_shard_bytes."""
+    shards, size = [[]], 0
+    for name, shape in model_tensors(spec).items():
+        nbytes = prod(shape) * itemsize
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards, size = shards + [[]], 0
+        shards[-1].append(name)
+        size += nbytes
+    return shards
+
+
+def write_hf_folder(out: str | Path, spec: ModelSpec, full_tensor: Callable[[str], torch.Tensor],
+                    dtype: str = "float32", max_shard_bytes: int = MAX_SHARD_BYTES) -> Path:
+    """The model in the Hugging Face layout; `full_tensor(name)` gives each whole tensor (one
+    shard's tensors are in memory at a time)."""
+    out, torch_dtype = Path(out), SAVE_DTYPES[dtype]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config_of(spec, dtype), indent=2) + "\n")
+    if spec.hf_folder and Path(spec.hf_folder).is_dir():
+        copy_other_files(Path(spec.hf_folder), out)
+    shards = shard_plan(spec, torch_dtype.itemsize, max_shard_bytes)
+    files = [SINGLE] if len(shards) == 1 else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+                                               for i in range(len(shards))]
+    weight_map, total = {}, 0
+    for file, names in zip(files, shards):
+        tensors = {hf_name(n): full_tensor(n).to(torch_dtype).contiguous() for n in names}
+        save_file(tensors, str(out / file), metadata={"format": "pt"})
+        weight_map.update({name: file for name in tensors})
+        total += sum(t.numel() * t.element_size() for t in tensors.values())
+    if len(files) > 1:
+        (out / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    return out
+
+
+def checkpoint_tensors(folder: Path, manifest) -> Callable[[str], torch.Tensor]:
+    """name → the whole parameter, assembled from a checkpoint's chunks."""
+    reader = ShardReader(folder, manifest)
+
+    def full_tensor(name: str) -> torch.Tensor:
+        shape = manifest.tensors[f"param/{name}"].shape
+        return reader.region(f"param/{name}", (0,) * len(shape), shape)
+
+    return full_tensor
+
+
+def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "float32",
+                      max_shard_bytes: int = MAX_SHARD_BYTES) -> tuple[Path, int]:
+    """A plan-independent checkpoint (the newest under `checkpoint`, verified) in the Hugging
+    Face layout; returns (its folder, its step)."""
+    folder, manifest = latest_checkpoint(checkpoint)
+    missing = [n for n in model_tensors(manifest.model) if f"param/{n}" not in manifest.tensors]
+    if missing:
+        raise CheckpointError(f"{folder}: the checkpoint has no tensor param/{missing[0]}")
+    write_hf_folder(out, manifest.model, checkpoint_tensors(folder, manifest), dtype, max_shard_bytes)
+    return folder, manifest.step
+
+
+def saved_tensors(folder: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """(transformers name, tensor) of every tensor a written folder holds (tests, checks)."""
+    weights = HFWeights(folder)
+    for path in sorted(set(weights.file_of.values())):
+        with safe_open(str(path), framework="pt") as handle:
+            for name in handle.keys():
+                yield name, handle.get_tensor(name)
+
+
+def save_hf_folder(out: str | Path, step: int, comm, tensors: dict[str, torch.Tensor],
+                   manifest: Callable[[], object], dtype: str) -> None:
+    """--save-hf after the last step: the writing ranks put their weight chunks (`param/`
+    keys) in a plan-independent checkpoint under OUT/.hexiscale-params, and rank 0 converts
+    it (export_checkpoint) and removes it: the same path `hexiscale export-hf` takes."""
+    root = Path(out) / ".hexiscale-params"
+    if comm.rank == 0:
+        shutil.rmtree(root, ignore_errors=True)
+    comm.barrier()
+    if tensors:
+        write_shard(root, step, comm.rank, tensors)
+    comm.barrier()
+    if comm.rank == 0:
+        written = manifest()
+        weights = {key: entry for key, entry in written.tensors.items() if key.startswith("param/")}
+        export_checkpoint(commit(root, written.model_copy(update={"tensors": weights})), out, dtype)
+        shutil.rmtree(root, ignore_errors=True)
+        print(f"saved the model in the Hugging Face layout to {out} ({dtype})", flush=True)
+    comm.barrier()
+
+
+def report_init(rank: int, folder: str, bytes_read: int) -> None:
+    """One line in the rank's log: what it read of the model folder (its slice only)."""
+    print(f"rank {rank}: weights from {folder}: read {bytes_read:,} bytes (this rank's slice)", flush=True)
