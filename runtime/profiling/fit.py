@@ -20,15 +20,16 @@ import numpy as np
 from planner import cost
 from planner.calibration import CalibrationError, LinkFit, Statistic, MeasuredDevice, fit_link, measured_cluster, term_regressors
 from planner.hardware import Cluster
+from planner.kinds import PLAN_KINDS
 from planner.sequence.cost import exchange_time
+from runtime.kinds import runtime_kind
 from runtime.profiling.launcher import LinkTiming, ProfileResult, ProfileSpec
 
-# The operation whose fit the cluster file carries, by the kind of plan it is for: the
-# collective that kind leans on. Layered: the all-reduce of the TP and gradient terms.
-# Sequence: the all-to-all of the Ulysses exchanges (on gloo ZeRO-3's all-gathers and
-# reduce-scatters cost like it, not like the all-reduce).
-WRITTEN_OP_FOR = {"layered": "all_reduce", "sequence": "all_to_all"}
-WRITTEN_OP = WRITTEN_OP_FOR["layered"]  # the default
+# The operation whose fit the cluster file carries, by the kind of plan it is for
+# (`RuntimeKind.profiled_op`): the collective that kind leans on. Layered: the all-reduce of
+# the TP and gradient terms. Sequence: the all-to-all of the Ulysses exchanges.
+DEFAULT_PLANS = "layered"  # `profile --for`'s default
+WRITTEN_OP = runtime_kind(DEFAULT_PLANS).profiled_op
 
 
 def priced_term(timing: LinkTiming):
@@ -133,12 +134,12 @@ def class_report(result: ProfileResult, link_class: str, what: str, statistic: S
                        mean_error=float(np.median([t.mean_error for t in timings])))
 
 
-def pass_flops(spec: ProfileSpec, plans: str = "layered") -> float:
+def pass_flops(spec: ProfileSpec, plans: str = DEFAULT_PLANS) -> float:
     """The FLOPs the cost model prices for the timed model pass (forward + backward of one
     micro-batch through every layer and the head; causal attention, docs/cost-model.md §3.6),
     so that η = achieved/peak prices the same FLOPs it was measured on. Both plan kinds count
-    them alike."""
-    return cost.iteration_flops(spec.model, spec.training())
+    them alike (each kind's F_iter: `PlanKind.iteration_flops`)."""
+    return PLAN_KINDS[plans].iteration_flops(spec.model, spec.training())
 
 
 def attention_share(spec: ProfileSpec) -> float:
@@ -170,7 +171,7 @@ DRIFT_WARNING = 0.10  # above it, `profile` says the machine was not steady
 
 
 def measured_device(result: ProfileResult, name: str, statistic: Statistic = "mean",
-                    plans: str = "layered") -> MeasuredDevice:
+                    plans: str = DEFAULT_PLANS) -> MeasuredDevice:
     """The device type: peak = the best rate of any timed GEMM; achieved = the whole model's,
     its FLOPs counted as the cost model counts them; and the attention's own rate, which splits
     the pass into η (matrices) and η_att (attention): `MeasuredDevice.efficiencies`."""
@@ -182,12 +183,13 @@ def measured_device(result: ProfileResult, name: str, statistic: Statistic = "me
 
 
 def profiled_cluster(result: ProfileResult, *, name: str, gpu_name: str, what: str = "profile",
-                     statistic: Statistic = "mean", plans: str = "layered",
+                     statistic: Statistic = "mean", plans: str = DEFAULT_PLANS,
                      ) -> tuple[Cluster, dict[str, ClassReport], list[str]]:
-    """The cluster file's contents for `plans` of that kind (WRITTEN_OP_FOR), the per-class
+    """The cluster file's contents for `plans` of that kind (its `profiled_op`), the per-class
     reports, and notes on what was not measured (a class without two processes takes the
     other class's figure; said, not hidden)."""
-    reports = {c: class_report(result, c, what, statistic, WRITTEN_OP_FOR[plans]) for c in ("intra", "inter")}
+    written_op = runtime_kind(plans).profiled_op
+    reports = {c: class_report(result, c, what, statistic, written_op) for c in ("intra", "inter")}
     notes = []
     for missing, other, why in (("intra", "inter", "no machine has two processes"),
                                 ("inter", "intra", "one machine only")):
