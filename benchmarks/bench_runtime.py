@@ -109,7 +109,7 @@ def sequence_run(config: RunConfig, batch: int, shares: list[int]) -> tuple[floa
     holding `shares` tokens each (all heads), one process per group."""
     heads = config.model.heads
     plan = SeqPlan.from_rings(problem="", batches=[batch], rings=[[[(d, heads, t)] for d, t in enumerate(shares)]])
-    result = launch_local(Job(plan=plan, kind="sequence", config=config), threads=1, echo=False)
+    result = launch_local(Job(plan=plan, config=config), threads=1, echo=False)
     if not result.ok:
         raise SystemExit("sequence run failed:\n" + result.failure_summary())
     steps = after_warmup(result.steps)
