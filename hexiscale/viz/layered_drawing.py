@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hexiscale.viz.common import picture_paths, plan_title
-from planner.kinds import evaluate
+from hexiscale.viz.common import prepare
 from planner.layered.plan import Plan
 from planner.problem import Problem
 
@@ -31,10 +30,7 @@ def draw_plan(problem: Problem, plan: Plan, out_dir: str | Path, prefix: str = "
     from hexiscale.viz.memory import draw_memory
     from hexiscale.viz.schedule import pipeline_schedule
 
-    paths = picture_paths(out_dir, prefix, ("cluster", "schedule", "memory"))
-    on_step("pricing the plan")
-    estimate = evaluate(problem, plan)
-    title = plan_title(problem, plan, estimate)
+    paths, estimate, title = prepare(problem, plan, out_dir, prefix, ("cluster", "schedule", "memory"), on_step)
     on_step(f"drawing {paths[0].name}")
     draw_cluster(problem, plan, paths[0], title)
     on_step(f"drawing {paths[1].name}")

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hexiscale.viz.common import picture_paths, plan_title
-from planner.kinds import evaluate
+from hexiscale.viz.common import prepare
 from planner.problem import Problem
 from planner.sequence.plan import SeqPlan
 
@@ -18,10 +17,7 @@ def draw_plan(problem: Problem, plan: SeqPlan, out_dir: str | Path, prefix: str 
     from hexiscale.viz.sequence_bars import draw_bars  # matplotlib only when drawing
     from hexiscale.viz.sequence_ring import draw_ring
 
-    paths = picture_paths(out_dir, prefix, ("ring", "devices"))
-    on_step("pricing the plan")
-    estimate = evaluate(problem, plan)
-    title = plan_title(problem, plan, estimate)
+    paths, estimate, title = prepare(problem, plan, out_dir, prefix, ("ring", "devices"), on_step)
     on_step(f"drawing {paths[0].name}")
     draw_ring(problem, plan, paths[0], title)
     on_step(f"drawing {paths[1].name}")
