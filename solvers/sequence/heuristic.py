@@ -117,15 +117,20 @@ class Coarse:
             self.sets.append(list(devices))
         return self.index[key]
 
-    def grow(self) -> None:
-        """The device sets of the GROW_FROM best coarse plans (best per set) grown by whole
-        idle machines (`growth_machines`), one at a time while the plan of the same HP
-        degree, D and deal gets faster: a few slower machines next to the fast ones often
-        help where a whole slower GPU type does not."""
+    def grow(self, starts: list[Candidate]) -> None:
+        """The device sets of the GROW_FROM best coarse plans (best per set) and of `starts`
+        (as coarse plans of their HP degree and D) grown by whole idle machines
+        (`growth_machines`), one at a time while the plan of the same HP degree, D and deal
+        gets faster: a few slower machines next to the fast ones often help where a whole
+        slower GPU type does not."""
         seeds: dict[int, Candidate] = {}
         for c in self.ranked():
             seeds.setdefault(c[3][0], c)
-        for best in list(seeds.values())[:GROW_FROM]:
+        chosen = list(seeds.values())[:GROW_FROM]
+        for _, _, rings, label in starts:
+            devices = [m[0] for ring in rings for g in ring for m in g]
+            chosen += [c for c in [self.price((self.set_of(devices), label[1], label[2], DEALS[0]))] if c]
+        for best in chosen:
             for _ in range(GROW_ROUNDS):
                 s = best[3][0]
                 tried = [self.price((self.set_of(self.sets[s] + self.problem.cluster.devices_of(m)), *best[3][1:]))
@@ -200,7 +205,7 @@ def search(problem: Problem, options: SolverOptions, deadline: float) -> tuple[C
         uniform = best_uniform(problem, deadline)
         coarse = Coarse(problem, deadline, bar)
         coarse.every() if small else coarse.staged()
-        coarse.grow()
+        coarse.grow(uniform)
         found = coarse.ranked()
         chosen = to_polish(found) + one_vendor_starts(problem, coarse) if small else found[:POLISHED_LARGE]
         polished = []
