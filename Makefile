@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo example-hf test bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,6 +24,11 @@ demo: $(STAMP)
 	$(BIN)/hexiscale show instances/problems/demo-asym.yaml .demo-plan.json -o .demo-pictures
 	$(BIN)/hexiscale run instances/problems/demo-asym.yaml .demo-plan.json --model tiny --steps 3
 
+# a Hugging Face model made here (transformers + tokenizers, nothing downloaded), trained under an
+# asymmetric plan from its safetensors on the bundled text, written back and loaded by transformers
+example-hf: $(STAMP)
+	$(BIN)/python examples/hf_tiny.py --folder .example-hf
+
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --timeout=600
 
@@ -31,4 +36,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) .demo-plan.json
+	rm -rf $(VENV) .demo-plan.json .example-hf
