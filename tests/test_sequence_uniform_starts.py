@@ -18,7 +18,7 @@ from solvers.sequence.space import plan_time
 
 BUNDLED = ["longctx-tiny", "longctx-sim-32-llama3-8b-128k", "longctx-sim-64-llama3-8b-128k",
            "longctx-sim-128-llama3-8b-128k", "longctx-sim-128-llama-30b-512k",
-           "longctx-h100-a100-llama3-8b-64k", "longctx-h100-a100-llama-30b-256k"]
+           "longctx-h100-a100-llama3-8b-64k", "longctx-h100-a100-llama-30b-256k", "longctx-h100-mi300x-llama3-8b-128k"]
 
 
 def _gpu(problem, device: int) -> str:
@@ -63,9 +63,8 @@ def test_best_uniform_is_priced_as_the_planner_and_no_slower_than_the_baseline(n
 @pytest.mark.parametrize("name", ["longctx-sim-32-llama3-8b-128k", "longctx-h100-a100-llama3-8b-64k"])
 def test_uniform_starts_cover_every_layout_of_the_baseline_that_fits(name):
     problem = load_problem(name)
-    mine = set()
-    for _, _, run, d, _ in uniform_starts.layouts(problem, uniform_starts.priced_runs(problem, time.perf_counter() + 60)):
-        mine.add(_layout_key(run.rings[:d]))
+    runs = uniform_starts.priced_runs(problem, time.perf_counter() + 60)
+    mine = {_layout_key(run.rings[:d]) for _, _, run, d, _ in uniform_starts.layouts(problem, runs)}
     fitting = 0
     for (_, replicas, _), rings in baselines.subset_layouts(problem):
         if plan_time(problem, [problem.training.global_batch // replicas] * replicas, rings)[1]:
