@@ -11,6 +11,7 @@ tied embeddings), a tokenizer trained here, the bundled text as .jsonl documents
 - the token stream is §12's (computed here independently) and is read from the cache the
   second time; a long .txt encoded in pieces equals it encoded whole;
 - a rank reads only its slice: a stage's RssFile growth against a file 24× its slice;
+- sharded folders (an index and several files) are written, loaded and read by region;
 - bad input is one line, exit 2, nothing written.
 """
 
@@ -254,3 +255,24 @@ def test_an_unreadable_corpus(work, tmp_path):
     (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00text")
     one_line_exit_2(run(work / "qwen.yaml", work / "tp.json", "--data", tmp_path / "binary.txt"),
                     "binary.txt", "not UTF-8")
+
+
+def test_sharded_folders_out_and_in(work, tmp_path):
+    """Shards with model.safetensors.index.json: written when the model exceeds a shard,
+    loaded by transformers, and read back region by region."""
+    from planner.io import load_model
+    from runtime.checkpoints.hf_names import INDEX, check_weights
+    from runtime.checkpoints.hf_weights import HFReader, write_hf_folder
+    from runtime.model.catalogue import model_tensors
+
+    spec, source = load_model(f"hf:{work / 'llama'}"), HFReader(work / "llama")
+    tensors = model_tensors(spec)
+    whole = {name: source.region(f"param/{name}", (0,) * len(shape), shape) for name, shape in tensors.items()}
+    write_hf_folder(tmp_path, spec, whole.__getitem__, max_shard_bytes=100_000)
+    files = json.loads((tmp_path / INDEX).read_text())["weight_map"]
+    assert len(set(files.values())) > 1
+    check_weights(tmp_path, spec, tensors)
+    assert relative_distance(hf_state(tmp_path), hf_state(work / "llama")) == 0
+    reader = HFReader(tmp_path)
+    block = reader.region("param/layers.3.mlp.down.weight", (8, 16), (4, 32))
+    assert torch.equal(block, whole["layers.3.mlp.down.weight"][8:12, 16:48])
