@@ -140,8 +140,8 @@ def test_cli_schedule_defaults_to_the_problems_and_an_override_gets_a_note(tmp_p
 @pytest.mark.parametrize("option, expected", [
     (["--schedule", "foo"], "--schedule: Input should be '1f1b' or 'gpipe' (got 'foo')"),
     (["--timeout", "-1"], "--timeout: Input should be greater than 0"),
-    (["--data", "foo"], "--data: Input should be 'synthetic' or 'corpus'"),
-    (["--lr", "-1"], "--lr: Input should be greater than 0"),
+    (["--data", "foo"], "--data: 'foo' is neither synthetic nor corpus"),
+    (["--lr", "-1"], "--lr: Input should be greater than or equal to 0"),
     (["--backend", "foo"], "--backend: Input should be 'gloo' or 'nccl'"),
     (["--wait", "spin"], "--wait: Input should be 'auto' or 'asleep'"),
 ])

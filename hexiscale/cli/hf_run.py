@@ -46,11 +46,11 @@ def data_settings(problem, data: str, eval_data: str | None, eval_every: int, st
                   seq_len: int | None) -> dict:
     """The run settings of --data and --eval-data: a path is tokenized with the problem's
     model folder's tokenizer.json (a model of no folder has none: one line, exit 2)."""
-    texts = [option for option, value in (("--data", data), ("--eval-data", eval_data))
+    texts = [(option, value) for option, value in (("--data", data), ("--eval-data", eval_data))
              if value is not None and value not in NAMED_SOURCES]
     if texts and not problem.model.hf_folder:
-        fail(f"{texts[0]}: a text corpus needs a problem whose model comes from a Hugging Face folder "
-             f"(model: {{hf: PATH}}), whose tokenizer.json tokenizes it")
+        fail(f"{texts[0][0]}: {texts[0][1]!r} is neither synthetic nor corpus, and a text corpus needs a problem "
+             f"whose model comes from a Hugging Face folder (model: {{hf: PATH}}), whose tokenizer.json tokenizes it")
     if eval_data in NAMED_SOURCES:
         fail(f"--eval-data: expected a text corpus (.jsonl, .txt or a folder), got {eval_data!r}")
     length = seq_len or problem.training.seq_len
