@@ -7,6 +7,7 @@ tied embeddings), a tokenizer trained here, the bundled text as .jsonl documents
   equal a one-process transformers loop with torch's AdamW on the §12 batches to 1e-5, and
   OUT loads with from_pretrained, its parameters equal to the loop's to 1e-5 (‖Δ‖/‖ref‖);
 - export-hf of a checkpoint equals --save-hf of the same run, file for file;
+- a tied model's checkpoint from two pipelines resumes under a sequence plan;
 - with lr 0, init-from A then save-hf B gives A's tensors bit for bit;
 - the token stream is §12's (computed here independently) and is read from the cache the
   second time; a long .txt encoded in pieces equals it encoded whole;
@@ -60,7 +61,8 @@ def work(tmp_path_factory):
             "training": {"seq_len": S, "global_batch": B, "micro_batch": 1, "recompute": False, "token_block": 4}}))
     for name, plan, fmt, problem in (("tp", TP_PLAN, "hexiscale.plan/1", "qwen"),
                                      ("pp", TWO_PIPELINES, "hexiscale.plan/1", "qwen"),
-                                     ("seq", SEQUENCE_PLAN, "hexiscale.seqplan/1", "llama")):
+                                     ("seq", SEQUENCE_PLAN, "hexiscale.seqplan/1", "llama"),
+                                     ("seq-qwen", SEQUENCE_PLAN, "hexiscale.seqplan/1", "qwen")):
         (root / f"{name}.json").write_text(json.dumps({"format": fmt, "problem": problem, **plan}))
     yield root
     patch.undo()
@@ -106,6 +108,21 @@ def test_a_plan_trains_as_transformers_does(work, reference, model, plan):
     assert CliRunner().invoke(app, ["export-hf", str(work / f"ck-{plan}"), "-o", str(exported)]).exit_code == 0
     assert sorted(p.name for p in exported.iterdir()) == sorted(p.name for p in saved.iterdir())
     assert all((exported / p.name).read_bytes() == p.read_bytes() for p in saved.iterdir())
+
+
+@pytest.mark.slow
+def test_tied_copies_resume_across_kinds(work, reference):
+    """2 steps under two pipelines (a tied copy on each of 4 stages), a checkpoint, 2 more
+    under a sequence plan (one ZeRO-3 copy): the 4 losses are transformers'."""
+    first = run(work / "qwen.yaml", work / "pp.json", "--init-from", work / "qwen", "--data", work / "text.jsonl",
+                "--steps", 2, "--out", work / "run-first", "--checkpoint-dir", work / "ck-kinds", "--save-every", 2)
+    assert first.exit_code == 0, first.output
+    second = run(work / "qwen.yaml", work / "seq-qwen.json", "--data", work / "text.jsonl", "--steps", 4,
+                 "--out", work / "run-second", "--resume", work / "ck-kinds")
+    assert second.exit_code == 0, second.output
+    losses = [s["loss"] for out in ("run-first", "run-second")
+              for s in json.loads((work / out / "metrics.json").read_text())["steps"]]
+    assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(losses, reference["qwen"][0])), losses
 
 
 @pytest.mark.slow
