@@ -1,4 +1,4 @@
-"""Predicted against measured step time on this machine (DESIGN.md §9, issue 15).
+"""Predicted against measured step time on this machine (docs/calibration.md §9, issue 15).
 
     .venv/bin/python benchmarks/bench_calibration.py [--model medium|small] [--steps 8] [--out FILE] [--again WORK_FOLDER]
 
@@ -19,7 +19,7 @@
    (`calibrate --keep-undetermined`'s fit) on the *other* runs of its cluster and predict it
    again.
 4. Each operation's fitted bandwidth against its own direct large-message measurement.
-5. A sequence plan (DESIGN.md §7) on A and on B: its run log (each replica's slowest member
+5. A sequence plan (docs/sequence-plans.md §7) on A and on B: its run log (each replica's slowest member
    per micro-batch, the step without the optimizer) against T on the cluster profiled for
    sequence plans (`profile --for sequence`: the all-to-all fit, η over §7.2's FLOPs), and
    against T on that cluster with η as the layered runs refitted it (their links are
@@ -71,7 +71,7 @@ from report_figures import draw_calibration  # noqa: E402
 
 console = Console()
 # The problem's model, by --model. "medium" (the default): GEMMs of 128 × 512 × 1376 take
-# 2–3 ms here, so the per-operation costs no term of DESIGN.md §3 prices (a kernel's start,
+# 2–3 ms here, so the per-operation costs no term of docs/cost-model.md §3 prices (a kernel's start,
 # a TP rank's unsplit norms and copies) are small beside them, as they are on GPUs at LLM
 # sizes. "small": 4× less work per operation, where those costs show (see the README).
 MODELS = {"medium": ModelSpec(name="bench-medium", layers=8, hidden=512, heads=8, kv_heads=4, ffn_hidden=1376,
@@ -98,7 +98,7 @@ PLANS = {
 }
 MACHINES = {"A": (2,), "C": (1, 1), "B": (2, 2)}
 PER_CORE = {"A": 1, "C": 1, "B": 2}  # processes per core on this 2-core machine
-# Sequence plans (DESIGN.md §7), s = 512 (token block 64). On A: one uneven Ulysses pair.
+# Sequence plans (docs/sequence-plans.md §7), s = 512 (token block 64). On A: one uneven Ulysses pair.
 # On B: replica 0 a ring of an uneven Ulysses pair and one device, replica 1 one device.
 SEQ_TRAINING = TRAINING.model_copy(update={"seq_len": 512, "global_batch": 2, "recompute": True, "token_block": 64})
 SEQ_PLANS = {

@@ -2,7 +2,7 @@
 many pipelines, mixed TP sizes), mean wall time of `evaluate`, `iteration_time` (with and
 without the structural check) and `validate`.
 
-Target (DESIGN.md §3.6, the heuristic's inner loop): ≤ 5 ms per evaluation at 1024 GPUs.
+Target (docs/cost-model.md §3.6, the heuristic's inner loop): ≤ 5 ms per evaluation at 1024 GPUs.
 
     .venv/bin/python benchmarks/bench_evaluate.py [--sizes 64,256,1024,4096] [--seconds 1.0]
 """

@@ -2,7 +2,7 @@
 plain single-process training and torch DDP on the same 2 processes — same model, same
 global batch, same data. Target: the runtime within 15% of DDP.
 
-Sequence plans (DESIGN §7): a 2-process ring (2 groups of 1 member, half the sequence
+Sequence plans (docs/sequence-plans.md §7): a 2-process ring (2 groups of 1 member, half the sequence
 each) against the same runtime on 1 process holding the whole sequence, and each
 process's peak memory against its token share (an uneven ring, 1:3, without recompute).
 

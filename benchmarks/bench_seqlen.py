@@ -1,7 +1,7 @@
 """Which plan kind wins at which sequence length: on one cluster (longctx-h100-a100, the H100 +
 A100 mix of HexiSeq's testbed; its bandwidths are guesses, see the cluster file) and one model
 (llama3-8b), s = 4K … 1M tokens at about 1M tokens per iteration (B = 2^20 / s sequences, as
-the bundled longctx-*.yaml problems), the best layered plan (DESIGN.md §2–§4: the better of
+the bundled longctx-*.yaml problems), the best layered plan (docs/plan-space.md §2 and §4, docs/cost-model.md §3: the better of
 the layered heuristic and `symmetric`) against the best sequence plan (§7: the better of the
 sequence heuristic and `seq-uniform`), every T by the one evaluator of its kind. The problems
 are built in code with the planner's types, not read from files.

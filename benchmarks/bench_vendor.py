@@ -1,4 +1,4 @@
-"""Mixed-vendor clusters (DESIGN.md §8), two tables.
+"""Mixed-vendor clusters (docs/vendors.md §8), two tables.
 
 1. The bridge measured on this machine: 4 processes labelled nvidia, nvidia, amd, amd. A routed
    all-reduce over all four (reduce inside each vendor, the two leaders over the gloo bridge,
@@ -132,7 +132,7 @@ def compare(time_limit: float) -> list[dict]:
 
 
 def compare_table(rows: list[dict]) -> Table:
-    table = Table(title="bridge-aware heuristic vs a vendor-blind plan priced with the bridge (DESIGN.md §8)")
+    table = Table(title="bridge-aware heuristic vs a vendor-blind plan priced with the bridge (docs/vendors.md §8)")
     for col in ("problem", "kind", "GPUs", "T aware", "T blind (as solved)", "T blind (with bridge)",
                 "factor", "bridge share aware / blind"):
         table.add_column(col, justify="left" if col in ("problem", "kind") else "right")

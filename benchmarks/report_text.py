@@ -219,7 +219,7 @@ def differences(rows, scaling, slow, ratios, plans_dir: Path) -> list[str]:
         "## Why our figures differ from the paper's",
         "",
         "- **What is compared.** The paper measures training runs of real systems; we compare plans under "
-        "the DESIGN.md §3 cost model, with guessed interconnects (10 GbE between machines, 16 GB/s "
+        "the docs/cost-model.md §3 cost model, with guessed interconnects (10 GbE between machines, 16 GB/s "
         "effective PCIe for GeForce cards, 25 GB/s for A800 PCIe) and one efficiency η = 0.5 for every "
         "GPU type. Absolute times differ for that reason alone (case study: our symmetric "
         f"{number(sym, '.2f')} s against the paper's 41.52 s, our asymmetric {number(h, '.2f')} s against 25.55 s; "
@@ -266,7 +266,7 @@ def _intro(context: dict) -> list[str]:
         f"{context['time_limit']:g} s per heuristic-like run, {context['exact_time_limit']:g} s per exact run."
         + (f" Not registered when this ran, so absent: {', '.join(context['missing'])}." if context.get("missing") else ""),
         "",
-        "Every figure below is `planner.evaluate` on the plan a solver returned (DESIGN.md §3), the one "
+        "Every figure below is `planner.evaluate` on the plan a solver returned (docs/cost-model.md §3), the one "
         "cost model every solver optimizes. The bundled clusters use GUESSED bandwidths (see the comments "
         "in `instances/clusters/*.yaml`); the paper measured real systems. So the comparison is between "
         "plans under one model, not a reproduction of the paper's measurements.",

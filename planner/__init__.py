@@ -1,7 +1,7 @@
 """The problem encoded explicitly: types, the GPU catalog, the cost model, the judges.
 
 Layers, from the bottom: `base` (units, the frozen base type) → `hardware`, `workload`,
-`problem` (the inputs) → `cost` (DESIGN.md's formulas) → `violations`, `solver_info`,
+`problem` (the inputs) → `cost` (the formulas of docs/cost-model.md) → `violations`, `solver_info`,
 `plan_kind` (shared by every plan kind) → one folder per plan kind (`layered/`) → `kinds`
 (dispatch on a plan's kind) → `io` (files). `evaluate`, `validate` and `iteration_time` here
 accept a plan of any kind.

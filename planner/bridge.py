@@ -1,4 +1,4 @@
-"""Traffic across the cross-vendor bridge (DESIGN.md §8), shared by both plan kinds.
+"""Traffic across the cross-vendor bridge (docs/vendors.md §8), shared by both plan kinds.
 
 The runtime routes every collective by the vendors of its ranks: inside one vendor it never
 touches the bridge; over ranks of V vendors (nvidia and amd among them) it works inside each

@@ -1,4 +1,4 @@
-"""Fitting measured times to the cost model's figures (DESIGN.md §9): pure numpy, no torch.
+"""Fitting measured times to the cost model's figures (docs/calibration.md §9): pure numpy, no torch.
 
 Every regressor comes from the cost model's own term functions (`planner.cost`): a term that
 is linear in 1/bw and α (p2p, all-reduce, broadcast, all-to-all) is evaluated once at

@@ -1,4 +1,4 @@
-"""Refitting a cluster's figures from run records (DESIGN.md §9, `hexiscale calibrate`).
+"""Refitting a cluster's figures from run records (docs/calibration.md §9, `hexiscale calibrate`).
 
 A run record holds what a run measured: per unit the forward + backward time per micro-batch
 — each stage of a layered plan (the cost model's τ = C + T_tp), each replica of a sequence

@@ -1,4 +1,4 @@
-"""GPU types, the built-in catalog, machines and clusters (DESIGN.md §1).
+"""GPU types, the built-in catalog, machines and clusters (docs/plan-space.md §1).
 
 Devices get global integer ids in file order; `Cluster` precomputes the per-device arrays
 that the cost model indexes, so that evaluating a plan never walks Python objects per device.
@@ -6,7 +6,7 @@ that the cost model indexes, so that evaluating a plan never walks Python object
 Links between machines are stored sparsely (`planner.pairs.PairTable`): a default, per-machine
 rack ids with one figure per rack, and a sorted table of per-pair overrides, read for arrays of
 machine pairs at once; a cluster that mixes nvidia and amd machines adds its cross-vendor
-bridge (DESIGN.md §8) to both tables, so every reading is bridged. A dense machine × machine
+bridge (docs/vendors.md §8) to both tables, so every reading is bridged. A dense machine × machine
 matrix is built only for small clusters (the exact solvers read it); at 10^5 GPUs it would
 take gigabytes.
 """
@@ -50,7 +50,7 @@ class GpuType(Frozen):
 
     @property
     def effective_flops(self) -> float:
-        """π of DESIGN.md §3 in FLOP/s: peak · η."""
+        """π of docs/cost-model.md §3 in FLOP/s: peak · η."""
         return self.peak_tflops * self.efficiency * TFLOPS
 
     @property
@@ -60,7 +60,7 @@ class GpuType(Frozen):
 
     @property
     def effective_attention_flops(self) -> float:
-        """π_att of DESIGN.md §3 in FLOP/s: peak · η_att."""
+        """π_att of docs/cost-model.md §3 in FLOP/s: peak · η_att."""
         return self.peak_tflops * self.attention_eta * TFLOPS
 
 
@@ -152,10 +152,10 @@ class Cluster(Frozen):
     links: tuple[Link, ...] = Field(default=(), description="per machine-pair overrides")
     cross_vendor_bw_gbps: float = Field(
         default=10.0, gt=MIN_BW_GBPS, allow_inf_nan=False,
-        description="bridge bandwidth between nvidia and amd devices, GB/s (DESIGN.md §8)")
+        description="bridge bandwidth between nvidia and amd devices, GB/s (docs/vendors.md §8)")
     cross_vendor_latency_us: float = Field(
         default=50.0, ge=0, allow_inf_nan=False,
-        description="bridge latency added between nvidia and amd devices, µs (DESIGN.md §8)")
+        description="bridge latency added between nvidia and amd devices, µs (docs/vendors.md §8)")
     gpu_types: tuple[GpuType, ...] = Field(
         default=(), description="types added to, or overriding, the built-in catalog"
     )
@@ -235,7 +235,7 @@ class Cluster(Frozen):
     def machine_memory_bytes(self) -> np.ndarray:
         return np.array([self.gpu_of(i).memory_gib * GIB for i in range(len(self.machines))])
 
-    # -- links (DESIGN.md §1), stored sparsely ---------------------------------------------
+    # -- links (docs/plan-space.md §1), stored sparsely ---------------------------------------------
     @cached_property
     def machine_intra_bw(self) -> np.ndarray:
         """Each machine's intra bandwidth, GB/s (the diagonal of bw)."""
@@ -257,7 +257,7 @@ class Cluster(Frozen):
 
     @cached_property
     def machine_bridge_side(self) -> np.ndarray:
-        """Each machine's side of the cross-vendor bridge (DESIGN.md §8): 0 nvidia, 1 amd,
+        """Each machine's side of the cross-vendor bridge (docs/vendors.md §8): 0 nvidia, 1 amd,
         NOT_BRIDGED for `other` (an unknown vendor is never bridged)."""
         side = {Vendor.nvidia: 0, Vendor.amd: 1, Vendor.other: NOT_BRIDGED}
         return np.array([side[self.gpu_of(i).vendor] for i in range(len(self.machines))], dtype=np.int64)
@@ -341,7 +341,7 @@ class Cluster(Frozen):
                          for i, m in enumerate(self.machines)))
 
     def bw(self, i: int, j: int) -> float:
-        """bw(i, j) of DESIGN.md §1 (bridged, §8) between global devices i and j, GB/s."""
+        """bw(i, j) of docs/plan-space.md §1 (bridged, §8) between global devices i and j, GB/s."""
         return float(self.pair_bw(self.machine_of_device[i], self.machine_of_device[j]))
 
     def lat(self, i: int, j: int) -> float:

@@ -1,4 +1,4 @@
-"""One figure (bandwidth or latency) between machines, stored sparsely (DESIGN.md §1, §8).
+"""One figure (bandwidth or latency) between machines, stored sparsely (docs/plan-space.md §1, docs/vendors.md §8).
 
 `PairTable` holds a default, per-machine rack ids with one figure per rack, and a sorted table
 of per-pair overrides, read for arrays of machine pairs at once. A `Bridge` adds the
@@ -19,7 +19,7 @@ NOT_BRIDGED = -1  # bridge side of a machine whose vendor is `other` (unknown, n
 
 @dataclass(frozen=True, eq=False)
 class Bridge:
-    """The cross-vendor link of DESIGN.md §8 applied to one figure: machines on different
+    """The cross-vendor link of docs/vendors.md §8 applied to one figure: machines on different
     sides (0 nvidia, 1 amd; NOT_BRIDGED for `other`) get `join(figure, value)`."""
 
     side: np.ndarray  # (n,) bridge side of each machine
@@ -38,7 +38,7 @@ class Bridge:
 
 @dataclass(frozen=True, eq=False)
 class PairTable:
-    """One figure (bandwidth or latency) between machines, stored sparsely (DESIGN.md §1):
+    """One figure (bandwidth or latency) between machines, stored sparsely (docs/plan-space.md §1):
     the machine's own value on the diagonal, else the pair's override, else the rack's value
     when both machines are in one rack, else the default. Memory O(machines + racks + links)."""
 
@@ -87,7 +87,7 @@ class PairTable:
 
     def row_extremes(self, machines: np.ndarray, use_max: bool) -> float:
         """min (or max) of the figure over all pairs of distinct positions of `machines` (one
-        holder per pipeline, DESIGN.md §3.4): two positions on one machine read its own value.
+        holder per pipeline, docs/cost-model.md §3.4): two positions on one machine read its own value.
 
         With a bridge, the cross-vendor pairs read the bridged figure. The join only moves a
         figure the way the extreme looks (a smaller bandwidth, a larger latency), so the

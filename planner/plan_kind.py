@@ -1,4 +1,4 @@
-"""What the planner needs to know of a plan kind (DESIGN.md §2 layered plans, §7 sequence
+"""What the planner needs to know of a plan kind (docs/plan-space.md §2 layered plans, §7 sequence
 plans): its plan type and file format, the functions that judge a plan of that kind, and
 what shared code asks of a plan without knowing its kind (its units, its shape, F_iter, the
 rows a run of it measures).
@@ -42,7 +42,7 @@ class PlanKind:
     outline: Callable[[Any], str]  # the plan's structure in one phrase: "D=2, 5 stages, 8 devices, TP 2/1/..."
     pipeline_schedule: bool  # whether its plans run a pipeline schedule (1F1B, GPipe)
     link_traffic: str  # what its runs send over the links (so what links refitted from them describe)
-    # a run (DESIGN.md §9): each step of a run log lists one timing per timed part of the
+    # a run (docs/calibration.md §9): each step of a run log lists one timing per timed part of the
     # plan — a stage, a member — in its field `timings` ("stages", "members"), keyed by
     # `timing_key`; `timed_parts` are the plan's keys in order. `step_rows` turns one step's
     # timings into per-unit times per micro-batch, by RunRecord field (stage_s, tp_s, ...)

@@ -1,4 +1,4 @@
-"""A problem = cluster + model + training (DESIGN.md §1)."""
+"""A problem = cluster + model + training (docs/plan-space.md §1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pipeline schedules as a registry of pure functions (DESIGN.md §3.3, §3.5).
+"""Pipeline schedules as a registry of pure functions (docs/cost-model.md §3.3, §3.5).
 
 A schedule says, for stage k of a pipeline of S stages running m micro-batches, the order
 in which that stage runs its forward and backward passes, and how many micro-batches'

@@ -1,4 +1,4 @@
-"""How a plan was found: shared by every plan kind and every solver (DESIGN.md §5)."""
+"""How a plan was found: shared by every plan kind and every solver (docs/solvers.md §5)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ Rule = Literal["device", "machine", "tp_size", "layers", "batch", "memory", "hea
 
 
 class Violation(Frozen):
-    rule: Rule = Field(description="which rule of DESIGN.md §2 is broken")
+    rule: Rule = Field(description="which rule of docs/plan-space.md §2 is broken")
     message: str
     pipeline: int | None = None
     stage: int | None = None

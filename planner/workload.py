@@ -1,4 +1,4 @@
-"""The model being trained and the training settings (DESIGN.md §1), with the derived
+"""The model being trained and the training settings (docs/plan-space.md §1), with the derived
 sizes the cost model needs: parameters per layer, FLOPs per token, message sizes."""
 
 from __future__ import annotations

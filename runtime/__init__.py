@@ -1,4 +1,4 @@
-"""hexiscale runtime: train a Llama-style model under any valid plan (DESIGN.md §6).
+"""hexiscale runtime: train a Llama-style model under any valid plan (docs/solvers.md §6).
 
     from runtime import rank_layout, run_plan
     layout = rank_layout(plan)            # pure: ranks, TP groups, leader pairs, chunk groups

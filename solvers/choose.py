@@ -5,7 +5,7 @@ An explicit kind always wins. `auto`: the one kind that has the solver when only
 (cpsat → layered, seq-uniform → sequence); else by sequence length: each kind says from which
 seq_len on it is chosen (`SolverKind.auto_from_seq_len`: sequence plans from
 `solvers.sequence.LONG_CONTEXT_TOKENS` on, where activations and s² attention dominate,
-DESIGN.md §7; layered plans below).
+docs/sequence-plans.md §7; layered plans below).
 """
 
 from __future__ import annotations

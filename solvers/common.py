@@ -1,4 +1,4 @@
-"""What every solver shares: its options and its result type (DESIGN.md §5).
+"""What every solver shares: its options and its result type (docs/solvers.md §5).
 
 A solver is a function `solve(problem, options) -> SolveResult`; `solvers.registry` maps
 names to them. Whatever the path, the plan it returns is judged by `planner.evaluate`.

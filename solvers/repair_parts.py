@@ -1,4 +1,4 @@
-"""What every kind's re-plan shares (DESIGN.md §10): `solvers.layered.replan` and
+"""What every kind's re-plan shares (docs/checkpoints.md §10): `solvers.layered.replan` and
 `solvers.sequence.replan` drop the units (pipelines, replicas) that lost too much and deal
 their sequences — and, in a sequence group, a lost member's heads and tokens — to the
 survivors in proportion to speed; each returns its `Candidates`, of which `solvers.replan`

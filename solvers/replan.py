@@ -1,4 +1,4 @@
-"""Re-planning after lost devices (DESIGN.md §10): the survivors' problem, the old plan
+"""Re-planning after lost devices (docs/checkpoints.md §10): the survivors' problem, the old plan
 repaired onto it (the warm start), a fresh solve, and the better of the two.
 
 Device ids are positions in the cluster (machine 0's devices first), so removing devices

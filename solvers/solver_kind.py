@@ -21,7 +21,7 @@ class SolverKind:
     default_solvers: tuple[str, ...]  # what `hexiscale compare` runs when no solver is named
     reference: str  # the homogeneous baseline: compare's speed-up column is T_reference / T
     reference_label: str  # that column's header
-    # `module:function` of the re-plan after lost devices (DESIGN.md §10), imported on first
+    # `module:function` of the re-plan after lost devices (docs/checkpoints.md §10), imported on first
     # use (it solves afresh through the registry): candidates(old problem, plan, survivors'
     # problem, old id → new id, *, solver, options, trained, trained_seq_len, deadline) ->
     # solvers.repair_parts.Candidates

@@ -180,7 +180,7 @@ def _external_imports(path: Path) -> set[str]:
 
 
 def test_only_the_communicator_touches_torch_distributed():
-    """One layer owns every send, receive, collective and group (DESIGN.md §6): no other
+    """One layer owns every send, receive, collective and group (docs/solvers.md §6): no other
     module imports torch.distributed (or anything under it)."""
     users = sorted(name for name, path in project_modules().items()
                    if any(n == "torch.distributed" or n.startswith("torch.distributed.")

@@ -55,7 +55,7 @@ CASES = {
     # every error of the file on the one line, not "(and 3 more)"
     "cluster-many-errors.yaml": ["machines.0.count", "machines.1.intra_bw_gbps", "machines.2.intra_bw_gbps",
                                  "required", "inter_bw_gbps"],
-    # sequence plans (DESIGN.md §7), checked against longctx-tiny (s 1024, a 4, k 2, q 64, B 2)
+    # sequence plans (docs/sequence-plans.md §7), checked against longctx-tiny (s 1024, a 4, k 2, q 64, B 2)
     "seqplan-heads-sum.json": ["[heads]", "replica 0 group 0", "heads sum to 6", "a = 4"],
     "seqplan-heads-not-whole-kv.json": ["[heads]", "member 0 (device 0)", "heads 1 is not a positive multiple of a/k = 4/2 = 2"],
     "seqplan-tokens-not-block.json": ["[tokens]", "member 0 (device 0)", "tokens 500", "token block q = 64"],
@@ -71,7 +71,7 @@ CASES = {
     "seqplan-unknown-field.json": ["replicas.0.ring.0.members.0.kv", "unknown field"],
     "seqplan-string-tokens.json": ["replicas.0.ring.0.members.0.tokens", "must be written as integers", "'1024'"],
     "seqplan-problem-zero-token-block.yaml": ["training.token_block", "greater than or equal to 1"],
-    # mixed vendors (DESIGN.md §8); the layered plan is checked against tiny-mixed-4-tiny
+    # mixed vendors (docs/vendors.md §8); the layered plan is checked against tiny-mixed-4-tiny
     "cluster-unknown-vendor.yaml": ["gpu_types.0.vendor", "'nvidia', 'amd' or 'other'", "intel"],
     "cluster-negative-bridge.yaml": ["cross_vendor_bw_gbps", "greater than", "-10"],
     "vendorplan-mixed-stage.json": ["[machine]", "pipeline 0 stage 1", "mixes nvidia and amd devices"],

@@ -1,4 +1,4 @@
-"""Plan-independent checkpoints (DESIGN.md §10): save under plan A, resume under plan B with
+"""Plan-independent checkpoints (docs/checkpoints.md §10): save under plan A, resume under plan B with
 another pipeline count, layer split and TP sizes, and continue — every step's loss and the
 final parameters equal an uninterrupted one-process run (1e-5 relative, as in
 test_runtime_equivalence). The save after A's last step is cut mid-write (a rank killed

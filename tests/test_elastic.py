@@ -1,4 +1,4 @@
-"""Elastic runs (DESIGN.md §10): a rank killed in step 4 of 8 (checkpoints every 2 steps)
+"""Elastic runs (docs/checkpoints.md §10): a rank killed in step 4 of 8 (checkpoints every 2 steps)
 ends the attempt; the launcher re-plans on the survivors (solvers.replan), restarts from the
 step-2 checkpoint under the new plan, on fewer devices, and finishes: the 8 steps' losses
 equal the uninterrupted one-process reference to 1e-5."""

@@ -1,4 +1,4 @@
-"""Under `schedule: gpipe` every micro-batch is in flight (q = m_p, DESIGN.md §3.5): CP-SAT,
+"""Under `schedule: gpipe` every micro-batch is in flight (q = m_p, docs/cost-model.md §3.5): CP-SAT,
 MILP and an exhaustive oracle agree on status and T over seeded tiny problems, several of
 them chosen because GPipe's memory changes the optimum (or makes the problem infeasible).
 

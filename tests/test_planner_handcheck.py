@@ -1,4 +1,4 @@
-"""Hand-checked evaluations: every expected number below is worked out by hand from DESIGN.md
+"""Hand-checked evaluations: every expected number below is worked out by hand from docs/cost-model.md
 §3, written as plain arithmetic (no call into planner.cost), and must match `evaluate` to
 1e-9 relative.
 

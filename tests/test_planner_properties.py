@@ -1,6 +1,6 @@
 """Property tests of the evaluator and the validator on random clusters and random plans.
 
-Valid plans (built to satisfy every rule of DESIGN.md §2) must validate and price to finite,
+Valid plans (built to satisfy every rule of docs/plan-space.md §2) must validate and price to finite,
 positive figures with 0 < MFU ≤ 1 (a bound that follows from §3: every pipeline needs at least
 m_p·max C_k, and C uses c ≥ 3 passes at π ≤ peak). Each kind of invalid plan, made by breaking
 one rule of a valid plan, must be reported under that rule.

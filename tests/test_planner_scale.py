@@ -25,7 +25,7 @@ MIX = "A100-80G:0.3,H800:0.2,H20:0.2,RTX4090:0.15,L40S:0.15"
 
 
 def reference_matrices(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
-    """The dense bw/lat of DESIGN.md §1 written out the old way: default, then rack pairs,
+    """The dense bw/lat of docs/plan-space.md §1 written out the old way: default, then rack pairs,
     then link overrides (a link without a latency keeps the pair's rack or default latency),
     then the diagonal."""
     n = len(cluster.machines)

@@ -1,4 +1,4 @@
-"""Re-planning after lost devices (DESIGN.md §10): the survivors' problem and its id map,
+"""Re-planning after lost devices (docs/checkpoints.md §10): the survivors' problem and its id map,
 the repaired old plan (idle survivors replace lost devices; else TP shrinks; an emptied
 pipeline is dropped and its batch spread), the better of repair and fresh solve, written in
 the new ids; `hexiscale replan` and `hx.replan`."""

@@ -82,7 +82,7 @@ def test_one_f_one_b_order(m: int, stages: int):
         order = [(a.pass_, a.micro_batch) for a in actions]
         assert sorted(order) == sorted([(F, i) for i in range(m)] + [(B, i) for i in range(m)])
         assert all(order.index((F, i)) < order.index((B, i)) for i in range(m))
-        # in flight (forwarded, not yet backwarded) never exceeds min(S - k, m): DESIGN.md §3.5 q
+        # in flight (forwarded, not yet backwarded) never exceeds min(S - k, m): docs/cost-model.md §3.5 q
         live, peak = 0, 0
         for kind, _ in order:
             live += 1 if kind is F else -1

@@ -1,4 +1,4 @@
-"""Ring + Ulysses attention of sequence plans equals full causal attention (DESIGN.md §7.1):
+"""Ring + Ulysses attention of sequence plans equals full causal attention (docs/sequence-plans.md §7.1):
 output and the gradients of q, k and v, to 1e-6 relative (fp32, in norm over the sequence),
 on random inputs, uneven tokens and heads, GQA included. One gloo world of WORLD processes
 serves every layout of the module; every rank compares its own rows with

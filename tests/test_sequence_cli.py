@@ -1,4 +1,4 @@
-"""The CLI on sequence plans (DESIGN.md §7): `solve --kind auto` picks the kind by the
+"""The CLI on sequence plans (docs/sequence-plans.md §7): `solve --kind auto` picks the kind by the
 documented rule, `compare` on a long-context problem has rows of both kinds, `show` draws a
 sequence plan's ring and per-device bars, and the ring picture's token shares add up to s."""
 

@@ -1,5 +1,5 @@
 """Hand-checked evaluations of sequence plans: every expected number below is worked out by
-hand from DESIGN.md §7.2–§7.3, written as plain arithmetic (no call into
+hand from docs/sequence-plans.md §7.2–§7.3, written as plain arithmetic (no call into
 planner.sequence.cost), and must match `evaluate` to 1e-9 relative.
 
 Two made-up GPU types with round figures: G100 (100 TFLOP/s peak, η 0.5 → π = 50e12 FLOP/s,

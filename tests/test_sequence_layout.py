@@ -1,4 +1,4 @@
-"""Golden tests of the sequence-plan rank layout (DESIGN.md §7.1), positions derived by hand."""
+"""Golden tests of the sequence-plan rank layout (docs/sequence-plans.md §7.1), positions derived by hand."""
 
 from __future__ import annotations
 

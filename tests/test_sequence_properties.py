@@ -1,6 +1,6 @@
 """Property tests of sequence plans on random clusters, models and plans.
 
-Valid plans (built to satisfy every rule of DESIGN.md §7.1) validate and price to finite,
+Valid plans (built to satisfy every rule of docs/sequence-plans.md §7.1) validate and price to finite,
 positive figures with 0 < MFU ≤ 1 (from §7.2: each replica needs at least its members'
 linear, attention and head work over their summed π ≤ peak, with c ≥ 3 passes). Breaking one
 rule of a valid plan is reported under that rule.

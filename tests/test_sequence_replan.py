@@ -1,4 +1,4 @@
-"""Re-planning sequence plans after lost devices (DESIGN.md §7.1, §10): the repair worked out
+"""Re-planning sequence plans after lost devices (docs/sequence-plans.md §7.1, docs/checkpoints.md §10): the repair worked out
 by hand (a group losing one member, a group losing all, a replica losing all; ids shifted),
 valid and never slower than the fresh solve once chosen; the units a resumed run needs,
 checked against the runtime's own scaling; `hexiscale run --elastic` on a sequence plan

@@ -1,4 +1,4 @@
-"""Sequence-plan solvers (DESIGN.md §7): every returned plan validates and its objective is the
+"""Sequence-plan solvers (docs/sequence-plans.md §7): every returned plan validates and its objective is the
 planner's T; the HexiSeq heuristic against the brute-force optimum on seeded tiny problems
 (memory-tight and infeasible ones included); the baselines; the registry and `hexiscale solve
 --kind sequence`.

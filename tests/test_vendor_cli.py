@@ -1,4 +1,4 @@
-"""The cross-vendor bridge in `evaluate`, `solve` and `show` (DESIGN.md §8): shown with the
+"""The cross-vendor bridge in `evaluate`, `solve` and `show` (docs/vendors.md §8): shown with the
 planner's figures on a mixed-vendor cluster, absent on a one-vendor one."""
 
 from __future__ import annotations

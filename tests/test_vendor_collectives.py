@@ -1,4 +1,4 @@
-"""The communicator's routed collectives over groups that span nvidia and amd (DESIGN.md §8)
+"""The communicator's routed collectives over groups that span nvidia and amd (docs/vendors.md §8)
 equal flat single-backend ones: all-reduce (sum, max) to fp32 rounding and the same bits on
 every rank, broadcast, all-gather and reduce-scatter; bytes over the bridge as
 planner.bridge counts them; and no single-backend call is made on a group spanning vendors.

@@ -1,6 +1,6 @@
-"""Mixed-vendor clusters in the planner (DESIGN.md §8): the bridge in every reading of the
+"""Mixed-vendor clusters in the planner (docs/vendors.md §8): the bridge in every reading of the
 links, hand-checked T of a tiny mixed layered plan and a tiny mixed sequence plan (every
-expected number is plain arithmetic from DESIGN.md, written in the comments), the exact
+expected number is plain arithmetic from docs/cost-model.md and docs/vendors.md, written in the comments), the exact
 solvers against brute force on mixed instances, and the vendor rules' messages."""
 
 from __future__ import annotations

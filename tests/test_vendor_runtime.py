@@ -1,4 +1,4 @@
-"""The communicator's vendor routing on CPU (DESIGN.md §8; vendors are labels, every backend
+"""The communicator's vendor routing on CPU (docs/vendors.md §8; vendors are labels, every backend
 gloo): a layered plan whose pipelines and DP chunk groups cross the nvidia–amd bridge trains
 like one process, and the bytes it sends over the bridge per step are the planner's count."""
 

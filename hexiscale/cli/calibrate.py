@@ -1,5 +1,5 @@
 """`hexiscale calibrate`: refit η per GPU type, and bandwidth and latency per link class, from
-run logs (DESIGN.md §9); and the predicted-against-measured view that `hexiscale run` prints."""
+run logs (docs/calibration.md §9); and the predicted-against-measured view that `hexiscale run` prints."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Terminal views of layered plans (DESIGN.md §2–§4) and their estimates: the per-stage table,
+"""Terminal views of layered plans (docs/plan-space.md §2 and §4, docs/cost-model.md §3) and their estimates: the per-stage table,
 the iteration summary, the solved plan, and a run of one (its per-stage summary, the units its
 run record times). Each plan kind has a module like this one; `hexiscale.cli.views` picks it
 by the plan's kind."""

@@ -1,4 +1,4 @@
-"""`hexiscale profile`: measure this machine's devices and links, write a cluster file (DESIGN.md §9)."""
+"""`hexiscale profile`: measure this machine's devices and links, write a cluster file (docs/calibration.md §9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Terminal views of sequence plans (DESIGN.md §7) and their estimates: per member, per group
+"""Terminal views of sequence plans (docs/sequence-plans.md §7) and their estimates: per member, per group
 and per replica tables, the iteration summary, the solved plan, and a run of one (its
 per-member summary, the units its run record times). `hexiscale.cli.views` picks this module
 for a `SeqPlan`, as it picks `layered_views` for a layered plan."""

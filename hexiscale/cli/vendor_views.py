@@ -1,4 +1,4 @@
-"""The cross-vendor bridge in the terminal views (DESIGN.md §8): how much of T crosses it, and
+"""The cross-vendor bridge in the terminal views (docs/vendors.md §8): how much of T crosses it, and
 how many bytes an iteration sends over it. Shown only when the cluster mixes nvidia and amd."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def bridge_line(problem: Problem, traffic: BridgeTraffic) -> str:
 
 
 def bridge_table(problem: Problem, traffic: BridgeTraffic) -> Table:
-    table = Table(title="cross-vendor traffic (nvidia ↔ amd bridge, DESIGN.md §8)", show_header=False,
+    table = Table(title="cross-vendor traffic (nvidia ↔ amd bridge, docs/vendors.md §8)", show_header=False,
                   box=box.SIMPLE, title_justify="left")
     table.add_column()
     table.add_row(bridge_line(problem, traffic))

@@ -1,4 +1,4 @@
-"""Pictures of a layered plan (DESIGN.md §3): the cluster graph with pipelines and stages, the
+"""Pictures of a layered plan (docs/cost-model.md §3): the cluster graph with pipelines and stages, the
 cost model's pipeline timeline (§3.3 flow line) as a Gantt chart, and per-device memory
 against capacity. `hexiscale.viz.draw_plan` picks this module for a layered plan."""
 

@@ -1,5 +1,5 @@
 """Per-device memory against capacity: one bar per device, split into parameter state,
-activations and the runtime reserve (DESIGN.md §3.5), capacity as a black tick."""
+activations and the runtime reserve (docs/cost-model.md §3.5), capacity as a black tick."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The 1F1B timeline the cost model prices, block by block (DESIGN.md §3.3).
+"""The 1F1B timeline the cost model prices, block by block (docs/cost-model.md §3.3).
 
 The cost model prices a pipeline as a flow line: each micro-batch costs stage k the time
 τ_k (its forward and backward passes on that stage, TP traffic included) and link k→k+1 the

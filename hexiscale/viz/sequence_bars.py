@@ -1,4 +1,4 @@
-"""Per-device bars of a sequence plan (DESIGN.md §7.2, §7.3), one bar per member in plan order
+"""Per-device bars of a sequence plan (docs/sequence-plans.md §7.2, §7.3), one bar per member in plan order
 (replica, ring position, member): what each device does in one iteration — linear, attention
 and LM-head compute, all-to-all, the part of the ring not hidden under attention, ZeRO
 gathers, the DP sync — and the wait that fills it up to T (the barriers of §7.2); and its

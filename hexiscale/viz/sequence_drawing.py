@@ -1,4 +1,4 @@
-"""Pictures of a sequence plan (DESIGN.md §7): its rings (groups, token shares, heads per
+"""Pictures of a sequence plan (docs/sequence-plans.md §7): its rings (groups, token shares, heads per
 member, the mirrored token layout) and per-device time and memory bars.
 `hexiscale.viz.draw_plan` picks this module for a sequence plan."""
 

@@ -1,4 +1,4 @@
-"""A sequence plan's rings (DESIGN.md §7.1) as a picture: one row per replica. Left, the ring
+"""A sequence plan's rings (docs/sequence-plans.md §7.1) as a picture: one row per replica. Left, the ring
 as a donut read clockwise from the top in ring order: the outer wedges are the groups, sized
 by their token share T_g (they add up to s), the inner wedges the members of each group, sized
 by the tokens t_i they hold outside attention, labelled with device and heads (the heads of a

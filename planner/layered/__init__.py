@@ -1,4 +1,4 @@
-"""Layered plans (DESIGN.md §2–§4): pipelines of tensor-parallel stages, each stage a range of
+"""Layered plans (docs/plan-space.md §2 and §4, docs/cost-model.md §3): pipelines of tensor-parallel stages, each stage a range of
 layers. Modules from the bottom up: `plan` (types) → `table` (plan as per-stage arrays) →
 `rules` (rules 1–4) → `pricing` (every §3 term) → `validate` (rules 1–5) → `evaluate`
 (typed estimate and bottleneck)."""

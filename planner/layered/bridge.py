@@ -1,5 +1,5 @@
 """What a layered plan sends over the cross-vendor bridge per iteration, and the seconds of
-its T in bridge-bound terms (DESIGN.md §8 on §3; the routing's volumes in `planner.bridge`).
+its T in bridge-bound terms (docs/vendors.md §8 on §3; the routing's volumes in `planner.bridge`).
 
 Bytes: a stage boundary whose two leaders are on the two sides of the bridge carries the
 activation forward and its gradient backward for each of the pipeline's m_p micro-batches

@@ -1,4 +1,4 @@
-"""What a run of a layered plan measures, and the cost model's figures for it (DESIGN.md §9,
+"""What a run of a layered plan measures, and the cost model's figures for it (docs/calibration.md §9,
 `planner.calibration_runs`): each stage's τ = C + T_tp per micro-batch, then T, then the
 T_tp of each stage whose TP collectives the run timed. A run log times every stage (its
 leader's forward, backward and TP collective seconds per step: `runtime.metrics.runlog`)."""

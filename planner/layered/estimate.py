@@ -1,4 +1,4 @@
-"""What the evaluator returns: iteration time with every part of DESIGN.md §3."""
+"""What the evaluator returns: iteration time with every part of docs/cost-model.md §3."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The plan: pipelines (data-parallel replicas) of stages (tensor-parallel groups) — DESIGN.md §2, §4.
+"""The plan: pipelines (data-parallel replicas) of stages (tensor-parallel groups) — docs/plan-space.md §2, §4.
 
 A plan is typed data only; `planner.validate` checks it against a problem and
 `planner.evaluate` prices it. Structural rules that need no problem (non-empty stages, a

@@ -1,4 +1,4 @@
-"""Rules 1–4 of DESIGN.md §2 (everything but memory): what a layered plan must satisfy before
+"""Rules 1–4 of docs/plan-space.md §2 (everything but memory): what a layered plan must satisfy before
 it can be priced. Below the pricing module, so that pricing can refuse an unsound plan."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The validator of layered plans: every violation of DESIGN.md §2, each with its numbers."""
+"""The validator of layered plans: every violation of docs/plan-space.md §2, each with its numbers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from planner.violations import Violation
 
 
 def memory_violations(problem: Problem, plan: Plan) -> list[Violation]:
-    """Rule 5: W + Act + R ≤ capacity on every used device (DESIGN.md §3.5)."""
+    """Rule 5: W + Act + R ≤ capacity on every used device (docs/cost-model.md §3.5)."""
     table = stage_table(problem, plan)
     need = stage_memory(problem, table)
     cap = problem.cluster.machine_memory_bytes[table.machine]
@@ -27,7 +27,7 @@ def memory_violations(problem: Problem, plan: Plan) -> list[Violation]:
 
 
 def validate(problem: Problem, plan: Plan) -> list[Violation]:
-    """Every violation of DESIGN.md §2 (an empty list means the plan is valid)."""
+    """Every violation of docs/plan-space.md §2 (an empty list means the plan is valid)."""
     out = structural_violations(problem, plan)
     if not any(v.rule == "device" and v.stage is not None for v in out):  # memory needs real devices
         out += memory_violations(problem, plan)

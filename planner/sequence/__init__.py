@@ -1,4 +1,4 @@
-"""Sequence plans (DESIGN.md §7, after HexiSeq): data-parallel replicas, each a ring of
+"""Sequence plans (docs/sequence-plans.md §7, after HexiSeq): data-parallel replicas, each a ring of
 context-parallel groups, each group head-parallel members with uneven heads and tokens.
 Modules from the bottom up: `plan` (types) → `table` (plan as member/group/replica arrays) →
 `rules` (rules 1–4) → `cost` (every §7.2–§7.3 formula) and `links` (bandwidths between

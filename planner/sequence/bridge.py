@@ -1,5 +1,5 @@
 """What a sequence plan sends over the cross-vendor bridge per iteration, and the seconds of
-its T in bridge-bound terms (DESIGN.md §8 on §7.2; the routing's volumes in `planner.bridge`).
+its T in bridge-bound terms (docs/vendors.md §8 on §7.2; the routing's volumes in `planner.bridge`).
 The bytes are those the runtime sends (`runtime.comm.BridgeMeter` counts them per step):
 §7.2's volumes, bar three deviations of the runtime, noted where they are counted. HP groups
 never span vendors (§7.1 rule 2), so the all-to-alls never cross; what can:

@@ -1,4 +1,4 @@
-"""What a run of a sequence plan measures, and the cost model's figures for it (DESIGN.md §9,
+"""What a run of a sequence plan measures, and the cost model's figures for it (docs/calibration.md §9,
 `planner.calibration_runs`): each replica's T_mb (its slowest member's forward + backward per
 micro-batch, §7.2), then T, then the HP all-to-all and ZeRO-3 parts of each replica's T_mb
 that the run timed. A run log times every member (its forward, backward, HP all-to-all and

@@ -1,5 +1,5 @@
 """What the evaluator of sequence plans returns: the iteration time with every part of
-DESIGN.md §7.2 per member, group and replica, and the memory of §7.3 per device."""
+docs/sequence-plans.md §7.2 per member, group and replica, and the memory of §7.3 per device."""
 
 from __future__ import annotations
 

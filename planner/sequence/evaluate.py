@@ -1,4 +1,4 @@
-"""The evaluator of sequence plans: T with every part of DESIGN.md §7.2–§7.3 as a typed
+"""The evaluator of sequence plans: T with every part of docs/sequence-plans.md §7.2–§7.3 as a typed
 `SeqEstimate`, and the term that sets it. The numbers come from `planner.sequence.pricing`."""
 
 from __future__ import annotations

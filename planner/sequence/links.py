@@ -1,4 +1,4 @@
-"""Bandwidth and latency between the devices of a sequence plan (DESIGN.md §1, §7.2): the
+"""Bandwidth and latency between the devices of a sequence plan (docs/plan-space.md §1, docs/sequence-plans.md §7.2): the
 smallest bandwidth and largest latency inside each group, between neighbouring groups of a
 ring, inside each replica and across replicas.
 

@@ -1,5 +1,5 @@
 """The sequence plan: replicas (data-parallel), each a ring of groups (context parallelism),
-each group a list of members (head parallelism) — DESIGN.md §7.1, §7.4.
+each group a list of members (head parallelism) — docs/sequence-plans.md §7.1, §7.4.
 
 Typed data only; `planner.sequence.validate` checks a plan against a problem and
 `planner.sequence.evaluate` prices it. What needs no problem is checked here: counts written

@@ -1,4 +1,4 @@
-"""Rules 1–4 of DESIGN.md §7.1 (everything but memory), checked with numpy over a plan's
+"""Rules 1–4 of docs/sequence-plans.md §7.1 (everything but memory), checked with numpy over a plan's
 members; only offenders are visited in Python. Each violation names where it is (replica,
 group, member) and its numbers."""
 

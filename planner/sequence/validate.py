@@ -1,4 +1,4 @@
-"""The validator of sequence plans: every violation of DESIGN.md §7.1, each with its numbers."""
+"""The validator of sequence plans: every violation of docs/sequence-plans.md §7.1, each with its numbers."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def memory_violations(problem: Problem, table: MemberTable) -> list[Violation]:
 
 
 def validate(problem: Problem, plan: SeqPlan | MemberTable) -> list[Violation]:
-    """Every violation of DESIGN.md §7.1 (an empty list means the plan is valid)."""
+    """Every violation of docs/sequence-plans.md §7.1 (an empty list means the plan is valid)."""
     table = plan if isinstance(plan, MemberTable) else MemberTable.of(plan)
     out = structural_violations(problem, table)
     if devices_exist(problem, table):  # memory needs real devices

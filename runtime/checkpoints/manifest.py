@@ -1,4 +1,4 @@
-"""Plan-independent checkpoints (DESIGN.md §10): the format, its manifest, and its checks.
+"""Plan-independent checkpoints (docs/checkpoints.md §10): the format, its manifest, and its checks.
 
 A checkpoint is one folder `step-NNNNNNNN` under the checkpoint directory:
 

@@ -1,4 +1,4 @@
-"""Talking to other ranks (DESIGN.md §6, §8): `communicator` (the one owner of
+"""Talking to other ranks (docs/solvers.md §6, docs/vendors.md §8): `communicator` (the one owner of
 torch.distributed: world, process groups, every send, receive and collective, vendor routing
 over the bridge), `comm_types` (its values: rank places, groups, pending sends, the waiter,
 the bridge's byte meter), `packing` (flat buffers a gradient sync packs into, kept between

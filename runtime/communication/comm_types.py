@@ -52,7 +52,7 @@ class Group:
 
     @property
     def mixes_vendors(self) -> bool:
-        """True when the group holds both nvidia and amd ranks (DESIGN.md §8 bridge)."""
+        """True when the group holds both nvidia and amd ranks (docs/vendors.md §8 bridge)."""
         return spans_vendors(self.vendors)
 
     def part_of(self, rank: int) -> Group:

@@ -1,4 +1,4 @@
-"""The communicator: the one owner of torch.distributed in the runtime (DESIGN.md §6, §8).
+"""The communicator: the one owner of torch.distributed in the runtime (docs/solvers.md §6, docs/vendors.md §8).
 
 Like Megatron's P2PCommunicator and ProcessGroupCollection together: a `Communicator` is
 made once per process (`Communicator.start` joins the world), passed explicitly to the code
@@ -6,7 +6,7 @@ that talks to other ranks, and owns every send, receive and collective and the c
 every process group (`new_group`). It knows where each rank runs — its plan device, machine
 and GPU vendor (`RankPlace`) — and each `Group` carries its ranks' vendors.
 
-Vendor routing (DESIGN.md §8, HetCCL): no collective library spans NVIDIA and AMD, so a
+Vendor routing (docs/vendors.md §8, HetCCL): no collective library spans NVIDIA and AMD, so a
 group whose ranks hold both is made of one subgroup per vendor (`Group.parts`, on the world's
 backend: gloo on CPU, nccl on CUDA, which is RCCL in a ROCm build) and the vendor leaders'
 bridge group (`Group.bridge`, gloo over host memory). A collective over it runs inside each
@@ -44,7 +44,7 @@ __all__ = ["BridgeMeter", "Communicator", "Group", "PendingExchange", "PendingSe
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 _COMBINE = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum}
 VENDOR_ORDER = (Vendor.nvidia, Vendor.amd, Vendor.other)  # order of a mixed group's vendor parts
-BRIDGE_BACKEND = "gloo"  # DESIGN.md §8: the bridge runs over host memory
+BRIDGE_BACKEND = "gloo"  # docs/vendors.md §8: the bridge runs over host memory
 
 
 def waits_awake(device: torch.device, world_size: int, wait: WaitName = "auto") -> bool:
@@ -186,7 +186,7 @@ class Communicator:
     @staticmethod
     def _handle(group: Group) -> object | None:
         """The backend handle of a single-backend group. Refuses a group that holds both
-        vendors (no collective library spans them, DESIGN.md §8), bar the leaders' bridge."""
+        vendors (no collective library spans them, docs/vendors.md §8), bar the leaders' bridge."""
         if group.mixes_vendors and not group.is_bridge:
             raise RuntimeError(f"a single-backend collective over ranks {list(group.ranks)} would span "
                                f"nvidia and amd; such groups are routed through their vendor parts")
@@ -355,7 +355,7 @@ class Communicator:
         """Uneven all-to-all of a 1-D `tensor` over `group` (ranks in ascending order): the
         group's j-th rank gets the j-th run of `send_sizes[j]` elements; the result holds,
         in group order, `recv_sizes[j]` elements from the j-th rank. HP groups never span
-        vendors (DESIGN.md §7.1 rule 2), so a group that does is refused."""
+        vendors (docs/sequence-plans.md §7.1 rule 2), so a group that does is refused."""
         if len(send_sizes) != group.size or len(recv_sizes) != group.size or sum(send_sizes) != tensor.numel():
             raise ValueError(f"all_to_all over {group.size} ranks: sizes {send_sizes} / {recv_sizes} "
                              f"for {tensor.numel()} elements")

@@ -1,4 +1,4 @@
-"""Elastic runs (DESIGN.md §10): when a rank dies, end the others, re-plan on the survivors,
+"""Elastic runs (docs/checkpoints.md §10): when a rank dies, end the others, re-plan on the survivors,
 restart from the last checkpoint under the new plan, and go on to the requested steps.
 
 The re-planning itself is the caller's (`hexiscale run --elastic` passes `solvers.replan`):

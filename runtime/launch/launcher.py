@@ -180,7 +180,7 @@ def launch_local(job: Job, threads: int = 1, echo: bool = True, world_size: int 
 def torchrun_commands(job_path: str, plan: Any, problem: Problem, master_addr: str, port: int) -> list[str]:
     """One torchrun command per machine that the plan uses (run each on its machine, from a
     folder where `runtime` imports), each after a `#` line naming the torch build the machine
-    needs (DESIGN.md §8: CUDA on nvidia, ROCm on amd). Workers join through torchrun's own
+    needs (docs/vendors.md §8: CUDA on nvidia, ROCm on amd). Workers join through torchrun's own
     store at master_addr:port (env:// rendezvous): no second port."""
     devices = runtime_of(plan).devices(plan)
     cluster, used = problem.cluster, set(devices)

@@ -1,4 +1,4 @@
-"""The runtime of layered plans (DESIGN.md §2, §6): pipelines of tensor-parallel stages.
+"""The runtime of layered plans (docs/plan-space.md §2, docs/solvers.md §6): pipelines of tensor-parallel stages.
 
 Modules from the bottom up: `layout` (plan → ranks and groups, pure) → `job` (the job of a
 plan for a problem; no torch) → `groups` (creates this rank's process groups through the

@@ -1,4 +1,4 @@
-"""Asymmetric data-parallel gradient sync (DESIGN.md §3.4, §6).
+"""Asymmetric data-parallel gradient sync (docs/cost-model.md §3.4, docs/solvers.md §6).
 
 For each parameter unit (embedding, layer, head) the holders in the D pipelines may shard it
 over TP groups of different sizes. Every holder cuts its shard into chunks of the finest

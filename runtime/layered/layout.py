@@ -1,4 +1,4 @@
-"""Plan → rank layout: pure rank arithmetic, no torch.distributed (DESIGN.md §6).
+"""Plan → rank layout: pure rank arithmetic, no torch.distributed (docs/solvers.md §6).
 
 Ranks are numbered in plan order (pipeline, stage, device): pipeline 0's first stage gets
 ranks 0..t-1, and so on. From that numbering this module derives every group the runtime
@@ -7,7 +7,7 @@ data-parallel *chunk groups* of the asymmetric gradient sync — so that golden 
 check them without starting a process, and `runtime.layered.groups` only has to create them.
 
 Parameter units: the embedding, each transformer layer and the LM head are the units of
-gradient sync (the embedding and head are the pseudo-layers of DESIGN.md §3.4). Unit 0 is
+gradient sync (the embedding and head are the pseudo-layers of docs/cost-model.md §3.4). Unit 0 is
 the embedding, unit i+1 is layer i, unit L+1 is the head.
 """
 

@@ -1,5 +1,5 @@
 """The run log (`hexiscale.runlog/1`, `runlog.json` in a run's out_dir): what a run measured,
-self-contained, for `hexiscale calibrate` (DESIGN.md §9). No torch.
+self-contained, for `hexiscale calibrate` (docs/calibration.md §9). No torch.
 
 It names the problem the run was made for (name and sha256) and the cluster (sha256 of its
 canonical JSON), and carries the problem *as run* — that cluster, the model actually trained,

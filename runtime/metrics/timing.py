@@ -1,4 +1,4 @@
-"""Timing a rank's step by phase (DESIGN.md §9): forward, backward, stage-to-stage
+"""Timing a rank's step by phase (docs/calibration.md §9): forward, backward, stage-to-stage
 communication, gradient sync and the whole step, as the run records them.
 
 A `PhaseTimer` is made per step and passed explicitly (no module-level state), so any plan

@@ -1,4 +1,4 @@
-"""The runtime of sequence plans (DESIGN.md §7): replicas (data-parallel, ZeRO-3 inside),
+"""The runtime of sequence plans (docs/sequence-plans.md §7): replicas (data-parallel, ZeRO-3 inside),
 each a ring of context-parallel groups, each group head-parallel members with uneven heads
 and tokens.
 

@@ -1,5 +1,5 @@
 """Attention of a sequence plan: uneven Ulysses head parallelism inside a group around uneven
-ring attention across the groups of a replica (DESIGN.md §7.1, §7.2).
+ring attention across the groups of a replica (docs/sequence-plans.md §7.1, §7.2).
 
 Outside attention, member i of a group holds t_i tokens of the group's shard with every head;
 inside, it holds all T_g tokens of the shard with its own heads_i query heads and kv_i kv heads

@@ -1,5 +1,5 @@
 """One block of ring attention: a rank's queries against one group's K/V, computed on the part
-the causal mask lets through (DESIGN.md §7.1, §7.2).
+the causal mask lets through (docs/sequence-plans.md §7.1, §7.2).
 
 The mirrored layout makes every block one of two kinds. The rank's own block has the same
 positions for queries and keys, in increasing order, so the position mask is the plain causal

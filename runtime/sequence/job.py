@@ -1,5 +1,5 @@
 """A sequence plan's job (no torch): the plan checked against the problem, the model actually
-trained, and the plan scaled to that model and sequence (DESIGN.md §7.1).
+trained, and the plan scaled to that model and sequence (docs/sequence-plans.md §7.1).
 
 `--model tiny` keeps the plan's structure — replicas, batches, groups, members, each member's
 share of the heads and of the tokens — on a small model and a short sequence:

@@ -1,4 +1,4 @@
-"""Sequence plan → rank layout: pure rank and token arithmetic, no torch (DESIGN.md §7.1).
+"""Sequence plan → rank layout: pure rank and token arithmetic, no torch (docs/sequence-plans.md §7.1).
 
 Ranks are numbered in plan order (replica, group in ring order, member): replica 0's first
 group gets ranks 0..n_0−1, and so on. For every rank the layout says which query heads and

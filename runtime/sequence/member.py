@@ -4,7 +4,7 @@ one-process reference (`runtime.model.llama`) on this member's tokens only.
 A member holds t_i tokens of its group's shard outside attention; it embeds them, runs every
 layer on them (weights gathered by ZeRO-3, `runtime.sequence.zero`), and computes the LM
 head and the loss of its own tokens. Rotary embeddings use the tokens' true sequence
-positions (the mirrored layout of DESIGN.md §7.1). Attention is the one place members meet
+positions (the mirrored layout of docs/sequence-plans.md §7.1). Attention is the one place members meet
 (`attention(q, k, v)`: Ulysses inside the group, the ring between groups): it returns this
 member's rows of full causal attention.
 

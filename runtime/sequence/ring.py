@@ -1,4 +1,4 @@
-"""Ring attention across the groups of a replica (context parallelism, DESIGN.md §7.1), uneven.
+"""Ring attention across the groups of a replica (context parallelism, docs/sequence-plans.md §7.1), uneven.
 
 Each rank holds, inside attention, the queries of its group's whole shard (T_g rows, its own
 query heads) and K/V of the same rows (its own kv heads). K/V blocks travel the ring g → g+1;
@@ -16,7 +16,7 @@ posted before the block's attention and awaited after it.
 The backward pass is explicit, as in ring-flash-attention (zhuzilin) and Megatron's context
 parallelism, rather than autograd through the sends: autograd would have to keep every
 received block until the backward (all s tokens' K/V), where this keeps only the rank's own
-K/V (the ring buffers of DESIGN.md §7.3). The backward sends K/V round the ring again; each
+K/V (the ring buffers of docs/sequence-plans.md §7.3). The backward sends K/V round the ring again; each
 block's gradient follows one hop behind it, summing every group's share, and the last hop
 takes it home (ρ = 3 ring passes, 4 with recompute, as §7.2 counts them; but the gradient
 pass carries all s rows to each member — the own block's gradient comes home on the last

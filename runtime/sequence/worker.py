@@ -158,7 +158,7 @@ class Member:
         """One optimizer step; returns [loss share, forward s, backward s, peak MiB above the
         setup, step s (micro-batches + gradient sync: what T prices, the optimizer left out),
         head-parallel all-to-all s and ZeRO-3 gather/scatter s (both inside forward and
-        backward), bytes sent over the cross-vendor bridge (DESIGN.md §8)] of this member."""
+        backward), bytes sent over the cross-vendor bridge (docs/vendors.md §8)] of this member."""
         scale = 1.0 / (self.global_batch * self.job.config.seq_len)
         collectives = PhaseTimer(synchronize=device_synchronizer(self.comm.device))
         self.comm.time_collectives(collectives, {HP: (self.groups.hp, HP_KINDS),

@@ -1,4 +1,4 @@
-"""Solvers of layered plans (DESIGN.md §5): `exact/` (CP-SAT, MILP, brute force), `heuristic/`
+"""Solvers of layered plans (docs/solvers.md §5): `exact/` (CP-SAT, MILP, brute force), `heuristic/`
 (two-phase hierarchical graph partitioning), `baselines/` (symmetric, random, ablations) and
 `replan` (the repair after lost devices, §10)."""
 

@@ -1,4 +1,4 @@
-"""Re-planning a layered plan after lost devices (DESIGN.md §10): the old plan repaired onto
+"""Re-planning a layered plan after lost devices (docs/checkpoints.md §10): the old plan repaired onto
 the survivors, its micro-batches rebalanced, and a fresh solve warm-started from it.
 `solvers.replan` takes the survivors' problem and id map, and keeps the better candidate.
 
@@ -72,7 +72,7 @@ def repair(old: Problem, plan: Plan, new: Problem, mapping: dict[int, int]) -> t
 
 def rebalance(problem: Problem, plan: Plan) -> Plan:
     """The same pipelines with the micro-batches re-split to even out their times: pipeline p
-    takes T_p(m) ≈ fill-and-drain + (m − 1)·its steady step (DESIGN.md §3), so micro-batches go,
+    takes T_p(m) ≈ fill-and-drain + (m − 1)·its steady step (docs/cost-model.md §3), so micro-batches go,
     one at a time, where they finish soonest. A repaired plan's shrunk stages slow their
     pipelines; this hands their work to the others."""
     estimate, b = evaluate(problem, plan), problem.training.micro_batch

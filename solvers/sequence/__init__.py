@@ -1,4 +1,4 @@
-"""Solvers for sequence plans (DESIGN.md §7), built on `planner.sequence`:
+"""Solvers for sequence plans (docs/sequence-plans.md §7), built on `planner.sequence`:
 
 - `brute`: the exhaustive oracle for tiny problems (≤ 5 devices, ≤ 8 shard units);
 - `heuristic`: HexiSeq's two-stage scheduler (`coarse` placement, per-group split, `polish`
@@ -13,7 +13,7 @@
 from solvers.solver_kind import SolverKind
 
 # From this sequence length on, `solve(kind="auto")` plans by sequence: long context, where
-# activations and s² attention dominate (DESIGN.md §7)
+# activations and s² attention dominate (docs/sequence-plans.md §7)
 LONG_CONTEXT_TOKENS = 32768
 
 SOLVER_KIND = SolverKind(

@@ -1,4 +1,4 @@
-"""Brute force for tiny sequence problems: every valid plan of DESIGN.md §7.1, priced by the
+"""Brute force for tiny sequence problems: every valid plan of docs/sequence-plans.md §7.1, priced by the
 planner, the best kept — the independent oracle of the heuristic's and exact models' tests.
 
 Enumerated: which devices are used and how they split into replicas; each replica's groups

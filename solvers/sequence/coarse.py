@@ -1,4 +1,4 @@
-"""Stage 1 of HexiSeq's two-stage scheduler: the global coarse placement (DESIGN.md §7).
+"""Stage 1 of HexiSeq's two-stage scheduler: the global coarse placement (docs/sequence-plans.md §7).
 
 Groups come from fast-link device sets (a machine's devices, cut into groups of at most the
 head-parallel degree); the groups are dealt to D replicas in contiguous runs of equal speed

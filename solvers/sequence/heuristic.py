@@ -1,4 +1,4 @@
-"""HexiSeq's two-stage scheduler for sequence plans (DESIGN.md §7), any cluster size.
+"""HexiSeq's two-stage scheduler for sequence plans (docs/sequence-plans.md §7), any cluster size.
 
 Stage 1, global coarse placement (`coarse`): for every device set (all machines, without
 the slowest GPU types, without the slowest machines), HP degree and number of replicas D,
@@ -232,7 +232,7 @@ def to_polish(found: list[Candidate]) -> list[Candidate]:
 
 
 def one_vendor_starts(problem: Problem, coarse: Coarse) -> list[Candidate]:
-    """On a cluster that mixes nvidia and amd (DESIGN.md §8): the best coarse plan of every
+    """On a cluster that mixes nvidia and amd (docs/vendors.md §8): the best coarse plan of every
     device set on one vendor, per HP degree. Such a plan never crosses the slow bridge, but
     its coarse form is often memory-tight (fewer devices), so it ranks low until polished."""
     if not problem.cluster.mixes_vendors:

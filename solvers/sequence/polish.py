@@ -1,5 +1,5 @@
 """Polish of a sequence plan: local search over the moves of `solvers.sequence.moves`, every
-candidate priced by the planner (DESIGN.md §7.2–§7.3).
+candidate priced by the planner (docs/sequence-plans.md §7.2–§7.3).
 
 One replica's ring at a time: all its neighbours are priced together (`ring_overflow`), the
 best few by T_mb (memory overflow first) are judged as the whole plan — batches split again,

@@ -1,4 +1,4 @@
-"""Re-planning a sequence plan after lost devices (DESIGN.md §7.1, §10): the old plan repaired
+"""Re-planning a sequence plan after lost devices (docs/sequence-plans.md §7.1, docs/checkpoints.md §10): the old plan repaired
 onto the survivors, that repair polished, and a fresh solve of the sequence solver.
 `solvers.replan` takes the survivors' problem and id map, and keeps the better candidate.
 

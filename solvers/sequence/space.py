@@ -2,7 +2,7 @@
 the batch split, the memory proof of infeasibility and the result.
 
 A *ring* is a list of groups in ring order, a group a list of `(device, heads, tokens)`
-(DESIGN.md §7.1). Every term of §7.2–§7.3 except T_dp depends only on one replica's own
+(docs/sequence-plans.md §7.1). Every term of §7.2–§7.3 except T_dp depends only on one replica's own
 ring (its m_r multiplies T_mb), so many rings are priced at once as the replicas of one
 `MemberTable` with batch b each: `ring_times` gives T_mb and the memory fit of each. The
 returned plan is always priced whole by `planner.sequence.iteration_time`.

@@ -1,4 +1,4 @@
-"""The heuristic with one of its ideas taken away (DESIGN.md §5; HexiScale §5.3, slide 12).
+"""The heuristic with one of its ideas taken away (docs/solvers.md §5; HexiScale §5.3, slide 12).
 
 - `random`: phase 1 splits the devices into pools at random (balanced by compute plus
   memory share, as the METIS pools are) instead of by multilevel graph partitioning;

@@ -3,7 +3,7 @@
 Layer-indexed like the MILP, but written with CP-SAT's own constraints: enforcement
 literals instead of big-M, element constraints for table look-ups (pipeline traffic,
 memory), exact integer products for the 1F1B term and min/max equalities, so that every
-intermediate variable equals its DESIGN.md value. Times are integers in a unit chosen so
+intermediate variable equals its value in docs/cost-model.md. Times are integers in a unit chosen so
 that rounding every coefficient down keeps the model's T within a reported bound below the
 true T (docs/formulation.md §2.1, "time units"). Labels [C1]…[C15] cite the constraint families.
 
@@ -126,7 +126,7 @@ def solve_fixed_d(sub: SubProblem) -> SubResult:
 
 def solve(problem: Problem, options: SolverOptions | None = None, *,
           warm_start_fn: WarmStartFn | None = None) -> SolveResult:
-    """Exact CP-SAT solve: the optimum of DESIGN.md §3 over the plan space of §2, with a bound.
+    """Exact CP-SAT solve: the optimum of docs/cost-model.md §3 over the plan space of §2, with a bound.
     `warm_start_fn` supplies the first incumbent beyond tiny problems (None: the symmetric
     baseline's; the registry's `cpsat` passes the heuristic's, solvers/layered/composed.py)."""
     return solve_exact(problem, options or SolverOptions(), "cpsat", solve_fixed_d, warm_start_fn)

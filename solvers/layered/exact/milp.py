@@ -100,7 +100,7 @@ def solve_fixed_d(sub: SubProblem) -> SubResult:
 
 def solve(problem: Problem, options: SolverOptions | None = None, *,
           warm_start_fn: WarmStartFn | None = None) -> SolveResult:
-    """Exact MILP solve: the optimum of DESIGN.md §3 over the plan space of §2, with a bound.
+    """Exact MILP solve: the optimum of docs/cost-model.md §3 over the plan space of §2, with a bound.
     `warm_start_fn` supplies the first incumbent beyond tiny problems (None: the symmetric
     baseline's; the registry's `milp` passes the heuristic's, solvers/layered/composed.py)."""
     return solve_exact(problem, options or SolverOptions(), "milp", solve_fixed_d, warm_start_fn)

@@ -1,4 +1,4 @@
-"""The heuristic solver path of DESIGN.md §5: METIS pools, per-pool pipelines, polish.
+"""The heuristic solver path of docs/solvers.md §5: METIS pools, per-pool pipelines, polish.
 
 Public API (used by the baselines too):
 - `HeuristicOptions`: knobs, including the random-partition baseline and the ablations;

@@ -1,6 +1,6 @@
-"""The heuristic's own knobs (DESIGN.md §5), one frozen options object.
+"""The heuristic's own knobs (docs/solvers.md §5), one frozen options object.
 
-The random-partition baseline and the two ablations of DESIGN.md §5 are settings of this
+The random-partition baseline and the two ablations of docs/solvers.md §5 are settings of this
 object (`partitioner="random"`, `fixed_tp=...`, `equal_batch=True`), so that they run
 exactly the same phase 2, batch split and polish as the heuristic itself.
 """

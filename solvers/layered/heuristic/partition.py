@@ -1,4 +1,4 @@
-"""Phase 1: split the cluster into D data-parallel pools (DESIGN.md §5).
+"""Phase 1: split the cluster into D data-parallel pools (docs/solvers.md §5).
 
 The cluster is a graph whose vertices are devices weighted by effective compute π and whose
 edges are links weighted by bandwidth. METIS (pymetis) does the multilevel k-way partition
@@ -20,7 +20,7 @@ tenth of the vertices and no device-pair edges), with every link slower than the
 contracted first: such a link between two pools would set bw_min of the DP sync (§3.4) for
 every layer its machines hold, while inside a pool the stage order steps around it.
 
-Mixed vendors (DESIGN.md §8): every bandwidth read here is the bridged one (`Cluster.pair_bw`),
+Mixed vendors (docs/vendors.md §8): every bandwidth read here is the bridged one (`Cluster.pair_bw`),
 so a rack or link pair between an nvidia and an amd machine weighs what the bridge allows,
 and the other cross-vendor pairs, at or below the default, carry no edge at all (weight 0,
 the lightest): the partitioner never protects a bridge link. Which side of the bridge a

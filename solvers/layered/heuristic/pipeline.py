@@ -1,4 +1,4 @@
-"""Phase 2: turn one pool of devices into a pipeline (DESIGN.md §5).
+"""Phase 2: turn one pool of devices into a pipeline (docs/solvers.md §5).
 
 Steps, per pool:
 1. secondary partition: the pool's devices grouped by machine (the fast links; a stage never

@@ -1,5 +1,5 @@
 """Polish: with the structure fixed (pools, stages, order), move single layers between stages
-of a pipeline and single micro-batches between pipelines while T drops (DESIGN.md §3.6).
+of a pipeline and single micro-batches between pipelines while T drops (docs/cost-model.md §3.6).
 
 A move is accepted only after the full evaluator (`planner.evaluate.breakdown`) prices it
 and the memory bound holds. Small plans try every single move each round, so the result is a
