@@ -27,7 +27,8 @@ from planner.io import load_cluster, load_model  # noqa: E402
 from planner.kinds import evaluate  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 from planner.workload import TrainingSpec  # noqa: E402
-from solvers.choose import kind_for_seq_len  # noqa: E402
+from planner.kinds import kind_of  # noqa: E402
+from solvers.choose import solve as solve_auto  # noqa: E402
 from solvers.common import SolverOptions  # noqa: E402
 from solvers.registry import solve  # noqa: E402
 
@@ -94,8 +95,9 @@ def _shape(plan) -> str:
 def seqlen_row(seq_len: int, options: SolverOptions) -> SeqLenRow:
     start = time.perf_counter()
     problem = seqlen_problem(seq_len)
+    auto = solve_auto(problem, "heuristic", options)  # --kind auto: both kinds in one time limit, the faster kept
     row = dict(seq_len=seq_len, global_batch=problem.training.global_batch,
-               auto_kind=kind_for_seq_len(seq_len)[0])
+               auto_kind=kind_of(auto.plan).name if auto.plan is not None else "none")
     layered, note = _best(problem, "layered", options)
     if layered is not None:
         row.update(layered_s=layered[0], layered_solver=layered[1], layered_shape=_shape(layered[2]))

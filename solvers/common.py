@@ -45,6 +45,8 @@ class SolveResult(Frozen):
     message: str = Field(default="", description="explanation, e.g. why a problem is infeasible")
     kind_reason: str = Field(default="", description="why this plan kind, when `solvers.choose.solve` chose it "
                                                      "(kind auto); '' when the kind was given")
+    kinds_tried: dict[str, float | None] = Field(
+        default_factory=dict, description="kind auto: every plan kind solved and its T (None: no plan found)")
 
     @property
     def gap(self) -> float | None:

@@ -28,7 +28,7 @@ def no_solving(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("solved before checking the output path")
 
-    monkeypatch.setattr(solve_mod, "get", forbidden)
+    monkeypatch.setattr(solve_mod, "solve_any_kind", forbidden)
     monkeypatch.setattr(compare_mod, "compare_problem", forbidden)
 
 

@@ -39,7 +39,8 @@ def test_json_output_carries_status_bound_and_estimate():
 
 
 def test_limits_show_up_as_restrictions():
-    result = CliRunner().invoke(app, ["solve", "tiny-4-tiny-mha", "--solver", "cpsat", "--max-stages", "1"])
+    result = CliRunner().invoke(app, ["solve", "tiny-4-tiny-mha", "--solver", "cpsat", "--kind", "layered",
+                                       "--max-stages", "1"])
     assert result.exit_code == 0, result.output
     assert "restriction" in result.output and "at most 1 stage per pipeline" in result.output
 

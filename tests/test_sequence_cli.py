@@ -38,7 +38,7 @@ def test_solve_auto_picks_sequence_on_a_long_context_problem():
     result = CliRunner().invoke(app, ["solve", LONG, "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["kind"] == "sequence" and "seq_len" in data["kind_reason"]
+    assert data["kind"] == "sequence" and "sequence is" in data["kind_reason"] and "faster" in data["kind_reason"]
     assert data["plan"]["format"] == "hexiscale.seqplan/1"
     table = CliRunner().invoke(app, ["solve", LONG, "-s", "seq-uniform"])
     assert table.exit_code == 0 and "plan kind: sequence" in table.stderr

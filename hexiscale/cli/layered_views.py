@@ -5,9 +5,12 @@ by the plan's kind."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from rich import box
 from rich.table import Table
 
+from hexiscale.cli.plan_summary import device_use_table, is_large, plural, shape_table
 from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
 from hexiscale.cli.vendor_views import bridge_table
 from planner.base import format_seconds
@@ -15,7 +18,15 @@ from planner.layered.bridge import layered_bridge_traffic
 from planner.layered.estimate import Estimate
 from planner.layered.plan import Plan
 from planner.problem import Problem
-from solvers.layered.idle import explain_idle, idle_devices
+from solvers.layered.idle import MAX_MACHINES, explain_idle, idle_devices
+
+
+class StageKey(NamedTuple):
+    """What makes two stages alike in a summary: GPU type, TP size, layers."""
+
+    machine_type: str
+    tp: int
+    layers: int
 
 
 def format_devices(devices) -> str:
@@ -94,21 +105,53 @@ def plan_shape(plan: Plan) -> str:
     return " | ".join("→".join(f"tp{s.tp}×{s.layers}" for s in p.stages) for p in plan.pipelines)
 
 
-def idle_view(problem: Problem, plan: Plan, est: Estimate) -> Table | None:
-    """Why devices stay idle: per idle machine, the best plan found that also uses them."""
-    reasons = explain_idle(problem, plan)
-    if not reasons:
+def idle_view(problem: Problem, plan: Plan, est: Estimate, deadline: float | None = None) -> Table | None:
+    """Why devices stay idle: per idle machine, the best plan found that also uses them (as many
+    machines as the deadline allows; the rest are counted)."""
+    idle = idle_devices(problem, plan)
+    if not idle:
         return None
+    reasons = explain_idle(problem, plan, deadline)
     used = len(plan.devices)
-    table = Table(title=f"{used}/{problem.cluster.num_devices} devices used; why the others are idle",
+    table = Table(title=f"{used:,}/{problem.cluster.num_devices:,} devices used; why the others are idle",
                   show_header=False, box=box.SIMPLE, title_justify="left")
     table.add_column()
     for r in reasons:
         table.add_row(r.describe(est.iteration_s))
-    more = len(idle_devices(problem, plan)) - len(reasons)
+    more = len(idle) - len(reasons)
     if more > 0:
-        table.add_row(f"… and {more} more machines with idle devices (the first {len(reasons)} are explained)")
+        why = "the time limit" if len(reasons) < min(len(idle), MAX_MACHINES) else f"at most {MAX_MACHINES}"
+        table.add_row(f"… and {plural(more, 'more machine')} with idle devices, not explained ({why})")
     return table
+
+
+def _stage_runs(problem: Problem, stages) -> str:
+    """A pipeline's stages as runs of equal ones: '10×(A100-80G tp4, 3 layers) → RTX4090 tp4, 1 layer'."""
+    cluster, runs = problem.cluster, []
+    for st in stages:
+        gpu = cluster.machines[int(cluster.machine_of_device[st.devices[0]])].gpu
+        key = f"{gpu} tp{st.tp}, {plural(st.layers, 'layer')}"
+        if runs and runs[-1][0] == key:
+            runs[-1][1] += 1
+        else:
+            runs.append([key, 1])
+    return " → ".join(key if n == 1 else f"{n}×({key})" for key, n in runs)
+
+
+def pipeline_shapes_view(problem: Problem, plan: Plan, est: Estimate) -> Table:
+    """The plan's pipelines grouped by shape (batch, and each stage's GPU type, TP size and layers)."""
+    shapes = []
+    for pipe, pe in zip(plan.pipelines, est.pipelines):
+        key = (pipe.batch, tuple((st.machine_type, st.tp, st.layers) for st in _typed(problem, pipe.stages)))
+        shapes.append((key, (str(pipe.batch), format_seconds(pe.time_s), _stage_runs(problem, pipe.stages))))
+    return shape_table(f"{plural(len(plan.pipelines), 'pipeline')} of {plural(plan.num_stages, 'stage')}, "
+                       f"grouped by shape (--full: every stage)", ("batch", "T_pipe", "stages"), shapes)
+
+
+def _typed(problem: Problem, stages):
+    cluster = problem.cluster
+    for st in stages:
+        yield StageKey(cluster.machines[int(cluster.machine_of_device[st.devices[0]])].gpu, st.tp, st.layers)
 
 
 SUMMARY_ABOVE_STAGES = 64  # larger plans get one row per pipeline unless --full is asked
@@ -145,11 +188,18 @@ def bridge_view(problem: Problem, plan: Plan, est: Estimate) -> Table | None:
     return bridge_table(problem, layered_bridge_traffic(problem, plan))
 
 
-def solved_views(problem: Problem, plan: Plan, est: Estimate) -> list[Table]:
-    """What `hexiscale solve` prints before the solver's status: the plan, why devices idle,
-    and the cross-vendor traffic on a mixed-vendor cluster."""
-    extra = [idle_view(problem, plan, est), bridge_view(problem, plan, est)]
-    return [plan_table(problem, plan, est)] + [view for view in extra if view is not None]
+def solved_views(problem: Problem, plan: Plan, est: Estimate, *, full: bool = False,
+                 deadline: float | None = None) -> list[Table]:
+    """What `hexiscale solve` prints before the solver's status: the plan (every stage, or above
+    SUMMARY_ABOVE_UNITS pipelines or SUMMARY_ABOVE_PARTS stages unless `full`, its pipelines
+    by shape and its devices per GPU type), why devices idle (until `deadline`), and the
+    cross-vendor traffic on a mixed-vendor cluster."""
+    if full or not is_large(len(plan.pipelines), plan.num_stages):
+        head = [plan_table(problem, plan, est)]
+    else:
+        head = [pipeline_shapes_view(problem, plan, est), device_use_table(problem, plan.devices)]
+    extra = [idle_view(problem, plan, est, deadline), bridge_view(problem, plan, est)]
+    return head + [view for view in extra if view is not None]
 
 
 # -- a run of the plan ----------------------------------------------------------------------

@@ -9,6 +9,7 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.layered_views import format_devices, time_unit
+from hexiscale.cli.plan_summary import device_use_table, idle_machine_rows, is_large, plural, shape_table
 from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
 from hexiscale.cli.vendor_views import bridge_table
 from planner.base import format_seconds as seconds
@@ -119,20 +120,32 @@ def plan_shape(plan: SeqPlan) -> str:
 
 
 def idle_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table | None:
-    """Which devices the plan leaves idle, per machine (no explanation search yet: that needs
-    a sequence solver)."""
-    used = set(plan.devices)
-    cluster = problem.cluster
-    idle = [(m.name, [d for d in cluster.devices_of(i) if d not in used]) for i, m in enumerate(cluster.machines)]
-    idle = [(name, devices) for name, devices in idle if devices]
-    if not idle:
+    """Which devices the plan leaves idle, per machine (the first MAX_IDLE_ROWS machines; the
+    rest are counted; no explanation search yet: that needs a sequence solver)."""
+    rows, more = idle_machine_rows(problem, plan.devices)
+    if not rows:
         return None
-    table = Table(title=f"{len(used)}/{cluster.num_devices} devices used; idle devices",
+    table = Table(title=f"{len(plan.devices):,}/{problem.cluster.num_devices:,} devices used; idle devices",
                   show_header=False, box=box.SIMPLE, title_justify="left")
     table.add_column()
-    for name, devices in idle:
+    for name, devices in rows:
         table.add_row(f"{name}: {len(devices)} idle ({format_devices(devices)})")
+    if more:
+        table.add_row(f"… and {plural(more, 'more machine')} with idle devices")
     return table
+
+
+def replica_shapes_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table:
+    """The plan's replicas grouped by shape: batch, and each group's GPU types, members and T_g."""
+    cluster, shapes = problem.cluster, []
+    for rep, re in zip(plan.replicas, est.replicas):
+        groups = tuple((tuple(sorted({cluster.machines[int(cluster.machine_of_device[d])].gpu for d in g.devices})),
+                        len(g.members), g.tokens) for g in rep.ring)
+        ring = " → ".join(f"{'+'.join(types)} hp{n}×{tokens}" for types, n, tokens in groups)
+        shapes.append(((rep.batch, groups), (str(rep.batch), seconds(re.time_s), ring)))
+    groups = sum(len(r.ring) for r in plan.replicas)
+    return shape_table(f"{plural(len(plan.replicas), 'replica')} of {plural(groups, 'group')}, grouped by shape "
+                       f"(--full: every group)", ("batch", "T_rep", "ring (GPU types, members × T_g)"), shapes)
 
 
 def bridge_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table | None:
@@ -142,11 +155,18 @@ def bridge_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table | No
     return bridge_table(problem, sequence_bridge_traffic(problem, plan))
 
 
-def solved_views(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> list[Table]:
-    """What `hexiscale solve` prints before the solver's status: the plan, idle devices, and
-    the cross-vendor traffic on a mixed-vendor cluster."""
+def solved_views(problem: Problem, plan: SeqPlan, est: SeqEstimate, *, full: bool = False,
+                 deadline: float | None = None) -> list[Table]:
+    """What `hexiscale solve` prints before the solver's status: the plan (every group, or for a
+    large plan unless `full`, its replicas by shape and its devices per GPU type), idle devices,
+    and the cross-vendor traffic on a mixed-vendor cluster. (`deadline`: nothing here searches.)"""
+    groups = sum(len(r.ring) for r in plan.replicas)
+    if full or not is_large(len(plan.replicas), groups):
+        head = [plan_table(problem, plan, est)]
+    else:
+        head = [replica_shapes_view(problem, plan, est), device_use_table(problem, plan.devices)]
     extra = [idle_view(problem, plan, est), bridge_view(problem, plan, est)]
-    return [plan_table(problem, plan, est)] + [view for view in extra if view is not None]
+    return head + [view for view in extra if view is not None]
 
 
 # -- a run of the plan ----------------------------------------------------------------------

@@ -3,6 +3,7 @@ the evaluator's estimate and the solver's proof status (status, bound, gap)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -12,6 +13,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from hexiscale.cli.budget import CommandBudget
 from hexiscale.cli.views import views_for
 from hexiscale.cli.app import EXIT_INFEASIBLE, app, console, err_console, fail, friendly_errors, writable_file
 from planner.kinds import evaluate, kind_of, validate
@@ -19,9 +21,10 @@ from planner.io import load_plan, load_problem, save_plan
 from planner.base import Frozen, format_seconds
 from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
-from solvers.choose import AUTO_KIND, choose_kind
+from solvers.choose import AUTO_KIND
+from solvers.choose import solve as solve_any_kind
 from solvers.common import SolveResult, SolverOptions
-from solvers.registry import SOLVERS, SOLVERS_BY_KIND, get, solvers_of
+from solvers.registry import SOLVERS, SOLVERS_BY_KIND, solvers_of
 
 WARM_STARTED = ("cpsat", "milp")  # the solvers that read SolverOptions.hint
 STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "infeasible": "magenta"}
@@ -32,8 +35,10 @@ STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "in
 def solve(
     problem: str = typer.Argument(..., help="problem file or bundled name"),
     solver: str = typer.Option("heuristic", "--solver", "-s", help="registered solver: " + ", ".join(SOLVERS)),
-    kind: str = typer.Option(AUTO_KIND, "--kind", help="plan kind: auto (see README), " + ", ".join(SOLVERS_BY_KIND)),
-    time_limit: float = typer.Option(60.0, "--time-limit", "-t", min=0.001, help="wall-clock budget, s"),
+    kind: str = typer.Option(AUTO_KIND, "--kind", help="plan kind: auto (every kind that has the solver, the "
+                             "faster plan kept), " + ", ".join(SOLVERS_BY_KIND)),
+    time_limit: float = typer.Option(60.0, "--time-limit", "-t", min=0.001,
+                                     help="wall-clock budget of the whole command (loading, solving, output), s"),
     threads: int = typer.Option(2, "--threads", min=1, help="worker threads"),
     seed: int = typer.Option(0, "--seed", help="random seed"),
     max_pipelines: int = typer.Option(None, "--max-pipelines", min=1, help="limit on D (reported if it may cut the optimum)"),
@@ -41,22 +46,24 @@ def solve(
     hint: str = typer.Option(None, "--hint", help="plan file to warm-start from"),
     output: Path = typer.Option(None, "--output", "-o", help="write the plan (with its solver info) here"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
+    full: bool = typer.Option(False, "--full", help="print every stage (group) of a large plan, not its summary"),
     verbose: bool = typer.Option(False, "--verbose", help="print the backend's own log"),
 ) -> None:
     """Find a plan with one solver; print it with its estimate and proof status."""
+    budget = CommandBudget(time_limit)
     check_kind_and_solver(kind, solver)
     writable_file(output, "--output")
+    prob, hint_plan = load_problem(problem), load_plan(hint) if hint else None  # every input before any output
     if hint and solver not in WARM_STARTED:
         err_console.print(f"note: --hint is ignored: {solver} takes no warm start "
                           f"(the exact solvers do: {', '.join(WARM_STARTED)})", highlight=False)
-    prob = load_problem(problem)
-    kind, why = choose_kind(prob, kind, solver)
-    if why and not as_json:
-        err_console.print(f"plan kind: {kind} ({why})", highlight=False)
-    options = SolverOptions(time_limit_s=time_limit, threads=threads, seed=seed,
-                            hint=load_plan(hint) if hint else None, max_pipelines=max_pipelines,
-                            max_stages=max_stages, progress=not as_json, verbose=verbose)
+    options = SolverOptions(time_limit_s=budget.for_solver(prob.cluster.num_devices), threads=threads, seed=seed,
+                            hint=hint_plan, max_pipelines=max_pipelines, max_stages=max_stages,
+                            progress=not as_json, verbose=verbose)
     result = _run_with_spinner(prob, solver, kind, options, quiet=as_json)
+    if result.kind_reason and not as_json:
+        err_console.print(f"plan kind: {kind_of(result.plan).name if result.plan is not None else kind} "
+                          f"({result.kind_reason})", highlight=False)
     if result.plan is None:
         _report_no_plan(result, as_json)
     plan = _checked(prob, result)
@@ -64,9 +71,11 @@ def solve(
         save_plan(plan, output)
     estimate = evaluate(prob, plan)
     if as_json:
-        console.print_json(json.dumps(dict(result_dict(result, estimate), kind=kind, kind_reason=why)))
+        console.print_json(json.dumps(dict(result_dict(result, estimate), kind=kind_of(plan).name,
+                                           kind_reason=result.kind_reason, kinds_tried=result.kinds_tried)))
         return
-    for view in views_for(plan).solved_views(prob, plan, estimate):
+    for view in views_for(plan).solved_views(prob, plan, estimate, full=full,
+                                                      deadline=budget.output_deadline(prob.cluster.num_devices)):
         console.print(view)
     console.print(status_table(result, estimate))
     if output is not None:
@@ -85,11 +94,12 @@ def check_kind_and_solver(kind: str, solver: str) -> None:
 
 def _run_with_spinner(problem: Problem, solver: str, kind: str, options: SolverOptions, quiet: bool) -> SolveResult:
     """Run the solver while a spinner shows the elapsed time (solvers log their own progress)."""
+    run = functools.partial(solve_any_kind, solver=solver, kind=kind)
     if quiet:
-        return get(solver, kind)(problem, options)
+        return run(problem, options=options)
     start, box_ = time.perf_counter(), {}
     with err_console.status(f"solving {problem.name} with {solver} …") as status:
-        worker = threading.Thread(target=lambda: box_.update(result=_call(get(solver, kind), problem, options)), daemon=True)
+        worker = threading.Thread(target=lambda: box_.update(result=_call(run, problem, options)), daemon=True)
         worker.start()
         while worker.is_alive():
             worker.join(0.25)
@@ -103,7 +113,7 @@ def _run_with_spinner(problem: Problem, solver: str, kind: str, options: SolverO
 
 def _call(solve_fn, problem: Problem, options: SolverOptions):
     try:
-        return solve_fn(problem, options)
+        return solve_fn(problem, options=options)
     except BaseException as exc:  # re-raised in the main thread
         return exc
 

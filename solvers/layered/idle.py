@@ -59,19 +59,21 @@ def idle_devices(problem: Problem, plan: Plan) -> dict[int, tuple[int, ...]]:
     return out
 
 
-def explain_idle(problem: Problem, plan: Plan) -> list[IdleMachine]:
+def explain_idle(problem: Problem, plan: Plan, deadline: float | None = None) -> list[IdleMachine]:
     """One explanation per machine with idle devices (at most MAX_MACHINES, and none started
-    after TIME_BUDGET_S: a plan of thousands of stages costs ~0.1 s per priced placement)."""
-    out, start = [], time.perf_counter()
-    order = _slowest_first(problem, plan)
+    after TIME_BUDGET_S or `deadline` (a `time.perf_counter` instant): a plan of thousands of
+    stages costs ~0.1 s per priced placement, and a machine's placements stop at the deadline)."""
+    start = time.perf_counter()
+    deadline = min(deadline if deadline is not None else float("inf"), start + TIME_BUDGET_S)
+    out, order = [], _slowest_first(problem, plan)
     limit = max(3, min(MAX_PLACEMENTS, STAGE_BUDGET // plan.num_stages))
     for m, idle in list(idle_devices(problem, plan).items())[:MAX_MACHINES]:
-        if out and time.perf_counter() - start > TIME_BUDGET_S:
+        if time.perf_counter() > deadline:
             break
         group = idle[: _largest_tp(problem, len(idle))]
-        tried = list(islice(_with_stage(problem, plan, group, order), limit + 1))
-        cut = (f" (best of the first {limit} placements tried, slowest pipelines first)"
-               if len(tried) > limit else "")
+        tried = list(islice(_before(deadline, _with_stage(problem, plan, group, order)), limit + 1))
+        cut = (f" (best of the first {min(limit, len(tried))} placements tried, slowest pipelines first)"
+               if len(tried) > limit or time.perf_counter() > deadline else "")
         best = min(tried[:limit], key=lambda c: iteration_time(problem, c, check=False), default=None)
         name = problem.cluster.machines[m].name
         if best is None:
@@ -80,6 +82,14 @@ def explain_idle(problem: Problem, plan: Plan) -> list[IdleMachine]:
             out.append(IdleMachine(name, idle, iteration_time(problem, best, check=False),
                                    evaluate(problem, best).bottleneck.description + cut, best))
     return out
+
+
+def _before(deadline: float, items):
+    """The items of an iterator until `deadline` passes."""
+    for item in items:
+        if time.perf_counter() > deadline:
+            return
+        yield item
 
 
 def _slowest_first(problem: Problem, plan: Plan) -> list[int]:

@@ -54,6 +54,16 @@ def too_big(problem: Problem) -> str | None:
     return None
 
 
+def no_token_layout(problem: Problem) -> str | None:
+    """Why no ring can split the sequence (rule 3 of docs/sequence-plans.md §7.1: the groups' T_g
+    are multiples of 2q summing to s), or None."""
+    s, q = problem.training.seq_len, problem.training.token_block
+    if s % (2 * q) == 0:
+        return None
+    return (f"seq_len {s} is not a multiple of 2·token_block = {2 * q}: no ring of groups can split it "
+            f"(every group holds a multiple of 2q tokens)")
+
+
 def replica_splits(problem: Problem):
     """[B1] every used device set and its split into replicas (≤ B/b of them)."""
     n, micro = problem.cluster.num_devices, problem.training.global_batch // problem.training.micro_batch
@@ -91,6 +101,8 @@ def solve_exact(problem: Problem, options: SolverOptions | None, name: str, labe
     start = time.perf_counter()
     if (why := too_big(problem)) is not None:
         return SolveResult(solver=name, status=SolveStatus.unknown, wall_s=0.0, message=why)
+    if (why := no_token_layout(problem)) is not None:
+        return SolveResult(solver=name, status=SolveStatus.infeasible, wall_s=0.0, message=why)
     deadline = start + options.time_limit_s
     outcomes: dict[Key, SetOutcome] = {}
     best, bound = None, math.inf

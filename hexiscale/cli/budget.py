@@ -1,0 +1,66 @@
+"""`--time-limit` is a promise about the command, not the solver: from the moment the process
+started (Python's start-up and imports included) to its last line of output.
+
+A command asks its `CommandBudget` what a solver may take: the time left less what the work
+after the solve is expected to cost (pricing the plan, the views, the idle explanation,
+writing files), which grows with the cluster. The explanation after the solve gets the
+budget's deadline and says what it left out when it ran out.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+MIN_SOLVE_S = 0.05  # a solver always gets this much, even when the limit is already spent
+# after the solve: pricing, summary views and writing cost about this per device (measured
+# 0.6 s of evaluate and 0.9 s of summary views and writing at 10^5 GPUs), plus a fixed part
+AFTER_SOLVE_PER_DEVICE_S = 2.5e-5
+AFTER_SOLVE_FIXED_S = 0.15
+AFTER_SOLVE_SHARE = 0.2  # never more than this share of the limit is held back for it
+EXPLAIN_SHARE, EXPLAIN_MAX_S = 0.1, 5.0  # the idle explanation's part of the limit, and its cap
+
+
+def seconds_since_process_start() -> float:
+    """How long ago this process started (Linux: /proc; elsewhere 0, i.e. from the first call)."""
+    try:
+        with open("/proc/self/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as uptime:
+            now = float(uptime.read().split()[0])
+        return max(0.0, now - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+@dataclass
+class CommandBudget:
+    """The wall-clock budget of one command, counted from its process's start."""
+
+    limit_s: float
+    started: float = field(default_factory=lambda: time.perf_counter() - seconds_since_process_start())
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def left(self) -> float:
+        return self.limit_s - self.elapsed()
+
+    @property
+    def deadline(self) -> float:
+        """The end of the budget on `time.perf_counter`'s clock."""
+        return self.started + self.limit_s
+
+    def for_solver(self, num_devices: int, share: float = 1.0, explain: bool = True) -> float:
+        """A solver's time limit: `share` of what is left once the work after the solve (and, with
+        `explain`, the idle explanation's part) is held back."""
+        after = min(AFTER_SOLVE_SHARE * self.limit_s, AFTER_SOLVE_FIXED_S + AFTER_SOLVE_PER_DEVICE_S * num_devices)
+        if explain:
+            after += min(EXPLAIN_MAX_S, EXPLAIN_SHARE * self.limit_s)
+        return max(MIN_SOLVE_S, (self.left() - after) * share)
+
+    def output_deadline(self, num_devices: int) -> float:
+        """Until when the explanations may run: the deadline less the writing of the output."""
+        return self.deadline - min(AFTER_SOLVE_SHARE * self.limit_s,
+                                   AFTER_SOLVE_FIXED_S + AFTER_SOLVE_PER_DEVICE_S * num_devices)

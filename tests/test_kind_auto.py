@@ -1,0 +1,58 @@
+"""`--kind auto` chooses by cost: on the bundled long-context testbed (llama3-8b on the H100 +
+A100 cluster, 2^20 tokens per iteration) it keeps the faster kind at 8K…64K tokens, checked
+against solving each kind explicitly with the same solver — in the API and in the CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hexiscale.cli import app
+from planner.io import save_yaml, problem_to_dict
+from planner.kinds import evaluate, kind_of
+from solvers.choose import solve as solve_auto
+from solvers.common import SolverOptions
+from solvers.registry import solve
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_seqlen import seqlen_problem  # noqa: E402
+
+OPTIONS = SolverOptions(time_limit_s=30, progress=False)
+
+
+def _explicit(problem, kind: str) -> float | None:
+    result = solve(problem, "heuristic", OPTIONS, kind=kind)
+    return None if result.plan is None else evaluate(problem, result.plan).iteration_s
+
+
+@pytest.mark.parametrize("seq_len", [8192, 16384, 32768, 65536])
+def test_auto_keeps_the_faster_kind(seq_len):
+    problem = seqlen_problem(seq_len)
+    times = {kind: _explicit(problem, kind) for kind in ("layered", "sequence")}
+    faster = min((k for k in times if times[k] is not None), key=times.get)
+    result = solve_auto(problem, "heuristic", OPTIONS)
+    assert kind_of(result.plan).name == faster, (times, result.kind_reason)
+    assert result.objective_s == pytest.approx(times[faster], rel=1e-9)
+    assert result.kinds_tried == pytest.approx(times, rel=1e-9)
+    assert faster in result.kind_reason and "faster" in result.kind_reason
+
+
+def test_the_cli_says_which_kind_and_why(tmp_path):
+    problem = seqlen_problem(16384)
+    path = tmp_path / "p.yaml"
+    save_yaml(problem_to_dict(problem), path)
+    out = CliRunner().invoke(app, ["solve", str(path), "--json", "-t", "30"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert set(data["kinds_tried"]) == {"layered", "sequence"}
+    best = min(data["kinds_tried"], key=data["kinds_tried"].get)
+    assert data["kind"] == best and best in data["kind_reason"]
+
+
+def test_an_explicit_kind_solves_that_kind_only():
+    result = solve_auto(seqlen_problem(65536), "heuristic", OPTIONS, kind="layered")
+    assert kind_of(result.plan).name == "layered" and result.kinds_tried == {} and result.kind_reason == ""
