@@ -172,10 +172,16 @@ DRIFT_WARNING = 0.10  # above it, `profile` says the machine was not steady
 
 def measured_device(result: ProfileResult, name: str, statistic: Statistic = "mean",
                     plans: str = DEFAULT_PLANS) -> MeasuredDevice:
-    """The device type: peak = the best rate of any timed GEMM; achieved = the whole model's,
-    its FLOPs counted as the cost model counts them; and the attention's own rate, which splits
-    the pass into η (matrices) and η_att (attention): `MeasuredDevice.efficiencies`."""
-    peak = max(g.rate(statistic) for g in (result.square_gemm, *result.gemms))
+    """The device type: peak = the best rate any timed GEMM reached (its fastest repetition);
+    achieved = the whole model's, its FLOPs counted as the cost model counts them; and the
+    attention's own rate, which splits the pass into η (matrices) and η_att (attention):
+    `MeasuredDevice.efficiencies`. The peak is the fastest repetition whatever the statistic:
+    the GEMMs are timed once, in under a second, and on shared cores their mean can land in a
+    busy moment that the model pass's rounds, spread over the whole profile, average out (then
+    η = achieved / peak came out above 1 and the profile was refused: 3 of 10 profiles of
+    `make demo`'s model on 2 loaded cores). Predictions do not move: every compute price is
+    FLOPs / (peak · η), the achieved rate."""
+    peak = max(g.rate("min") for g in (result.square_gemm, *result.gemms))
     return MeasuredDevice(name=name, peak_flops=peak,
                           model_flops=pass_flops(result.spec, plans) / result.model.summary(statistic),
                           memory_gib=result.memory_gib, attention_flops=attention_rate(result),
