@@ -10,6 +10,11 @@ TFLOPS = 1e12
 US = 1e-6  # latencies are written in microseconds
 
 
+def plural(count, word: str) -> str:
+    """'1 stage', '3 stages', '1,024 devices': a count with its noun in the right number."""
+    return f"{count:,} {word}" if count == 1 else f"{count:,} {word}s"
+
+
 def format_seconds(x: float, digits: int = 4) -> str:
     """A time in the unit that shows its digits: 22.57 s, 1.724 ms, 11.43 µs (messages and
     tables alike, so one output never mixes 1.1e-05 s with ms)."""

@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 
 from planner.base import GIB, TFLOPS, US, Frozen
 from planner.pairs import NOT_BRIDGED, Bridge, PairTable
+from planner.base import plural
 
 # A bandwidth at or below 1 kB/s is a unit mistake (GB/s written as bytes/s or Gbit/s · 1e-9),
 # never a real link: refused rather than priced into hour-long iterations.
@@ -305,7 +306,7 @@ class Cluster(Frozen):
         n = len(self.machines)
         if n > DENSE_MACHINES:
             raise ValueError(
-                f"{what}: a dense machine × machine matrix of {n} machines ({8 * n * n / 2**30:.1f} GiB) is only "
+                f"{what}: a dense machine × machine matrix of {plural(n, 'machine')} ({8 * n * n / 2**30:.1f} GiB) is only "
                 f"built up to {DENSE_MACHINES} machines; read pairs with Cluster.pair_bw / pair_lat")
         return table.dense()
 

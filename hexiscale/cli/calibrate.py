@@ -22,6 +22,7 @@ from runtime.host import shared_cores_note
 from runtime.kinds import RUNTIME_KINDS
 from runtime.profiling.launcher import Repeated  # the mean's standard error, as profile's repetitions have it
 from runtime.metrics.runlog import WARMUP_STEPS, RunLog, log_run, read_run_log
+from planner.base import plural
 
 
 def load_log(path: Path) -> RunLog:
@@ -103,7 +104,7 @@ def step_spread(log: RunLog, warmup: int = WARMUP_STEPS) -> str:
     if len(times) < 2:
         return f"measured: {len(times)} step after warm-up, so its noise is not known (run more --steps)"
     summary = Repeated.of(times)
-    return (f"measured step over {len(times)} steps after warm-up: {min(times) * 1e3:.1f}–{max(times) * 1e3:.1f} ms, "
+    return (f"measured step over {plural(len(times), 'step')} after warm-up: {min(times) * 1e3:.1f}–{max(times) * 1e3:.1f} ms, "
             f"mean {summary.mean_s * 1e3:.1f} ms ± {summary.mean_error:.1%} (its standard error)")
 
 

@@ -32,6 +32,7 @@ from solvers.choose import AUTO_KIND, choose_kind
 from solvers.common import SolveResult, SolverOptions
 from solvers.kinds import SOLVER_KINDS, solver_kind
 from solvers.registry import DEFAULT_KIND, SOLVERS_BY_KIND, solve
+from planner.base import plural
 
 EXACT_SOLVERS = ("cpsat", "milp")
 # each kind's defaults, its speed-up column's baseline and the other kinds' rows priced beside
@@ -74,7 +75,7 @@ def run_solver(problem: Problem, name: str, options: SolverOptions, exact_max_de
     kind, name = split_name(name, kind)
     base = dict(problem=problem.name, solver=name, kind=kind)
     if name in EXACT_SOLVERS and problem.cluster.num_devices > exact_max_devices:
-        return ComparisonRow(**base, status="skipped", message=f"{problem.cluster.num_devices} devices > "
+        return ComparisonRow(**base, status="skipped", message=f"{plural(problem.cluster.num_devices, 'device')} > "
                              f"--exact-max-devices {exact_max_devices}"), None
     try:
         result = _call_solver(problem, kind, name, options)

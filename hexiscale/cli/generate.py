@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from hexiscale.cli.app import app, console, fail, friendly_errors, writable_file
 from planner.io import HF_PREFIX, hf_model
 from instances.generate import generate_cluster, generated_problem, write_cluster, write_problem
+from planner.base import plural
 
 generate_app = typer.Typer(no_args_is_help=True, help="Generate synthetic clusters and problems.")
 app.add_typer(generate_app, name="generate")
@@ -33,7 +34,7 @@ def _summary(cluster) -> str:
     for m in cluster.machines:
         counts[m.gpu] = counts.get(m.gpu, 0) + m.count
     types = ", ".join(f"{n}×{g}" for g, n in counts.items())
-    return (f"{cluster.num_devices} GPUs on {len(cluster.machines)} machines ({types}), "
+    return (f"{cluster.num_devices} GPUs on {plural(len(cluster.machines), 'machine')} ({types}), "
             f"{len(cluster.links)} link overrides")
 
 

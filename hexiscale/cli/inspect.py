@@ -19,6 +19,7 @@ from planner.io import KINDS, bundled_names, load_cluster, load_model, load_plan
 from planner.problem import Problem
 from planner.kinds import validate as validate_plan
 from planner.workload import ModelSpec, TrainingSpec
+from planner.base import plural
 
 
 def _input_kind(path: str) -> str:
@@ -43,7 +44,7 @@ def validate(problem: str = typer.Argument(..., help="problem file or bundled na
     kind = _input_kind(problem) if plan is None else "problems"
     if kind == "clusters":
         c = load_cluster(problem)
-        console.print(f"[green]ok[/] cluster {c.name}: {c.num_devices} devices, {len(c.machines)} machines")
+        console.print(f"[green]ok[/] cluster {c.name}: {plural(c.num_devices, 'device')}, {plural(len(c.machines), 'machine')}")
         return
     if kind == "models":
         m = load_model(problem)
@@ -51,8 +52,8 @@ def validate(problem: str = typer.Argument(..., help="problem file or bundled na
         return
     prob = load_problem(problem)
     if plan is None:
-        console.print(f"[green]ok[/] problem {prob.name}: {prob.cluster.num_devices} devices, "
-                      f"{len(prob.cluster.machines)} machines, model {prob.model.name}")
+        console.print(f"[green]ok[/] problem {prob.name}: {plural(prob.cluster.num_devices, 'device')}, "
+                      f"{plural(len(prob.cluster.machines), 'machine')}, model {prob.model.name}")
         return
     work = WorkLog.for_cluster(prob.cluster)
     work.step(f"reading plan {plan}")
@@ -125,7 +126,7 @@ def _instance_rows(kind: str):
     for name in bundled_names(kind):
         if kind == "clusters":
             c = load_cluster(name)
-            yield name, f"{c.num_devices} GPUs, {len(c.machines)} machines: {_gpu_summary(c)}"
+            yield name, f"{c.num_devices} GPUs, {plural(len(c.machines), 'machine')}: {_gpu_summary(c)}"
         elif kind == "models":
             m = load_model(name)
             size = f"{m.total_params / 1e9:.3g}B" if m.total_params >= 1e9 else f"{m.total_params / 1e6:.3g}M"
@@ -141,7 +142,7 @@ def _instance_rows(kind: str):
             pl = load_plan(name)
             plan_kind = kind_of(pl)
             parts = f"{len(plan_kind.units(pl))} {plan_kind.unit}s"
-            yield name, (f"for {pl.problem or '?'}: {parts}, {len(pl.devices)} devices: "
+            yield name, (f"for {pl.problem or '?'}: {parts}, {plural(len(pl.devices), 'device')}: "
                          f"{views_for(pl).plan_shape(pl)}")
 
 

@@ -5,12 +5,10 @@ by the plan's kind."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from rich import box
 from rich.table import Table
 
-from hexiscale.cli.plan_summary import device_use_table, is_large, plural, shape_table
+from hexiscale.cli.plan_summary import composition, composition_words, device_use_table, is_large, plural, shape_table
 from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
 from hexiscale.cli.vendor_views import bridge_table
 from planner.base import format_seconds
@@ -20,13 +18,6 @@ from planner.layered.plan import Plan
 from planner.problem import Problem
 from solvers.layered.idle import MAX_MACHINES, explain_idle, idle_devices
 
-
-class StageKey(NamedTuple):
-    """What makes two stages alike in a summary: GPU type, TP size, layers."""
-
-    machine_type: str
-    tp: int
-    layers: int
 
 
 def format_devices(devices) -> str:
@@ -125,33 +116,16 @@ def idle_view(problem: Problem, plan: Plan, est: Estimate, deadline: float | Non
     return table
 
 
-def _stage_runs(problem: Problem, stages) -> str:
-    """A pipeline's stages as runs of equal ones: '10×(A100-80G tp4, 3 layers) → RTX4090 tp4, 1 layer'."""
-    cluster, runs = problem.cluster, []
-    for st in stages:
-        gpu = cluster.machines[int(cluster.machine_of_device[st.devices[0]])].gpu
-        key = f"{gpu} tp{st.tp}, {plural(st.layers, 'layer')}"
-        if runs and runs[-1][0] == key:
-            runs[-1][1] += 1
-        else:
-            runs.append([key, 1])
-    return " → ".join(key if n == 1 else f"{n}×({key})" for key, n in runs)
-
-
 def pipeline_shapes_view(problem: Problem, plan: Plan, est: Estimate) -> Table:
-    """The plan's pipelines grouped by shape (batch, and each stage's GPU type, TP size and layers)."""
-    shapes = []
+    """The plan's pipelines grouped by what their stages are (GPU type and TP size, counted)."""
+    cluster, units = problem.cluster, []
     for pipe, pe in zip(plan.pipelines, est.pipelines):
-        key = (pipe.batch, tuple((st.machine_type, st.tp, st.layers) for st in _typed(problem, pipe.stages)))
-        shapes.append((key, (str(pipe.batch), format_seconds(pe.time_s), _stage_runs(problem, pipe.stages))))
+        parts = composition([f"{cluster.machines[int(cluster.machine_of_device[st.devices[0]])].gpu} tp{st.tp}"
+                             for st in pipe.stages])
+        words = f"{plural(len(pipe.stages), 'stage')}: {composition_words(parts)}"
+        units.append((parts, words, pe.time_s, pipe.batch))
     return shape_table(f"{plural(len(plan.pipelines), 'pipeline')} of {plural(plan.num_stages, 'stage')}, "
-                       f"grouped by shape (--full: every stage)", ("batch", "T_pipe", "stages"), shapes)
-
-
-def _typed(problem: Problem, stages):
-    cluster = problem.cluster
-    for st in stages:
-        yield StageKey(cluster.machines[int(cluster.machine_of_device[st.devices[0]])].gpu, st.tp, st.layers)
+                       f"grouped by their stages (--full: every stage)", ("batch", "T_pipe", "stages"), units)
 
 
 SUMMARY_ABOVE_STAGES = 64  # larger plans get one row per pipeline unless --full is asked
@@ -168,7 +142,7 @@ def pipeline_table_view(est: Estimate) -> Table:
         slow = max(p.stages, key=lambda s: max(s.tau_s, s.pp_s))
         table.add_row(str(p.index), str(p.batch), str(p.micro_batches), str(len(p.stages)),
                       str(sum(s.tp for s in p.stages)), f"{p.time_s / div:.4g}", f"{p.bubble_s / div:.4g}",
-                      f"{slow.index} on {slow.machine} (t={slow.tp}, {slow.layers} layers)",
+                      f"{slow.index} on {slow.machine} (t={slow.tp}, {plural(slow.layers, 'layer')})",
                       f"{min(s.headroom_gib for s in p.stages):.1f}")
     return table
 
@@ -210,7 +184,7 @@ PREDICTION_TITLE = ("predicted (cost model) against measured: stage τ per micro
 
 def timed_units(plan: Plan) -> list[tuple[str, str, str]]:
     """(unit, devices, shape) of each unit a run record times: every stage (p pipeline, s stage)."""
-    return [(f"p{p} s{k}", ",".join(map(str, stage.devices)), f"{stage.layers} layers, TP {stage.tp}")
+    return [(f"p{p} s{k}", ",".join(map(str, stage.devices)), f"{plural(stage.layers, 'layer')}, TP {stage.tp}")
             for p, pipe in enumerate(plan.pipelines) for k, stage in enumerate(pipe.stages)]
 
 

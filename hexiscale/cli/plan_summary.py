@@ -1,5 +1,6 @@
 """What a plan too large to read row by row prints instead: its units (pipelines, replicas)
-grouped by shape with counts, the devices used and idle per GPU type, and the bottleneck.
+grouped by shape (what their parts are made of: stages by GPU type and TP size, groups by GPU
+types and members) with counts and the range of their batches and times, the devices used and idle per GPU type, and the bottleneck.
 
 Both plan kinds' views build their summary from these pieces; `--full` prints every row, and
 `--json` is always complete. A summary never grows with the cluster: at most MAX_SHAPE_ROWS
@@ -14,6 +15,7 @@ from collections.abc import Hashable, Sequence
 from rich import box
 from rich.table import Table
 
+from planner.base import format_seconds, plural  # noqa: F401 (plural: the views import it from here too)
 from planner.problem import Problem
 
 SUMMARY_ABOVE_UNITS = 64  # pipelines or replicas
@@ -27,28 +29,40 @@ def is_large(units: int, parts: int) -> bool:
     return units > SUMMARY_ABOVE_UNITS or parts > SUMMARY_ABOVE_PARTS
 
 
-def plural(count: int, word: str) -> str:
-    """'1 stage', '3 stages' (and 'pipeline'/'replica' alike)."""
-    return f"{count:,} {word}" if count == 1 else f"{count:,} {word}s"
-
-
-def shape_table(title: str, columns: Sequence[str], shapes: Sequence[tuple[Hashable, Sequence[str]]]) -> Table:
-    """One row per distinct shape with its count, most frequent first: `shapes` holds each
-    unit's (key, cells); units with equal keys share a row (the first one's cells)."""
-    counts = Counter(key for key, _ in shapes)
-    cells = {}
-    for key, row in shapes:
-        cells.setdefault(key, row)
+def shape_table(title: str, columns: Sequence[str], units: Sequence[tuple[Hashable, str, float, int]]) -> Table:
+    """One row per distinct shape, most frequent first: `units` holds each unit's (key, its
+    shape in words, its time, its batch); units with equal keys share a row that gives their
+    count and the range of their batches and times."""
+    groups: dict[Hashable, list[tuple[str, float, int]]] = {}
+    for key, words, seconds, batch in units:
+        groups.setdefault(key, []).append((words, seconds, batch))
     table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("count", *columns):
-        table.add_column(col, justify="right" if col == "count" else "left")
-    ranked = sorted(counts, key=lambda k: -counts[k])
+        table.add_column(col, justify="left" if col == columns[-1] else "right")
+    ranked = sorted(groups, key=lambda k: -len(groups[k]))
     for key in ranked[:MAX_SHAPE_ROWS]:
-        table.add_row(f"{counts[key]:,}", *cells[key])
+        rows = groups[key]
+        table.add_row(f"{len(rows):,}", _span([b for _, _, b in rows], str),
+                      _span([t for _, t, _ in rows], format_seconds), rows[0][0])
     if len(ranked) > MAX_SHAPE_ROWS:
-        rest = sum(counts[k] for k in ranked[MAX_SHAPE_ROWS:])
-        table.add_row(f"{rest:,}", f"… in {len(ranked) - MAX_SHAPE_ROWS:,} more shapes (--full or --json lists them)")
+        rest = sum(len(groups[k]) for k in ranked[MAX_SHAPE_ROWS:])
+        table.add_row(f"{rest:,}", "", "", f"… in {len(ranked) - MAX_SHAPE_ROWS:,} more shapes (--full or --json lists them)")
     return table
+
+
+def _span(values, show) -> str:
+    low, high = min(values), max(values)
+    return show(low) if low == high else f"{show(low)}–{show(high)}"
+
+
+def composition(parts: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """A unit's parts counted by kind, most first: ('A100-80G tp4', 13), ('H20 tp8', 9), …"""
+    counts = Counter(parts)
+    return tuple(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def composition_words(parts: tuple[tuple[str, int], ...]) -> str:
+    return ", ".join(f"{n}× {what}" for what, n in parts)
 
 
 def device_use_table(problem: Problem, used: Sequence[int]) -> Table:

@@ -18,6 +18,7 @@ from planner.calibration import BandwidthError, CalibrationError
 from planner.io import load_model, load_problem
 from runtime.host import shared_cores_note
 from runtime.kinds import RUNTIME_KINDS
+from planner.base import plural
 
 EXIT_PROFILE_FAILED = 1
 HONESTY = ("one host: 'inter' links join processes of simulated machines; on CPU every pair of processes "
@@ -36,7 +37,7 @@ def shapes_source(problem: str | None, model: str | None, seq_len: int | None, m
 
 def split_processes(processes: int, machines: int) -> tuple[int, ...]:
     if machines < 1 or processes % machines:
-        fail(f"--machines: {processes} processes do not split evenly over {machines} machines")
+        fail(f"--machines: {processes} processes do not split evenly over {plural(machines, 'machine')}")
     return (processes // machines,) * machines
 
 

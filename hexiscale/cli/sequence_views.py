@@ -9,7 +9,8 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.layered_views import format_devices, time_unit
-from hexiscale.cli.plan_summary import device_use_table, idle_machine_rows, is_large, plural, shape_table
+from hexiscale.cli.plan_summary import (composition, composition_words, device_use_table, idle_machine_rows,
+                                        is_large, plural, shape_table)
 from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
 from hexiscale.cli.vendor_views import bridge_table
 from planner.base import format_seconds as seconds
@@ -81,7 +82,7 @@ def summary_view(problem: Problem, est: SeqEstimate) -> Table:
     table.add_row("T_dp", seconds(est.dp_s))
     for r in est.replicas[:SUMMARY_ABOVE_MEMBERS]:
         table.add_row(f"  replica {r.index}", (
-            f"B_r={r.batch}, m={r.micro_batches}, {len(r.groups)} groups on {r.devices} devices: "
+            f"B_r={r.batch}, m={r.micro_batches}, {plural(len(r.groups), 'group')} on {plural(r.devices, 'device')}: "
             f"{seconds(r.time_s)} (T_layer {seconds(r.layer_s)}: linear {seconds(r.linear_s)}, "
             f"all-to-all {seconds(r.a2a_s)}, attention {seconds(r.attention_s)}, ring {seconds(r.ring_s)})"))
     table.add_row("tokens/s", f"{est.tokens_per_s:,.0f}")
@@ -136,16 +137,16 @@ def idle_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table | None
 
 
 def replica_shapes_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table:
-    """The plan's replicas grouped by shape: batch, and each group's GPU types, members and T_g."""
-    cluster, shapes = problem.cluster, []
+    """The plan's replicas grouped by what their groups are (GPU types and members, counted)."""
+    cluster, units = problem.cluster, []
     for rep, re in zip(plan.replicas, est.replicas):
-        groups = tuple((tuple(sorted({cluster.machines[int(cluster.machine_of_device[d])].gpu for d in g.devices})),
-                        len(g.members), g.tokens) for g in rep.ring)
-        ring = " → ".join(f"{'+'.join(types)} hp{n}×{tokens}" for types, n, tokens in groups)
-        shapes.append(((rep.batch, groups), (str(rep.batch), seconds(re.time_s), ring)))
+        gpus = [sorted({cluster.machines[int(cluster.machine_of_device[d])].gpu for d in g.devices}) for g in rep.ring]
+        parts = composition([f"{'+'.join(types)} hp{len(g.members)}" for types, g in zip(gpus, rep.ring)])
+        words = f"{plural(len(rep.ring), 'group')}: {composition_words(parts)}"
+        units.append((parts, words, re.time_s, rep.batch))
     groups = sum(len(r.ring) for r in plan.replicas)
-    return shape_table(f"{plural(len(plan.replicas), 'replica')} of {plural(groups, 'group')}, grouped by shape "
-                       f"(--full: every group)", ("batch", "T_rep", "ring (GPU types, members × T_g)"), shapes)
+    return shape_table(f"{plural(len(plan.replicas), 'replica')} of {plural(groups, 'group')}, grouped by their "
+                       f"groups (--full: every group)", ("batch", "T_rep", "ring"), units)
 
 
 def bridge_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table | None:

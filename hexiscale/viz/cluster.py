@@ -16,6 +16,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
 
 from planner.layered.plan import Plan  # noqa: E402
 from planner.problem import Problem  # noqa: E402
+from planner.base import plural
 
 
 def pipeline_colours(num: int) -> list:
@@ -130,7 +131,7 @@ def draw_cluster(problem: Problem, plan: Plan, path, title: str = "") -> None:
         for a, b in zip(leaders, leaders[1:]):  # activation flow between stage leaders
             ax.annotate("", xy=b, xytext=a, zorder=2, arrowprops=dict(
                 arrowstyle="-|>", color=colours[p], lw=1.2, alpha=0.8, connectionstyle="arc3,rad=0.15"))
-        ax.scatter([], [], s=60, color=colours[p], label=f"pipeline {p}: {len(pipe.stages)} stages, batch {pipe.batch}")
+        ax.scatter([], [], s=60, color=colours[p], label=f"pipeline {p}: {plural(len(pipe.stages), 'stage')}, batch {pipe.batch}")
     if idle:
         ax.scatter([], [], s=60, facecolors="white", edgecolors="#999999", label=f"idle ({len(idle)})")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)

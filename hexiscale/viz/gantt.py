@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from hexiscale.viz.schedule import PipelineSchedule  # noqa: E402
+from planner.base import plural
 
 COLOURS = {"forward": "#4C72B0", "backward": "#DD8452", "send": "#55A868", "dp_sync": "#8172B3",
            "bubble": "#E8E8E8"}
@@ -54,7 +55,7 @@ def gantt_figure(schedules: list[PipelineSchedule], stage_labels: list[list[str]
     handles = [Patch(color=COLOURS[k], label=k.replace("_", " ")) for k in ("forward", "backward", "send", "dp_sync")]
     handles.append(Patch(color=COLOURS["bubble"], label="bubble (idle)"))
     fig.legend(handles=handles, loc="upper right", ncol=5, fontsize=8, frameon=False)
-    more = f" (first {MAX_PANELS} of {len(schedules)} pipelines)" if len(schedules) > MAX_PANELS else ""
+    more = f" (first {MAX_PANELS} of {plural(len(schedules), 'pipeline')})" if len(schedules) > MAX_PANELS else ""
     fig.suptitle((title + "\n" if title else "") + "cost-model timeline of §3.3 (a flow line: not the order of operations that runs)" + more,
                  fontsize=10, x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.97 if len(shown) > 2 else 0.93))

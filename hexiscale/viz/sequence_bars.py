@@ -17,6 +17,7 @@ from hexiscale.viz.sequence_ring import group_colours  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 from planner.sequence import cost  # noqa: E402
 from planner.sequence.estimate import SeqEstimate  # noqa: E402
+from planner.base import plural
 
 TIME_PARTS = (("linear", "#4C72B0"), ("attention", "#DD8452"), ("lm_head", "#937860"), ("all_to_all", "#55A868"),
               ("ring (not hidden)", "#C44E52"), ("zero", "#8172B3"), ("dp_sync", "#DA8BC3"), ("wait", "#E8E8E8"))
@@ -104,7 +105,7 @@ def bars_figure(problem: Problem, est: SeqEstimate, title: str = ""):
     ax_m.set_title(f"memory per device vs capacity (smallest headroom {est.min_headroom_gib:.2f} GiB)",
                    fontsize=9, loc="left")
     idle = problem.cluster.num_devices - n
-    fig.suptitle((title + "\n" if title else "") + f"{n} devices used" + (f", {idle} idle (not drawn)" if idle else ""),
+    fig.suptitle((title + "\n" if title else "") + f"{plural(n, 'device')} used" + (f", {idle} idle (not drawn)" if idle else ""),
                  fontsize=10, x=0.01, ha="left")
     fig.tight_layout()
     return fig

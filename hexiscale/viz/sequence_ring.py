@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from planner.problem import Problem  # noqa: E402
 from planner.sequence.plan import SeqPlan  # noqa: E402
+from planner.base import plural
 
 MAX_REPLICAS = 6  # rows drawn; the title says how many more there are
 LABEL_SHARE = 0.035  # wedges smaller than this share of the ring carry no label
@@ -125,12 +126,12 @@ def ring_figure(problem: Problem, plan: SeqPlan, title: str = ""):
         _layout_strip(strip, groups, s, colours)
         hp = sorted({len(g["members"]) for g in groups})
         strip.set_title(f"replica {r}: batch {rep.batch}, {len(groups)} group{'s' * (len(groups) > 1)} in the ring, "
-                        f"{len(rep.devices)} devices, HP degree {'/'.join(map(str, hp))}", fontsize=9, loc="left")
+                        f"{plural(len(rep.devices), 'device')}, HP degree {'/'.join(map(str, hp))}", fontsize=9, loc="left")
         text = fig.add_subplot(right[1])
         text.axis("off")
         text.text(0, 1, _member_lines(groups), va="top", ha="left", fontsize=7, family="monospace",
                   transform=text.transAxes)
-    more = f" (first {MAX_REPLICAS} of {len(shares)} replicas)" if len(shares) > MAX_REPLICAS else ""
+    more = f" (first {MAX_REPLICAS} of {plural(len(shares), 'replica')})" if len(shares) > MAX_REPLICAS else ""
     fig.suptitle((title + "\n" if title else "") + "rings, clockwise from the top in ring order: outer wedges = "
                  "groups by token share T_g (sum s), inner = members by tokens t_i (d = device, h = heads)" + more,
                  fontsize=9, x=0.01, ha="left", va="bottom", y=1.0 + 0.1 / height)  # above every panel title

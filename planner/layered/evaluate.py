@@ -12,6 +12,7 @@ from planner.layered.plan import Plan
 from planner.layered.pricing import Breakdown, breakdown, iteration_time, require_valid_structure
 from planner.layered.table import StageTable, stage_table
 from planner.problem import Problem
+from planner.base import plural
 
 __all__ = ["evaluate", "find_bottleneck", "iteration_time"]
 
@@ -85,6 +86,6 @@ def find_bottleneck(problem: Problem, table: StageTable, b: Breakdown) -> Bottle
     return Bottleneck(
         kind=kind, pipeline=p, stage=int(table.index[i]), seconds=float(b.pipe_time[p]),
         description=f"pipeline {p} (T_pipe {format_seconds(b.pipe_time[p])}) is limited by stage "
-                    f"{table.index[i]} on {machine} (t={table.tp[i]}, {table.layers[i]} layers): "
+                    f"{table.index[i]} on {machine} (t={table.tp[i]}, {plural(table.layers[i], 'layer')}): "
                     f"{kind.replace('_', ' ')} {format_seconds(parts[kind])} per micro-batch",
     )

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator
 
 from planner.base import Frozen
 from planner.solver_info import SolverInfo
+from planner.base import plural
 
 PLAN_FORMAT = "hexiscale.plan/1"
 
@@ -99,7 +100,7 @@ class Plan(Frozen):
         The one place a solver turns its own stage lists into a `Plan`. Counts and ids may be
         numpy integers; they are stored as Python ints."""
         if len(batches) != len(stages):
-            raise ValueError(f"{len(batches)} batches for {len(stages)} pipelines")
+            raise ValueError(f"{len(batches)} batches for {plural(len(stages), 'pipeline')}")
         return cls(problem=problem, pipelines=tuple(
             Pipeline(batch=int(batch), stages=tuple(
                 Stage(devices=tuple(int(d) for d in devices), layers=int(layers)) for devices, layers in pipe))
@@ -140,5 +141,5 @@ def devices_in_order(first_device: Sequence[int], shapes: Sequence[Sequence[tupl
 
 def outline(plan: Plan) -> str:
     """The plan's structure in one phrase: pipelines, stages, devices and each stage's TP."""
-    return (f"D={len(plan.pipelines)}, {plan.num_stages} stages, {len(plan.devices)} devices, "
+    return (f"D={len(plan.pipelines)}, {plural(plan.num_stages, 'stage')}, {plural(len(plan.devices), 'device')}, "
             f"TP {'/'.join(str(s.tp) for p in plan.pipelines for s in p.stages)}")

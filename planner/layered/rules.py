@@ -11,6 +11,7 @@ import numpy as np
 from planner.layered.plan import Plan
 from planner.problem import Problem
 from planner.violations import Violation
+from planner.base import plural
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def _device_violations(problem: Problem, stages: _FlatStages) -> list[Violation]
                              message=f"devices {gone} do not exist (cluster has {n}: 0..{n - 1})"))
     ids, counts = np.unique(stages.flat, return_counts=True)
     for d, count in zip(ids[counts > 1].tolist(), counts[counts > 1].tolist()):
-        out.append(Violation(rule="device", message=f"device {d} is used by {count} stages"))
+        out.append(Violation(rule="device", message=f"device {d} is used by {plural(count, 'stage')}"))
     return out
 
 
@@ -99,7 +100,7 @@ def _layer_and_batch_violations(problem: Problem, plan: Plan) -> list[Violation]
     for p, pipe in enumerate(plan.pipelines):
         if pipe.layers != big_l:
             out.append(Violation(rule="layers", pipeline=p,
-                                 message=f"stages hold {pipe.layers} layers, the model has {big_l}"))
+                                 message=f"stages hold {plural(pipe.layers, 'layer')}, the model has {big_l}"))
         if pipe.batch % b:
             out.append(Violation(rule="batch", pipeline=p,
                                  message=f"batch {pipe.batch} is not a multiple of micro-batch {b}"))

@@ -9,6 +9,7 @@ from planner.layered.rules import structural_violations
 from planner.layered.table import stage_table
 from planner.problem import Problem
 from planner.violations import Violation
+from planner.base import plural
 
 
 def memory_violations(problem: Problem, plan: Plan) -> list[Violation]:
@@ -22,7 +23,7 @@ def memory_violations(problem: Problem, plan: Plan) -> list[Violation]:
         out.append(Violation(
             rule="memory", pipeline=int(table.pipe[i]), stage=int(table.index[i]),
             message=f"needs {need[i] / GIB:.2f} GiB per device, {gpu.name} has {cap[i] / GIB:.2f} GiB "
-                    f"({(need[i] - cap[i]) / GIB:.2f} GiB over; t={table.tp[i]}, {table.layers[i]} layers)"))
+                    f"({(need[i] - cap[i]) / GIB:.2f} GiB over; t={table.tp[i]}, {plural(table.layers[i], 'layer')})"))
     return out
 
 

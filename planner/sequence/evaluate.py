@@ -12,6 +12,7 @@ from planner.sequence.estimate import Bottleneck, SeqEstimate
 from planner.sequence.plan import SeqPlan
 from planner.sequence.pricing import MemoryParts, TimeParts, memory_parts, require_valid_structure, time_parts
 from planner.sequence.table import MemberTable
+from planner.base import plural
 
 __all__ = ["evaluate", "find_bottleneck"]
 
@@ -109,7 +110,7 @@ def find_bottleneck(problem: Problem, table: MemberTable, t: TimeParts) -> Bottl
     r = int(np.argmax(t.replica_time))
     if t.dp > t.replica_time[r]:
         return Bottleneck(kind="data_parallel", seconds=t.dp, description=(
-            f"gradient sync across {table.num_replicas} replicas takes {format_seconds(t.dp)}, more than "
+            f"gradient sync across {plural(table.num_replicas, 'replica')} takes {format_seconds(t.dp)}, more than "
             f"the slowest replica ({format_seconds(t.replica_time[r])})"))
     terms = _replica_terms(problem, t, r)
     kind = max(terms, key=terms.__getitem__)

@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 from planner.base import Frozen
 from planner.layered.plan import MAX_DEVICE_ID, whole_numbers
 from planner.solver_info import SolverInfo
+from planner.base import plural
 
 SEQPLAN_FORMAT = "hexiscale.seqplan/1"
 
@@ -97,7 +98,7 @@ class SeqPlan(Frozen):
         list of `(device, heads, tokens)` in `rings[r]`. The one place a solver turns its own
         lists into a `SeqPlan`; numpy integers are stored as Python ints."""
         if len(batches) != len(rings):
-            raise ValueError(f"{len(batches)} batches for {len(rings)} replicas")
+            raise ValueError(f"{len(batches)} batches for {plural(len(rings), 'replica')}")
         return cls(problem=problem, replicas=tuple(
             Replica(batch=int(batch), ring=tuple(
                 Group(members=tuple(Member(device=int(d), heads=int(h), tokens=int(t)) for d, h, t in group))
@@ -119,4 +120,4 @@ class SeqPlan(Frozen):
 def outline(plan: SeqPlan) -> str:
     """The plan's structure in one phrase: replicas, groups, devices and each group's HP size."""
     hp = "/".join(str(len(g.members)) for r in plan.replicas for g in r.ring)
-    return f"D={len(plan.replicas)}, {plan.num_groups} groups, {len(plan.devices)} devices, HP {hp}"
+    return f"D={len(plan.replicas)}, {plural(plan.num_groups, 'group')}, {plural(len(plan.devices), 'device')}, HP {hp}"

@@ -18,6 +18,7 @@ from planner.layered import cost
 from planner.layered.cost import StageShape
 from planner.layered.plan import Plan, devices_in_order
 from planner.problem import Problem
+from planner.base import plural
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,7 @@ def explain_infeasible(tables: Tables) -> str:
     longest = _longest_pipeline(tables)
     if longest < tables.layers:
         return (f"no pipeline fits in memory: using every device, one pipeline holds at most "
-                f"{longest} of the {tables.layers} layers")
+                f"{longest} of the {plural(tables.layers, 'layer')}")
     return ""
 
 
@@ -272,7 +273,7 @@ def memory_summary(tables: Tables) -> str:
     most = max(int(tables.lenient_n_max[i, 0, 0, 1]) for i in range(len(tables.types)))
     return (f"model states need {states / GIB:.1f} GiB of the cluster's {usable / GIB:.1f} GiB, but "
             f"activations, the embedding, the head and whole-layer stages do not pack: a stage holds "
-            f"at most {most} of the {tables.layers} layers")
+            f"at most {most} of the {plural(tables.layers, 'layer')}")
 
 
 def _longest_pipeline(tables: Tables) -> int:

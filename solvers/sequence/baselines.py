@@ -35,6 +35,7 @@ from planner.problem import Problem
 from planner.solver_info import SolveStatus
 from solvers.common import SolveResult, SolverOptions
 from solvers.sequence.space import Ring, mixes_vendors, plan_time, result, vendor_of_devices
+from planner.base import plural
 
 Block = tuple[int, ...]  # the devices of one group, in member order
 
@@ -178,7 +179,7 @@ def best_layout(name: str, problem: Problem, layouts, deadline: float) -> SolveR
     types = ", ".join(dict.fromkeys(problem.cluster.gpu_of(int(problem.cluster.machine_of_device[x])).name
                                     for x in used))
     return result(name, problem, start, best[:3], SolveStatus.feasible,
-                  f"HP degree {h}, {d} replicas of {g} groups, {d * g * h} of {problem.cluster.num_devices} "
+                  f"HP degree {h}, {plural(d, 'replica')} of {plural(g, 'group')}, {d * g * h} of {problem.cluster.num_devices} "
                   f"devices ({types}); best of {tried} layouts")
 
 

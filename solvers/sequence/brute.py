@@ -24,6 +24,7 @@ from planner.solver_info import SolveStatus
 from solvers.common import SolveResult, SolverOptions
 from solvers.sequence.space import (Ring, compositions, memory_proof, mixes_vendors, plan_time, result,
                                     ring_times, vendor_of_devices)
+from planner.base import plural
 
 MAX_DEVICES, MAX_UNITS, CHUNK = 5, 8, 4096
 
@@ -92,7 +93,7 @@ def _too_big(problem: Problem) -> str | None:
     units = problem.training.seq_len // (2 * problem.training.token_block)
     if n > MAX_DEVICES or units > MAX_UNITS:
         return (f"brute force handles ≤ {MAX_DEVICES} devices and ≤ {MAX_UNITS} shard units s/(2q); this "
-                f"problem has {n} devices and {units} units")
+                f"problem has {plural(n, 'device')} and {units} units")
     return None
 
 

@@ -25,6 +25,7 @@ from planner.sequence.links import Units, across_sets
 from planner.sequence.pricing import memory_parts
 from planner.solver_info import SolverInfo, SolveStatus
 from solvers.common import SolveResult
+from planner.base import plural
 
 MemberSpec = tuple[int, int, int]
 Ring = list[list[MemberSpec]]
@@ -202,7 +203,7 @@ def memory_proof(problem: Problem) -> str | None:
     for n in range(1, n_all + 1):
         if int((capacity >= least_memory(problem, n)).sum()) >= n:
             return None
-    return (f"no replica fits in memory: even with all {n_all} devices in one replica each needs at least "
+    return (f"no replica fits in memory: even with all {plural(n_all, 'device')} in one replica each needs at least "
             f"{least_memory(problem, n_all) / GIB:.2f} GiB (states, gathered weights, reserve, one token "
             f"block), the largest device has {capacity.max() / GIB:.2f} GiB")
 

@@ -23,6 +23,7 @@ from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
 from planner.layered.table import stage_table
 from solvers.common import SolveResult, SolverOptions
+from planner.base import plural
 
 MAX_DEVICES, MAX_LAYERS = 5, 6
 
@@ -146,7 +147,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult
     if n > MAX_DEVICES or big_l > MAX_LAYERS:
         return SolveResult(solver="brute", status=SolveStatus.unknown, wall_s=0.0,
                            message=f"brute force handles ≤ {MAX_DEVICES} devices and ≤ {MAX_LAYERS} "
-                                   f"layers; this problem has {n} devices and {big_l} layers")
+                                   f"layers; this problem has {plural(n, 'device')} and {plural(big_l, 'layer')}")
     best_t, best = float("inf"), None
     for pipes in enumerate_plans(problem):
         plan = make_plan(problem, pipes)

@@ -23,6 +23,7 @@ from solvers.layered.exact.bounds import Candidate, DBounds, PipelineFloors, ord
 from solvers.layered.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
                                           specs_of_plan)
 from solvers.layered.exact.warm_start import WarmStartFn, warm_start
+from planner.base import plural
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "unknown"]
 # relative tolerance between a model's objective and the evaluator's T (float rounding only)
@@ -310,7 +311,7 @@ def _pipeline_counts(tables: Tables, options: SolverOptions) -> tuple[list[int],
     top = tables.max_pipelines
     if options.max_pipelines and options.max_pipelines < top:
         return list(range(1, options.max_pipelines + 1)), [
-            f"at most {options.max_pipelines} pipelines (the problem allows up to {top})"]
+            f"at most {plural(options.max_pipelines, 'pipeline')} (the problem allows up to {top})"]
     return list(range(1, top + 1)), []
 
 

@@ -19,6 +19,7 @@ from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
 from solvers.layered.baselines.symmetric import solve_symmetric
 from solvers.layered.tables import specs_of_plan
+from planner.base import plural
 
 # a solver whose plan starts the exact search (e.g. the heuristic's own search)
 WarmStartFn = Callable[[Problem, SolverOptions], SolveResult]
@@ -44,7 +45,7 @@ def warm_start(problem: Problem, options: SolverOptions, log,
         log(f"{source} breaks the pipeline or stage limit; ignored")
         return None, None, None
     t = iteration_time(problem, plan)
-    log(f"{source}: T = {t:.6g} s ({len(plan.pipelines)} pipelines)")
+    log(f"{source}: T = {t:.6g} s ({plural(len(plan.pipelines), 'pipeline')})")
     return t, plan, specs_of_plan(problem, plan)
 
 

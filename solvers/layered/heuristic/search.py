@@ -41,6 +41,7 @@ from solvers.layered.heuristic.moves import improve
 from solvers.layered.heuristic.options import HeuristicOptions
 from solvers.layered.heuristic.partition import partition
 from solvers.layered.heuristic.polish import polish
+from planner.base import plural
 
 SMALL_CLUSTER = 512  # up to this many devices "auto" protect tries both link weightings
 EXPLORE_SHARE = 0.8  # the D search stops at this share of the time limit (the rest: polish, checks)
@@ -265,7 +266,7 @@ def plan_result(problem: Problem, name: str, t: float, plan: Plan, *, wall: floa
         raise RuntimeError(f"heuristic built an invalid plan: {problems[0]}")
     info = SolverInfo(name=name, status=status, objective_s=t, bound_s=bound, wall_s=wall)
     message = (f"D={len(plan.pipelines)}, {plan.num_stages} stage{'s' if plan.num_stages != 1 else ''}, "
-               f"{len(plan.devices)}/{problem.cluster.num_devices} devices used" + note)
+               f"{len(plan.devices)}/{plural(problem.cluster.num_devices, 'device')} used" + note)
     return SolveResult(solver=name, status=status, plan=plan.model_copy(update={"solver": info}),
                        objective_s=t, bound_s=bound, wall_s=wall, message=message, restrictions=restrictions)
 
@@ -281,7 +282,7 @@ def _no_plan(problem: Problem, heuristic: HeuristicOptions, name: str, wall: flo
             proof = (f"TP size {t} does not divide heads {problem.model.heads} and kv heads "
                      f"{problem.model.num_kv_heads}")
         elif max(m.count for m in problem.cluster.machines) < t:
-            proof = f"no machine has {t} devices for a TP size of {t}"
+            proof = f"no machine has {plural(t, 'device')} for a TP size of {t}"
     if proof:
         return SolveResult(solver=name, status=SolveStatus.infeasible, wall_s=wall, message=proof)
     return SolveResult(solver=name, status=SolveStatus.unknown, wall_s=wall,

@@ -23,6 +23,7 @@ from solvers.sequence.brute import best_batches, set_partitions
 from solvers.sequence.exact.model import shard_units
 from solvers.sequence.exact.structure import Key, key_of, rename
 from solvers.sequence.space import dp_time, memory_proof, plan_time, result
+from planner.base import plural
 
 MAX_DEVICES, MAX_UNITS = 6, 512
 
@@ -50,7 +51,7 @@ def too_big(problem: Problem) -> str | None:
     n, units = problem.cluster.num_devices, shard_units(problem)
     if n > MAX_DEVICES or units > MAX_UNITS:
         return (f"the exact sequence model handles ≤ {MAX_DEVICES} devices and ≤ {MAX_UNITS} shard units "
-                f"s/(2q); this problem has {n} devices and {units} units")
+                f"s/(2q); this problem has {plural(n, 'device')} and {units} units")
     return None
 
 
