@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 
 from hexiscale.cli.calibrate import print_prediction
+from hexiscale.cli.run_accuracy import mean_error_line
 from hexiscale.cli.hf_run import (DATA, EVAL_DATA, EVAL_EVERY, INIT_FROM, MODEL, SAVE_DTYPE, SAVE_HF, WEIGHT_DECAY,
                                   checked_model, model_file_settings)
 from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
@@ -138,6 +139,8 @@ def report_run(prob, job, result: RunResult, the_plan, elastic: bool) -> None:
     print_summary(result, the_plan)
     if not elastic:
         print_prediction(prob, job, result)
+        if line := mean_error_line(result.out_dir):
+            console.print(line, highlight=False)
 
 
 def checkpoint_options(checkpoint_dir: Path | None, save_every: int, resume: Path | None, elastic: bool,
