@@ -23,6 +23,7 @@ from pydantic import Field
 from rich import box
 from rich.table import Table
 
+from hexiscale.cli.budget import CommandBudget
 from hexiscale.cli.app import app, console, err_console, fail, friendly_errors, writable_file, writable_folder
 from planner.base import Frozen
 from planner.io import load_problem, save_plan
@@ -104,9 +105,27 @@ def with_cross_kind(solvers: list[str], kind: str) -> list[str]:
     return list(solvers) + extra
 
 
+class SharedBudget:
+    """One command's time limit shared by its solver runs: each run gets an equal part of what
+    is left (a quick baseline leaves its unused part to the runs after it)."""
+
+    def __init__(self, budget: CommandBudget, runs: int):
+        self.budget, self.runs_left = budget, max(1, runs)
+
+    def next_run(self, options: SolverOptions, devices: int) -> SolverOptions:
+        share = self.budget.for_solver(devices, explain=False) / self.runs_left
+        self.runs_left = max(1, self.runs_left - 1)
+        return options.model_copy(update={"time_limit_s": min(options.time_limit_s, share)})
+
+    def skip(self, options: SolverOptions) -> SolverOptions:
+        self.runs_left = max(1, self.runs_left - 1)
+        return options
+
+
 def compare_problem(problem: Problem, solvers: list[str], options: SolverOptions, exact_max_devices: int = 32,
                     plans_dir: Path | None = None, on_start=None,
-                    exact_options: SolverOptions | None = None, kind: str = DEFAULT_KIND) -> list[ComparisonRow]:
+                    exact_options: SolverOptions | None = None, kind: str = DEFAULT_KIND,
+                    shared: SharedBudget | None = None) -> list[ComparisonRow]:
     """All solvers (of `kind`, or `KIND:NAME`) on one problem, with gap and speed-up filled in
     from the others' results. `exact_options` (default: `options`) is what cpsat and milp run
     with. The gap is against the best bound proved for the row's own kind; the speed-up
@@ -117,6 +136,9 @@ def compare_problem(problem: Problem, solvers: list[str], options: SolverOptions
         if on_start:
             on_start(problem.name, name if row_kind == kind else spec)
         opts = exact_options if exact_options is not None and name in EXACT_SOLVERS else options
+        if shared is not None:  # a skipped exact run takes no time: its part goes to the others
+            skipped = name in EXACT_SOLVERS and problem.cluster.num_devices > exact_max_devices
+            opts = shared.skip(opts) if skipped else shared.next_run(opts, problem.cluster.num_devices)
         row, result = run_solver(problem, spec, opts, exact_max_devices, kind)
         rows.append(row)
         if plans_dir is not None and result is not None and result.plan is not None:
@@ -126,7 +148,8 @@ def compare_problem(problem: Problem, solvers: list[str], options: SolverOptions
         if row_kind == kind and name == ref_name:
             reference = row
     if reference is None:  # the speed-up column needs the reference figure even if not asked for
-        reference, _ = run_solver(problem, ref_name, options, exact_max_devices, kind)
+        ref_options = options if shared is None else shared.next_run(options, problem.cluster.num_devices)
+        reference, _ = run_solver(problem, ref_name, ref_options, exact_max_devices, kind)
     best_bound = {}
     for r in rows:  # the tightest proven lower bound of each kind
         if r.bound_s is not None:
@@ -266,8 +289,9 @@ def compare(
                                 "(KIND:NAME for another kind's); default: " + "; ".join(
                                     f"{k.name} {','.join(k.default_solvers)}" for k in SOLVER_KINDS.values())),
     kind: str = typer.Option(AUTO_KIND, "--kind", help="plan kind: auto (as hexiscale solve), " + ", ".join(SOLVERS_BY_KIND)),
-    time_limit: float = typer.Option(60.0, "--time-limit", "-t", min=0.001, help="seconds per solver run"),
-    exact_time_limit: float = typer.Option(None, min=0.001, help="seconds per cpsat/milp run (default: --time-limit)"),
+    time_limit: float = typer.Option(60.0, "--time-limit", "-t", min=0.001, help="wall-clock budget of the whole "
+                                     "command, s: its solver runs share it equally (a quick run leaves its rest)"),
+    exact_time_limit: float = typer.Option(None, min=0.001, help="at most this many seconds per cpsat/milp run"),
     exact_max_devices: int = typer.Option(32, help="skip cpsat/milp on clusters larger than this"),
     seed: int = typer.Option(0, help="random seed for the randomized solvers"),
     csv_path: Path = typer.Option(None, "--csv", help="write all rows as CSV"),
@@ -276,6 +300,7 @@ def compare(
     plans_dir: Path = typer.Option(None, "--plans", help="save each plan as PROBLEM.SOLVER.json here"),
 ) -> None:
     """Run several solvers on the same problems and compare their plans side by side."""
+    budget = CommandBudget(time_limit)
     if kind != AUTO_KIND and kind not in SOLVERS_BY_KIND:
         fail(f"--kind: unknown plan kind {kind!r}; available: {AUTO_KIND}, {', '.join(SOLVERS_BY_KIND)}")
     names = parse_solvers(solvers, kind)
@@ -286,6 +311,7 @@ def compare(
     plans = [solvers_for(p, kind, names) for p in loaded]  # and so do solvers of the wrong kind
     options = SolverOptions(time_limit_s=time_limit, seed=seed)
     exact = SolverOptions(time_limit_s=exact_time_limit, seed=seed) if exact_time_limit else None
+    shared = SharedBudget(budget, sum(len(s) + (solver_kind(k).reference not in s) for k, s, _ in plans))
     everything: list[ComparisonRow] = []
     for problem, (problem_kind, problem_solvers, why) in zip(loaded, plans):
         if why and not as_json:
@@ -293,7 +319,7 @@ def compare(
         with err_console.status("") as status:  # stderr: stdout may carry JSON
             rows = compare_problem(problem, problem_solvers, options, exact_max_devices, plans_dir,
                                    on_start=lambda p, s: _progress(status, f"solving {p} with {s} …"),
-                                   exact_options=exact, kind=problem_kind)
+                                   exact_options=exact, kind=problem_kind, shared=shared)
         if not as_json:
             console.print(comparison_table(problem, rows))
         everything += rows

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import typer
 
+from hexiscale.cli.budget import CommandBudget
 from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_file
-from planner.base import format_seconds
+from planner.base import format_seconds, plural
 from planner.io import load_plan, load_problem, problem_to_dict, save_plan, save_yaml
 from solvers.common import SolverOptions
 from solvers.replan import ReplanError, ReplanResult, replan as replan_plan
@@ -41,7 +42,7 @@ def moved_ids(result: ReplanResult) -> str:
 
 def print_result(result: ReplanResult) -> None:
     lost = ", ".join(map(str, result.lost[:20])) + (" …" if len(result.lost) > 20 else "")
-    console.print(f"lost {len(result.lost)} device{'s' if len(result.lost) > 1 else ''} ({lost}); "
+    console.print(f"lost {plural(len(result.lost), 'device')} ({lost}); "
                   f"{result.problem.cluster.num_devices} survive; {moved_ids(result)}", highlight=False, soft_wrap=True)
     repaired = format_seconds(result.repaired_s) if result.repaired_s is not None else "invalid"
     fresh = format_seconds(result.fresh_s) if result.fresh_s is not None else "no plan"
@@ -59,11 +60,15 @@ def replan(problem: str = typer.Argument(..., help="problem file or bundled name
            lost: str = typer.Option("", help="lost device ids, comma-separated (the problem's ids)"),
            lost_machines: str = typer.Option("", help="lost machines (names or indices), comma-separated"),
            solver: str = typer.Option("heuristic", help="solver of the fresh solve, of the plan's kind (layered cpsat/milp take the warm start)"),
-           time_limit: float = typer.Option(60.0, help="the fresh solve's budget, s"),
-           output: Path = typer.Option(None, "--output", "-o", help="write the new plan (new device ids) here"),
-           problem_out: Path = typer.Option(None, help="write the survivors' problem (its ids) here"),
+           time_limit: float = typer.Option(60.0, "--time-limit", "-t", help="wall-clock budget of the whole command (repair, fresh "
+                                                       "solve, output), s"),
+           output: Path = typer.Option(None, "--output", "-o", help="write the new plan (new device ids) here, and "
+                                       "the survivors' problem that it names beside it"),
+           problem_out: Path = typer.Option(None, help="write the survivors' problem here instead (its ids)"),
            force: bool = typer.Option(False, help="use a plan made for another problem")) -> None:
-    """Re-plan after losing devices: the new plan is written in the survivors' device ids."""
+    """Re-plan after losing devices: the new plan is written in the survivors' device ids, the
+    survivors' problem beside it (the plan names it)."""
+    budget = CommandBudget(time_limit)
     writable_file(output, "--output")
     writable_file(problem_out, "--problem-out")
     prob, old = load_problem(problem), load_plan(plan)
@@ -73,13 +78,20 @@ def replan(problem: str = typer.Argument(..., help="problem file or bundled name
         fail("name what was lost: --lost 3,7 and/or --lost-machines NAME,...")
     try:
         result = replan_plan(prob, old, devices, lost_machines=machines, solver=solver,
-                             options=SolverOptions(time_limit_s=time_limit))
+                             options=SolverOptions(time_limit_s=budget.for_solver(prob.cluster.num_devices,
+                                                                                  explain=False)))
     except (ReplanError, KeyError) as exc:
         fail(str(exc).strip("'\""))
     print_result(result)
-    if output:
-        save_plan(result.plan, output)
-        console.print(f"wrote {output}", highlight=False)
+    problem_out = problem_out or (survivors_path(output, result) if output else None)
     if problem_out:
         save_yaml(problem_to_dict(result.problem), problem_out)
-        console.print(f"wrote {problem_out}", highlight=False)
+        console.print(f"wrote {problem_out} (the survivors' problem, {result.problem.name})", highlight=False)
+    if output:
+        save_plan(result.plan, output)
+        console.print(f"wrote {output}; judge it with: hexiscale evaluate {problem_out} {output}", highlight=False)
+
+
+def survivors_path(output: Path, result: ReplanResult) -> Path:
+    """Where the survivors' problem goes by default: beside the plan, named as the plan names it."""
+    return output.with_name(f"{result.problem.name}.yaml")

@@ -26,6 +26,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from planner.base import plural
 from planner.layered.pricing import iteration_time
 from planner.base import Frozen
 from planner.layered.plan import Plan
@@ -99,11 +100,17 @@ def candidate_layouts(problem: Problem, use_all: bool, options: SolverOptions) -
 
 
 def best_symmetric(problem: Problem, use_all: bool, options: SolverOptions,
-                   ) -> tuple[SymmetricLayout | None, Plan | None, float, int]:
-    """Best valid layout by T: (layout, plan, T, number of layouts tried)."""
+                   ) -> tuple[SymmetricLayout | None, Plan | None, float, int, bool]:
+    """Best valid layout by T: (layout, plan, T, number of layouts tried, whether the time
+    limit cut the search: it stops there once a valid layout is found)."""
     best: tuple[SymmetricLayout | None, Plan | None, float] = (None, None, float("inf"))
-    tried = 0
-    for layout in candidate_layouts(problem, use_all, options):
+    tried, deadline = 0, time.perf_counter() + options.time_limit_s
+    # most devices first (they fit memory and are what a user tries), larger TP first: a search
+    # the time limit cuts has then priced the layouts that matter
+    layouts = sorted(candidate_layouts(problem, use_all, options), key=lambda x: (-x.dp * x.pp * x.tp, -x.tp))
+    for layout in layouts:
+        if best[1] is not None and time.perf_counter() > deadline:
+            return (*best, tried, True)
         plan = layout_plan(problem, layout)
         if plan is None:
             continue
@@ -113,13 +120,13 @@ def best_symmetric(problem: Problem, use_all: bool, options: SolverOptions,
         t = iteration_time(problem, plan, check=False)
         if t < best[2]:
             best = (layout, plan, t)
-    return (*best, tried)
+    return (*best, tried, False)
 
 
 def _solve(problem: Problem, options: SolverOptions, use_all: bool) -> SolveResult:
     name = "symmetric-all" if use_all else "symmetric"
     start = time.perf_counter()
-    layout, plan, t, tried = best_symmetric(problem, use_all, options)
+    layout, plan, t, tried, cut = best_symmetric(problem, use_all, options)
     wall = time.perf_counter() - start
     restrictions = ("one dp×pp×tp layout, equal layers and batches, devices in file order",)
     if use_all:
@@ -133,7 +140,8 @@ def _solve(problem: Problem, options: SolverOptions, use_all: bool) -> SolveResu
     info = SolverInfo(name=name, status=SolveStatus.feasible, objective_s=t, wall_s=wall)
     return SolveResult(solver=name, status=SolveStatus.feasible, plan=plan.model_copy(update={"solver": info}),
                        objective_s=t, wall_s=wall, restrictions=restrictions,
-                       message=f"best of {tried} layouts: {layout}")
+                       message=f"best of {plural(tried, 'layout')}{' (the time limit cut the search)' if cut else ''}: "
+                               f"{layout}")
 
 
 def solve_symmetric(problem: Problem, options: SolverOptions) -> SolveResult:
