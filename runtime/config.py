@@ -53,6 +53,10 @@ class RunConfig(Frozen):
     token_file: str = Field(default="", description="data 'text': the token stream's cache (runtime.model.text)")
     eval_token_file: str = Field(default="", description="a held-out token stream's cache (eval loss)")
     eval_every: int = Field(default=0, ge=0, description="an eval loss every N steps (0: never)")
+    clip_grad: float | None = Field(default=None, gt=0, description="clip the gradients' global norm to this "
+                                    "before each optimizer step, as torch's clip_grad_norm_ (None: never)")
+    log_every: int = Field(default=1, ge=1, description="rank 0 prints every N-th step's line (and always the "
+                           "first, the last and every eval step)")
 
     @property
     def data_id(self) -> str:

@@ -77,8 +77,11 @@ def batch(stream: list[int], step: int, global_batch: int, seq_len: int) -> tupl
 
 
 def train_transformers(folder: Path, stream: list[int], *, steps: int, global_batch: int, seq_len: int,
-                       lr: float, weight_decay: float):
-    """The one-process loop: per-step losses (before each update) and the trained model."""
+                       lr: float, weight_decay: float, clip_grad: float | None = None,
+                       grad_norms: list[float] | None = None):
+    """The one-process loop: per-step losses (before each update) and the trained model;
+    `clip_grad`: torch's clip_grad_norm_ before each update, each step's norm before clipping
+    appended to `grad_norms`."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
@@ -89,6 +92,10 @@ def train_transformers(folder: Path, stream: list[int], *, steps: int, global_ba
         loss = F.cross_entropy(model(inputs).logits.flatten(0, 1), targets.flatten())
         optimizer.zero_grad()
         loss.backward()
+        if clip_grad is not None:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
+            if grad_norms is not None:
+                grad_norms.append(float(norm))
         optimizer.step()
         losses.append(loss.item())
     return losses, model

@@ -15,7 +15,6 @@ from runtime.checkpoints.manifest import CheckpointError
 from runtime.config import SaveDtype
 from runtime.errors import RunError
 
-NAMED_SOURCES = ("synthetic", "corpus")
 SAVE_DTYPES = ("float32", "bfloat16", "float16")
 # `run`'s options of this module (typer reads them from run's signature)
 MODEL = typer.Option(None, help="tiny: small model, same plan structure; problem: the problem's model "
@@ -28,42 +27,27 @@ INIT_FROM = typer.Option(None, help="start from this Hugging Face folder's safet
 SAVE_HF = typer.Option(None, help="after the last step, write the model here (Hugging Face layout)")
 SAVE_DTYPE = typer.Option("float32", help="--save-hf tensors: float32 | bfloat16 | float16")
 WEIGHT_DECAY = typer.Option(0.01, min=0, help="AdamW weight decay")
+CLIP_GRAD = typer.Option(None, help="clip the gradients' global norm to this before each step (torch's "
+                                    "clip_grad_norm_ over the whole model, every plan alike; default: no clipping)")
+LOG_EVERY = typer.Option(1, min=1, help="print every N-th step's line (always the first, the last and eval steps)")
 
 
 def _log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _stream(path: str, option: str, model, seq_len: int):
-    from runtime.model.text import prepare_stream  # tokenizers: only when text is read
-
-    stream = prepare_stream(path, model.hf_folder, model.vocab, _log)
-    stream.check_length(seq_len, option)
-    return stream
-
-
 def data_settings(problem, data: str, eval_data: str | None, eval_every: int, steps: int,
                   seq_len: int | None) -> dict:
-    """The run settings of --data and --eval-data: a path is tokenized with the problem's
-    model folder's tokenizer.json (a model of no folder has none: one line, exit 2)."""
-    texts = [(option, value) for option, value in (("--data", data), ("--eval-data", eval_data))
-             if value is not None and value not in NAMED_SOURCES]
-    if texts and not problem.model.hf_folder:
-        fail(f"{texts[0][0]}: {texts[0][1]!r} is neither synthetic nor corpus, and a text corpus needs a problem "
-             f"whose model comes from a Hugging Face folder (model: {{hf: PATH}}), whose tokenizer.json tokenizes it")
-    if eval_data in NAMED_SOURCES:
-        fail(f"--eval-data: expected a text corpus (.jsonl, .txt or a folder), got {eval_data!r}")
-    length = seq_len or problem.training.seq_len
-    settings: dict = {"data": data}
+    """The run settings of --data and --eval-data (`runtime.model.corpora`): a path is
+    tokenized with the problem's model folder's tokenizer.json (a model of no folder has
+    none: one line, exit 2)."""
+    from runtime.model.corpora import corpus_settings  # tokenizers: only when text is read
+
     try:
-        if data not in NAMED_SOURCES:
-            settings.update(data="text", token_file=str(_stream(data, "--data", problem.model, length).path))
-        if eval_data is not None:
-            settings.update(eval_token_file=str(_stream(eval_data, "--eval-data", problem.model, length).path),
-                            eval_every=eval_every or steps)
+        return corpus_settings(problem.model, data, eval_data, eval_every, steps, seq_len or problem.training.seq_len,
+                               _log, names=("--data", "--eval-data"))
     except RunError as exc:
         fail(str(exc))
-    return settings
 
 
 def weight_settings(problem, init_from: Path | None, save_hf: Path | None, save_dtype: str) -> dict:

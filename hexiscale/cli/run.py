@@ -10,9 +10,10 @@ from rich.markup import escape
 
 from hexiscale.cli.calibrate import print_prediction
 from hexiscale.cli.run_accuracy import mean_error_line
-from hexiscale.cli.hf_run import (DATA, EVAL_DATA, EVAL_EVERY, INIT_FROM, MODEL, SAVE_DTYPE, SAVE_HF, WEIGHT_DECAY,
-                                  checked_model, model_file_settings)
+from hexiscale.cli.hf_run import (CLIP_GRAD, DATA, EVAL_DATA, EVAL_EVERY, INIT_FROM, LOG_EVERY, MODEL, SAVE_DTYPE,
+                                  SAVE_HF, WEIGHT_DECAY, checked_model, model_file_settings)
 from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
+from hexiscale.cli.show import write_loss_picture
 from hexiscale.cli.views import views_for
 from planner.io import load_plan, load_problem
 from planner.kinds import kind_of
@@ -29,7 +30,7 @@ OPTION_OF_SETTING = {"steps": "--steps", "schedule": "--schedule", "recompute": 
                      "data": "--data", "seq_len": "--seq-len", "lr": "--lr", "seed": "--seed",
                      "timeout_s": "--timeout", "wait": "--wait", "backend": "--backend", "out_dir": "--out",
                      "micro_batch": "the problem's training.micro_batch", "save_every": "--save-every",
-                     "checkpoint_dir": "--checkpoint-dir"}
+                     "checkpoint_dir": "--checkpoint-dir", "clip_grad": "--clip-grad", "log_every": "--log-every"}
 
 
 def settings_error(exc: ValidationError) -> str:
@@ -82,6 +83,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         init_from: Path = INIT_FROM, save_hf: Path = SAVE_HF, save_dtype: str = SAVE_DTYPE,
         seq_len: int = typer.Option(None, min=1, help="default: min(problem's, 32) for tiny"),
         lr: float = typer.Option(1e-3, help="AdamW learning rate"), weight_decay: float = WEIGHT_DECAY,
+        clip_grad: float = CLIP_GRAD, log_every: int = LOG_EVERY,
         seed: int = typer.Option(0, min=0, help="seeds weights and data"),
         timeout: float = typer.Option(60.0, help="seconds any rank waits on a peer before giving up"),
         wait: str = typer.Option("auto", help="CPU: auto (wait awake while the ranks fit the cores) | asleep"),
@@ -106,7 +108,8 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     settings = {"steps": steps, "lr": lr, "seed": seed, "weight_decay": weight_decay, **model_file_settings(
                     prob, steps, seq_len, data, eval_data, eval_every, init_from, save_hf, save_dtype),
                 "timeout_s": timeout, "wait": wait, "backend": backend, "out_dir": str(out) if out else "",
-                "checkpoint_dir": str(checkpoint_dir or ""), "save_every": save_every}
+                "checkpoint_dir": str(checkpoint_dir or ""), "save_every": save_every,
+                "clip_grad": clip_grad, "log_every": log_every}
     settings.update({k: v for k, v in (("recompute", recompute), ("seq_len", seq_len), ("schedule", schedule))
                      if v is not None})
     try:
@@ -124,10 +127,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         return
     count = len(the_plan.devices)
     console.print(f"running {count} process{'es' if count > 1 else ''}: {describe_job(job)}", highlight=False)
-    if elastic:
-        result, the_plan = run_elastically(prob, job, the_plan)
-    else:
-        result = launch_local(job)
+    result, the_plan = run_elastically(prob, job, the_plan) if elastic else (launch_local(job), the_plan)
     if not result.ok:
         fail(f"the run failed (logs in {result.out_dir}):\n" + escape(result.failure_summary()), EXIT_RUN_FAILED)
     report_run(prob, job, result, the_plan, elastic)
@@ -137,6 +137,7 @@ def report_run(prob, job, result: RunResult, the_plan, elastic: bool) -> None:
     """The run's summary, then (for one plan) predicted against measured times and its run log;
     an elastic run's plans changed on the way: no one prediction to compare."""
     print_summary(result, the_plan)
+    write_loss_picture(result.out_dir, result.steps)
     if not elastic:
         print_prediction(prob, job, result)
         if line := mean_error_line(result.out_dir):

@@ -34,6 +34,7 @@ from runtime.kinds import runtime_kind, runtime_of
 from runtime.launch.resume import check_fresh_dir, resume_job
 from runtime.metrics.runlog import log_run
 from runtime.model.catalogue import model_tensors
+from runtime.model.corpora import with_corpora
 
 GRACE_S = 15.0
 __all__ = ["GRACE_S", "RunError", "RunResult", "free_port", "launch_local", "make_job", "run_plan",
@@ -221,12 +222,15 @@ def make_job(problem: Problem, plan: Any, model: str = "tiny", **settings) -> Jo
 def run_plan(problem: Problem, plan: Any, model: str = "tiny", steps: int = 3, echo: bool = True,
              resume: str | Path | None = None, **settings) -> RunResult:
     """Train `plan` for `steps` steps on local processes; raise RunError if any rank fails.
+    `data=PATH` / `eval_data=PATH` (with model='problem'): a text corpus tokenized as `hexiscale
+    run --data` does (`runtime.model.corpora`; DataError names a bad one).
     `resume`: start from the newest complete checkpoint there, written under any plan
     (settings `checkpoint_dir` and `save_every` save them; CheckpointError names a bad file).
 
     Works from a plain script: no `if __name__ == "__main__":` guard is needed (the workers
     start from a forkserver that never re-imports the calling script). Each worker also
     ends if this process dies, even by SIGKILL."""
+    settings = with_corpora(problem, model, steps, settings)
     job, step = make_job(problem, plan, model, steps=steps, **settings), None
     if resume is not None:
         job, manifest = resume_job(job, resume)

@@ -28,7 +28,8 @@ from runtime.layered.layout import RankLayout, rank_layout
 from runtime.layered.schedule import StageLink, StepRunner
 from runtime.layered.stage import StageModel
 from runtime.communication.packing import PackBuffers
-from runtime.metrics.progress import progress_note
+from runtime.layered.clipping import clip_gradients
+from runtime.metrics.progress import StepLines
 from runtime.metrics.timing import STAGE_PHASES, STEP, SYNC, TP, TP_KINDS, PhaseTimer, device_synchronizer
 
 STEPS_FILE = "steps.jsonl"
@@ -116,6 +117,7 @@ def train(job: Job, comm: Communicator) -> None:
     shape = (config.micro_batch, config.seq_len, config.model.hidden)
     schedule, failure, history = get_schedule(config.schedule), FailureInjection.from_env(), []
     first = start_checkpoints(job, comm, model, optimizer, groups)
+    lines = StepLines(config, first)
     buffers = PackBuffers()  # the gradient sync's, kept between steps
     for step in range(first, config.steps):
         start = time.perf_counter()
@@ -132,11 +134,13 @@ def train(job: Job, comm: Communicator) -> None:
             runner.run(schedule)
             with timer.phase(SYNC):
                 sync_gradients(comm, model, groups, buffers)
+        grad_norm = clip_gradients(comm, model, groups, config.clip_grad)
         optimizer.step()
         metrics = step_metrics(comm, runner, groups, comm.meter.sent - bridge_start)
         wall_s = time.perf_counter() - start
         held_out = eval_loss(job, comm, model, groups, evaluator, shape) if eval_due(config, step) else None
-        history.append(report_step(step, config, layout, metrics, wall_s, global_batch, rank, held_out))
+        history.append(report_step(step, config, layout, metrics, wall_s, global_batch, rank, held_out,
+                                   grad_norm, lines))
         if config.save_every and (step + 1) % config.save_every == 0:
             save_checkpoint(job, comm, model, optimizer, groups, step + 1, failure)
     finish(job, comm, model, groups, history)
@@ -159,7 +163,8 @@ def eval_loss(job: Job, comm: Communicator, model: StageModel, groups: RankGroup
 
 
 def report_step(step: int, config: RunConfig, layout: RankLayout, metrics: torch.Tensor,
-                wall_s: float, global_batch: int, rank: int, held_out: float | None = None) -> dict:
+                wall_s: float, global_batch: int, rank: int, held_out: float | None, grad_norm: float | None,
+                lines: StepLines) -> dict:
     tokens_s = global_batch * config.seq_len / wall_s
     phases = len(STAGE_PHASES)
     per_stage = metrics[1: 1 + phases * len(layout.stages)].view(-1, phases).tolist()
@@ -167,16 +172,18 @@ def report_step(step: int, config: RunConfig, layout: RankLayout, metrics: torch
     record = {"step": step + 1, "loss": float(metrics[0]), "tokens_per_s": tokens_s, "wall_s": wall_s,
               "step_s": float(metrics[1 + phases * len(layout.stages): -1].max()),
               "bridge_bytes": float(metrics[-1]), **({"eval_loss": held_out} if held_out is not None else {}),
+              **({"grad_norm": grad_norm} if grad_norm is not None else {}),
               "stages": [{"pipeline": s.pipeline, "stage": s.stage,
                           **{f"{name}_s": value for name, value in zip(STAGE_PHASES, values)}}
                          for s, values in zip(layout.stages, per_stage)]}
     if rank == 0 and config.out_dir:  # as it goes: a run cut short still shows its steps
         with (Path(config.out_dir) / STEPS_FILE).open("a") as handle:
             handle.write(json.dumps(record) + "\n")
-    if rank == 0:
+    note = lines.note(record, step)
+    if rank == 0 and note is not None:
         per_stage = "  ".join(f"p{s.pipeline}s{s.stage} F {f * 1e3:.0f}ms B {b * 1e3:.0f}ms"
                               for s, (f, b) in zip(layout.stages, times))
-        print(f"step {step + 1}/{config.steps}  loss {record['loss']:.5f}{progress_note(record, config, step)}  "
+        print(f"step {step + 1}/{config.steps}  loss {record['loss']:.5f}{note}  "
               f"| {per_stage}", flush=True)
     return record
 

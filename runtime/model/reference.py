@@ -22,6 +22,8 @@ def train_reference(config: RunConfig, global_batch: int) -> tuple[list[float], 
         optimizer.zero_grad(set_to_none=True)
         loss = model(*loader.batch(step, 0, global_batch))
         loss.backward()
+        if config.clip_grad is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
         optimizer.step()
         losses.append(loss.item())
     return losses, model.full_state()

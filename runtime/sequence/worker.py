@@ -30,6 +30,7 @@ from runtime.communication.packing import PackBuffers
 from runtime.checkpoints.hf_weights import report_init, save_hf_folder
 from runtime.sequence.checkpoint import build_manifest, init_rank, load_rank, rank_tensors
 from runtime.sequence.attention import AttentionContext, sequence_attention
+from runtime.sequence.clipping import clip_gradients
 from runtime.sequence.groups import SeqGroups, create_groups
 from runtime.sequence.job import run_violations
 from runtime.sequence.layout import LayoutError, SeqLayout, seq_rank_layout
@@ -37,7 +38,7 @@ from runtime.sequence.member import MemberModel
 from runtime.sequence.shards import sync_segments, unit_catalogues
 from runtime.sequence.sync import replicas_identical, sync_gradients
 from runtime.sequence.zero import ZeroStates
-from runtime.metrics.progress import progress_note
+from runtime.metrics.progress import StepLines
 from runtime.metrics.timing import HP, HP_KINDS, ZERO, ZERO_KINDS, PhaseTimer, device_synchronizer
 
 STEPS_FILE = "steps.jsonl"
@@ -134,6 +135,7 @@ class Member:
         self.loader = BatchLoader(run_source(config, self.global_batch), config.seq_len)
         self.buffers = PackBuffers()  # the gradient sync's, kept between steps
         self.setup_mib = current_mib(comm.device)  # model, optimizer, groups: before any step
+        self.grad_norm: float | None = None  # the last step's before clipping (--clip-grad only)
 
     def micro_batches(self, step: int, loader: BatchLoader | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(tokens, labels) at this member's positions of each micro-batch of its replica."""
@@ -177,6 +179,7 @@ class Member:
             loss_sum += loss.item()
         sync_gradients(self.comm, self.groups, self.states, self.segments, self.buffers)
         step_s = time.perf_counter() - step_start
+        self.grad_norm = clip_gradients(self.comm, self.states, self.record.replica, self.job.config.clip_grad)
         self.optimizer.step()
         peak = memory_mib(self.comm.device) - self.setup_mib
         bridge = self.comm.meter.sent - bridge_start
@@ -197,12 +200,14 @@ def step_metrics(comm: Communicator, own: torch.Tensor) -> torch.Tensor:
 
 
 def report_step(step: int, config: RunConfig, layout: SeqLayout, metrics: torch.Tensor, wall_s: float,
-                global_batch: int, rank: int, held_out: float | None = None) -> dict:
+                global_batch: int, rank: int, held_out: float | None, grad_norm: float | None,
+                lines: StepLines) -> dict:
     tokens_s = global_batch * config.seq_len / wall_s
     times = metrics[1:-1].view(-1, PER_RANK).tolist()
     record = {"step": step + 1, "loss": float(metrics[0]), "tokens_per_s": tokens_s, "wall_s": wall_s,
               "step_s": max(t[3] for t in times), "bridge_bytes": float(metrics[-1]),
               **({"eval_loss": held_out} if held_out is not None else {}),
+              **({"grad_norm": grad_norm} if grad_norm is not None else {}),
               "members": [{"replica": r.replica, "group": r.group, "member": r.member, "device": r.device,
                            "tokens": r.num_tokens, "forward_s": f, "backward_s": b, "peak_mib": m,
                            "hp_s": hp, "zero_s": zero}
@@ -210,10 +215,11 @@ def report_step(step: int, config: RunConfig, layout: SeqLayout, metrics: torch.
     if rank == 0 and config.out_dir:  # as it goes: a run cut short still shows its steps
         with (Path(config.out_dir) / STEPS_FILE).open("a") as handle:
             handle.write(json.dumps(record) + "\n")
-    if rank == 0:
+    note = lines.note(record, step)
+    if rank == 0 and note is not None:
         per_member = "  ".join(f"r{m['replica']}g{m['group']}m{m['member']} F {m['forward_s'] * 1e3:.0f}ms "
                                f"B {m['backward_s'] * 1e3:.0f}ms" for m in record["members"])
-        print(f"step {step + 1}/{config.steps}  loss {record['loss']:.5f}{progress_note(record, config, step)}  "
+        print(f"step {step + 1}/{config.steps}  loss {record['loss']:.5f}{note}  "
               f"| {per_member}", flush=True)
     return record
 
@@ -222,6 +228,7 @@ def train(job: Job, comm: Communicator) -> None:
     config, member = job.config, Member(job, comm)
     failure, history, evaluator = FailureInjection.from_env(), [], eval_loader(config, member.global_batch)
     first = start_checkpoints(job, comm, member)
+    lines = StepLines(config, first)
     for step in range(first, config.steps):
         start = time.perf_counter()
         own = member.step(step, failure)
@@ -229,7 +236,7 @@ def train(job: Job, comm: Communicator) -> None:
         wall_s = time.perf_counter() - start
         held_out = member.eval_loss(evaluator) if eval_due(config, step) else None
         history.append(report_step(step, config, member.layout, metrics, wall_s, member.global_batch, comm.rank,
-                                   held_out))
+                                   held_out, member.grad_norm, lines))
         if config.save_every and (step + 1) % config.save_every == 0:
             save_checkpoint(job, comm, member, step + 1, failure)
     finish(job, comm, member, history)
