@@ -229,3 +229,20 @@ def test_the_run_view_pairs_each_collective_time_with_its_own_term():
     assert cells["predicted ms"] == cells["measured ms"] and cells["error"] == ["+0.0%", "+0.0%"]
     assert record.hp_s[0] != record.zero_s[0]
     assert collectives_table(record.without_collectives()) is None
+
+
+def test_calibrate_takes_run_folders(tmp_path, logs):
+    """A run's out folder stands for its runlog.json; a folder without one is one line, exit 2."""
+    folders = []
+    for i, log in enumerate(logs):
+        folder = tmp_path / f"out{i}"
+        folder.mkdir()
+        (folder / "runlog.json").write_text(log.read_text())
+        folders.append(str(folder))
+    out = tmp_path / "fitted.yaml"
+    result = invoke("calibrate", *folders, "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert load_cluster(out).catalog["cpu"].efficiency == pytest.approx(0.3, rel=0.01)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    one_error_line(invoke("calibrate", str(empty), "-o", str(out)), str(empty), "without runlog.json")

@@ -21,8 +21,19 @@ from planner.violations import InvalidPlanError
 from runtime.host import shared_cores_note
 from runtime.kinds import RUNTIME_KINDS
 from runtime.profiling.launcher import Repeated  # the mean's standard error, as profile's repetitions have it
-from runtime.metrics.runlog import WARMUP_STEPS, RunLog, log_run, read_run_log
+from runtime.metrics.runlog import RUNLOG_FILE, WARMUP_STEPS, RunLog, log_run, read_run_log
 from planner.base import plural
+
+
+def run_log_path(path: Path) -> Path:
+    """A run log file, or a run's out folder holding one (runlog.json)."""
+    if not path.is_dir():
+        return path
+    inside = path / RUNLOG_FILE
+    if not inside.is_file():
+        fail(f"{path}: a folder without {RUNLOG_FILE}: give a run's out folder (hexiscale run --out) or its "
+             f"{RUNLOG_FILE}")
+    return inside
 
 
 def load_log(path: Path) -> RunLog:
@@ -162,7 +173,8 @@ def figures_table(figures, collective_times: bool = False) -> Table:
 
 @app.command()
 @friendly_errors
-def calibrate(run_logs: list[Path] = typer.Argument(..., help="runlog.json files of runs (hexiscale run --out)"),
+def calibrate(run_logs: list[Path] = typer.Argument(..., help="runs' out folders (hexiscale run --out) or their "
+                                                  "runlog.json files"),
               output: Path = typer.Option(..., "-o", "--output", help="cluster file (YAML) to write"),
               warmup: int = typer.Option(WARMUP_STEPS, min=0, help="steps of each run left out as warm-up"),
               statistic: str = typer.Option("mean", help=STATISTIC_HELP),
@@ -176,7 +188,7 @@ def calibrate(run_logs: list[Path] = typer.Argument(..., help="runlog.json files
     """Refit η per GPU type, bandwidth and latency per link class from run logs; write the cluster."""
     writable_file(output, "--output")
     checked_statistic(statistic)
-    logs = [(path, load_log(path)) for path in run_logs]
+    logs = [(path, load_log(path)) for path in map(run_log_path, run_logs)]
     check_same_run_setup(logs)
     records = [log.record(str(path), warmup, statistic) for path, log in logs]
     try:
