@@ -134,3 +134,14 @@ def test_show_of_a_folder_without_steps_or_without_a_plan_is_one_line(tmp_path):
     assert result.exit_code == 2 and "expected PROBLEM PLAN" in result.output
     assert "Traceback" not in result.output
     assert not list(Path(tmp_path).glob("*.png"))
+
+
+@pytest.mark.parametrize("option, expected", [
+    (["--clip-grad", "0"], "--clip-grad: Input should be greater than 0 (got 0.0)"),
+    (["--clip-grad", "-1"], "--clip-grad: Input should be greater than 0"),
+    (["--log-every", "0"], "--log-every"),
+])
+def test_bad_clip_grad_and_log_every_are_one_line(option, expected):
+    result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", *option])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and expected in text and "Traceback" not in text and "running" not in text
