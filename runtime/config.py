@@ -23,6 +23,9 @@ SaveDtype = Literal["float32", "bfloat16", "float16"]
 # host's ranks fit its cores; "asleep" never polls (cores shared with other work on purpose).
 WaitName = Literal["auto", "asleep"]
 Backend = Literal["gloo", "nccl"]
+# docs/models-and-data.md §12: fp32 (weights are the master copy) | bf16 (bf16 weights, gradients and
+# activations; fp32 master weights and Adam moments)
+Precision = Literal["fp32", "bf16"]
 
 
 class RunConfig(Frozen):
@@ -53,6 +56,12 @@ class RunConfig(Frozen):
     token_file: str = Field(default="", description="data 'text': the token stream's cache (runtime.model.text)")
     eval_token_file: str = Field(default="", description="a held-out token stream's cache (eval loss)")
     eval_every: int = Field(default=0, ge=0, description="an eval loss every N steps (0: never)")
+    # issue 31: the runtime as the cost model prices it (§3.5 sequence parallelism, §11 ZeRO-1, §12 precision)
+    precision: Precision = Field(default="fp32", description="fp32 | bf16 (fp32 master weights and moments)")
+    sequence_parallel: bool = Field(default=False, description="TP stages split norms, residuals and the "
+                                                               "kept layer input over the sequence (§3.5)")
+    zero_stage: int = Field(default=0, ge=0, le=1, description="1: a chunk's D owners shard its optimizer "
+                                                               "state (§11; D ≥ 2 pipelines)")
     clip_grad: float | None = Field(default=None, gt=0, description="clip the gradients' global norm to this "
                                     "before each optimizer step, as torch's clip_grad_norm_ (None: never)")
     log_every: int = Field(default=1, ge=1, description="rank 0 prints every N-th step's line (and always the "

@@ -19,6 +19,7 @@ import torch
 from runtime.clipping import clip_global_norm
 from runtime.communication.communicator import Communicator
 from runtime.layered.groups import RankGroups
+from runtime.layered.optimizer import StageOptimizer
 from runtime.layered.stage import StageModel
 from runtime.model.llama import stored_name
 
@@ -36,10 +37,14 @@ def counted_grads(model: StageModel, groups: RankGroups) -> list[torch.Tensor | 
     return counted
 
 
-def clip_gradients(comm: Communicator, model: StageModel, groups: RankGroups, max_norm: float | None) -> float | None:
+def clip_gradients(comm: Communicator, model: StageModel, groups: RankGroups, max_norm: float | None,
+                   optimizer: StageOptimizer | None = None) -> float | None:
     """After the gradient sync, before the optimizer step: clip to `max_norm` (None: no
-    clipping, nothing exchanged); returns the norm before clipping."""
+    clipping, nothing exchanged); returns the norm before clipping. Under ZeRO-1 the summed
+    gradients are the owners' blocks (`StageOptimizer.counted_grads`: each element once)."""
     if max_norm is None:
         return None
+    if optimizer is not None and optimizer.zero:
+        return clip_global_norm(comm, optimizer.counted_grads(), optimizer.held_grads(), max_norm)
     held = [param.grad for param in model.parameters()]
     return clip_global_norm(comm, counted_grads(model, groups), held, max_norm)

@@ -11,6 +11,9 @@ Tied embeddings (docs/cost-model.md §3.4) leave the DP sync: every first stage'
 and every last stage's head are copies of one matrix, and each vocabulary chunk is summed
 over all its holders at once (`layout.tied_groups`: both uses and every pipeline), so the
 copies start equal and stay equal, as Megatron keeps its two copies.
+With sequence parallelism the norm weights' gradients are first summed over the TP group
+(each rank's norms saw only its tokens); with ZeRO-1 (docs/checkpoints.md §11) the chunks are
+reduce-scattered by `runtime.layered.optimizer` instead of all-reduced.
 Every collective goes through the communicator (`runtime.communication.communicator`).
 """
 
@@ -22,6 +25,7 @@ import torch
 
 from runtime.communication.communicator import Communicator, Group, ReduceOpName
 from runtime.layered.groups import RankGroups
+from runtime.layered.optimizer import StageOptimizer
 from runtime.layered.stage import StageModel
 from runtime.model.llama import EMBEDDING, HEAD
 from runtime.communication.packing import PackBuffers, hand_back
@@ -99,12 +103,28 @@ def sync_tied(comm: Communicator, model: StageModel, groups: RankGroups) -> None
                 view.copy_(total.view_as(view))
 
 
-def sync_gradients(comm: Communicator, model: StageModel, groups: RankGroups, buffers: PackBuffers) -> None:
+def sync_sequence_parallel(comm: Communicator, model: StageModel, groups: RankGroups) -> None:
+    """With sequence parallelism each TP rank's norm weights saw only its own tokens: their
+    gradients are summed over the TP group (as Megatron sums its sequence-parallel weights')."""
+    views = _views(_replicated(model, grads=True))
+    for view, total in zip(views, _all_reduce_views(comm, views, groups.tp)):
+        view.copy_(total.view_as(view))
+
+
+def sync_gradients(comm: Communicator, model: StageModel, groups: RankGroups, buffers: PackBuffers,
+                   optimizer: StageOptimizer | None = None) -> None:
     """Sum every gradient across pipelines (one call per step, after accumulation), packed
-    into `buffers` (kept between steps); the tied embeddings' copies first."""
+    into `buffers` (kept between steps); the tied embeddings' copies first. With ZeRO-1
+    (`optimizer.zero`) each chunk's gradient is reduce-scattered into its owners' blocks
+    instead (the optimizer's step then gathers the weights)."""
     if model.spec.tied_embeddings:
         sync_tied(comm, model, groups)
+    if model.sequence_parallel:
+        sync_sequence_parallel(comm, model, groups)
     if groups.layout.num_pipelines == 1:
+        return
+    if optimizer is not None and optimizer.zero:
+        optimizer.reduce_scatter(comm)
         return
     pieces = _chunk_pieces(model, groups, grads=True)
     for key in groups.layout.dp_group_keys():

@@ -58,6 +58,8 @@ def make_layered_job(problem: Problem, plan: Plan, model: str | ModelSpec = "tin
     settings.setdefault("micro_batch", training.micro_batch)
     settings.setdefault("recompute", training.recompute)
     settings.setdefault("schedule", training.schedule)
+    settings.setdefault("sequence_parallel", training.sequence_parallel)  # §3.5, priced by the plan
+    settings.setdefault("zero_stage", training.zero_stage)  # §11
     return Job(plan=plan, config=RunConfig(model=spec, **settings), cluster=problem.cluster,
                problem_hash=problem_hash(problem))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -21,16 +22,20 @@ from runtime.failure import FailureInjection
 from runtime.checkpoints.manifest import clear_partials
 from runtime.checkpoints.tensors import save_step
 from runtime.checkpoints.hf_weights import report_init, save_hf_folder
-from runtime.layered.checkpoint import build_manifest, init_rank, load_rank, rank_tensors
+from runtime.layered.checkpoint import (build_manifest, checkpoint_reader, init_rank, load_moments, load_weights,
+                                        rank_tensors)
 from runtime.layered.grad_sync import replicas_identical, sync_gradients
 from runtime.layered.groups import RankGroups, create_groups
 from runtime.layered.layout import RankLayout, rank_layout
-from runtime.layered.schedule import StageLink, StepRunner
+from runtime.layered.optimizer import StageOptimizer
+from runtime.layered.schedule import StepRunner, make_link
+from runtime.precision import scheme_line
 from runtime.layered.stage import StageModel
 from runtime.communication.packing import PackBuffers
 from runtime.layered.clipping import clip_gradients
 from runtime.metrics.progress import StepLines
 from runtime.metrics.timing import STAGE_PHASES, STEP, SYNC, TP, TP_KINDS, PhaseTimer, device_synchronizer
+from planner.base import plural
 
 STEPS_FILE = "steps.jsonl"
 
@@ -38,12 +43,15 @@ STEPS_FILE = "steps.jsonl"
 def check_job(job: Job, world_size: int) -> None:
     layout, config = rank_layout(job.plan), job.config
     if world_size != layout.world_size:
-        raise ConfigError(f"the plan uses {layout.world_size} devices (one process each) but the "
+        raise ConfigError(f"the plan uses {plural(layout.world_size, 'device')} (one process each) but the "
                           f"world has {world_size} processes")
     try:
         check_model_fits(config.model, [s.tp for s in layout.stages])
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    misfit = next((s.tp for s in layout.stages if config.sequence_parallel and config.seq_len % s.tp), None)
+    if misfit:
+        raise ConfigError(f"sequence parallelism: TP size {misfit} does not divide seq_len {config.seq_len}")
 
 
 def plan_rank(job: Job, machine: int | None) -> int:
@@ -103,20 +111,18 @@ def step_metrics(comm: Communicator, runner: StepRunner, groups: RankGroups, bri
 def build_stage(job: Job, comm: Communicator, groups: RankGroups) -> StageModel:
     config = job.config
     return StageModel(config.model, groups.stage, groups.tp_rank, groups.tp, config.seq_len, config.seed,
-                      config.recompute, comm=comm).to(comm.device)
+                      config.recompute, comm=comm, sequence_parallel=config.sequence_parallel).to(comm.device)
 
 
 def train(job: Job, comm: Communicator) -> None:
     config, layout, rank = job.config, rank_layout(job.plan), comm.rank
     groups = create_groups(layout, comm, tied=config.model.tied_embeddings)
     model = build_stage(job, comm, groups)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
-                                  foreach=False)
     global_batch = job.plan.global_batch
     loader, evaluator = BatchLoader(run_source(config, global_batch), config.seq_len), eval_loader(config, global_batch)
     shape = (config.micro_batch, config.seq_len, config.model.hidden)
     schedule, failure, history = get_schedule(config.schedule), FailureInjection.from_env(), []
-    first = start_checkpoints(job, comm, model, optimizer, groups)
+    first, optimizer = start_checkpoints(job, comm, model, groups)
     lines = StepLines(config, first)
     buffers = PackBuffers()  # the gradient sync's, kept between steps
     for step in range(first, config.steps):
@@ -124,7 +130,7 @@ def train(job: Job, comm: Communicator) -> None:
         optimizer.zero_grad(set_to_none=True)
         timer = PhaseTimer(synchronize=device_synchronizer(comm.device))
         comm.time_collectives(timer, {TP: (groups.tp, TP_KINDS)})
-        runner = StepRunner(model, StageLink.of(comm, groups, shape),
+        runner = StepRunner(model, make_link(comm, groups, model, shape),
                             micro_batches(job, groups.stage.pipeline, step, loader, comm.device),
                             1.0 / (global_batch * config.seq_len), timer)
         if failure and failure.strikes(rank, step):
@@ -133,9 +139,10 @@ def train(job: Job, comm: Communicator) -> None:
         with timer.phase(STEP):  # what the cost model's T prices: the schedule and the sync
             runner.run(schedule)
             with timer.phase(SYNC):
-                sync_gradients(comm, model, groups, buffers)
-        grad_norm = clip_gradients(comm, model, groups, config.clip_grad)
-        optimizer.step()
+                sync_gradients(comm, model, groups, buffers, optimizer)
+        grad_norm = clip_gradients(comm, model, groups, config.clip_grad, optimizer)
+        with timer.phase(SYNC) if optimizer.zero else nullcontext():  # ZeRO-1: the weights' all-gather
+            optimizer.step(comm)
         metrics = step_metrics(comm, runner, groups, comm.meter.sent - bridge_start)
         wall_s = time.perf_counter() - start
         held_out = eval_loss(job, comm, model, groups, evaluator, shape) if eval_due(config, step) else None
@@ -143,7 +150,7 @@ def train(job: Job, comm: Communicator) -> None:
                                    grad_norm, lines))
         if config.save_every and (step + 1) % config.save_every == 0:
             save_checkpoint(job, comm, model, optimizer, groups, step + 1, failure)
-    finish(job, comm, model, groups, history)
+    finish(job, comm, model, optimizer, groups, history)
 
 
 def eval_loss(job: Job, comm: Communicator, model: StageModel, groups: RankGroups, loader: BatchLoader,
@@ -151,7 +158,7 @@ def eval_loss(job: Job, comm: Communicator, model: StageModel, groups: RankGroup
     """The held-out loss (batch 0 of the eval stream, each pipeline its slice as in training):
     forward passes only, mean over its B·s targets, the same number on every rank."""
     scale = 1.0 / (job.plan.global_batch * job.config.seq_len)
-    runner = StepRunner(model, StageLink.of(comm, groups, shape),
+    runner = StepRunner(model, make_link(comm, groups, model, shape),
                         micro_batches(job, groups.stage.pipeline, 0, loader, comm.device), scale)
     with torch.no_grad():
         for index in range(len(runner.micro_batches)):
@@ -188,19 +195,30 @@ def report_step(step: int, config: RunConfig, layout: RankLayout, metrics: torch
     return record
 
 
-def start_checkpoints(job: Job, comm: Communicator, model: StageModel, optimizer, groups: RankGroups) -> int:
+def start_checkpoints(job: Job, comm: Communicator, model: StageModel,
+                      groups: RankGroups) -> tuple[int, StageOptimizer]:
     """Rank 0 clears checkpoints cut mid-write; every rank loads the resumed checkpoint's
-    slices. Returns the first step to run (0 without --resume)."""
+    slices (or a model folder's weights), in fp32; then the optimizer takes its masters from
+    them and the model goes to the run's precision. Returns the first step to run (0 without
+    --resume) and the optimizer."""
     config = job.config
     if config.checkpoint_dir and comm.rank == 0:
         clear_partials(config.checkpoint_dir)
-    first = load_rank(config.resume_from, model, optimizer, groups) if config.resume_from else 0
+    reader, first = checkpoint_reader(config.resume_from) if config.resume_from else (None, 0)
+    if reader is not None:
+        load_weights(reader, model, groups)
     if comm.rank == 0 and config.resume_from:
         print(f"resumed from {config.resume_from} at step {first}", flush=True)
     if config.init_from and not config.resume_from:  # a resumed run's weights are the checkpoint's
         report_init(comm.rank, config.init_from, init_rank(config.init_from, model, groups))
+    optimizer = StageOptimizer(model, groups, config)
+    if reader is not None:
+        load_moments(reader, first, model, optimizer, groups)
+    optimizer.cast_model()
+    if comm.rank == 0:
+        print(scheme_line(config, groups.layout.num_pipelines), flush=True)
     comm.barrier()
-    return first
+    return first, optimizer
 
 
 def save_checkpoint(job: Job, comm: Communicator, model: StageModel, optimizer, groups: RankGroups,
@@ -216,22 +234,26 @@ def check_replicas(comm: Communicator, model: StageModel, groups: RankGroups) ->
     return bool(comm.all_reduce(ok, comm.world, "min").item())
 
 
-def dump_params(path: Path, model: StageModel, groups: RankGroups, num_layers: int) -> None:
-    shards = {name: (param.detach().cpu(), dim)
+def dump_params(path: Path, model: StageModel, optimizer: StageOptimizer, groups: RankGroups,
+                num_layers: int) -> None:
+    """This rank's weights (as held: bf16 ones read as fp32) and the bytes of training state
+    it holds (`StageOptimizer.held_bytes`, what tests compare with §3.5's W_σ)."""
+    shards = {name: (param.detach().float().cpu(), dim)
               for unit in groups.stage.units(num_layers) for name, param, dim in model.unit_shards(unit)}
     torch.save({"pipeline": groups.stage.pipeline, "tp_rank": groups.tp_rank, "tp": groups.tp_size,
-                "params": shards}, path)
+                "params": shards, "held_bytes": optimizer.held_bytes()}, path)
 
 
-def finish(job: Job, comm: Communicator, model: StageModel, groups: RankGroups, history: list[dict]) -> None:
+def finish(job: Job, comm: Communicator, model: StageModel, optimizer: StageOptimizer, groups: RankGroups,
+           history: list[dict]) -> None:
     """Replica check, parameter dump and metrics file (the worker then leaves the group)."""
     config, rank = job.config, comm.rank
     replicas_ok = check_replicas(comm, model, groups) if config.check_replicas else None
     out = Path(config.out_dir) if config.out_dir else None
     if out and config.dump_params:
-        dump_params(out / f"rank{rank}.pt", model, groups, config.model.layers)
+        dump_params(out / f"rank{rank}.pt", model, optimizer, groups, config.model.layers)
     if config.save_hf:
-        save_hf_folder(config.save_hf, config.steps, comm, rank_tensors(model, None, groups),
+        save_hf_folder(config.save_hf, config.steps, comm, rank_tensors(model, optimizer, groups, moments=False),
                        lambda: build_manifest(job, groups.layout, config.steps), config.save_dtype)
     if rank == 0 and out:
         (out / "metrics.json").write_text(json.dumps({"steps": history, "replicas_identical": replicas_ok}))

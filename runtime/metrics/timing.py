@@ -15,10 +15,12 @@ from typing import Callable, Iterator
 
 FORWARD, BACKWARD, COMM, SYNC, STEP = "forward", "backward", "comm", "sync", "step"
 # Collectives inside forward and backward, timed by the communicator (`time_collectives`):
-# a stage's TP all-reduces and all-gathers; a sequence member's head-parallel all-to-alls and
+# a stage's TP all-reduces, all-gathers and (sequence parallelism) reduce-scatters; a sequence
+# member's head-parallel all-to-alls and
 # its ZeRO-3 all-gathers and reduce-scatters.
 TP, HP, ZERO = "tp", "hp", "zero"
-TP_KINDS, HP_KINDS, ZERO_KINDS = ("all_reduce", "all_gather"), ("all_to_all",), ("all_gather", "reduce_scatter")
+TP_KINDS = ("all_reduce", "all_gather", "reduce_scatter")  # reduce-scatter: sequence parallelism's
+HP_KINDS, ZERO_KINDS = ("all_to_all",), ("all_gather", "reduce_scatter")
 STAGE_PHASES = (FORWARD, BACKWARD, COMM, SYNC, TP)  # per stage in a run's metrics, in this order
 
 

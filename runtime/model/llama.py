@@ -69,6 +69,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     """x: [b, s, heads, d]; rotate the pairs (i, i + d/2) of the head dimension (transformers'
     rotate_half layout, the one Llama, Mistral and Qwen2 checkpoints are stored in)."""
     half = x.shape[-1] // 2
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # bf16 activations rotate by bf16 tables, as transformers
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos[None, :, None, :] + rotated * sin[None, :, None, :]
 
@@ -134,4 +135,4 @@ class ReferenceLlama(nn.Module):
         for i in range(self.spec.layers):
             x = self._layer(i, x)
         logits = F.linear(rms_norm(x, self.p("norm.weight"), self.spec.norm_eps), self.p(HEAD))
-        return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())  # fp32 loss for bf16 weights

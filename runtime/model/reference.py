@@ -14,19 +14,28 @@ from runtime.model.llama import ReferenceLlama
 def train_reference(config: RunConfig, global_batch: int) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Per-step losses (mean over all B·s tokens) and the parameters after the last step."""
     model = ReferenceLlama(config.model, config.seq_len, config.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
-                                  foreach=False)
+    # bf16 (§12): the optimizer updates fp32 masters; the model computes with bf16 copies of them
+    masters = [torch.nn.Parameter(p.detach().clone()) for p in model.parameters()] if config.precision == "bf16" \
+        else list(model.parameters())
+    optimizer = torch.optim.AdamW(masters, lr=config.lr, weight_decay=config.weight_decay, foreach=False)
+    model.to(torch.bfloat16 if config.precision == "bf16" else torch.float32)
     loader = BatchLoader(run_source(config, global_batch), config.seq_len)
     losses = []
     for step in range(config.steps):
         optimizer.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
         loss = model(*loader.batch(step, 0, global_batch))
         loss.backward()
+        for master, param in zip(masters, model.parameters()):
+            master.grad = param.grad.float() if master is not param else master.grad
         if config.clip_grad is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
+            torch.nn.utils.clip_grad_norm_(masters, config.clip_grad)
         optimizer.step()
+        with torch.no_grad():
+            for master, param in zip(masters, model.parameters()):
+                param.copy_(master)  # a no-op in fp32 (the same tensor)
         losses.append(loss.item())
-    return losses, model.full_state()
+    return losses, {name: t.float() for name, t in model.full_state().items()}
 
 
 def load_pipeline_params(out_dir: str | Path) -> list[dict[str, torch.Tensor]]:

@@ -6,6 +6,10 @@
   row-parallel linears and the vocab-parallel embedding, whose outputs are partial sums.
 - `vocab_parallel_embedding` and `vocab_parallel_cross_entropy`: the vocabulary is split in
   contiguous blocks; neither ever materialises the full [tokens, V] logits on one rank.
+- Sequence parallelism (Megatron's, docs/cost-model.md §3.5): outside the matrix products a
+  rank keeps its 1/t of the sequence (dim 1 of [b, s, h]); `gather_sequence` (all-gather
+  forward, reduce-scatter backward) replaces f, `scatter_sequence` (reduce-scatter forward,
+  all-gather backward) replaces g: the same volume as the all-reduce they split.
 Every function takes the communicator and the TP group, and every collective goes through
 the communicator (`runtime.communication.communicator`). A group of None means TP size 1: every function reduces
 to the plain operation (and needs no communicator).
@@ -40,6 +44,49 @@ class _ReduceFromTP(torch.autograd.Function):
         return grad, None, None
 
 
+def _seq_all_gather(x: torch.Tensor, comm: Communicator, group: Group) -> torch.Tensor:
+    """[b, s/t, ...] of every rank → [b, s, ...] in the group's rank order."""
+    return torch.cat(comm.all_gather(x.contiguous(), group), dim=1)
+
+
+def _seq_reduce_scatter(x: torch.Tensor, comm: Communicator, group: Group) -> torch.Tensor:
+    """Partial sums [b, s, ...] → this rank's block [b, s/t, ...] of their sum (the
+    communicator cuts dim 0, so the sequence goes first for the collective)."""
+    return comm.reduce_scatter(x.transpose(0, 1).contiguous(), group).transpose(0, 1).contiguous()
+
+
+class _GatherSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, comm: Communicator, group: Group):
+        ctx.comm, ctx.group = comm, group
+        return _seq_all_gather(x, comm, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _seq_reduce_scatter(grad, ctx.comm, ctx.group), None, None
+
+
+class _ScatterSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, comm: Communicator, group: Group):
+        ctx.comm, ctx.group = comm, group
+        return _seq_reduce_scatter(x, comm, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _seq_all_gather(grad, ctx.comm, ctx.group), None, None
+
+
+def gather_sequence(x: torch.Tensor, comm: Communicator | None, group: Group | None) -> torch.Tensor:
+    """Sequence parallelism's f: this rank's tokens → every token (before column-parallel linears)."""
+    return x if group is None else _GatherSequence.apply(x, comm, group)
+
+
+def scatter_sequence(x: torch.Tensor, comm: Communicator | None, group: Group | None) -> torch.Tensor:
+    """Sequence parallelism's g: partial sums of every token → the sum on this rank's tokens."""
+    return x if group is None else _ScatterSequence.apply(x, comm, group)
+
+
 def copy_to_tp(x: torch.Tensor, comm: Communicator | None, group: Group | None) -> torch.Tensor:
     return x if group is None else _CopyToTP.apply(x, comm, group)
 
@@ -49,15 +96,17 @@ def reduce_from_tp(x: torch.Tensor, comm: Communicator | None, group: Group | No
 
 
 def vocab_parallel_embedding(tokens: torch.Tensor, weight: torch.Tensor, vocab_start: int,
-                             comm: Communicator | None, group: Group | None) -> torch.Tensor:
+                             comm: Communicator | None, group: Group | None,
+                             sequence_parallel: bool = False) -> torch.Tensor:
     """Look up the ids in this rank's vocabulary block [vocab_start, vocab_start + V/t); the
-    others contribute zeros, and the all-reduce assembles every embedding."""
+    others contribute zeros, and the all-reduce assembles every embedding (with sequence
+    parallelism a reduce-scatter: this rank's tokens only)."""
     if group is None:
         return F.embedding(tokens, weight)
     local = tokens - vocab_start
     outside = (local < 0) | (local >= weight.shape[0])
     out = F.embedding(local.masked_fill(outside, 0), weight) * (~outside).unsqueeze(-1)
-    return reduce_from_tp(out, comm, group)
+    return scatter_sequence(out, comm, group) if sequence_parallel else reduce_from_tp(out, comm, group)
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):

@@ -14,7 +14,6 @@ table is a pure function of the layout (`saved_tensors`), so nothing is gathered
 
 from __future__ import annotations
 
-from math import prod
 from pathlib import Path
 
 import torch
@@ -22,6 +21,7 @@ import torch
 from planner.workload import ModelSpec
 from runtime.checkpoints.hf_weights import HFReader
 from runtime.checkpoints.manifest import Chunk, Manifest, TensorEntry, read_manifest
+from runtime.checkpoints.regions import Region, flat_regions  # noqa: F401 (Region re-exported)
 from runtime.checkpoints.tensors import ShardReader, restore_rng, rng_state
 from runtime.config import Job
 from runtime.sequence.layout import SeqLayout
@@ -29,25 +29,6 @@ from runtime.sequence.shards import UnitCatalogue, block_span, unit_catalogues
 from runtime.sequence.zero import ZeroStates
 
 KINDS = {"param": None, "adam_m": "exp_avg", "adam_v": "exp_avg_sq"}  # kind → AdamW state key
-Region = tuple[tuple[int, ...], tuple[int, ...], int, int]  # offsets, sizes, flat [lo, hi)
-
-
-def flat_regions(shape: tuple[int, ...], start: int, stop: int) -> list[Region]:
-    """Rectangles (global offsets, sizes) that tile elements [start, stop) of the row-major
-    flattening of a 1-D or 2-D tensor, each with its flat range."""
-    if len(shape) == 1:
-        return [((start,), (stop - start,), start, stop)]
-    cols, out, pos = prod(shape[1:]), [], start
-    while pos < stop:
-        row, col = divmod(pos, cols)
-        if col or stop - pos < cols:  # a partial row: to the row's end, or to stop
-            end = min(stop, (row + 1) * cols)
-            out.append(((row, col), (1, end - pos), pos, end))
-        else:  # whole rows
-            end = pos + (stop - pos) // cols * cols
-            out.append(((row, 0), ((end - pos) // cols, cols), pos, end))
-        pos = end
-    return out
 
 
 def rank_pieces(catalogues: list[UnitCatalogue], *, parts: int, index: int):
