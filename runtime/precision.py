@@ -45,12 +45,17 @@ def scheme_line(config: RunConfig, pipelines: int) -> str:
 
 
 def training_byte_notes(training: TrainingSpec, precision: str) -> list[str]:
-    """One note per byte count the problem priced differently from the run's scheme."""
+    """One note naming every byte count the problem priced differently from the run's scheme
+    (none when they agree)."""
     scheme = SCHEMES[precision]
-    priced = {"param_state_bytes (μ)": (training.param_state_bytes, scheme.param_state_bytes),
-              "weight_bytes (μ_w)": (training.weight_bytes, scheme.weight_bytes),
-              "optimizer_bytes (μ_o)": (training.optimizer_bytes, scheme.optimizer_bytes),
-              "grad_bytes (γ)": (training.grad_bytes, scheme.grad_bytes),
-              "act_bytes (β)": (training.act_bytes, scheme.act_bytes)}
-    return [f"note: the problem prices {name} = {problem:g}, the {precision} run holds {held}: the plan's "
-            f"memory and times assumed other bytes" for name, (problem, held) in priced.items() if problem != held]
+    priced = {"μ": (training.param_state_bytes, scheme.param_state_bytes),
+              "μ_w": (training.weight_bytes, scheme.weight_bytes),
+              "μ_o": (training.optimizer_bytes, scheme.optimizer_bytes),
+              "γ": (training.grad_bytes, scheme.grad_bytes), "β": (training.act_bytes, scheme.act_bytes)}
+    differ = [(name, problem, held) for name, (problem, held) in priced.items() if problem != held]
+    if not differ:
+        return []
+    problem = ", ".join(f"{name} = {value:g}" for name, value, _ in differ)
+    held = ", ".join(f"{name} = {value}" for name, _, value in differ)
+    return [f"note: the problem's training prices {problem} bytes; this {precision} run holds {held}: "
+            f"the plan's memory and times assumed other bytes (--precision, or the problem's training)"]

@@ -35,6 +35,9 @@ class RuntimeKind:
     # the link operation whose fit `hexiscale profile --for KIND` writes as the cluster's links:
     # the collective the kind's plans lean on (runtime.profiling.fit)
     profiled_op: str
+    # the precisions (runtime.precision) its workers run, the first the default on CPU
+    # (docs/models-and-data.md §12); a job asking for another is refused before any process
+    precisions: tuple[str, ...] = ("fp32",)
 
     def worker_module(self) -> ModuleType:
         return import_module(self.worker)

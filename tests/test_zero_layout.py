@@ -89,8 +89,21 @@ def test_the_run_names_its_scheme_and_the_bytes_the_problem_priced_otherwise():
     line = scheme_line(config, pipelines=2)
     assert "bf16 weights" in line and "μ = 2 + 2 + 12" in line and "12/2" in line and "sequence parallelism" in line
     assert training_byte_notes(TrainingSpec(seq_len=16, global_batch=8), "bf16") == []  # §1's defaults
-    notes = training_byte_notes(TrainingSpec(seq_len=16, global_batch=8), "fp32")
-    assert [n.split(" = ")[0].split("prices ")[1] for n in notes] == [
-        "weight_bytes (μ_w)", "optimizer_bytes (μ_o)", "grad_bytes (γ)", "act_bytes (β)"]
+    (note,) = training_byte_notes(TrainingSpec(seq_len=16, global_batch=8), "fp32")
+    assert "prices μ_w = 2, μ_o = 12, γ = 2, β = 2 bytes" in note
+    assert "this fp32 run holds μ_w = 4, μ_o = 8, γ = 4, β = 4" in note
     fp32 = TrainingSpec(seq_len=16, global_batch=8, weight_bytes=4, optimizer_bytes=8, grad_bytes=4, act_bytes=4)
     assert training_byte_notes(fp32, "fp32") == []
+
+
+def test_run_refuses_an_unknown_precision_and_bf16_on_a_sequence_plan_in_one_line():
+    from typer.testing import CliRunner
+
+    from hexiscale.cli import app
+    for args, message in ((["demo-tiny", "demo-tiny", "--precision", "fp16"],
+                           "--precision: expected one of fp32, bf16"),
+                          (["longctx-tiny", "longctx-tiny", "--precision", "bf16"],
+                           "precision bf16: sequence plans run fp32")):
+        result = CliRunner().invoke(app, ["run", *args])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert "Traceback" not in result.output

@@ -12,6 +12,7 @@ from hexiscale.cli.calibrate import print_prediction
 from hexiscale.cli.run_accuracy import mean_error_line
 from hexiscale.cli.hf_run import (CLIP_GRAD, DATA, EVAL_DATA, EVAL_EVERY, INIT_FROM, LOG_EVERY, MODEL, SAVE_DTYPE,
                                   SAVE_HF, WEIGHT_DECAY, checked_model, model_file_settings)
+from hexiscale.cli.precision import PRECISION, precision_settings
 from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
 from hexiscale.cli.show import write_loss_picture
 from hexiscale.cli.views import views_for
@@ -23,6 +24,7 @@ from runtime.launch.launcher import RunError, RunResult, free_port, launch_local
 from runtime.launch.resume import check_fresh_dir, resume_job
 from runtime.metrics.runlog import after_warmup
 from solvers.replan import ReplanError, replan
+from planner.base import plural
 
 EXIT_RUN_FAILED = 1
 # the run setting each option sets (RunConfig's field names), to name the option in errors
@@ -65,7 +67,7 @@ def print_summary(result: RunResult, plan) -> None:
     steps = after_warmup(result.steps)
     tokens_s = sum(s["tokens_per_s"] for s in steps) / len(steps)
     console.print(f"loss {result.steps[0]['loss']:.4f} → {result.steps[-1]['loss']:.4f} over "
-                  f"{len(result.steps)} steps; {tokens_s:,.0f} tokens/s; wall {result.wall_s:.1f} s; "
+                  f"{plural(len(result.steps), 'step')}; {tokens_s:,.0f} tokens/s; wall {result.wall_s:.1f} s; "
                   f"replicas identical: {result.replicas_identical}; logs in {result.out_dir}",
                   highlight=False, soft_wrap=True)
 
@@ -83,7 +85,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         init_from: Path = INIT_FROM, save_hf: Path = SAVE_HF, save_dtype: str = SAVE_DTYPE,
         seq_len: int = typer.Option(None, min=1, help="default: min(problem's, 32) for tiny"),
         lr: float = typer.Option(1e-3, help="AdamW learning rate"), weight_decay: float = WEIGHT_DECAY,
-        clip_grad: float = CLIP_GRAD, log_every: int = LOG_EVERY,
+        clip_grad: float = CLIP_GRAD, log_every: int = LOG_EVERY, precision: str = PRECISION,
         seed: int = typer.Option(0, min=0, help="seeds weights and data"),
         timeout: float = typer.Option(60.0, help="seconds any rank waits on a peer before giving up"),
         wait: str = typer.Option("auto", help="CPU: auto (wait awake while the ranks fit the cores) | asleep"),
@@ -109,7 +111,8 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
                     prob, steps, seq_len, data, eval_data, eval_every, init_from, save_hf, save_dtype),
                 "timeout_s": timeout, "wait": wait, "backend": backend, "out_dir": str(out) if out else "",
                 "checkpoint_dir": str(checkpoint_dir or ""), "save_every": save_every,
-                "clip_grad": clip_grad, "log_every": log_every}
+                "clip_grad": clip_grad, "log_every": log_every,
+                **precision_settings(prob, the_plan, precision, backend)}
     settings.update({k: v for k, v in (("recompute", recompute), ("seq_len", seq_len), ("schedule", schedule))
                      if v is not None})
     try:

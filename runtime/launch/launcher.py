@@ -213,7 +213,10 @@ def make_job(problem: Problem, plan: Any, model: str = "tiny", **settings) -> Jo
     """The job for `plan`, made by its kind's runtime: the plan checked against the problem,
     the model chosen (`tiny` or the problem's own), settings defaulting to the problem's
     training (the schedule that was priced is the one that runs)."""
-    job = runtime_of(plan).make_job(problem, plan, model, **settings)
+    kind = runtime_of(plan)
+    job = kind.make_job(problem, plan, model, **settings)
+    if job.config.precision not in kind.precisions:
+        raise RunError(f"precision {job.config.precision}: {kind.name} plans run {' or '.join(kind.precisions)}")
     if job.config.init_from:  # before any process: a folder that is not this model is one line
         check_weights(job.config.init_from, job.config.model, model_tensors(job.config.model))
     return job

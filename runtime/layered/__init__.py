@@ -13,6 +13,7 @@ from runtime.runtime_kind import RuntimeKind
 
 KIND = RuntimeKind(name="layered", make_job=make_layered_job, devices=rank_devices,
                    worker="runtime.layered.worker", with_model=with_model,
-                   profiled_op="all_reduce")  # the TP and gradient terms' all-reduce
+                   profiled_op="all_reduce",  # the TP and gradient terms' all-reduce
+                   precisions=("fp32", "bf16"))
 
 __all__ = ["KIND", "LayoutError", "RankLayout", "make_layered_job", "rank_devices", "rank_layout", "tiny_model"]

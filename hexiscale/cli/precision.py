@@ -1,0 +1,25 @@
+"""`hexiscale run --precision` (docs/models-and-data.md §12): which scheme the run uses —
+fp32 by default on CPU, bf16 under `--backend nccl` where the plan's kind runs it — and a note
+for every byte count (μ, μ_w, μ_o, γ, β) the problem priced otherwise."""
+
+from __future__ import annotations
+
+import typer
+
+from hexiscale.cli.app import console, fail
+from runtime.kinds import runtime_of
+from runtime.precision import SCHEMES, training_byte_notes
+
+PRECISION = typer.Option(None, help="fp32 | bf16 (bf16 weights, gradients and activations; fp32 master weights "
+                                    "and Adam moments); default: bf16 with --backend nccl, else fp32")
+
+
+def precision_settings(problem, plan, precision: str | None, backend: str) -> dict:
+    """The run setting of --precision; the scheme's notes against the problem's bytes."""
+    offered = runtime_of(plan).precisions
+    if precision is not None and precision not in SCHEMES:
+        fail(f"--precision: expected one of {', '.join(SCHEMES)}, got {precision!r}")
+    chosen = precision or ("bf16" if backend == "nccl" and "bf16" in offered else offered[0])
+    for note in training_byte_notes(problem.training, chosen) if chosen in offered else ():
+        console.print(note, highlight=False, soft_wrap=True)
+    return {"precision": chosen}
