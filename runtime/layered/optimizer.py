@@ -29,6 +29,7 @@ from runtime.communication.communicator import Communicator
 from runtime.config import RunConfig
 from runtime.layered.groups import RankGroups
 from runtime.layered.stage import StageModel
+from runtime.metrics.timing import STEP, SYNC, PhaseTimer
 from runtime.layered.zero import Bucket, Piece, block_size, local_region, rank_buckets, share_regions, zero_active
 from runtime.model.catalogue import stored_name
 
@@ -166,9 +167,11 @@ class StageOptimizer:
               weight_decay=self.config.weight_decay, eps=EPS, maximize=False)
 
     @torch.no_grad()
-    def step(self, comm: Communicator) -> None:
+    def step(self, comm: Communicator, timer: PhaseTimer | None = None) -> None:
         """One AdamW step on every slot; with ZeRO-1 the updated blocks are then gathered and
-        the TP leader's norm weights broadcast."""
+        the TP leader's norm weights broadcast — timed in `timer`'s step and sync phases, as
+        the rest of §11's τ_dp (the reduce-scatter) is."""
+        updated = []
         for slot in self.slots:
             if slot.bucket is None:
                 weights = slot.param if slot.master is None else slot.master
@@ -179,9 +182,15 @@ class StageOptimizer:
             weights = slot.master if slot.master is not None else self.pack(slot.bucket, grads=False)[slot.lo:slot.hi]
             self._update(weights, slot.grad, slot)
             slot.grad = None
-            self._gather(comm, slot, weights)
-        if self.zero and self.groups.tp is not None:
-            self._broadcast_replicated(comm)
+            updated.append((slot, weights))
+        if not self.zero:
+            return
+        timer = timer or PhaseTimer()
+        with timer.phase(STEP), timer.phase(SYNC):
+            for slot, weights in updated:
+                self._gather(comm, slot, weights)
+            if self.groups.tp is not None:
+                self._broadcast_replicated(comm)
 
     def _broadcast_replicated(self, comm: Communicator) -> None:
         """ZeRO-1: the TP leader updated the norm weights (chunk 0's owner); its group takes them."""

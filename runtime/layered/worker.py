@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -141,8 +140,7 @@ def train(job: Job, comm: Communicator) -> None:
             with timer.phase(SYNC):
                 sync_gradients(comm, model, groups, buffers, optimizer)
         grad_norm = clip_gradients(comm, model, groups, config.clip_grad, optimizer)
-        with timer.phase(SYNC) if optimizer.zero else nullcontext():  # ZeRO-1: the weights' all-gather
-            optimizer.step(comm)
+        optimizer.step(comm, timer)  # ZeRO-1: its all-gather is timed in the step and its sync
         metrics = step_metrics(comm, runner, groups, comm.meter.sent - bridge_start)
         wall_s = time.perf_counter() - start
         held_out = eval_loss(job, comm, model, groups, evaluator, shape) if eval_due(config, step) else None
