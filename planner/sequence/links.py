@@ -96,6 +96,9 @@ def between_sets(cluster: Cluster, units: Units, other: np.ndarray):
     return np.minimum.reduceat(bw, cut), np.maximum.reduceat(lat, cut)
 
 
+FEW_MACHINES = 256  # up to this many machines in use, `across_sets` reads their U × U block
+
+
 def across_sets(cluster: Cluster, set_of: np.ndarray, machine: np.ndarray, num_sets: int):
     """The smallest bw and largest latency between two devices of different sets (one replica
     against another); (inf, 0) when there is one set. Two sets sharing a machine meet at its
@@ -103,6 +106,8 @@ def across_sets(cluster: Cluster, set_of: np.ndarray, machine: np.ndarray, num_s
     if num_sets < 2:
         return np.inf, 0.0
     used, where = np.unique(machine, return_inverse=True)
+    if len(used) > FEW_MACHINES:
+        return across_sets_by_structure(cluster, used, where, set_of, num_sets)
     member = np.zeros((len(used), num_sets))
     np.add.at(member, (where, set_of), 1.0)
     member = member > 0
@@ -112,3 +117,23 @@ def across_sets(cluster: Cluster, set_of: np.ndarray, machine: np.ndarray, num_s
     meet = np.outer(count, count) - shared > 0
     bw, lat = link(cluster, used[:, None], used[None, :])
     return float(bw[meet].min()), float(lat[meet].max())
+
+
+def across_sets_by_structure(cluster: Cluster, used: np.ndarray, where: np.ndarray, set_of: np.ndarray,
+                             num_sets: int) -> tuple[float, float]:
+    """`across_sets` without the U × U block (100k GPUs: 14k machines, seconds per call): a
+    machine held by two or more sets meets every machine, itself at its intra values; one held
+    by a single set meets the machines of the other sets. So colour each machine by its only
+    set, or by a colour of its own when shared, and read the extremes over the pairs of
+    different colours from the pair tables' structure (`PairTable.apart_extreme`)."""
+    units = np.unique(np.asarray(where, dtype=np.int64) * num_sets + set_of)
+    holder, held_by = units // num_sets, units % num_sets
+    count = np.bincount(holder, minlength=len(used))
+    only = np.zeros(len(used), dtype=np.int64)
+    only[holder] = held_by
+    colour = np.where(count == 1, only, num_sets + np.arange(len(used)))
+    shared = used[count > 1]
+    own_bw, own_lat = link(cluster, shared, shared)
+    bw = min(cluster.bw_table.apart_extreme(used, colour, use_max=False), float(np.min(own_bw, initial=np.inf)))
+    lat = max(cluster.lat_table.apart_extreme(used, colour, use_max=True), float(np.max(own_lat, initial=-np.inf)))
+    return bw, lat

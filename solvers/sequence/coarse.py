@@ -40,12 +40,16 @@ def proportional(weights: Sequence[float], units: int, least: Sequence[int]) -> 
 def machine_groups(problem: Problem, devices: Sequence[int], degree: int) -> list[list[int]]:
     """The devices of each machine (in machine order) cut into groups of `degree` (at most k
     members: each holds a kv head)."""
-    machine, size = problem.cluster.machine_of_device, max(1, min(degree, problem.model.num_kv_heads))
-    by_machine: dict[int, list[int]] = {}
-    for d in sorted(devices):
-        by_machine.setdefault(int(machine[d]), []).append(d)
-    return [devs[i:i + size] for m in sorted(by_machine) for devs in [by_machine[m]]
-            for i in range(0, len(devs), size)]
+    size = max(1, min(degree, problem.model.num_kv_heads))
+    ids = np.asarray(devices, dtype=np.int64)
+    machine = problem.cluster.machine_of_device[ids]
+    order = np.lexsort((ids, machine))  # by machine, then device (100k devices: numpy, not a loop)
+    ids, machine = ids[order], machine[order]
+    starts = np.flatnonzero(np.r_[True, machine[1:] != machine[:-1]]) if len(ids) else np.zeros(0, dtype=np.int64)
+    place = np.arange(len(ids)) - np.repeat(starts, np.diff(np.r_[starts, len(ids)]))
+    cuts = np.flatnonzero(place % size == 0).tolist() + [len(ids)]
+    flat = ids.tolist()
+    return [flat[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
 
 
 def device_speed(problem: Problem) -> np.ndarray:
@@ -139,6 +143,11 @@ def shard_units(problem: Problem, groups: list[list[int]]) -> list[int] | None:
                         [math.ceil(len(g) / 2) for g in groups])
 
 
+def shards_cover(problem: Problem, groups: list[list[int]]) -> bool:
+    """Whether the s/(2q) shard units cover these groups (`shard_units` is not None)."""
+    return sum(math.ceil(len(g) / 2) for g in groups) <= problem.training.seq_len // (2 * problem.training.token_block)
+
+
 def fine_split(problem: Problem, devices: list[int], units: int) -> list[tuple[int, int, int]] | None:
     """Stage 2 for one group: kv heads and token blocks per member. Exactly (least
     max_i t_i/π_i, then least max_i heads_i/π_i) when the split space is small, else
@@ -177,7 +186,7 @@ def devices_by_speed(problem: Problem) -> list[int]:
     """Devices, fastest GPU type first (then by machine and index)."""
     flops = device_speed(problem)
     machine = problem.cluster.machine_of_device
-    return sorted(range(problem.cluster.num_devices), key=lambda d: (-float(flops[d]), int(machine[d]), d))
+    return np.lexsort((np.arange(len(flops)), machine, -flops)).tolist()
 
 
 def growth_machines(problem: Problem, devices: Sequence[int]) -> list[int]:

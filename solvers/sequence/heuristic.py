@@ -11,9 +11,13 @@ the heuristic is never slower than that baseline), are polished (`polish`: token
 and heads moved, groups swapped, merged, split, members dropped, batches split again) and
 the best plan is returned.
 
-Deterministic per seed; `SolverOptions.time_limit_s` bounds the search (the first candidate
-is always built and priced). Status `feasible` with a plan; `infeasible` only when the
-memory bound of `space.memory_proof` proves it; `unknown` otherwise.
+Deterministic per seed while the time limit does not cut the search. `SolverOptions.time_limit_s`
+bounds the whole solve at any cluster size (`Clock`): the uniform starts get the first
+UNIFORM_SHARE of it, the coarse plans run until COARSE_SHARE, polish until the end less the
+time the final pricing of the plan takes; a step is started only when the last step of its
+kind fits in the time left (the first plan is always built). Status `feasible` with the best
+plan so far; `infeasible` only when the memory bound of `space.memory_proof` proves it;
+`unknown` otherwise (its message says when the limit ran out before any plan).
 """
 
 from __future__ import annotations
@@ -21,19 +25,22 @@ from __future__ import annotations
 import itertools
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 
+import numpy as np
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from planner.problem import Problem
 from planner.solver_info import SolveStatus
 from solvers.common import SolveResult, SolverOptions
 from solvers.sequence.coarse import DEALS, coarse_ring, deal_replicas, degrees, devices_by_speed, growth_machines, \
-    machine_groups, replica_counts
+    machine_groups, replica_counts, shards_cover
 from solvers.sequence.baselines import type_ranking
 from solvers.sequence.polish import State, polish
 from solvers.sequence.regroup import regroup
-from solvers.sequence.space import Ring, memory_proof, result
+from solvers.sequence.space import Ring, memory_proof, plan_of, result
 from solvers.sequence.uniform_starts import UNIFORM, best_uniform
+from planner.base import plural
 
 POLISHED = 6  # coarse plans polished on small clusters (and the best of every other D)
 POLISHED_LARGE = 2  # on large ones
@@ -46,18 +53,51 @@ FEW_DEVICES = 16  # clusters this small try every number of fastest devices
 SUBSET_MACHINES = 4  # clusters of this few machines try every subset of machines
 GROW_FROM = 3  # device sets of this many best coarse plans grown by idle machines
 GROW_ROUNDS = 8  # machines added to each, at most
+UNIFORM_SHARE = 0.4  # of the time limit: the uniform starts (a plan early on any cluster)
+COARSE_SHARE = 0.75  # coarse plans priced and grown until this share of it; then polish
+FIRST_PLAN_LATE_S = 0.1  # the first plan may come this late; later the search gives up (unknown)
+SAMPLED_RINGS = 16  # rings built to time the building of the returned plan
+FINAL_PRICING = 2.0  # polish stops this many `State.start` times before the end: the plan is priced whole again
 
 Candidate = tuple[tuple[float, float], list[int], list[Ring], tuple]
+
+
+@dataclass
+class Clock:
+    """One solve's time limit, cut into phases by shares of it, and the longest step of each
+    kind so far: a step starts only when one as long still ends by its phase's deadline (at
+    100k GPUs one coarse plan takes seconds)."""
+
+    start: float
+    limit: float
+    took: dict[str, float] = field(default_factory=dict)
+
+    def at(self, share: float) -> float:
+        return self.start + share * self.limit
+
+    def too_late(self) -> bool:
+        """Past the limit by more than a first plan may be late: give up (no plan yet)."""
+        return time.perf_counter() > self.at(1.0) + FIRST_PLAN_LATE_S
+
+    def allows(self, kind: str, deadline: float) -> bool:
+        return time.perf_counter() + self.took.get(kind, 0.0) <= deadline
+
+    def timed(self, kind: str, step, *args):
+        """step(*args), its time kept as the kind's longest."""
+        began = time.perf_counter()
+        out = step(*args)
+        self.took[kind] = max(self.took.get(kind, 0.0), time.perf_counter() - began)
+        return out
 
 
 def type_sets(problem: Problem) -> list[list[int]]:
     """The devices of the fastest t GPU types, t = all of them down to 1 (ranked as
     `seq-uniform` ranks them: compute time per token, attention included), fastest first."""
-    order = devices_by_speed(problem)
+    order = np.array(devices_by_speed(problem), dtype=np.int64)
     cluster = problem.cluster
     rank = {name: i for i, name in enumerate(type_ranking(problem))}
-    of = [rank[cluster.machines[int(cluster.machine_of_device[d])].gpu] for d in order]
-    return [[d for d, r in zip(order, of) if r < t] for t in range(len(rank), 0, -1)]
+    of = np.array([rank[m.gpu] for m in cluster.machines])[cluster.machine_of_device[order]]
+    return [order[of < t].tolist() for t in range(len(rank), 0, -1)]
 
 
 def device_sets(problem: Problem) -> tuple[list[list[int]], int]:
@@ -68,13 +108,14 @@ def device_sets(problem: Problem) -> tuple[list[list[int]], int]:
     small clusters also every prefix of the devices in speed order."""
     order = devices_by_speed(problem)
     machine = problem.cluster.machine_of_device
-    machines = list(dict.fromkeys(int(machine[d]) for d in order))
+    machines = list(dict.fromkeys(machine[order].tolist()))
     if len(machines) <= SUBSET_MACHINES:
-        chosen = [set(c) for k in range(len(machines), 0, -1) for c in itertools.combinations(machines, k)]
+        chosen = [list(c) for k in range(len(machines), 0, -1) for c in itertools.combinations(machines, k)]
     else:
-        chosen = [set(machines[:len(machines) - k]) for k in range(min(MAX_DROPPED, len(machines) - 1) + 1)]
+        chosen = [machines[:len(machines) - k] for k in range(min(MAX_DROPPED, len(machines) - 1) + 1)]
     by_type = list({tuple(x): x for x in type_sets(problem)}.values())
-    out = by_type + [[d for d in order if machine[d] in c] for c in chosen]
+    ordered = np.array(order, dtype=np.int64)
+    out = by_type + [ordered[np.isin(machine[ordered], c)].tolist() for c in chosen]
     if len(order) <= FEW_DEVICES:
         out += [order[:k] for k in range(len(order), 0, -1)]
     return list({tuple(x): x for x in out}.values()), len(by_type)
@@ -86,28 +127,41 @@ Label = tuple[int, int, int, str]  # (device set index, HP degree, D, deal)
 class Coarse:
     """Stage-1 plans by label, built and priced once each."""
 
-    def __init__(self, problem: Problem, deadline: float, bar=None):
-        self.problem, self.deadline, self.bar = problem, deadline, bar
+    def __init__(self, problem: Problem, clock: Clock, deadline: float, bar=None, have_plan: bool = False):
+        self.problem, self.clock, self.deadline, self.bar = problem, clock, deadline, bar
+        self.have_plan = have_plan  # a uniform start exists: no coarse plan is needed in time
         self.sets, self.swept = device_sets(problem)
         self.index = {tuple(sorted(x)): i for i, x in enumerate(self.sets)}
         self.found: dict[Label, Candidate | None] = {}
+        self.groups: dict[tuple[int, int], list[list[int]]] = {}
 
     def price(self, label: Label) -> Candidate | None:
         if label not in self.found:
-            rings = self.build(label)
-            self.found[label] = None if rings is None else _priced(self.problem, label, rings)
+            self.found[label] = self.clock.timed("coarse", self._built_and_priced, label)
             if self.bar is not None:
                 self.bar.update(self.bar.task_ids[0], description=f"sequence heuristic: coarse {label}")
         return self.found[label]
 
+    def _built_and_priced(self, label: Label) -> Candidate | None:
+        rings = self.build(label)
+        return None if rings is None else _priced(self.problem, label, rings, self.clock)
+
     def build(self, label: Label) -> list[Ring] | None:
         s, degree, d, by = label
-        groups = machine_groups(self.problem, self.sets[s], degree)
+        groups = self.groups_of(s, degree)
         dealt = deal_replicas(self.problem, groups, d, by)
         if dealt is None or (by != DEALS[0] and dealt == deal_replicas(self.problem, groups, d)):
             return None
+        if any(not shards_cover(self.problem, r) for r in dealt):
+            return None  # what `coarse_ring` would find, before ordering thousands of rings
         rings = [coarse_ring(self.problem, r) for r in dealt]
         return rings if all(r is not None for r in rings) else None
+
+    def groups_of(self, s: int, degree: int) -> list[list[int]]:
+        """`machine_groups` of device set s, kept (the staged sweep and every build ask)."""
+        if (s, degree) not in self.groups:
+            self.groups[(s, degree)] = machine_groups(self.problem, self.sets[s], degree)
+        return self.groups[(s, degree)]
 
     def set_of(self, devices: list[int]) -> int:
         """The index of this device set (added when new)."""
@@ -129,9 +183,10 @@ class Coarse:
         chosen = list(seeds.values())[:GROW_FROM]
         for _, _, rings, label in starts:
             devices = [m[0] for ring in rings for g in ring for m in g]
-            chosen += [c for c in [self.price((self.set_of(devices), label[1], label[2], DEALS[0]))] if c]
+            if not self.out_of_time():
+                chosen += [c for c in [self.price((self.set_of(devices), label[1], label[2], DEALS[0]))] if c]
         for best in chosen:
-            for _ in range(GROW_ROUNDS):
+            for _ in range(GROW_ROUNDS if not self.out_of_time() else 0):
                 s = best[3][0]
                 tried = [self.price((self.set_of(self.sets[s] + self.problem.cluster.devices_of(m)), *best[3][1:]))
                          for m in growth_machines(self.problem, self.sets[s]) if not self.out_of_time()]
@@ -141,16 +196,22 @@ class Coarse:
                 best = better
 
     def out_of_time(self) -> bool:
-        return time.perf_counter() > self.deadline and any(self.found.values())
+        """Past the phase's deadline (a coarse plan as long as the longest so far would end
+        after it) once some plan exists."""
+        if self.clock.too_late():
+            return True
+        return not self.clock.allows("coarse", self.deadline) and (self.have_plan or any(self.found.values()))
 
     def ranked(self) -> list[Candidate]:
         return sorted((c for c in self.found.values() if c is not None), key=lambda c: (c[0], c[3]))
 
     def every(self) -> None:
         """Small clusters: every device set × HP degree × D × deal."""
-        for s, devices in enumerate(self.sets):
+        for s in range(len(self.sets)):
             for degree in degrees(self.problem):
-                groups = len(machine_groups(self.problem, devices, degree))
+                if self.out_of_time():  # once out of time, always (took and found only grow)
+                    return
+                groups = len(self.groups_of(s, degree))
                 for d, by in itertools.product(replica_counts(self.problem, groups), DEALS):
                     if self.out_of_time():
                         return
@@ -163,7 +224,9 @@ class Coarse:
         best D on the other device sets (slowest machines left out)."""
         for s in range(self.swept):
             for degree in degrees(self.problem):
-                groups = len(machine_groups(self.problem, self.sets[s], degree))
+                if self.out_of_time():  # once out of time, always (took and found only grow)
+                    return
+                groups = len(self.groups_of(s, degree))
                 for d in powers_up_to(replica_counts(self.problem, groups, limit=64)):
                     if not self.out_of_time():
                         self.price((s, degree, d, DEALS[0]))
@@ -192,32 +255,64 @@ def powers_up_to(counts: list[int]) -> list[int]:
     return sorted({c for c in counts if c & (c - 1) == 0} | {max(counts)})
 
 
-def _priced(problem: Problem, label: tuple, rings: list[Ring]) -> Candidate:
-    state = State.start(problem, rings)
+def _priced(problem: Problem, label: tuple, rings: list[Ring], clock: Clock) -> Candidate:
+    state = clock.timed("start", State.start, problem, rings)
     return state.key, state.batches, state.rings, label
 
 
-def search(problem: Problem, options: SolverOptions, deadline: float) -> tuple[Candidate, Coarse] | None:
+def search(problem: Problem, options: SolverOptions, clock: Clock) -> tuple[Candidate, Coarse] | None:
     """Price the best uniform layout and the coarse plans (while time lasts), polish the
     best few and the uniform one, keep the best: never slower than `seq-uniform`."""
     small = problem.cluster.num_devices <= FEW_DEVICES
     with _progress(options) as bar:
-        uniform = best_uniform(problem, deadline)
-        coarse = Coarse(problem, deadline, bar)
+        uniform = clock.timed("uniform", best_uniform, problem, clock.at(UNIFORM_SHARE),
+                              clock.at(1.0) + FIRST_PLAN_LATE_S)
+        coarse = Coarse(problem, clock, clock.at(COARSE_SHARE), bar, have_plan=bool(uniform))
         coarse.every() if small else coarse.staged()
         coarse.grow(uniform)
         found = coarse.ranked()
         chosen = to_polish(found) + one_vendor_starts(problem, coarse) if small else found[:POLISHED_LARGE]
-        polished = []
-        for key, _, rings, label in uniform + chosen:
-            if polished and time.perf_counter() > deadline:
-                break
-            state = polish(problem, rings, deadline, options.seed, max_steps=None if small else LARGE_STEPS)
-            if problem.cluster.num_devices <= REGROUP_DEVICES:
-                state = regroup(problem, state, deadline, options.seed)
-            polished.append((state.key, state.batches, state.rings, label))
+        polished = polish_starts(problem, options, clock, uniform + chosen)
     best = min(polished + found[:1] + uniform, key=lambda c: (c[0], c[3]), default=None)
     return None if best is None else (best, coarse)
+
+
+def polish_starts(problem: Problem, options: SolverOptions, clock: Clock, starts: list[Candidate]) -> list[Candidate]:
+    """Each start polished in turn while one more can begin: its pricing (`State.start`, as
+    long as the longest so far) fits in the time left, less FINAL_PRICING such times for
+    pricing the returned plan whole."""
+    small = problem.cluster.num_devices <= FEW_DEVICES
+    polished = []
+    building = _plan_building(problem, starts)
+    for key, _, rings, label in starts:
+        if not clock.allows("start", _polish_end(clock, building)):
+            break
+        state = clock.timed("start", State.start, problem, rings)
+        end = _polish_end(clock, building)
+        state = polish(problem, state, end, options.seed, max_steps=None if small else LARGE_STEPS)
+        if problem.cluster.num_devices <= REGROUP_DEVICES:
+            state = regroup(problem, state, end, options.seed)
+        polished.append((state.key, state.batches, state.rings, label))
+    return polished
+
+
+def _polish_end(clock: Clock, building: float) -> float:
+    """When polish stops: the end less the time to build the returned plan and to price it
+    whole (FINAL_PRICING `State.start` times)."""
+    return clock.at(1.0) - building - FINAL_PRICING * clock.took.get("start", 0.0)
+
+
+def _plan_building(problem: Problem, starts: list[Candidate]) -> float:
+    """The time `space.result` takes to build the plan of the largest start (a pydantic object
+    per member: 0.3 s at 20,000 members), from the time to build a few of its rings, with 30 %
+    to spare."""
+    if not starts:
+        return 0.0
+    _, batches, rings, _ = max(starts, key=lambda c: sum(len(g) for ring in c[2] for g in ring))
+    sample = min(len(rings), SAMPLED_RINGS)
+    began = time.perf_counter()
+    plan_of(problem, batches[:sample], rings[:sample])
+    return 1.3 * (time.perf_counter() - began) * len(rings) / sample
 
 
 def to_polish(found: list[Candidate]) -> list[Candidate]:
@@ -262,10 +357,12 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult
     proof = memory_proof(problem)
     if proof is not None:
         return result("heuristic", problem, start, None, SolveStatus.infeasible, proof)
-    found = search(problem, options, start + options.time_limit_s)
+    found = search(problem, options, Clock(start, options.time_limit_s))
     if found is None or found[0][0][0] > 0:
-        return result("heuristic", problem, start, None, SolveStatus.unknown,
-                      "no plan found that fits in memory (not proved infeasible)")
+        why = "no plan found that fits in memory (not proved infeasible)"
+        if found is None and time.perf_counter() - start > options.time_limit_s:
+            why = f"the time limit of {options.time_limit_s:g} s ran out before any plan was built"
+        return result("heuristic", problem, start, None, SolveStatus.unknown, why)
     ((_, t), batches, rings, label), coarse = found
     return result("heuristic", problem, start, (t, batches, rings), SolveStatus.feasible,
                   f"{start_text(coarse, label, rings)}; {len(coarse.found)} coarse plans priced")
@@ -274,7 +371,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult
 def start_text(coarse: Coarse, label: Label, rings: list[Ring]) -> str:
     """Where the returned plan started: the best uniform layout or a coarse plan."""
     if label[3] == UNIFORM:
-        return (f"uniform start: HP degree {label[1]}, {label[2]} replicas of {len(rings[0])} groups, "
-                f"{sum(len(g) for r in rings for g in r)} devices")
-    return (f"coarse start: {len(coarse.sets[label[0]])} devices, HP degree {label[1]}, "
-            f"{label[2]} replicas (dealt by {label[3]})")
+        return (f"uniform start: HP degree {label[1]}, {plural(label[2], 'replica')} of {plural(len(rings[0]), 'group')}, "
+                f"{plural(sum(len(g) for r in rings for g in r), 'device')}")
+    return (f"coarse start: {plural(len(coarse.sets[label[0]]), 'device')}, HP degree {label[1]}, "
+            f"{plural(label[2], 'replica')} (dealt by {label[3]})")

@@ -44,6 +44,8 @@ class State:
     batches: list[int] = field(default_factory=list)
     key: tuple[float, float] = (np.inf, np.inf)
     dp: dict = field(default_factory=dict)  # T_dp by the replicas' device sets
+    sets: list[frozenset] = field(default_factory=list)  # each replica's devices
+    step_s: float = 0.0  # the longest polish step so far (a step starts only if one as long fits)
 
     def judge(self, r: int, ring: Ring, score: float, over: float) -> tuple[tuple[float, float], list[int]]:
         """(Σ overflow, T) of the plan with replica r's ring replaced, batches split again:
@@ -53,10 +55,10 @@ class State:
         overs = self.overs[:r] + [over] + self.overs[r + 1:]
         micro = problem.training.global_batch // problem.training.micro_batch
         m = split_batches(micro, scores)
-        rings = self.rings[:r] + [ring] + self.rings[r + 1:]
-        sets = tuple(frozenset(x[0] for g in ring_ for x in g) for ring_ in rings)
+        mine = _devices(ring)
+        sets = tuple(self.sets[:r] + [mine] + self.sets[r + 1:]) if len(self.rings) > 1 else (mine,)
         if sets not in self.dp:
-            self.dp[sets] = dp_time(problem, rings)
+            self.dp[sets] = dp_time(problem, self.rings[:r] + [ring] + self.rings[r + 1:])
         t = max(x * s for x, s in zip(m, scores)) + self.dp[sets]
         return (float(sum(overs)) / GIB, float(t)), [x * problem.training.micro_batch for x in m]
 
@@ -69,6 +71,7 @@ class State:
         if key >= self.key:
             return False
         self.rings[r], self.scores[r], self.overs[r] = rings[i], scores[i], overs[i]
+        self.sets[r] = _devices(rings[i])
         self.key, self.batches = key, batches
         return True
 
@@ -77,8 +80,13 @@ class State:
         state = cls(problem, list(rings))
         scores, overs = _scores(problem, rings)
         state.scores, state.overs = scores.tolist(), overs.tolist()
+        state.sets = [_devices(ring) for ring in rings]
         state.key, state.batches = state.judge(0, rings[0], state.scores[0], state.overs[0])
         return state
+
+
+def _devices(ring: Ring) -> frozenset:
+    return frozenset(x[0] for g in ring for x in g)
 
 
 def _focus(problem: Problem, ring: Ring) -> list[int]:
@@ -142,10 +150,12 @@ def neighbours(problem: Problem, ring: Ring) -> list[Ring]:
 
 
 def polish_ring(state: State, r: int, deadline: float, rng: random.Random, max_steps: int = MAX_STEPS) -> bool:
-    """Improve replica r's ring while a move helps (at most `max_steps`); True if anything changed."""
+    """Improve replica r's ring while a move helps (at most `max_steps`) and a step as long as
+    the longest so far ends by the deadline; True if anything changed."""
     changed = False
     for _ in range(max_steps):
-        if time.perf_counter() > deadline:
+        began = time.perf_counter()
+        if began + state.step_s > deadline:
             break
         cands = neighbours(state.problem, state.rings[r])
         if not cands:
@@ -153,16 +163,20 @@ def polish_ring(state: State, r: int, deadline: float, rng: random.Random, max_s
         rng.shuffle(cands)  # the seed decides ties between equal scores
         scores, overs = _scores(state.problem, cands)
         best = np.argsort(scores, kind="stable")[:JUDGED].tolist()
-        if not state.accept_best(r, [cands[i] for i in best], scores[best].tolist(), overs[best].tolist()):
+        accepted = state.accept_best(r, [cands[i] for i in best], scores[best].tolist(), overs[best].tolist())
+        state.step_s = max(state.step_s, time.perf_counter() - began)
+        if not accepted:
             break
         changed = True
     return changed
 
 
-def polish(problem: Problem, rings: list[Ring], deadline: float, seed: int = 0,
+def polish(problem: Problem, start: State | list[Ring], deadline: float, seed: int = 0,
            max_steps: int | None = None) -> State:
-    """Polish every replica's ring in turn until a full round changes nothing."""
-    state, rng = State.start(problem, rings), random.Random(seed)
+    """Polish every replica's ring in turn (from these rings, or a `State.start` of them that
+    is changed in place) until a full round changes nothing or the deadline comes."""
+    state = start if isinstance(start, State) else State.start(problem, start)
+    rng = random.Random(seed)
     steps = MAX_STEPS if max_steps is None else max_steps
     for _ in range(8):
         if not any([polish_ring(state, r, deadline, rng, steps) for r in range(len(state.rings))]):

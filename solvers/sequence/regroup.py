@@ -50,7 +50,7 @@ def regroup(problem: Problem, state: State, deadline: float, seed: int = 0) -> S
                        key=lambda s: s.key)
         improved = False
         for candidate in tried[:TRIED]:
-            polished = polish(problem, candidate.rings, deadline, seed)
+            polished = polish(problem, candidate, deadline, seed)
             if polished.key < state.key:
                 state, improved = polished, True
         if not improved:

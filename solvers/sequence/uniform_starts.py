@@ -74,6 +74,13 @@ def divisors(n: int) -> tuple[int, ...]:
     return tuple(sorted(set(small + [n // d for d in small])))
 
 
+def shard_counts(problem: Problem, most: int) -> list[int]:
+    """G = most, most − 1, …, 1 that may split the tokens (`splits_tokens` needs G·2q to divide
+    s): the divisors of s/(2q) up to `most`, largest first (not 100k values of G)."""
+    s, unit = problem.training.seq_len, 2 * problem.training.token_block
+    return [] if s % unit else [g for g in reversed(divisors(s // unit)) if g <= most]
+
+
 def vendor_codes(problem: Problem) -> np.ndarray:
     """NVIDIA, AMD or 0 per device (read-only: shared between calls)."""
     def codes(cluster) -> np.ndarray:
@@ -123,7 +130,7 @@ def families(problem: Problem) -> list[Runs]:
         order = np.asarray(order, dtype=np.int64)
         for degree in divisors(problem.model.num_kv_heads):
             for blocks in (packed_blocks(order, degree), machine_blocks(problem, order, degree)):
-                for groups in range(len(blocks), 0, -1):
+                for groups in shard_counts(problem, len(blocks)):
                     if not splits_tokens(problem, groups, degree):
                         continue
                     used = min(micro, len(blocks) // groups) * groups
@@ -166,14 +173,15 @@ def probe_order(problem: Problem, unpriced: list[Runs]) -> list[Runs]:
     return [f for _, f in sorted(((rank(f, p), f) for f, p in zip(unpriced, probes)), key=lambda x: x[0])]
 
 
-def priced_runs(problem: Problem, deadline: float) -> list[Runs]:
+def priced_runs(problem: Problem, deadline: float, give_up: float = math.inf) -> list[Runs]:
     """Every family of `families` priced, in `probe_order`, BATCH_MEMBERS members per call
-    (while time lasts: at least one batch)."""
+    (while time lasts: at least one batch unless `give_up` has passed)."""
     out: list[Runs] = []
     pending: list[Runs] = []
     members = 0
     for family in probe_order(problem, families(problem)):
-        if out and time.perf_counter() > deadline:
+        now = time.perf_counter()
+        if out and now > deadline or now > give_up:
             return out
         pending.append(family)
         members += family.devices.size
@@ -211,13 +219,15 @@ def layouts(problem: Problem, runs: list[Runs]) -> Iterator[tuple[float, int, Ru
         heapq.heappush(heap, (max(x * t for x, t in zip(m, tmb)), index, d, i, m))
 
 
-def best_uniform(problem: Problem, deadline: float, keep: int = 1) -> list[tuple]:
+def best_uniform(problem: Problem, deadline: float, give_up: float = math.inf, keep: int = 1) -> list[tuple]:
     """The `keep` fastest uniform layouts that fit, as heuristic candidates ((0, T), batches,
     rings, (−1, n, D, "uniform")), fastest first: T_dp is added only while the compute part
-    alone can still beat the keep-th best (and, past the deadline, not at all once one is found)."""
+    alone can still beat the keep-th best; past the deadline once one is found, past
+    `give_up` at once."""
     best: list[tuple] = []
-    for compute, _, run, d, batches in layouts(problem, priced_runs(problem, deadline)):
-        if len(best) >= keep and compute >= best[keep - 1][0][1] or best and time.perf_counter() > deadline:
+    for compute, _, run, d, batches in layouts(problem, priced_runs(problem, deadline, give_up)):
+        now = time.perf_counter()
+        if len(best) >= keep and compute >= best[keep - 1][0][1] or best and now > deadline or now > give_up:
             break
         rings = run.first_rings(d)
         t = compute + dp_time(problem, rings)
