@@ -127,9 +127,16 @@ def reweighted_least_squares(columns: np.ndarray, measured: np.ndarray, what: st
     """(θ, each row's standard error in seconds) where each row's standard error is
     `relative_error` of its *fitted* time: weighted least squares, re-weighted by the fit
     until the weights settle. Scaling each error by the measured time instead gives a row
-    that came out low a small error too, so the rows that landed low steer the fit."""
+    that came out low a small error too, so the rows that landed low steer the fit — the
+    first round too: it starts from the plain least-squares line (the largest times lead it,
+    and no row's own luck sets its weight), and from the measured times only where that line
+    is not positive at every row. On loaded shared cores a small message's repetitions can
+    all land at the floor (the exchange lost in the compute it follows: a mean of 1e-7 s);
+    weighted by that, the first round's line went through it and came out with a negative
+    bandwidth (−46.7 GB/s, refusing a profile whose 128 MiB all-reduce showed 0.44 GB/s)."""
     relative = np.ravel(np.asarray(relative_error, dtype=float))
-    scale = measured
+    plain = columns @ np.linalg.lstsq(columns, measured, rcond=None)[0]
+    scale = plain if np.all(plain > 0) else measured
     for _ in range(REWEIGHT_ROUNDS):
         sigma = relative * scale
         theta = least_squares(columns, measured, what, sigma=sigma)
