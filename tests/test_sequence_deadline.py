@@ -27,9 +27,9 @@ CLI_MIX = "A100-80G:0.25,RTX4090:0.5,H20:0.25"  # `hexiscale generate problem`'s
 
 def test_threshold_split_equals_the_greedy_loop():
     rng = random.Random(29)
-    for _ in range(1500):
+    for _ in range(600):
         d = rng.randint(1, 30)
-        extra = rng.randint(1, 400)
+        extra = rng.randint(1, 200)
         pick = rng.random()
         if pick < 0.4:  # many ties
             tmb = [rng.choice([0.5, 1.0, 1.5, 2.0, 3.0]) for _ in range(d)]
@@ -78,7 +78,6 @@ def test_numpy_uniform_blocks_equal_the_baselines():
                 baselines.machine_blocks(problem, order, degree)
 
 
-@pytest.mark.slow
 def test_heuristic_honours_a_short_limit_on_4096_gpus():
     """Was 12.3 s for a 2.5 s limit: the uniform starts gave way to seconds of batch splits."""
     problem = generated_problem(generate_cluster(4096, CLI_MIX, seed=1), "llama2-70b")

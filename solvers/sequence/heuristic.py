@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -38,7 +38,8 @@ from solvers.sequence.coarse import DEALS, coarse_ring, deal_replicas, degrees, 
 from solvers.sequence.baselines import type_ranking
 from solvers.sequence.polish import State, polish
 from solvers.sequence.regroup import regroup
-from solvers.sequence.space import Ring, memory_proof, plan_of, result
+from solvers.sequence.deadline import FIRST_PLAN_LATE_S, Candidate, Clock, plan_building, polish_end
+from solvers.sequence.space import Ring, memory_proof, result
 from solvers.sequence.uniform_starts import UNIFORM, best_uniform
 from planner.base import plural
 
@@ -55,39 +56,6 @@ GROW_FROM = 3  # device sets of this many best coarse plans grown by idle machin
 GROW_ROUNDS = 8  # machines added to each, at most
 UNIFORM_SHARE = 0.4  # of the time limit: the uniform starts (a plan early on any cluster)
 COARSE_SHARE = 0.75  # coarse plans priced and grown until this share of it; then polish
-FIRST_PLAN_LATE_S = 0.1  # the first plan may come this late; later the search gives up (unknown)
-SAMPLED_RINGS = 16  # rings built to time the building of the returned plan
-FINAL_PRICING = 2.0  # polish stops this many `State.start` times before the end: the plan is priced whole again
-
-Candidate = tuple[tuple[float, float], list[int], list[Ring], tuple]
-
-
-@dataclass
-class Clock:
-    """One solve's time limit, cut into phases by shares of it, and the longest step of each
-    kind so far: a step starts only when one as long still ends by its phase's deadline (at
-    100k GPUs one coarse plan takes seconds)."""
-
-    start: float
-    limit: float
-    took: dict[str, float] = field(default_factory=dict)
-
-    def at(self, share: float) -> float:
-        return self.start + share * self.limit
-
-    def too_late(self) -> bool:
-        """Past the limit by more than a first plan may be late: give up (no plan yet)."""
-        return time.perf_counter() > self.at(1.0) + FIRST_PLAN_LATE_S
-
-    def allows(self, kind: str, deadline: float) -> bool:
-        return time.perf_counter() + self.took.get(kind, 0.0) <= deadline
-
-    def timed(self, kind: str, step, *args):
-        """step(*args), its time kept as the kind's longest."""
-        began = time.perf_counter()
-        out = step(*args)
-        self.took[kind] = max(self.took.get(kind, 0.0), time.perf_counter() - began)
-        return out
 
 
 def type_sets(problem: Problem) -> list[list[int]]:
@@ -130,8 +98,6 @@ class Coarse:
     def __init__(self, problem: Problem, clock: Clock, deadline: float, bar=None, have_plan: bool = False):
         self.problem, self.clock, self.deadline, self.bar = problem, clock, deadline, bar
         self.have_plan = have_plan  # a uniform start exists: no coarse plan is needed in time
-        self.sets, self.swept = device_sets(problem)
-        self.index = {tuple(sorted(x)): i for i, x in enumerate(self.sets)}
         self.found: dict[Label, Candidate | None] = {}
         self.groups: dict[tuple[int, int], list[list[int]]] = {}
 
@@ -157,6 +123,19 @@ class Coarse:
         rings = [coarse_ring(self.problem, r) for r in dealt]
         return rings if all(r is not None for r in rings) else None
 
+    @cached_property
+    def sets(self) -> list[list[int]]:
+        """The device sets (`device_sets`), built when first asked: a solve out of time before
+        its first coarse plan never builds them (0.3 s at 100k GPUs)."""
+        sets, self._swept = device_sets(self.problem)
+        self._index = {tuple(sorted(x)): i for i, x in enumerate(sets)}
+        return sets
+
+    @property
+    def swept(self) -> int:
+        """How many of the first `sets` are the `type_sets`."""
+        return self._swept if self.sets is not None else 0
+
     def groups_of(self, s: int, degree: int) -> list[list[int]]:
         """`machine_groups` of device set s, kept (the staged sweep and every build ask)."""
         if (s, degree) not in self.groups:
@@ -165,11 +144,11 @@ class Coarse:
 
     def set_of(self, devices: list[int]) -> int:
         """The index of this device set (added when new)."""
-        key = tuple(sorted(devices))
-        if key not in self.index:
-            self.index[key] = len(self.sets)
-            self.sets.append(list(devices))
-        return self.index[key]
+        key, sets = tuple(sorted(devices)), self.sets
+        if key not in self._index:
+            self._index[key] = len(sets)
+            sets.append(list(devices))
+        return self._index[key]
 
     def grow(self, starts: list[Candidate]) -> None:
         """The device sets of the GROW_FROM best coarse plans (best per set) and of `starts`
@@ -196,11 +175,12 @@ class Coarse:
                 best = better
 
     def out_of_time(self) -> bool:
-        """Past the phase's deadline (a coarse plan as long as the longest so far would end
-        after it) once some plan exists."""
+        """Past the phase's deadline (a coarse plan as long as the longest so far, or before the
+        first one half the uniform phase, would end after it) once some plan exists."""
         if self.clock.too_late():
             return True
-        return not self.clock.allows("coarse", self.deadline) and (self.have_plan or any(self.found.values()))
+        guess = self.clock.took.get("uniform", 0.0) / 2
+        return not self.clock.allows("coarse", self.deadline, guess) and (self.have_plan or any(self.found.values()))
 
     def ranked(self) -> list[Candidate]:
         return sorted((c for c in self.found.values() if c is not None), key=lambda c: (c[0], c[3]))
@@ -283,36 +263,17 @@ def polish_starts(problem: Problem, options: SolverOptions, clock: Clock, starts
     pricing the returned plan whole."""
     small = problem.cluster.num_devices <= FEW_DEVICES
     polished = []
-    building = _plan_building(problem, starts)
+    building = plan_building(problem, starts)
     for key, _, rings, label in starts:
-        if not clock.allows("start", _polish_end(clock, building)):
+        if not clock.allows("start", polish_end(clock, building)):
             break
         state = clock.timed("start", State.start, problem, rings)
-        end = _polish_end(clock, building)
+        end = polish_end(clock, building)
         state = polish(problem, state, end, options.seed, max_steps=None if small else LARGE_STEPS)
         if problem.cluster.num_devices <= REGROUP_DEVICES:
             state = regroup(problem, state, end, options.seed)
         polished.append((state.key, state.batches, state.rings, label))
     return polished
-
-
-def _polish_end(clock: Clock, building: float) -> float:
-    """When polish stops: the end less the time to build the returned plan and to price it
-    whole (FINAL_PRICING `State.start` times)."""
-    return clock.at(1.0) - building - FINAL_PRICING * clock.took.get("start", 0.0)
-
-
-def _plan_building(problem: Problem, starts: list[Candidate]) -> float:
-    """The time `space.result` takes to build the plan of the largest start (a pydantic object
-    per member: 0.3 s at 20,000 members), from the time to build a few of its rings, with 30 %
-    to spare."""
-    if not starts:
-        return 0.0
-    _, batches, rings, _ = max(starts, key=lambda c: sum(len(g) for ring in c[2] for g in ring))
-    sample = min(len(rings), SAMPLED_RINGS)
-    began = time.perf_counter()
-    plan_of(problem, batches[:sample], rings[:sample])
-    return 1.3 * (time.perf_counter() - began) * len(rings) / sample
 
 
 def to_polish(found: list[Candidate]) -> list[Candidate]:
