@@ -12,12 +12,13 @@ and heads moved, groups swapped, merged, split, members dropped, batches split a
 the best plan is returned.
 
 Deterministic per seed while the time limit does not cut the search. `SolverOptions.time_limit_s`
-bounds the whole solve at any cluster size (`Clock`): the uniform starts get the first
-UNIFORM_SHARE of it, the coarse plans run until COARSE_SHARE, polish until the end less the
-time the final pricing of the plan takes; a step is started only when the last step of its
-kind fits in the time left (the first plan is always built). Status `feasible` with the best
-plan so far; `infeasible` only when the memory bound of `space.memory_proof` proves it;
-`unknown` otherwise (its message says when the limit ran out before any plan).
+bounds the whole solve at any cluster size (`deadline.Clock`): the uniform starts get the
+first UNIFORM_SHARE of it (the likely best families priced first), the coarse plans run
+until COARSE_SHARE, polish until the end less the time to build, check and price the
+returned plan; a step starts only when the longest step of its kind so far still fits. The
+first plan may come FIRST_PLAN_LATE_S late; past that the search gives up. Status `feasible`
+with the best plan so far; `infeasible` only when the memory bound of `space.memory_proof`
+proves it; `unknown` otherwise (its message says when the limit ran out before any plan).
 """
 
 from __future__ import annotations
