@@ -73,7 +73,7 @@ console = Console()
 # The problem's model, by --model. "medium" (the default): GEMMs of 128 × 512 × 1376 take
 # 2–3 ms here, so the per-operation costs no term of docs/cost-model.md §3 prices (a kernel's start,
 # a TP rank's unsplit norms and copies) are small beside them, as they are on GPUs at LLM
-# sizes. "small": 4× less work per operation, where those costs show (see the README).
+# sizes. "small": 4× less work per operation, where those costs show (see docs/calibration.md).
 MODELS = {"medium": ModelSpec(name="bench-medium", layers=8, hidden=512, heads=8, kv_heads=4, ffn_hidden=1376,
                               vocab=512),
           "small": ModelSpec(name="bench-small", layers=8, hidden=256, heads=8, kv_heads=4, ffn_hidden=688,

@@ -33,4 +33,5 @@ def shared_cores_note(ranks: int, threads: int = 1, cores: int | None = None) ->
             f"{'s' if cores > 1 else ''} ({per_core:.3g} per core): the cost model prices each device as working "
             f"alone, and ranks that share cores are not (a pipeline stage gets more than its share while its "
             f"neighbours wait, and a collective waits for ranks the scheduler has set aside): expect predictions "
-            f"several times further off than at 1 per core (README.md, 'How close the predictions come')")
+            f"several times further off than at 1 per core (docs/calibration.md, 'Accuracy on the development "
+            f"machine')")
