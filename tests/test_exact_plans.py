@@ -106,7 +106,7 @@ def test_a_pipeline_limit_is_reported_and_respected():
     free = brute.solve(problem).objective_s
     for solver in EXACT:
         result = solver.solve(problem, SolverOptions(max_pipelines=1))
-        assert any("at most 1 pipelines" in r for r in result.restrictions)
+        assert any("at most 1 pipeline " in r for r in result.restrictions)
         if result.plan is not None:
             assert len(result.plan.pipelines) == 1
             assert result.objective_s > free * (1 + 1e-9)  # the limit did cut the optimum here

@@ -129,7 +129,7 @@ def test_a_rank_that_stops_answering_ends_the_run_by_timeouts(tmp_path):
 def test_cli_schedule_defaults_to_the_problems_and_an_override_gets_a_note(tmp_path):
     priced = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--torchrun", "--out", str(tmp_path)])
     assert priced.exit_code == 0, priced.output
-    assert "1f1b" in priced.output and "note:" not in priced.output
+    assert "1f1b" in priced.output and "note: memory was priced" not in priced.output
     other = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--schedule", "gpipe", "--torchrun",
                                      "--out", str(tmp_path)])
     assert other.exit_code == 0, other.output

@@ -20,6 +20,14 @@ def precision_settings(problem, plan, precision: str | None, backend: str) -> di
     if precision is not None and precision not in SCHEMES:
         fail(f"--precision: expected one of {', '.join(SCHEMES)}, got {precision!r}")
     chosen = precision or ("bf16" if backend == "nccl" and "bf16" in offered else offered[0])
-    for note in training_byte_notes(problem.training, chosen) if chosen in offered else ():
-        console.print(note, highlight=False, soft_wrap=True)
     return {"precision": chosen}
+
+
+def print_run_notes(problem, job) -> None:
+    """What the run does otherwise than the problem priced (its training bytes, its schedule):
+    said once every input has been checked, so that a bad input is still the only line."""
+    for note in training_byte_notes(problem.training, job.config.precision):
+        console.print(note, highlight=False, soft_wrap=True)
+    if job.config.schedule != problem.training.schedule:
+        console.print(f"note: memory was priced for the problem's schedule {problem.training.schedule}; "
+                      f"running {job.config.schedule}", highlight=False)

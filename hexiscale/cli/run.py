@@ -12,7 +12,7 @@ from hexiscale.cli.calibrate import print_prediction
 from hexiscale.cli.run_accuracy import mean_error_line
 from hexiscale.cli.hf_run import (CLIP_GRAD, DATA, EVAL_DATA, EVAL_EVERY, INIT_FROM, LOG_EVERY, MODEL, SAVE_DTYPE,
                                   SAVE_HF, WEIGHT_DECAY, checked_model, model_file_settings)
-from hexiscale.cli.precision import PRECISION, precision_settings
+from hexiscale.cli.precision import PRECISION, precision_settings, print_run_notes
 from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
 from hexiscale.cli.show import write_loss_picture
 from hexiscale.cli.views import views_for
@@ -122,9 +122,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     except (RunError, ValueError) as exc:
         fail(str(exc))
     job = start_from_checkpoint(job, resume)
-    if job.config.schedule != prob.training.schedule:
-        console.print(f"note: memory was priced for the problem's schedule {prob.training.schedule}; "
-                      f"running {job.config.schedule}", highlight=False)
+    print_run_notes(prob, job)
     if torchrun:
         print_torchrun(job, prob, the_plan, master_addr, out)
         return
