@@ -67,3 +67,19 @@ def test_objective_is_the_evaluators(kind, solver, variant):
         pytest.fail(f"{solver} found no plan: {result.status} {result.message}")
     assert validate(problem, result.plan) == []
     assert result.objective_s == pytest.approx(evaluate(problem, result.plan).iteration_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("zero_stage", [0, 1])
+def test_replicas_fitting_is_the_largest_d_whose_states_fit(zero_stage):
+    """The heuristic's bound on D counts ZeRO-1's optimizer state once across the D pipelines:
+    the D it returns fits (D·μ_σ(D)·P ≤ usable, μ_σ from the cost model) and D + 1 does not."""
+    from planner.layered.cost import replicas_fitting, state_bytes_per_param
+
+    problem = _variant("sp-zero" if zero_stage else "eta-att", "tiny-4-tiny-mha")
+    model, training = problem.model, problem.training
+    for usable in (3e5, 1.1e6, 4.4e6, 2e7):
+        d = replicas_fitting(model, training, usable)
+
+        def fits(n):
+            return n * float(state_bytes_per_param(training, n)) * model.total_params <= usable
+        assert (d == 0 or fits(d)) and not fits(d + 1), (usable, d)

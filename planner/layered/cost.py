@@ -211,3 +211,15 @@ def max_layers_fitting(model: ModelSpec, training: TrainingSpec, stage: StageSha
 def model_state_bytes(model: ModelSpec, training: TrainingSpec) -> float:
     """μ·(L·P_layer + P_emb + P_head): the model states of one whole replica."""
     return float(training.param_state_bytes * model.total_params)
+
+
+def replicas_fitting(model: ModelSpec, training: TrainingSpec, usable_bytes: float) -> int:
+    """The most pipelines D whose model states fit in `usable_bytes` in all: D·μ·P, or with
+    ZeRO-1 (D ≥ 2) D·(μ − μ_o)·P + μ_o·P, the optimizer state held once across the D [11]."""
+    whole = training.param_state_bytes * model.total_params
+    plain = int(usable_bytes // whole)
+    kept = (training.param_state_bytes - training.optimizer_bytes) * model.total_params
+    if training.zero_stage != 1 or kept <= 0:
+        return plain
+    sharded = int((usable_bytes - training.optimizer_bytes * model.total_params) // kept)
+    return sharded if sharded >= 2 else plain

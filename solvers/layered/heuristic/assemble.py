@@ -136,7 +136,7 @@ def build_plan(problem: Problem, pools: Sequence[Sequence[int]], heuristic: Heur
     pools = [np.asarray(p) for p in pools if len(p)]
     micro_est = max(1, problem.training.micro_batches // max(1, len(pools)))
     limits = PipelineLimits(micro=micro_est, tp_cap=tp_cap, fixed_tp=heuristic.fixed_tp,
-                            beam_width=heuristic.beam_width, max_stages=max_stages)
+                            beam_width=heuristic.beam_width, max_stages=max_stages, pipelines=len(pools))
     built = []
     for pool in pools:  # past the deadline, the pools not yet built are left idle (anytime)
         if built and deadline is not None and time.perf_counter() > deadline:

@@ -61,7 +61,7 @@ def assemble(problem: Problem, structure: Structure, equal_batch: bool = False) 
     if d == 0 or d > total or any(not pipe for pipe in structure):
         return None
     micro = max(1, total // d)
-    layers = [split_layers(problem, list(pipe), micro) for pipe in structure]
+    layers = [split_layers(problem, list(pipe), micro, d) for pipe in structure]
     if any(x is None for x in layers):
         return None
     draft = make_plan(problem, [list(p) for p in structure], layers, [1] * d)

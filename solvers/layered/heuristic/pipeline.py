@@ -57,6 +57,7 @@ class PipelineLimits:
     fixed_tp: int | None = None  # ablation: this one TP size for every stage
     beam_width: int = 4  # top-τ width of the stage-order search
     max_stages: int | None = None  # at most this many stages (None: up to L)
+    pipelines: int = 1  # D the pool is one of: under ZeRO-1 the memory bound shards optimizer state over D
 
 
 # -- secondary partition: TP groups per machine part ---------------------------------------
@@ -247,7 +248,7 @@ def _hop_rows(cluster, mach: np.ndarray, a: float):
 # -- layer split with memory bounds ---------------------------------------------------------
 
 
-def stage_coefficients(problem: Problem, slots: list[StageSlot], micro: int):
+def stage_coefficients(problem: Problem, slots: list[StageSlot], micro: int, pipelines: int = 1):
     """Per stage: τ per layer, τ of the LM head, and the most layers memory allows
     (with the q of the training's schedule for `micro` micro-batches)."""
     model, training, cluster = problem.model, problem.training, problem.cluster
@@ -258,18 +259,18 @@ def stage_coefficients(problem: Problem, slots: list[StageSlot], micro: int):
     last = (np.arange(size) == size - 1).astype(int)
     per_layer = per_layer_time(problem, mach, t)
     q = cost.in_flight_micro_batches(training, size, np.arange(size), micro)
-    shape = StageShape.on(cluster, mach, t, 0, first=first, last=last, in_flight=q)
+    shape = StageShape.on(cluster, mach, t, 0, first=first, last=last, in_flight=q, pipelines=pipelines)
     head = cost.stage_compute_time(model, training, shape)  # the head alone (n = 0): τ = C, no TP
     max_layers = cost.max_layers_fitting(model, training, shape, cluster.machine_memory_bytes[mach])
     return per_layer, head, max_layers
 
 
-def split_layers(problem: Problem, slots: list[StageSlot], micro: int) -> np.ndarray | None:
+def split_layers(problem: Problem, slots: list[StageSlot], micro: int, pipelines: int = 1) -> np.ndarray | None:
     """Layers per stage minimising the slowest stage: each stage gets one, and the other
     layers go, one by one, where the stage finishes earliest with it (water-filling, done as
     one sort of every stage's k-th layer end time; ties go to the faster stage). Never past a
     stage's memory bound. None if the pool cannot hold the model."""
-    per_layer, head, max_layers = stage_coefficients(problem, slots, micro)
+    per_layer, head, max_layers = stage_coefficients(problem, slots, micro, pipelines)
     big_l, size = problem.model.layers, len(slots)
     if size > big_l or np.any(max_layers < 1) or max_layers.sum() < big_l:
         return None
@@ -310,14 +311,14 @@ def single_pipe_time(problem: Problem, slots: list[StageSlot], layers: np.ndarra
     return cost.pipeline_time(tau, pp, micro)
 
 
-def _try(problem: Problem, slots: list[StageSlot], micro: int):
-    split = split_layers(problem, slots, micro)
+def _try(problem: Problem, slots: list[StageSlot], micro: int, pipelines: int = 1):
+    split = split_layers(problem, slots, micro, pipelines)
     if split is None:
         return None
     return single_pipe_time(problem, slots, split, micro), slots, split
 
 
-def prune(problem: Problem, slots: list[StageSlot], layers: np.ndarray, micro: int):
+def prune(problem: Problem, slots: list[StageSlot], layers: np.ndarray, micro: int, pipelines: int = 1):
     """Leave idle the stages that cost more (bubble, PP hops) than they add, as long as the
     pipeline's own T_pipe drops: first the j slowest stages for the best j, then, on short
     pipelines, single stages anywhere (a fast device behind a slow link)."""
@@ -326,11 +327,11 @@ def prune(problem: Problem, slots: list[StageSlot], layers: np.ndarray, micro: i
     prefixes = np.geomspace(1, len(slots) - 1, PREFIX_TRIALS) if len(slots) > 1 else []
     for j in sorted({int(x) for x in prefixes}):
         drop = set(slowest[:j].tolist())
-        trial = _try(problem, [s for k, s in enumerate(slots) if k not in drop], micro)
+        trial = _try(problem, [s for k, s in enumerate(slots) if k not in drop], micro, pipelines)
         if trial is not None and trial[0] < best[0] * (1 - 1e-9):
             best = trial
     while SINGLE_DROP_STAGES >= len(best[1]) > 1:
-        trials = [_try(problem, best[1][:k] + best[1][k + 1:], micro) for k in range(len(best[1]))]
+        trials = [_try(problem, best[1][:k] + best[1][k + 1:], micro, pipelines) for k in range(len(best[1]))]
         trials = [t for t in trials if t is not None and t[0] < best[0] * (1 - 1e-9)]
         if not trials:
             break
@@ -345,7 +346,7 @@ def build_pipeline(problem: Problem, pool: np.ndarray, *, limits: PipelineLimits
     best, best_t = None, np.inf
     for layout in tp_layouts(problem, parts, limits):
         key = (tuple(int(d) for d in pool), tuple((m, tuple(v)) for m, v in layout.items()), limits.micro,
-               limits.beam_width, limits.max_stages)
+               limits.beam_width, limits.max_stages, limits.pipelines)
         if cache is not None and key in cache:
             built = cache[key]
         else:
@@ -359,11 +360,11 @@ def build_pipeline(problem: Problem, pool: np.ndarray, *, limits: PipelineLimits
     return best
 
 
-def _orientations(problem: Problem, slots: list[StageSlot], micro: int) -> list[list[StageSlot]]:
+def _orientations(problem: Problem, slots: list[StageSlot], micro: int, pipelines: int = 1) -> list[list[StageSlot]]:
     """The order and, if it can hold the model, its reverse: the PP hops cost the same both
     ways, but the LM head and the in-flight activations sit at different ends."""
     reverse = slots[::-1]
-    return [slots, reverse] if split_layers(problem, reverse, micro) is not None else [slots]
+    return [slots, reverse] if split_layers(problem, reverse, micro, pipelines) is not None else [slots]
 
 
 def ordered_slots(problem: Problem, parts: dict[int, list[int]], layout: dict[int, list[int]], *,
@@ -387,18 +388,18 @@ def ordered_slots(problem: Problem, parts: dict[int, list[int]], layout: dict[in
 
 def _build(problem: Problem, parts: dict[int, list[int]], layout: dict[int, list[int]], limits: PipelineLimits):
     """Order, layer split, orientation and pruning for one TP layout of one pool."""
-    micro = limits.micro
+    micro, d = limits.micro, limits.pipelines
     limit = min(problem.model.layers, limits.max_stages or problem.model.layers)
     slots = ordered_slots(problem, parts, layout, beam_width=limits.beam_width, limit=limit)
     while slots:
-        if split_layers(problem, slots, micro) is not None:
-            ways = [(order, split_layers(problem, order, micro)) for order in _orientations(problem, slots, micro)]
+        if split_layers(problem, slots, micro, d) is not None:
+            ways = [(order, split_layers(problem, order, micro, d)) for order in _orientations(problem, slots, micro, d)]
             if len(slots) > 2 * SINGLE_DROP_STAGES:  # long pipelines: prune the better way only
                 ways = [min(ways, key=lambda w: single_pipe_time(problem, *w, micro))]
-            return min((prune(problem, *w, micro) for w in ways),
+            return min((prune(problem, *w, micro, d) for w in ways),
                        key=lambda built: single_pipe_time(problem, *built, micro))
         # a stage that cannot hold even one layer is left idle; else the pool is too small
-        _, _, max_layers = stage_coefficients(problem, slots, micro)
+        _, _, max_layers = stage_coefficients(problem, slots, micro, d)
         if np.all(max_layers >= 1):
             return None
         slots = [s for s, n in zip(slots, max_layers) if n >= 1]

@@ -52,9 +52,10 @@ RESERVE_PRICES = 30  # the polish stops this many plan pricings before the limit
 
 def max_pipelines(problem: Problem, options: SolverOptions) -> int:
     """Upper bound on D: micro-batches, devices, and the memory to hold one model replica
-    (model states only, μ·P, against the cluster's memory less the reserves)."""
+    (model states only, μ·P — the optimizer part once across D under ZeRO-1 —, against the
+    cluster's memory less the reserves)."""
     cluster, training = problem.cluster, problem.training
-    by_memory = int(usable_memory_bytes(cluster, training) // cost.model_state_bytes(problem.model, training))
+    by_memory = cost.replicas_fitting(problem.model, training, usable_memory_bytes(cluster, training))
     bound = min(training.micro_batches, cluster.num_devices, max(1, by_memory))
     return min(bound, options.max_pipelines or bound)
 
