@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
-HEXISCALE = [sys.executable, "-m", "hexiscale.cli"]
+HEXISCALE = [str(Path(sys.executable).parent / "hexiscale")]  # the installed command, as a user runs it
 LIMITS = {4096: 5.0, 16384: 10.0, 100000: 60.0}
 
 
