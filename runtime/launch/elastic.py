@@ -34,6 +34,7 @@ from runtime.failure import FailureInjection
 from runtime.kinds import runtime_kind
 from runtime.launch.launcher import RunResult, launch_local, make_job
 from runtime.launch.resume import resume_job
+from planner.base import plural
 
 # (problem, plan, lost device ids of that problem) → (new problem, new plan, old T, new T)
 Replanner = Callable[[Problem, Any, list[int]], tuple[Problem, Any, float | None, float]]
@@ -53,7 +54,7 @@ class ElasticEvent:
     def line(self) -> str:
         old = format_seconds(self.old_s) if self.old_s is not None else "?"
         return (f"elastic: lost device{'s' if len(self.lost) > 1 else ''} {', '.join(map(str, self.lost))}; "
-                f"re-planned {self.devices_before} → {self.devices_after} devices, T {old} → "
+                f"re-planned {self.devices_before} → {plural(self.devices_after, 'device')}, T {old} → "
                 f"{format_seconds(self.new_s)}; resuming at step {self.resumed_step}")
 
 

@@ -40,6 +40,7 @@ from runtime.sequence.sync import replicas_identical, sync_gradients
 from runtime.sequence.zero import ZeroStates
 from runtime.metrics.progress import StepLines
 from runtime.metrics.timing import HP, HP_KINDS, ZERO, ZERO_KINDS, PhaseTimer, device_synchronizer
+from planner.base import plural
 
 STEPS_FILE = "steps.jsonl"
 
@@ -51,7 +52,7 @@ def layout_of(job: Job) -> SeqLayout:
 def check_job(job: Job, world_size: int) -> None:
     config, plan = job.config, job.plan
     if world_size != len(plan.devices):
-        raise ConfigError(f"the plan uses {len(plan.devices)} devices (one process each) but the "
+        raise ConfigError(f"the plan uses {plural(len(plan.devices), 'device')} (one process each) but the "
                           f"world has {world_size} processes")
     problems = run_violations(plan, config.model, config.seq_len)
     problems += [f"replica {r}: batch {rep.batch} is not a multiple of the micro-batch {config.micro_batch}"
