@@ -37,12 +37,26 @@ def test_the_recipe_is_the_product_loop():
     assert commands == ["profile", "solve", "show", "run"]
 
 
+PROFILE_ATTEMPTS = 3  # a refused profile is measured again, as a user would
+
+
+def run_line(line: str, folder: Path) -> subprocess.CompletedProcess:
+    """One recipe line; a profile that refused its fit (on loaded shared cores a link fit can
+    come out undetermined or negative: exit 2, nothing written) is run again, as a user would,
+    up to PROFILE_ATTEMPTS times; a profile refused every time fails the test."""
+    for _ in range(PROFILE_ATTEMPTS if "/hexiscale profile " in line else 1):
+        done = subprocess.run(["bash", "-c", line], cwd=folder, capture_output=True, text=True, timeout=400)
+        if not (done.returncode == 2 and "not written (the raw measurements are in" in done.stderr + done.stdout):
+            break
+    return done
+
+
 @pytest.mark.slow
 def test_the_demo_recipe_runs_as_written(tmp_path):
     (tmp_path / "instances").symlink_to(ROOT / "instances")
     output = ""
     for line in demo_lines():
-        done = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=400)
+        done = run_line(line, tmp_path)
         assert done.returncode == 0, f"{line}\nexited {done.returncode}:\n{done.stdout}{done.stderr}"
         output = done.stdout + done.stderr
     demo = tmp_path / ".demo"
