@@ -36,6 +36,7 @@ from pydantic import Field, ValidationError
 from planner.base import Frozen
 from planner.workload import ModelSpec
 from runtime.errors import RunError
+from runtime.hashing import file_sha256
 
 FORMAT = "hexiscale.checkpoint/1"
 MANIFEST = "manifest.json"
@@ -105,11 +106,7 @@ def complete_steps(root: str | Path) -> list[int]:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_sha256(path)
 
 
 def read_manifest(folder: Path) -> Manifest:

@@ -35,6 +35,7 @@ import numpy as np
 
 from planner.hf_config import HFConfigError, eos_token_id
 from runtime.errors import RunError
+from runtime.hashing import file_sha256  # noqa: F401 (re-exported: callers read it here)
 
 CACHE_ENV = "HEXISCALE_CACHE"
 SUFFIXES = (".jsonl", ".txt")
@@ -111,14 +112,6 @@ def documents(files: list[Path]) -> Iterator[tuple[str, bool]]:
             yield from ((piece, i == len(pieces) - 1) for i, piece in enumerate(pieces))
         else:
             yield from ((doc, True) for doc in _jsonl_documents(path, text))
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def cache_key(files: list[Path], tokenizer_file: Path, eos: int) -> str:
