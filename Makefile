@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # `make demo` profiles one process per core, 2 to 4 (`hexiscale profile` needs two).
 DEMO_PROCESSES := $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 4 ? 4 : (n < 2 ? 2 : n) )))
 
-.PHONY: install demo example-hf test bench clean
+.PHONY: install demo example-hf test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -36,6 +36,10 @@ example-hf: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --timeout=600
+
+# the suite without its slow multi-process runs (a few minutes on 2 cores)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q --timeout=600 -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
