@@ -81,5 +81,5 @@ def test_ranks_that_outnumber_the_cores_are_said_to_share_them():
     assert not threads_fit(4, 1, cores=2) and not threads_fit(2, 2, cores=2)
     assert shared_cores_note(2, 1, cores=2) == ""
     note = shared_cores_note(4, 1, cores=2)
-    assert note.startswith("4 processes of 1 thread share 2 cores (2 per core)") and "How close" in note
+    assert note.startswith("4 processes of 1 thread share 2 cores (2 per core)") and "Accuracy on the development machine" in note
     assert shared_cores_note(3, 2, cores=4).startswith("3 processes of 2 threads share 4 cores (1.5 per core)")

@@ -32,6 +32,6 @@ def test_using_the_idle_devices_of_an_optimal_plan_is_never_faster(name):
 
 
 def test_solve_prints_why_devices_are_idle():
-    out = CliRunner().invoke(app, ["solve", "hetero2-llama2-13b", "-t", "20"]).stdout
+    out = CliRunner().invoke(app, ["solve", "hetero2-llama2-13b", "--kind", "layered", "-t", "20"]).stdout
     assert "40/48 devices used; why the others are idle" in out
     assert "r3080ti-0 (8 idle): with them as one more stage, best" in out
