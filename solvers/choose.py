@@ -51,6 +51,7 @@ def kind_for_seq_len(seq_len: int) -> tuple[str, str]:
 
 
 FIRST_SHARE = 0.5  # of the time limit, for the kind tried first; the rest (and what it left) for the next
+MIN_KIND_S = 0.05  # a kind always gets this much, even when the time is spent
 
 
 def solve(problem: Problem, solver: str = "heuristic", options: SolverOptions | None = None, *,
@@ -82,9 +83,6 @@ def _fastest_of(problem: Problem, solver: str, options: SolverOptions, kinds: li
     found = [name for name in kinds if tried[name] is not None]
     best = min(found, key=lambda name: tried[name]) if found else kinds[0]
     return results[best].model_copy(update={"kind_reason": _reason(best, results), "kinds_tried": tried})
-
-
-MIN_KIND_S = 0.05  # a kind always gets this much, even when the time is spent
 
 
 def _reason(best: str, results: dict[str, SolveResult]) -> str:
