@@ -172,7 +172,7 @@ def layer_activation_bytes(model: ModelSpec, training: TrainingSpec, tp):
     sbh = training.seq_len * training.micro_batch * model.hidden
     if training.sequence_parallel:
         return 34.0 * sbh / tp, 2.0 * sbh / tp
-    return sbh * (10.0 + 24.0 / tp), 2.0 * sbh + 0.0 * tp
+    return sbh * (10.0 + 24.0 / tp), 2.0 * sbh
 
 
 def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, stage: StageShape):
