@@ -16,7 +16,7 @@ from planner.io import load_problem
 
 def test_solve_prints_the_plan_and_writes_it_with_its_solver_info(tmp_path):
     out = tmp_path / "plan.json"
-    result = CliRunner().invoke(app, ["solve", "tiny-4-tiny-mha", "--solver", "milp", "--kind", "layered", "-t", "30", "-o", str(out)])
+    result = CliRunner().invoke(app, ["solve", "tiny-4-tiny-mha", "--solver", "milp", "--kind", "layered", "-t", "90", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "tiny-4-tiny-mha" in result.output, result.output  # the plan table's title
     assert "lower bound" in result.output and "tokens/s" in result.output
