@@ -33,15 +33,38 @@ from runtime.metrics.timing import BACKWARD, COMM, FORWARD, PhaseTimer
 FORWARD_TAG, BACKWARD_TAG = 0, 1
 
 
+class DirectedExchanges:
+    """The four exchanges of a stage with its neighbours and the wait at the end of a step, on
+    top of a link's own `_receive(peer, tag)` and `_send(tensor, peer, tag)` with its `prev` and
+    `next` peers (a leader's rank, or the neighbouring stage's ranks)."""
+
+    def recv_forward(self) -> torch.Tensor:
+        return self._receive(self.prev, FORWARD_TAG).requires_grad_()
+
+    def send_forward(self, hidden: torch.Tensor) -> None:
+        self._send(hidden, self.next, FORWARD_TAG)
+
+    def recv_backward(self) -> torch.Tensor:
+        return self._receive(self.next, BACKWARD_TAG)
+
+    def send_backward(self, grad: torch.Tensor) -> None:
+        self._send(grad, self.prev, BACKWARD_TAG)
+
+    def finish(self) -> None:
+        for send in self.pending:
+            send.wait()
+        self.pending.clear()
+
+
 @dataclass
-class StageLink:
+class StageLink(DirectedExchanges):
     """The leader-to-leader exchange of one stage with its neighbours in the pipeline."""
 
     comm: Communicator
     groups: RankGroups
     shape: tuple[int, ...]
-    prev_leader: int | None
-    next_leader: int | None
+    prev: int | None  # the previous stage's leader (None: first stage)
+    next: int | None  # the next stage's leader (None: last stage)
     pending: list[PendingSend] = field(default_factory=list)
     dtype: torch.dtype = torch.float32  # the activations' (the weights') dtype
 
@@ -65,22 +88,6 @@ class StageLink:
         if self.groups.is_leader:
             self.pending.append(self.comm.send(tensor, dst, tag))
 
-    def recv_forward(self) -> torch.Tensor:
-        return self._receive(self.prev_leader, FORWARD_TAG).requires_grad_()
-
-    def send_forward(self, hidden: torch.Tensor) -> None:
-        self._send(hidden, self.next_leader, FORWARD_TAG)
-
-    def recv_backward(self) -> torch.Tensor:
-        return self._receive(self.next_leader, BACKWARD_TAG)
-
-    def send_backward(self, grad: torch.Tensor) -> None:
-        self._send(grad, self.prev_leader, BACKWARD_TAG)
-
-    def finish(self) -> None:
-        for send in self.pending:
-            send.wait()
-        self.pending.clear()
 
 
 def sequence_spans(stage: StageRanks, seq_len: int) -> list[tuple[int, int, int]]:
@@ -90,7 +97,7 @@ def sequence_spans(stage: StageRanks, seq_len: int) -> list[tuple[int, int, int]
 
 
 @dataclass
-class SplitStageLink:
+class SplitStageLink(DirectedExchanges):
     """Sequence parallelism's boundary: each rank exchanges its tokens with the ranks of the
     neighbouring stage that hold them (`shape` is the whole micro-batch's [b, s, h])."""
 
@@ -128,22 +135,6 @@ class SplitStageLink:
         for rank, start, end in self._overlaps(other):
             self.pending.append(self.comm.send(tensor[:, start:end], rank, tag))
 
-    def recv_forward(self) -> torch.Tensor:
-        return self._receive(self.prev, FORWARD_TAG).requires_grad_()
-
-    def send_forward(self, hidden: torch.Tensor) -> None:
-        self._send(hidden, self.next, FORWARD_TAG)
-
-    def recv_backward(self) -> torch.Tensor:
-        return self._receive(self.next, BACKWARD_TAG)
-
-    def send_backward(self, grad: torch.Tensor) -> None:
-        self._send(grad, self.prev, BACKWARD_TAG)
-
-    def finish(self) -> None:
-        for send in self.pending:
-            send.wait()
-        self.pending.clear()
 
 
 def make_link(comm: Communicator, groups: RankGroups, model: StageModel, shape: tuple[int, ...]):
