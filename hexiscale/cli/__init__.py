@@ -2,9 +2,11 @@
 and registers itself on `app`."""
 
 from hexiscale.cli.app import app
+from hexiscale.cli.budget import count_from_process_start
 
 
 def main() -> None:
+    count_from_process_start()
     app()
 
 

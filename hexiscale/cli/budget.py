@@ -22,8 +22,22 @@ AFTER_SOLVE_SHARE = 0.2  # never more than this share of the limit is held back 
 EXPLAIN_SHARE, EXPLAIN_MAX_S = 0.1, 5.0  # the idle explanation's part of the limit, and its cap
 
 
+_FROM_PROCESS_START = False  # set by the console entry point; in-process callers count from the call
+
+
+def count_from_process_start() -> None:
+    """Called by `hexiscale`'s entry point: the process is the command, so its start-up counts.
+    A command invoked inside a longer process (a test's CliRunner, a notebook) counts from the
+    call instead: that process's age is not the command's."""
+    global _FROM_PROCESS_START
+    _FROM_PROCESS_START = True
+
+
 def seconds_since_process_start() -> float:
-    """How long ago this process started (Linux: /proc; elsewhere 0, i.e. from the first call)."""
+    """How long ago this process started (Linux: /proc; elsewhere 0, i.e. from the first call);
+    0 unless the process is the command (see `count_from_process_start`)."""
+    if not _FROM_PROCESS_START:
+        return 0.0
     try:
         with open("/proc/self/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
