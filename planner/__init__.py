@@ -11,15 +11,17 @@ from planner.hardware import builtin_catalog, Cluster, GpuType, Link, Machine, V
 from planner.io import InputError, load_cluster, load_model, load_plan, load_problem, save_plan
 from planner.kinds import PLAN_KINDS, evaluate, iteration_time, kind_of, validate
 from planner.layered import Bottleneck, Estimate, Pipeline, PipelineEstimate, Plan, Stage, StageEstimate
-from planner.problem import Problem
+from planner.prices import cost_per_mtok, objective_value, rent_per_hour, rented_machines, within_budget
+from planner.problem import Objective, Problem
 from planner.solver_info import SolverInfo, SolveStatus
 from planner.violations import InvalidPlanError, Violation
 from planner.workload import ModelSpec, TrainingSpec
 
 __all__ = [
     "PLAN_KINDS", "Bottleneck", "Cluster", "Estimate", "GpuType", "InputError", "InvalidPlanError", "Link",
-    "Machine", "ModelSpec", "Pipeline", "PipelineEstimate", "Plan", "Problem", "SolveStatus",
+    "Machine", "ModelSpec", "Objective", "Pipeline", "PipelineEstimate", "Plan", "Problem", "SolveStatus",
     "SolverInfo", "Stage", "StageEstimate", "TrainingSpec", "Vendor", "Violation",
-    "builtin_catalog", "evaluate", "iteration_time", "kind_of", "load_cluster", "load_model",
-    "load_plan", "load_problem", "save_plan", "validate",
+    "builtin_catalog", "cost_per_mtok", "evaluate", "iteration_time", "kind_of", "load_cluster", "load_model",
+    "load_plan", "load_problem", "objective_value", "rent_per_hour", "rented_machines", "save_plan", "validate",
+    "within_budget",
 ]

@@ -48,6 +48,9 @@ class GpuType(Frozen):
     attention_efficiency: float | None = Field(
         default=None, gt=0, le=1,
         description="η_att, achievable fraction of peak in the attention kernel (default: efficiency)")
+    price_per_hour: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False,
+        description="price of one device for one hour (docs/prices.md §13), in one currency across the file")
 
     @property
     def effective_flops(self) -> float:
@@ -81,6 +84,9 @@ class Machine(Frozen):
     intra_latency_us: float | None = Field(
         default=None, ge=0, allow_inf_nan=False, description="overrides the cluster's intra_latency_us"
     )
+    price_per_hour: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False,
+        description="price of one of its devices for one hour (overrides its GPU type's; docs/prices.md §13)")
 
 
 class Link(Frozen):
@@ -334,6 +340,33 @@ class Cluster(Frozen):
     def pair_lat(self, mi, mj) -> np.ndarray:
         """latency between machines mi and mj (broadcast integer arrays), seconds."""
         return self.lat_matrix[mi, mj] if self.dense_lookup else self.lat_table(mi, mj)
+
+    # -- prices (docs/prices.md §13) ------------------------------------------------------------
+    def device_price(self, m: int) -> float | None:
+        """Machine m's price of one device for one hour: its own, else its GPU type's, else None."""
+        own = self.machines[m].price_per_hour
+        return own if own is not None else self.gpu_of(m).price_per_hour
+
+    @cached_property
+    def machine_prices(self) -> np.ndarray:
+        """Each machine's price per device-hour (NaN where it has none)."""
+        prices = [self.device_price(m) for m in range(len(self.machines))]
+        return np.array([np.nan if p is None else p for p in prices], dtype=float)
+
+    @cached_property
+    def machine_rent(self) -> np.ndarray:
+        """What renting each whole machine costs per hour: count × price (NaN where unpriced)."""
+        return self.machine_counts * self.machine_prices
+
+    @cached_property
+    def priced(self) -> bool:
+        """Whether every machine has a price (its own or its GPU type's)."""
+        return not bool(np.isnan(self.machine_prices).any())
+
+    def unpriced_machine(self) -> int | None:
+        """The first machine without a price, or None when every machine has one."""
+        missing = np.flatnonzero(np.isnan(self.machine_prices))
+        return int(missing[0]) if missing.size else None
 
     @cached_property
     def total_peak_flops(self) -> float:

@@ -23,6 +23,7 @@ from planner.workload import ModelSpec, TrainingSpec
 
 T = TypeVar("T", bound=BaseModel)
 KINDS = ("clusters", "models", "problems", "plans")
+PROBLEM_FIELDS = ("name", "cluster", "model", "training", "objective", "budget_per_hour")
 
 
 class InputError(ValueError):
@@ -240,17 +241,19 @@ def load_problem(path: str | Path) -> Problem:
     missing = [k for k in ("cluster", "model", "training") if k not in data]
     if missing:
         raise InputError(path, missing[0], "field required")
-    unknown = sorted(set(data) - {"name", "cluster", "model", "training"})
+    unknown = sorted(set(data) - set(PROBLEM_FIELDS))
     if unknown:
-        raise InputError(path, unknown[0], "unknown field (expected name, cluster, model, training)")
+        raise InputError(path, unknown[0], f"unknown field (expected {', '.join(PROBLEM_FIELDS)})")
     cluster_data, cluster_file = _resolve(data["cluster"], "clusters", path.parent, path, "cluster")
     name = str(data.get("name", path.stem))
     inline = "cluster" if cluster_file == path else ""
     cluster_name = f"{name}-cluster" if inline else cluster_file.stem
     cluster = build(Cluster, _named(cluster_data, cluster_name), cluster_file, inline)
     training = build(TrainingSpec, data["training"], path, "training")
-    return Problem(name=name, cluster=cluster, model=_problem_model(data["model"], path, name, training),
-                   training=training)
+    model = _problem_model(data["model"], path, name, training)
+    # the objective and the budget are checked against the cluster's prices here (§13)
+    goal = {k: data[k] for k in ("objective", "budget_per_hour") if k in data}
+    return build(Problem, {"name": name, "cluster": cluster, "model": model, "training": training, **goal}, path)
 
 
 def _problem_model(ref: Any, path: Path, name: str, training: TrainingSpec) -> ModelSpec:

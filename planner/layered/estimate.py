@@ -57,6 +57,10 @@ class Estimate(Frozen):
     tokens_per_s: float = Field(gt=0)
     mfu: float = Field(ge=0)
     min_headroom_gib: float = Field(description="smallest headroom over every used device")
+    rent_per_hour: float | None = Field(
+        default=None, ge=0, description="Σ count·price of the machines the plan rents (§13); None without prices")
+    cost_per_mtok: float | None = Field(
+        default=None, ge=0, description="cost per million tokens, rent·T / (3600·B·s)·1e6; None without prices")
     pipelines: tuple[PipelineEstimate, ...]
     bottleneck: Bottleneck
 

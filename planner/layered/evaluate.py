@@ -11,6 +11,7 @@ from planner.layered.estimate import Bottleneck, Estimate
 from planner.layered.plan import Plan
 from planner.layered.pricing import Breakdown, breakdown, iteration_time, require_valid_structure
 from planner.layered.table import StageTable, stage_table
+from planner.prices import cost_of, rent_per_hour
 from planner.problem import Problem
 from planner.base import plural
 
@@ -37,12 +38,14 @@ def evaluate(problem: Problem, plan: Plan) -> Estimate:
     ]
     tokens = problem.training.global_batch * problem.training.seq_len
     flops = cost.iteration_flops(problem.model, problem.training)
+    rent = rent_per_hour(problem, plan)
     # one validation of the whole nested mapping: far cheaper than one model per stage
     return Estimate.model_validate({
         "iteration_s": b.iteration, "pipe_s": float(b.pipe_time.max()), "dp_s": b.dp_time,
         "tokens_per_s": tokens / b.iteration,
         "mfu": flops / (b.iteration * problem.cluster.total_peak_flops),
         "min_headroom_gib": float((b.capacity - b.memory).min() / GIB),
+        "rent_per_hour": rent, "cost_per_mtok": cost_of(problem, rent, b.iteration),
         "pipelines": pipelines, "bottleneck": find_bottleneck(problem, table, b),
     })
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.base import GIB, format_seconds
+from planner.prices import cost_of, rent_of_devices
 from planner.problem import Problem
 from planner.sequence import cost
 from planner.sequence.estimate import Bottleneck, SeqEstimate
@@ -39,13 +40,14 @@ def evaluate(problem: Problem, plan: SeqPlan | MemberTable) -> SeqEstimate:
          "zero_ends_s": t.zero_ends[r], "head_s": t.head_max[r], "micro_batch_s": t.micro_batch[r],
          "time_s": t.replica_time[r], "groups": groups[table.ring_start[r]:table.ring_start[r + 1]]}
         for r in range(table.num_replicas)]
-    training = problem.training
+    training, rent = problem.training, rent_of_devices(problem, table.device)
     return SeqEstimate.model_validate({
         "iteration_s": t.iteration, "replica_s": float(t.replica_time.max()), "dp_s": t.dp,
         "dp_bw_gbps": _finite(t.dp_bw),
         "tokens_per_s": training.global_batch * training.seq_len / t.iteration,
         "mfu": cost.iteration_flops(problem.model, training) / (t.iteration * problem.cluster.total_peak_flops),
         "min_headroom_gib": float((mem.capacity - mem.total).min() / GIB),
+        "rent_per_hour": rent, "cost_per_mtok": cost_of(problem, rent, t.iteration),
         "replicas": replicas, "bottleneck": find_bottleneck(problem, table, t),
     })
 

@@ -1,0 +1,148 @@
+"""Prices, budgets and the cost per token (DESIGN §13, docs/prices.md): the schema refuses what
+cannot be priced (one line naming the field, exit 2), and rent, cost per token and the budget
+test agree with hand-computed figures for plans of both kinds."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from hexiscale.cli import app
+from planner.hardware import Cluster, GpuType, Machine
+from planner.io import load_plan, load_problem
+from planner.kinds import evaluate
+from planner.prices import (cost_per_mtok, objective_value, rent_per_hour, rented_machines,
+                            within_budget)
+from planner.problem import Objective, Problem
+
+# demo-4: r4090-0 (2 × RTX4090, devices 0–1), r3090-0 (2 × RTX3090, devices 2–3)
+DEMO_CLUSTER = {
+    "name": "demo-4-priced", "inter_bw_gbps": 1.25,
+    "gpu_types": [{"name": "RTX4090", "vendor": "nvidia", "peak_tflops": 165.2, "memory_gib": 24,
+                   "price_per_hour": 0.40}],
+    "machines": [{"name": "r4090-0", "gpu": "RTX4090", "count": 2, "intra_bw_gbps": 16},
+                 {"name": "r3090-0", "gpu": "RTX3090", "count": 2, "intra_bw_gbps": 16, "price_per_hour": 0.25}],
+}
+TRAINING = {"seq_len": 64, "global_batch": 8, "micro_batch": 1, "recompute": True}
+
+
+def write_problem(tmp_path, cluster=DEMO_CLUSTER, **top) -> str:
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "demo-tiny", "cluster": cluster, "model": "tiny",
+                                    "training": TRAINING, **top}))
+    return str(path)
+
+
+def one_line_error(args) -> str:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert "Traceback" not in result.output + result.stderr
+    return lines[0]
+
+
+def unpriced_cluster() -> dict:
+    """DEMO_CLUSTER with the 3090 machine's price removed (its type has none either)."""
+    machines = [dict(DEMO_CLUSTER["machines"][0]), {k: v for k, v in DEMO_CLUSTER["machines"][1].items()
+                                                   if k != "price_per_hour"}]
+    return {**DEMO_CLUSTER, "machines": machines}
+
+
+def test_cluster_prices_machine_overrides_type():
+    cluster = Cluster.model_validate(DEMO_CLUSTER)
+    assert cluster.device_price(0) == 0.40 and cluster.device_price(1) == 0.25
+    assert cluster.priced
+    assert not Cluster.model_validate(unpriced_cluster()).priced
+    assert Cluster.model_validate(unpriced_cluster()).device_price(1) is None
+
+
+def test_budget_without_prices_names_the_field(tmp_path):
+    line = one_line_error(["validate", write_problem(tmp_path, unpriced_cluster(), budget_per_hour=5)])
+    assert "budget_per_hour" in line and "cluster.machines[1].price_per_hour" in line and "RTX3090" in line
+
+
+def test_cost_objective_without_prices_names_the_field(tmp_path):
+    line = one_line_error(["validate", write_problem(tmp_path, unpriced_cluster(), objective="cost")])
+    assert "objective: cost" in line and "cluster.machines[1].price_per_hour" in line
+
+
+@pytest.mark.parametrize("where", ["machine", "type"])
+def test_negative_price_is_refused(tmp_path, where):
+    cluster = json.loads(json.dumps(DEMO_CLUSTER))
+    target = cluster["machines"][1] if where == "machine" else cluster["gpu_types"][0]
+    target["price_per_hour"] = -1
+    line = one_line_error(["validate", write_problem(tmp_path, cluster)])
+    assert "price_per_hour" in line and "greater than or equal to 0" in line
+
+
+@pytest.mark.parametrize("top, words", [({"budget_per_hour": 0}, ["budget_per_hour", "greater than 0"]),
+                                        ({"objective": "money"}, ["objective", "'time' or 'cost'"])])
+def test_bad_objective_or_budget(tmp_path, top, words):
+    line = one_line_error(["validate", write_problem(tmp_path, **top)])
+    assert all(w in line for w in words), line
+
+
+def test_time_objective_needs_no_prices(tmp_path):
+    problem = load_problem(write_problem(tmp_path, unpriced_cluster()))
+    assert problem.objective == Objective.time and problem.budget_per_hour is None
+    plan = load_plan("demo-tiny")
+    estimate = evaluate(problem, plan)
+    assert estimate.rent_per_hour is None and estimate.cost_per_mtok is None
+    assert rent_per_hour(problem, plan) is None and within_budget(problem, plan)
+
+
+def test_rent_and_cost_of_a_layered_plan(tmp_path):
+    problem = load_problem(write_problem(tmp_path, objective="cost", budget_per_hour=1.2))
+    plan = load_plan("demo-tiny")  # uses devices 0–3: both machines
+    assert rented_machines(problem, plan.devices) == (0, 1)
+    rent = 2 * 0.40 + 2 * 0.25
+    assert rent_per_hour(problem, plan) == pytest.approx(rent)
+    estimate = evaluate(problem, plan)
+    tokens = 8 * 64  # B·s
+    expected = rent * estimate.iteration_s / (3600 * tokens) * 1e6
+    assert estimate.rent_per_hour == pytest.approx(rent)
+    assert estimate.cost_per_mtok == pytest.approx(expected)
+    assert cost_per_mtok(problem, plan, estimate.iteration_s) == pytest.approx(expected)
+    assert objective_value(problem, plan, estimate.iteration_s) == pytest.approx(expected)
+    assert not within_budget(problem, plan)  # 1.30 > 1.2
+    assert within_budget(problem.model_copy(update={"budget_per_hour": 1.3}), plan)  # exactly the budget
+
+
+def test_a_plan_on_one_machine_rents_only_it(tmp_path):
+    problem = load_problem(write_problem(tmp_path, budget_per_hour=1.0))
+    plan = load_plan("demo-tiny").model_validate(
+        {"format": "hexiscale.plan/1", "pipelines": [{"batch": 8, "stages": [{"devices": [3], "layers": 4}]}]})
+    assert rented_machines(problem, plan.devices) == (1,)
+    assert rent_per_hour(problem, plan) == pytest.approx(0.50)  # the whole machine: 2 devices × 0.25
+    assert within_budget(problem, plan)
+    iteration = evaluate(problem, plan).iteration_s
+    assert objective_value(problem, plan, iteration) == iteration  # objective time
+
+
+def test_rent_and_cost_of_a_sequence_plan():
+    base = load_problem("longctx-tiny")  # h100-0 (2, devices 0–1), a100-0 (device 2), mi250x-0 (device 3)
+    priced = base.cluster.model_copy(update={"machines": tuple(
+        m.model_copy(update={"price_per_hour": p}) for m, p in zip(base.cluster.machines, (3.0, 1.5, 2.0)))})
+    problem = Problem(name=base.name, cluster=Cluster.model_validate(priced.model_dump()), model=base.model,
+                      training=base.training, objective="cost")
+    plan = load_plan("longctx-tiny")  # devices 0, 1, 2 and 3
+    rent = 2 * 3.0 + 1.5 + 2.0
+    estimate = evaluate(problem, plan)
+    assert estimate.rent_per_hour == pytest.approx(rent)
+    tokens = problem.training.global_batch * problem.training.seq_len
+    assert estimate.cost_per_mtok == pytest.approx(rent * estimate.iteration_s / (3600 * tokens) * 1e6)
+    assert math.isclose(objective_value(problem, plan, estimate.iteration_s), estimate.cost_per_mtok)
+
+
+def test_problem_refuses_cost_without_prices_in_the_api():
+    base = load_problem("demo-tiny")
+    with pytest.raises(ValueError, match=r"cluster.machines\[0\].price_per_hour"):
+        Problem(name="x", cluster=base.cluster, model=base.model, training=base.training, objective="cost")
+    typed = Cluster(machines=(Machine(name="m", gpu="X", count=1, intra_bw_gbps=1),), inter_bw_gbps=1,
+                    gpu_types=(GpuType(name="X", peak_tflops=1, memory_gib=1, price_per_hour=2.5),))
+    assert typed.priced and typed.device_price(0) == 2.5
