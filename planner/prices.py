@@ -1,4 +1,4 @@
-"""What a plan costs to rent (docs/prices.md, DESIGN §13), for plans of every kind.
+"""What a plan costs to rent (docs/prices.md §13), for plans of every kind.
 
 A machine is rented when a plan uses any of its devices, and then costs count × price per hour
 (whole machines are rented). rent(plan) = Σ over rented machines of count·price; the cost per

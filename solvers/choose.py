@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from planner.base import format_seconds
-from planner.kinds import kind_of
+from planner.kinds import evaluate, kind_of
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
 from solvers.kinds import SOLVER_KINDS
@@ -64,8 +64,19 @@ def solve(problem: Problem, solver: str = "heuristic", options: SolverOptions | 
     kinds = [first] + ([k for k in SOLVERS_BY_KIND if k != first and solver in SOLVERS_BY_KIND[k]]
                        if kind == AUTO_KIND else [])
     if len(kinds) == 1:
-        return solve_in_kind(problem, solver, options, kind=first).model_copy(update={"kind_reason": why})
-    return _fastest_of(problem, solver, options, kinds)
+        return with_prices(problem, solve_in_kind(problem, solver, options, kind=first).model_copy(
+            update={"kind_reason": why}))
+    return with_prices(problem, _fastest_of(problem, solver, options, kinds))
+
+
+def with_prices(problem: Problem, result: SolveResult) -> SolveResult:
+    """The result with its plan's rent per hour and cost per million tokens, when the cluster
+    has prices and a plan was found (docs/prices.md §13)."""
+    if result.plan is None or not problem.cluster.priced:
+        return result
+    estimate = evaluate(problem, result.plan)
+    return result.model_copy(update={"rent_per_hour": estimate.rent_per_hour,
+                                     "cost_per_mtok": estimate.cost_per_mtok})
 
 
 def _fastest_of(problem: Problem, solver: str, options: SolverOptions, kinds: list[str]) -> SolveResult:

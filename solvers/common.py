@@ -47,6 +47,10 @@ class SolveResult(Frozen):
                                                      "(kind auto); '' when the kind was given")
     kinds_tried: dict[str, float | None] = Field(
         default_factory=dict, description="kind auto: every plan kind solved and its T (None: no plan found)")
+    rent_per_hour: float | None = Field(
+        default=None, ge=0, description="the plan's rent per hour (docs/prices.md §13); None without prices or plan")
+    cost_per_mtok: float | None = Field(
+        default=None, ge=0, description="the plan's cost per million tokens; None without prices or plan")
 
     @property
     def gap(self) -> float | None:

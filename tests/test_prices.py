@@ -1,4 +1,4 @@
-"""Prices, budgets and the cost per token (DESIGN §13, docs/prices.md): the schema refuses what
+"""Prices, budgets and the cost per token (docs/prices.md §13): the schema refuses what
 cannot be priced (one line naming the field, exit 2), and rent, cost per token and the budget
 test agree with hand-computed figures for plans of both kinds."""
 
@@ -18,6 +18,8 @@ from planner.kinds import evaluate
 from planner.prices import (cost_per_mtok, objective_value, rent_per_hour, rented_machines,
                             within_budget)
 from planner.problem import Objective, Problem
+from solvers.choose import solve
+from solvers.common import SolverOptions
 
 # demo-4: r4090-0 (2 × RTX4090, devices 0–1), r3090-0 (2 × RTX3090, devices 2–3)
 DEMO_CLUSTER = {
@@ -146,3 +148,26 @@ def test_problem_refuses_cost_without_prices_in_the_api():
     typed = Cluster(machines=(Machine(name="m", gpu="X", count=1, intra_bw_gbps=1),), inter_bw_gbps=1,
                     gpu_types=(GpuType(name="X", peak_tflops=1, memory_gib=1, price_per_hour=2.5),))
     assert typed.priced and typed.device_price(0) == 2.5
+
+
+def test_solve_json_and_api_carry_rent_and_cost(tmp_path):
+    path = write_problem(tmp_path)
+    result = CliRunner().invoke(app, ["solve", path, "--kind", "layered", "-t", "20", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    problem = load_problem(path)
+    plan = load_plan("demo-tiny").model_validate(out["plan"])
+    rent = rent_per_hour(problem, plan)
+    assert out["rent_per_hour"] == pytest.approx(rent) and out["estimate"]["rent_per_hour"] == pytest.approx(rent)
+    assert out["cost_per_mtok"] == pytest.approx(cost_per_mtok(problem, plan, out["estimate"]["iteration_s"]))
+    api = solve(problem, "heuristic", SolverOptions(time_limit_s=5), kind="layered")
+    assert api.rent_per_hour == pytest.approx(rent_per_hour(problem, api.plan))
+    assert api.cost_per_mtok == pytest.approx(evaluate(problem, api.plan).cost_per_mtok)
+
+
+def test_solve_json_without_prices_has_no_rent(tmp_path):
+    result = CliRunner().invoke(app, ["solve", write_problem(tmp_path, unpriced_cluster()), "--kind", "layered",
+                                      "-t", "20", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert "rent_per_hour" not in out and "cost_per_mtok" not in out["estimate"]

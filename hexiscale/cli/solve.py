@@ -170,4 +170,7 @@ def result_dict(result: SolveResult, estimate: Frozen | None) -> dict:
     if estimate is not None:
         out["estimate"] = {"iteration_s": estimate.iteration_s, "tokens_per_s": estimate.tokens_per_s,
                            "mfu": estimate.mfu, "bottleneck": estimate.bottleneck.description}
+        if estimate.rent_per_hour is not None:  # prices present (docs/prices.md §13)
+            out["rent_per_hour"] = out["estimate"]["rent_per_hour"] = estimate.rent_per_hour
+            out["cost_per_mtok"] = out["estimate"]["cost_per_mtok"] = estimate.cost_per_mtok
     return out
