@@ -1,0 +1,167 @@
+"""Cluster file → emulated-cluster layout (docs/testbed.md): pure, no `ip`, no torch.
+
+Each machine of the cluster becomes a network namespace with one interface (`eth0`) joined by
+a veth pair to a bridge in a hub namespace of its own, so neither the host's interfaces nor
+another testbed's are touched. Addresses are 10.77.0.0/16, machine i at 10.77.(i // 254).(i % 254 + 1).
+
+Rates. The cluster file's inter-machine figures (the default `inter_bw_gbps`, racks, per-pair
+links and the vendor bridge, as `Cluster.bw_matrix` reads them) are multiplied by ONE factor,
+`scale`, so that the emulated cluster fits this host: the fastest link at most
+`MAX_LINK_MBIT` and all machines' links together at most `HOST_MBIT`. One factor keeps every
+ratio between links, so a plan priced on `scaled_cluster(cluster, scale)` is priced for the
+testbed. A machine's own link (its NIC) runs at its fastest pair's rate; a pair slower than
+that gets a class of its own under it (htb), so flows to different peers share the NIC and
+flows to a slow peer are held to that pair's rate.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+import numpy as np
+from pydantic import Field
+
+from planner.base import Frozen
+from planner.hardware import Cluster
+
+SUBNET = "10.77.0.0/16"
+# The fastest emulated link. On this 2-core host one unshaped veth pair through the bridge
+# carried 5.8 Gbit/s on one TCP flow, with both cores busy moving it; shaped at 800 Mbit/s it
+# carries 760 (95 %: htb counts whole Ethernet frames, TCP's payload is 1448 of each 1514 bytes)
+# and leaves the cores to the ranks that compute. Every link is held to its rate, not to the CPU.
+MAX_LINK_MBIT = 800.0
+# All machines' links at once: 3 links at the fastest rate, well under the unshaped 5.8 Gbit/s.
+HOST_MBIT = 2400.0
+MIN_LINK_MBIT = 1.0  # below this, tc's rate tables lose precision (and a step takes minutes)
+MBIT_PER_GBPS = 8000.0  # GB/s (10^9 bytes) → Mbit/s (10^6 bits)
+MACHINE_INTERFACE = "eth0"
+BRIDGE = "br0"
+
+
+class MachineSlot(Frozen):
+    """One machine of the cluster as a namespace."""
+
+    index: int = Field(ge=0, description="machine index in the cluster file")
+    name: str = Field(min_length=1, description="machine name in the cluster file (its host name in the testbed)")
+    namespace: str = Field(min_length=1, description="network namespace name")
+    address: str = Field(description="its own address on the testbed's subnet")
+    interface: str = Field(default=MACHINE_INTERFACE, description="its interface inside the namespace")
+    hub_interface: str = Field(min_length=1, max_length=15, description="the veth end on the hub's bridge")
+    link_mbit: float = Field(gt=0, description="its link's shaped rate, Mbit/s (its fastest pair)")
+    planned_gbps: float = Field(gt=0, description="the cluster file's figure for that link, GB/s")
+
+
+class PairRate(Frozen):
+    """A machine pair held below the faster machine's link rate (htb class of its own)."""
+
+    a: int = Field(ge=0, description="machine index")
+    b: int = Field(ge=0, description="machine index")
+    mbit: float = Field(gt=0, description="shaped rate, Mbit/s")
+    planned_gbps: float = Field(gt=0, description="the cluster file's figure, GB/s")
+
+
+class TestbedLayout(Frozen):
+    """Everything `Testbed` creates, by name: computed before anything is created."""
+
+    __test__ = False  # a pydantic type, not a pytest class
+
+    prefix: str = Field(min_length=1, description="every namespace's name starts with it")
+    hub: str = Field(min_length=1, description="the hub namespace holding the bridge")
+    scale: float = Field(gt=0, description="shaped rate / the cluster file's rate, every link alike")
+    machines: tuple[MachineSlot, ...] = Field(min_length=1, description="in cluster order")
+    pairs: tuple[PairRate, ...] = Field(default=(), description="pairs slower than their machines' links")
+
+    def slot(self, machine: int | str) -> MachineSlot:
+        """A machine by index or by name."""
+        if isinstance(machine, str):
+            found = [m for m in self.machines if m.name == machine]
+            if not found:
+                raise KeyError(f"no machine {machine!r} in the testbed (have {', '.join(m.name for m in self.machines)})")
+            return found[0]
+        return self.machines[machine]
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        return (self.hub, *(m.namespace for m in self.machines))
+
+    def pair_mbit(self, a: int, b: int) -> float:
+        """The rate a flow from machine a to machine b is shaped to (alone on both links)."""
+        own = min(self.machines[a].link_mbit, self.machines[b].link_mbit)
+        held = [p.mbit for p in self.pairs if {p.a, p.b} == {a, b}]
+        return min([own, *held])
+
+    def hosts_file(self, machine: int, loopback_own_name: bool = False) -> str:
+        """/etc/hosts inside machine's namespace: every machine's name → its address.
+        `loopback_own_name`: the machine's own name → 127.0.1.1 first, as Debian and Ubuntu
+        install it (gloo then binds a loopback address: the failure issue 32 reproduced)."""
+        own = self.machines[machine].name
+        lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost"]
+        if loopback_own_name:
+            lines.append(f"127.0.1.1 {own}")
+        lines += [f"{m.address} {m.name}" for m in self.machines]
+        return "\n".join(lines) + "\n"
+
+
+def machine_address(index: int) -> str:
+    """10.77.0.1, 10.77.0.2, …: 254 machines per /24, never .0 or .255."""
+    net = ipaddress.ip_network(SUBNET)
+    if index >= 254 * 256:
+        raise ValueError(f"{index + 1} machines do not fit {SUBNET}")
+    return str(net.network_address + (index // 254) * 256 + index % 254 + 1)
+
+
+def inter_gbps(cluster: Cluster) -> np.ndarray:
+    """Machine × machine inter bandwidth, GB/s (bridge included), 0 on the diagonal."""
+    bw = np.array(cluster.bw_matrix, dtype=float)
+    np.fill_diagonal(bw, 0.0)
+    return bw
+
+
+def fitting_scale(cluster: Cluster) -> float:
+    """The one factor that fits the cluster on this host: its fastest link at MAX_LINK_MBIT,
+    lowered further if all machines' links together would pass HOST_MBIT."""
+    bw = inter_gbps(cluster) * MBIT_PER_GBPS
+    if len(cluster.machines) < 2:
+        return MAX_LINK_MBIT / (cluster.inter_bw_gbps * MBIT_PER_GBPS)
+    links = bw.max(axis=1)
+    return float(min(MAX_LINK_MBIT / links.max(), HOST_MBIT / links.sum()))
+
+
+def name_part(text: str) -> str:
+    """A machine name made safe for a namespace name (letters, digits, dash)."""
+    return re.sub(r"[^A-Za-z0-9-]+", "-", text).strip("-")[:24] or "m"
+
+
+def plan_layout(cluster: Cluster, prefix: str, scale: float | None = None) -> TestbedLayout:
+    """The layout of `cluster` under `prefix`: namespaces, addresses, shaped rates (`scale`:
+    None picks `fitting_scale`). Raises ValueError when a link would fall below MIN_LINK_MBIT."""
+    scale = fitting_scale(cluster) if scale is None else scale
+    bw = inter_gbps(cluster)
+    n = len(cluster.machines)
+    link_gbps = bw.max(axis=1) if n > 1 else np.array([cluster.inter_bw_gbps])
+    slowest = float((bw[bw > 0].min() if n > 1 else link_gbps[0]) * scale * MBIT_PER_GBPS)
+    if slowest < MIN_LINK_MBIT:
+        raise ValueError(f"--scale {scale:g} shapes the slowest link to {slowest:.3g} Mbit/s, "
+                         f"below {MIN_LINK_MBIT:g} Mbit/s: choose a larger scale")
+    machines = tuple(MachineSlot(index=i, name=m.name, namespace=f"{prefix}-{i}-{name_part(m.name)}",
+                                 address=machine_address(i), hub_interface=f"m{i}",
+                                 link_mbit=float(link_gbps[i]) * scale * MBIT_PER_GBPS,
+                                 planned_gbps=float(link_gbps[i]))
+                     for i, m in enumerate(cluster.machines))
+    pairs = tuple(PairRate(a=i, b=j, mbit=float(bw[i, j]) * scale * MBIT_PER_GBPS, planned_gbps=float(bw[i, j]))
+                  for i in range(n) for j in range(i + 1, n)
+                  if bw[i, j] < min(link_gbps[i], link_gbps[j]) * (1 - 1e-9))
+    return TestbedLayout(prefix=prefix, hub=f"{prefix}-hub", scale=scale, machines=machines, pairs=pairs)
+
+
+def scaled_cluster(cluster: Cluster, scale: float) -> Cluster:
+    """`cluster` with every inter-machine bandwidth (default, racks, links, vendor bridge)
+    multiplied by `scale`: the cluster the testbed emulates, for pricing plans run on it.
+    Intra-machine figures stay (ranks of one namespace talk over its unshaped loopback)."""
+    data = cluster.model_dump()  # rebuilt, not model_copy: a copy would keep the cached bw tables
+    data["inter_bw_gbps"] *= scale
+    data["cross_vendor_bw_gbps"] *= scale
+    for entry in (*data["racks"], *data["links"]):
+        entry["bw_gbps"] *= scale
+    return Cluster.model_validate(data)

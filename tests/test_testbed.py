@@ -1,0 +1,168 @@
+"""The emulated cluster (runtime/testbed, docs/testbed.md): the layout a cluster file gives
+(pure), the namespaces, links, shaping and hosts files `Testbed` makes, and that nothing is
+left behind — after a clean exit, after a test that fails inside the block, after SIGTERM and
+SIGINT, and after `hexiscale testbed up` / `down`."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from hexiscale.cli import app
+from planner.hardware import Cluster, Link, Machine
+from planner.io import load_cluster
+from runtime.testbed import MAX_LINK_MBIT, Testbed, fitting_scale, leftovers, namespaces, plan_layout, scaled_cluster
+from tests.testbed_helpers import (PYTHON, ROOT, needs_testbed, namespace_inodes, processes_in, state, test_prefix,
+                                   wait_gone)
+
+SERVER = textwrap.dedent("""
+    import socket, time
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 5001)); s.listen(1)
+    c, _ = s.accept(); n, t0 = 0, None
+    while (b := c.recv(1 << 20)):
+        t0 = t0 or time.monotonic(); n += len(b)
+    print(n * 8 / (time.monotonic() - t0) / 1e6)
+""")
+CLIENT = textwrap.dedent("""
+    import socket, sys, time
+    s = socket.create_connection((sys.argv[1], 5001)); buf = b"x" * (1 << 20); end = time.monotonic() + 2
+    while time.monotonic() < end: s.sendall(buf)
+    s.close()
+""")
+PAYLOAD_SHARE = 1448 / 1514  # TCP payload per Ethernet frame: what htb counts against what arrives
+
+
+def four_machines() -> Cluster:
+    return Cluster(machines=[Machine(name=f"box_{i}", gpu="RTX4090", count=1, intra_bw_gbps=16) for i in range(4)],
+                   inter_bw_gbps=1.25, links=[Link(a="box_2", b="box_3", bw_gbps=5.0), Link(a="box_0", b="box_1",
+                                                                                        bw_gbps=0.25)])
+
+
+def test_layout_names_addresses_and_one_scale_for_every_link():
+    layout = plan_layout(four_machines(), "hxtbx")
+    assert layout.scale == pytest.approx(MAX_LINK_MBIT / (5.0 * 8000))  # the fastest link at 800 Mbit/s
+    assert [m.address for m in layout.machines] == ["10.77.0.1", "10.77.0.2", "10.77.0.3", "10.77.0.4"]
+    assert [m.namespace for m in layout.machines] == [f"hxtbx-{i}-box-{i}" for i in range(4)]
+    assert layout.hub == "hxtbx-hub" and all(len(m.hub_interface) <= 15 for m in layout.machines)
+    assert [m.link_mbit for m in layout.machines] == pytest.approx([200, 200, 800, 800])
+    (held,) = layout.pairs  # box_0 ↔ box_1 is slower than both machines' links
+    assert (held.a, held.b, held.mbit) == (0, 1, pytest.approx(40))
+    assert layout.pair_mbit(0, 1) == pytest.approx(40) and layout.pair_mbit(0, 2) == pytest.approx(200)
+    assert "127.0.1.1 box_1" not in layout.hosts_file(1) and "10.77.0.2 box_1" in layout.hosts_file(1)
+    debian = layout.hosts_file(1, loopback_own_name=True)
+    assert debian.index("127.0.1.1 box_1") < debian.index("10.77.0.2 box_1")  # the first match wins
+
+
+def test_scale_fits_the_host_and_scaled_cluster_prices_the_testbed():
+    big = Cluster(machines=[Machine(name=f"m{i}", gpu="RTX4090", count=1, intra_bw_gbps=16) for i in range(8)],
+                  inter_bw_gbps=12.5)
+    assert fitting_scale(big) * 12.5 * 8000 * 8 == pytest.approx(2400)  # 8 links within the host's 2.4 Gbit/s
+    tiny = load_cluster("tiny-4")
+    scaled = scaled_cluster(tiny, 0.01)
+    assert scaled.bw_matrix[0, 1] == pytest.approx(tiny.bw_matrix[0, 1] * 0.01)
+    assert scaled.bw_matrix[1, 2] == pytest.approx(12.5 * 0.01) and scaled.machine_intra_bw[0] == 300
+    with pytest.raises(ValueError, match="below 1 Mbit/s"):
+        plan_layout(tiny, "hxtbx", scale=1e-6)
+
+
+@needs_testbed
+def test_up_makes_resolving_shaped_machines_and_down_leaves_nothing():
+    prefix = test_prefix()
+    before = state(prefix)
+    with Testbed(load_cluster("tiny-4"), prefix=prefix) as bed:
+        inodes = namespace_inodes(bed)
+        assert set(bed.layout.namespaces) <= set(namespaces())
+        done = bed.run("r4090-0", ["sh", "-c", "hostname; getent hosts r4090-0 a100-0; tc qdisc show dev eth0"])
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[0] == "r4090-0" and "10.77.0.2" in lines[1] and "10.77.0.1" in lines[2] and "htb" in done.stdout
+        sleeper = bed.start(0, ["sleep", "300"])
+        assert processes_in(inodes)
+    assert sleeper.poll() is not None and wait_gone(inodes) == []
+    assert state(prefix) == before and bed.removed["namespaces"]
+
+
+@needs_testbed
+def test_a_test_failing_inside_the_block_leaves_nothing():
+    prefix = test_prefix()
+    before = state(prefix)
+    with pytest.raises(AssertionError, match="planted"):
+        with Testbed(load_cluster("tiny-2"), prefix=prefix) as bed:
+            inodes = namespace_inodes(bed)
+            bed.start(1, ["sleep", "300"])
+            assert False, "planted failure"
+    assert wait_gone(inodes) == [] and state(prefix) == before
+
+
+BED_SCRIPT = """
+import sys, time
+from planner.io import load_cluster
+from runtime.testbed import Testbed
+with Testbed(load_cluster("tiny-2"), prefix=sys.argv[1]) as bed:
+    bed.start(0, ["sleep", "300"])
+    print("up", flush=True)
+    time.sleep(300)
+"""
+
+
+@needs_testbed
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_tears_the_testbed_down(signum):
+    prefix = test_prefix()
+    before = state(prefix)
+    proc = subprocess.Popen([PYTHON, "-c", BED_SCRIPT, prefix], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "up", proc.stderr.read()
+        assert leftovers(prefix)
+        proc.send_signal(signum)
+        proc.wait(timeout=30)
+        assert "KeyboardInterrupt" in proc.stderr.read()
+        assert state(prefix) == before
+    finally:
+        proc.kill()
+        from runtime.testbed import remove_leftovers
+        remove_leftovers(prefix)
+
+
+@needs_testbed
+@pytest.mark.slow
+def test_links_carry_their_shaped_rates():
+    """tiny-4 at its fitting scale: 200 Mbit/s to a100-0, 800 between the two RTX boxes; a
+    2 s TCP flow's payload arrives at the shaped rate times TCP's payload share, within 5 %."""
+    with Testbed(load_cluster("tiny-4"), prefix=test_prefix()) as bed:
+        for sender, receiver in ((1, 0), (1, 2)):
+            server = bed.start(receiver, [PYTHON, "-c", SERVER], stdout=subprocess.PIPE, text=True)
+            time.sleep(0.5)
+            bed.run(sender, [PYTHON, "-c", CLIENT, bed.address(receiver)])
+            carried = float(server.communicate(timeout=30)[0])
+            shaped = bed.layout.pair_mbit(sender, receiver)
+            assert carried == pytest.approx(shaped * PAYLOAD_SHARE, rel=0.05), (sender, receiver, carried, shaped)
+
+
+@needs_testbed
+def test_cli_up_prints_the_layout_and_down_removes_it():
+    from hexiscale.cli.testbed import CLI_PREFIX
+
+    before = state(CLI_PREFIX)
+    assert not before["namespaces and hosts folders"], "a testbed of the command is already up"
+    try:
+        up = CliRunner().invoke(app, ["testbed", "up", "tiny-4"])
+        assert up.exit_code == 0, up.output
+        text = " ".join(up.output.split())
+        assert "× 0.008" in text and "10.77.0.1" in text and "200.0" in text and "800.0" in text
+        assert f"ip netns exec {CLI_PREFIX}-1-r4090-0 unshare --uts" in text
+        again = CliRunner().invoke(app, ["testbed", "up", "tiny-4"])
+        assert again.exit_code == 2 and "already up" in again.output
+    finally:
+        down = CliRunner().invoke(app, ["testbed", "down"])
+    assert down.exit_code == 0 and "removed 4 namespaces" in " ".join(down.output.split())
+    assert state(CLI_PREFIX) == before
+    assert "nothing to remove" in CliRunner().invoke(app, ["testbed", "down"]).output
