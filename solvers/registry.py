@@ -39,6 +39,8 @@ SOLVERS_BY_KIND: dict[str, dict[str, str]] = {
         "brute": "solvers.sequence.brute:solve",
         "cpsat": "solvers.sequence.exact.cpsat:solve",
         "milp": "solvers.sequence.exact.milp:solve",
+        # any size: the heuristic's plan improved and proven by the configuration bound (docs/sequence_bounds.md)
+        "bound": "solvers.sequence.bound.solver:solve",
         "seq-uniform": "solvers.sequence.baselines:solve_uniform",
         "seq-uniform-all": "solvers.sequence.baselines:solve_uniform_all",
         "seq-roundrobin": "solvers.sequence.baselines:solve_roundrobin",

@@ -1,0 +1,128 @@
+"""The `bound` solver of sequence plans: a proven bound and a plan that meet at any size the
+keys can be listed (docs/sequence_bounds.md §4).
+
+1. The default heuristic's plan is the incumbent: nothing worse is ever returned.
+2. Every key gets its lower bound on T_mb (`keys`, [K1]–[K4]).
+3. Rounds: the configuration bound (`master`, [C1]–[C4]) finds the least configuration below
+   the incumbent; each of its keys not met before gets a ring (`rings`: the exact MILP's on
+   small keys, whose proven T_mb then replaces the key's bound, else the heuristic's on the
+   key's devices); when every key of the configuration has a ring, the configuration is
+   built as a plan, priced by the planner, and kept if faster. Rounds end when the least
+   configuration's keys all have rings, none lies below the incumbent, or time runs out.
+The bound returned is the least configuration's value (the incumbent when none is below it):
+optimal when it meets the plan's T.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from planner.problem import Problem
+from planner.solver_info import SolveStatus
+from solvers.common import SolveResult, SolverOptions
+from solvers.sequence import heuristic
+from solvers.sequence.bound.keys import key_bounds
+from solvers.sequence.bound.master import Columns, Master
+from solvers.sequence.bound.rings import KeyRing, place, ring_of
+from solvers.sequence.exact.driver import no_token_layout
+from solvers.sequence.space import memory_proof, plan_time, result, split_batches
+
+NAME = "bound"
+HEURISTIC_SHARE = 0.25  # of the time limit: the default heuristic's incumbent
+OPTIMAL_TOL = 1e-9  # relative: a bound this close to T proves the plan optimal
+
+
+def rings_of_plan(plan) -> tuple[list[int], list]:
+    return ([r.batch for r in plan.replicas],
+            [[[(m.device, m.heads, m.tokens) for m in g.members] for g in r.ring] for r in plan.replicas])
+
+
+class Search:
+    """The rounds of step 3: keys, their bounds ℓ (raised where a ring is exact), the rings met."""
+
+    def __init__(self, problem: Problem, options: SolverOptions, deadline: float):
+        self.problem, self.options, self.deadline = problem, options, deadline
+        bounds = key_bounds(problem)
+        self.keys, self.ell = bounds.keys, bounds.bound_s.copy()
+        self.index = {tuple(k): i for i, k in enumerate(self.keys.tolist())}
+        self.known: dict[tuple, KeyRing] = {}
+        self.incumbent: tuple[float, list[int], list] | None = None
+        self.bound, self.complete, self.rounds, self.nodes = 0.0, False, 0, 0
+
+    def run(self, incumbent) -> None:
+        self.incumbent = incumbent
+        while time.perf_counter() < self.deadline:
+            self.rounds += 1
+            finite = np.isfinite(self.ell)
+            columns = Columns.of(self.problem, self.keys[finite], self.ell[finite])
+            cutoff = self.incumbent[0] if self.incumbent else math.inf
+            res = Master(self.problem, columns).solve(cutoff, self.deadline)
+            self.bound, self.complete, self.nodes = res.bound_s, res.complete, self.nodes + res.nodes
+            if res.best is None or not res.complete:
+                return
+            chosen = [tuple(columns.keys[i].tolist()) for i in res.best[1]]
+            fresh = [k for k in dict.fromkeys(chosen) if k not in self.known]
+            if not fresh:
+                return
+            for key in fresh:
+                self.learn(key)
+            self.build(chosen)
+
+    def learn(self, key: tuple) -> None:
+        found = ring_of(self.problem, key, self.deadline, self.options)
+        self.known[key] = found
+        if found.exact:
+            i = self.index[key]
+            self.ell[i] = max(self.ell[i], found.bound_s)
+
+    def build(self, chosen: list[tuple]) -> None:
+        """The configuration as a plan, when every key has a ring; kept if faster."""
+        found = [self.known[k] for k in chosen]
+        if any(f.ring is None for f in found):
+            return
+        m = split_batches(self.problem.training.global_batch // self.problem.training.micro_batch,
+                          [f.tmb for f in found])
+        batches = [x * self.problem.training.micro_batch for x in m]
+        rings = place(self.problem, chosen, [f.ring for f in found])
+        t, fits = plan_time(self.problem, batches, rings)
+        if fits and (self.incumbent is None or t < self.incumbent[0]):
+            self.incumbent = (t, batches, rings)
+
+    def note(self, start_s: float | None) -> str:
+        exact = sum(k.exact for k in self.known.values())
+        heur = "no heuristic plan" if start_s is None else f"heuristic {start_s:.6g} s"
+        return (f"{heur}; bound over {len(self.keys)} device sets per machine, {self.rounds} rounds, "
+                f"{self.nodes} configuration nodes; rings of {len(self.known)} keys ({exact} exact)"
+                + ("" if self.complete else "; time ran out in the configuration bound"))
+
+
+def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult:
+    """The heuristic's plan, improved and bounded by the configuration bound (module docstring)."""
+    options = options or SolverOptions()
+    start = time.perf_counter()
+    deadline = start + options.time_limit_s
+    if (why := memory_proof(problem) or no_token_layout(problem)) is not None:
+        return result(NAME, problem, start, None, SolveStatus.infeasible, why)
+    heur = heuristic.solve(problem, options.model_copy(update={"time_limit_s": options.time_limit_s * HEURISTIC_SHARE}))
+    incumbent = None if heur.plan is None else (heur.objective_s, *rings_of_plan(heur.plan))
+    try:
+        search = Search(problem, options, deadline)
+    except ValueError as too_many:
+        status = SolveStatus.feasible if incumbent else SolveStatus.unknown
+        return result(NAME, problem, start, incumbent, status, f"{heur.message}; no bound: {too_many}")
+    search.run(incumbent)
+    return _finish(problem, start, search, heur.objective_s)
+
+
+def _finish(problem: Problem, start: float, search: Search, start_s: float | None) -> SolveResult:
+    best, note = search.incumbent, search.note(start_s)
+    if best is None:
+        status = SolveStatus.infeasible if search.complete else SolveStatus.unknown
+        return result(NAME, problem, start, None, status, f"no configuration of replicas fits in memory; {note}")
+    bound = min(search.bound, best[0])
+    optimal = search.complete and bound >= best[0] * (1 - OPTIMAL_TOL)
+    return result(NAME, problem, start, best, SolveStatus.optimal if optimal else SolveStatus.feasible, note,
+                  bound=bound)
