@@ -1,5 +1,7 @@
 """Brute force for tiny sequence problems: every valid plan of docs/sequence-plans.md §7.1, priced by the
-planner, the best kept — the independent oracle of the heuristic's and exact models' tests.
+planner, the best kept — the independent oracle of the heuristic's and exact models' tests. It
+honours the objective (least T, least T within the budget, least cost per token) and gives the
+time–rent frontier from the best plan of every rented machine set (`solvers.brute_objective`).
 
 Enumerated: which devices are used and how they split into replicas; each replica's groups
 (set partitions, no group mixing vendors), their ring order, heads and tokens per member;
@@ -21,8 +23,9 @@ import numpy as np
 
 from planner.problem import Problem
 from planner.solver_info import SolveStatus
+from solvers.brute_objective import BestPerMachineSet, BrutePoint, brute_frontier, brute_result
 from solvers.common import SolveResult, SolverOptions
-from solvers.sequence.space import (Ring, compositions, memory_proof, mixes_vendors, plan_time, result,
+from solvers.sequence.space import (Ring, compositions, memory_proof, mixes_vendors, plan_of, plan_time,
                                     ring_times, vendor_of_devices)
 from planner.base import plural
 
@@ -97,17 +100,17 @@ def _too_big(problem: Problem) -> str | None:
     return None
 
 
-def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult:
-    """The optimum by exhaustion (tiny problems only)."""
-    start = time.perf_counter()
-    if (why := _too_big(problem)) is not None:
-        return SolveResult(solver="brute", status=SolveStatus.unknown, wall_s=0.0, message=why)
+def best_per_machine_set(problem: Problem) -> list[BrutePoint]:
+    """Every rented machine set's least-T plan, priced (docs/prices.md §13): each used device set
+    rents the machines holding it."""
     training = problem.training
     micro = training.global_batch // training.micro_batch
     rings_of = lru_cache(maxsize=None)(lambda devices: best_ring(problem, devices))
-    best = None
+    machine_of = problem.cluster.machine_of_device
+    best = BestPerMachineSet()
     for used in range(1, problem.cluster.num_devices + 1):
         for subset in itertools.combinations(range(problem.cluster.num_devices), used):
+            machines = tuple(sorted({int(machine_of[d]) for d in subset}))
             for replicas in set_partitions(subset):
                 found = [rings_of(r) for r in replicas] if len(replicas) <= micro else [None]
                 if any(f is None for f in found):
@@ -115,9 +118,27 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult
                 _, m = best_batches(micro, [f[0] for f in found])
                 batches, rings = [x * training.micro_batch for x in m], [f[1] for f in found]
                 t, fits = plan_time(problem, batches, rings)
-                if fits and (best is None or t < best[0]):
-                    best = (t, batches, rings)
-    if best is None:
-        return result("brute", problem, start, None, SolveStatus.infeasible,
-                      memory_proof(problem) or "no plan fits in memory (every plan enumerated)")
-    return result("brute", problem, start, best, SolveStatus.optimal, bound=best[0])
+                if fits:
+                    best.offer(machines, t, (batches, rings))
+    return best.points(problem, lambda item: plan_of(problem, *item))
+
+
+def frontier(problem: Problem) -> list[BrutePoint]:
+    """The time–rent Pareto frontier by exhaustion, within the problem's budget (tiny priced
+    problems only); each point's `plan` is a SeqPlan."""
+    if (why := _too_big(problem)) is not None:
+        raise ValueError(why)
+    return brute_frontier(problem, best_per_machine_set(problem))
+
+
+def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult:
+    """The optimum of the problem's objective by exhaustion (tiny problems only): least T, least
+    T within the budget, or least cost per token."""
+    start = time.perf_counter()
+    if (why := _too_big(problem)) is not None:
+        return SolveResult(solver="brute", status=SolveStatus.unknown, wall_s=0.0, message=why)
+    return brute_result(problem, best_per_machine_set(problem), start,
+                        memory_proof(problem) or "no plan fits in memory (every plan enumerated)")
+
+
+solve.honours_objective = True  # solvers.objective leaves it as it is

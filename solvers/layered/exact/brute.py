@@ -1,4 +1,6 @@
-"""Brute force for tiny problems: every valid plan, priced by `planner`, the best kept.
+"""Brute force for tiny problems: every valid plan, priced by `planner`, the best kept — the
+best of the problem's objective (least T, least T within the budget, least cost per token) and
+the time–rent frontier, from the best plan of every rented machine set (`solvers.brute_objective`).
 
 The independent oracle of the exact models' tests. It shares no code with them: plans are
 enumerated straight from docs/plan-space.md §2 and judged by `planner.evaluate.iteration_time` and the
@@ -19,9 +21,10 @@ import numpy as np
 from planner.layered import cost
 from planner.layered.pricing import iteration_time, stage_shapes
 from planner.layered.plan import Plan, devices_in_order
-from planner.solver_info import SolverInfo, SolveStatus
+from planner.solver_info import SolveStatus
 from planner.problem import Problem
 from planner.layered.table import stage_table
+from solvers.brute_objective import BestPerMachineSet, BrutePoint, brute_frontier, brute_result
 from solvers.common import SolveResult, SolverOptions
 from planner.base import plural
 
@@ -140,25 +143,41 @@ def _plans_of(problem: Problem, structures: list, size: int | None):
                 yield [(structures[i][0], structures[i][1], m) for i, m in zip(chosen, split)]
 
 
-def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult:
-    """The optimum by exhaustion (tiny problems only: ≤ 5 devices, ≤ 6 layers)."""
-    start = time.perf_counter()
+def _too_big(problem: Problem) -> str | None:
     n, big_l = problem.cluster.num_devices, problem.model.layers
     if n > MAX_DEVICES or big_l > MAX_LAYERS:
-        return SolveResult(solver="brute", status=SolveStatus.unknown, wall_s=0.0,
-                           message=f"brute force handles ≤ {MAX_DEVICES} devices and ≤ {MAX_LAYERS} "
-                                   f"layers; this problem has {plural(n, 'device')} and {plural(big_l, 'layer')}")
-    best_t, best = float("inf"), None
+        return (f"brute force handles ≤ {MAX_DEVICES} devices and ≤ {MAX_LAYERS} "
+                f"layers; this problem has {plural(n, 'device')} and {plural(big_l, 'layer')}")
+    return None
+
+
+def best_per_machine_set(problem: Problem) -> list[BrutePoint]:
+    """Every rented machine set's least-T plan, priced (docs/prices.md §13): a plan rents exactly
+    the machines of its stages, and the two symmetries keep each set's machines."""
+    best = BestPerMachineSet()
     for pipes in enumerate_plans(problem):
         plan = make_plan(problem, pipes)
-        t = iteration_time(problem, plan, check=False)
-        if t < best_t:
-            best_t, best = t, plan
-    wall = time.perf_counter() - start
-    if best is None:
-        return SolveResult(solver="brute", status=SolveStatus.infeasible, wall_s=wall,
-                           message="no plan fits in memory (every plan enumerated)")
-    best = best.model_copy(update={"solver": SolverInfo(
-        name="brute", status=SolveStatus.optimal, objective_s=best_t, bound_s=best_t, wall_s=wall)})
-    return SolveResult(solver="brute", status=SolveStatus.optimal, plan=best, objective_s=best_t,
-                       bound_s=best_t, wall_s=wall)
+        machines = tuple(sorted({m for seq, _, _ in pipes for m, _ in seq}))
+        best.offer(machines, iteration_time(problem, plan, check=False), pipes)
+    return best.points(problem, lambda pipes: make_plan(problem, pipes))
+
+
+def frontier(problem: Problem) -> list[BrutePoint]:
+    """The time–rent Pareto frontier by exhaustion, within the problem's budget (tiny priced
+    problems only): the oracle of `hexiscale frontier`."""
+    if (why := _too_big(problem)) is not None:
+        raise ValueError(why)
+    return brute_frontier(problem, best_per_machine_set(problem))
+
+
+def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult:
+    """The optimum of the problem's objective by exhaustion (tiny problems only: ≤ 5 devices,
+    ≤ 6 layers): least T, least T within the budget, or least cost per token."""
+    start = time.perf_counter()
+    if (why := _too_big(problem)) is not None:
+        return SolveResult(solver="brute", status=SolveStatus.unknown, wall_s=0.0, message=why)
+    return brute_result(problem, best_per_machine_set(problem), start,
+                        "no plan fits in memory (every plan enumerated)")
+
+
+solve.honours_objective = True  # solvers.objective leaves it as it is
