@@ -55,15 +55,18 @@ def test_mixed_vendor_plan_trains_like_one_process_and_meters_the_bridge(tmp_pat
     assert layered_bridge_bytes(problem, stage_table(problem, plan)) == {"pp": 32768, "dp": 428288}
 
 
+COMMAND = "python -m runtime.launch.torchrun "  # torchrun's agent, wrapped (runtime/launch/torchrun.py)
+
+
 def test_torchrun_commands_name_each_machines_torch_build(tmp_path):
     from typer.testing import CliRunner
 
     from hexiscale.cli import app
     result = CliRunner().invoke(app, ["run", "tiny-mixed-4-tiny", "tiny-mixed-4", "--torchrun", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    lines = [" ".join(ln.split()) for ln in result.output.splitlines() if ln.startswith(("# machine", "torchrun "))]
+    lines = [" ".join(ln.split()) for ln in result.output.splitlines() if ln.startswith(("# machine", COMMAND))]
     notes, commands = lines[0::2], lines[1::2]
-    assert len(notes) == len(commands) == 4 and all(c.startswith("torchrun ") for c in commands)
+    assert len(notes) == len(commands) == 4 and all(c.startswith(COMMAND) for c in commands)
     builds = {note.split()[2]: note for note in notes}  # machine name → its note
     assert "(nvidia): a CUDA build" in builds["nv-0"] and "(nvidia): a CUDA build" in builds["nv-1"]
     assert "(amd): a ROCm build" in builds["amd-0"] and "RCCL" in builds["amd-1"]

@@ -15,12 +15,13 @@ from hexiscale.cli.hf_run import (CLIP_GRAD, DATA, EVAL_DATA, EVAL_EVERY, INIT_F
 from hexiscale.cli.precision import PRECISION, precision_settings, print_run_notes
 from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
 from hexiscale.cli.show import write_loss_picture
+from hexiscale.cli.torchrun_views import print_torchrun
 from hexiscale.cli.views import views_for
 from planner.io import load_plan, load_problem
 from planner.kinds import kind_of
 from runtime.checkpoints.manifest import CheckpointError
 from runtime.launch.elastic import run_elastic
-from runtime.launch.launcher import RunError, RunResult, free_port, launch_local, make_job, torchrun_commands
+from runtime.launch.launcher import RunError, RunResult, launch_local, make_job
 from runtime.launch.resume import check_fresh_dir, resume_job
 from runtime.metrics.runlog import after_warmup
 from solvers.replan import ReplanError, replan
@@ -91,7 +92,10 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         wait: str = typer.Option("auto", help="CPU: auto (wait awake while the ranks fit the cores) | asleep"),
         backend: str = typer.Option("gloo", help="gloo (CPU) | nccl (CUDA)"),
         torchrun: bool = typer.Option(False, help="print torchrun commands for several machines instead"),
-        master_addr: str = typer.Option("127.0.0.1", help="torchrun: address of machine 0"),
+        master_addr: str = typer.Option(None, help="torchrun: the rendezvous address every machine reaches "
+                                        "(default: the first used machine's name)"),
+        ifname: str = typer.Option(None, help="torchrun: the interface every machine binds (default: each the one "
+                                   "that routes to --master-addr)"),
         out: Path = typer.Option(None, help="folder for the job file, logs and metrics"),
         checkpoint_dir: Path = typer.Option(None, help="folder for plan-independent checkpoints"),
         save_every: int = typer.Option(0, min=0, help="save a checkpoint every N steps (needs --checkpoint-dir)"),
@@ -124,8 +128,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     job = start_from_checkpoint(job, resume)
     print_run_notes(prob, job)
     if torchrun:
-        print_torchrun(job, prob, the_plan, master_addr, out)
-        return
+        return print_torchrun(job, prob, the_plan, master_addr, ifname, out, describe_job)
     count = len(the_plan.devices)
     console.print(f"running {count} process{'es' if count > 1 else ''}: {describe_job(job)}", highlight=False)
     result, the_plan = run_elastically(prob, job, the_plan) if elastic else (launch_local(job), the_plan)
@@ -206,16 +209,3 @@ def describe_job(job) -> str:
     schedule = f"{config.schedule}, " if kind_of(job.plan).pipeline_schedule else ""
     return (f"model {spec.name} (L={spec.layers}, h={spec.hidden}, heads={spec.heads}/{spec.num_kv_heads}), "
             f"{schedule}recompute={config.recompute}, seq {config.seq_len}, B={job.plan.global_batch}")
-
-
-def print_torchrun(job, prob, the_plan, master_addr: str, out: Path | None) -> None:
-    """Write the job file and print it and one torchrun command per machine; nothing runs here."""
-    folder = out or Path(".hexiscale-run")
-    folder.mkdir(parents=True, exist_ok=True)
-    job_path = folder / "job.json"
-    job_path.write_text(job.model_dump_json())
-    console.print(f"wrote the job file {job_path}: {describe_job(job)}", highlight=False, soft_wrap=True)
-    console.print("copy it to the same path on every machine and run there, from a folder where "
-                  "`runtime` imports, one line per machine:", highlight=False, soft_wrap=True)
-    for command in torchrun_commands(str(job_path), the_plan, prob, master_addr, free_port()):
-        console.print(command, highlight=False, soft_wrap=True)

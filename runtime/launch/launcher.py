@@ -14,7 +14,6 @@ import json
 import multiprocessing
 import multiprocessing.context
 import os
-import shlex
 import socket
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from runtime.config import Job
 from runtime.errors import RunError
 from runtime.failure import FailureInjection
 from runtime.kinds import runtime_kind, runtime_of
+from runtime.launch.commands import torchrun_commands  # noqa: F401 - re-exported (hexiscale run --torchrun)
 from runtime.launch.resume import check_fresh_dir, resume_job
 from runtime.metrics.runlog import log_run
 from runtime.model.catalogue import model_tensors
@@ -176,37 +176,6 @@ def launch_local(job: Job, threads: int = 1, echo: bool = True, world_size: int 
     elif steps.is_file():  # the steps done before the failure, as rank 0 wrote them
         result.steps = [json.loads(line) for line in steps.read_text().splitlines() if line.strip()]
     return result
-
-
-def torchrun_commands(job_path: str, plan: Any, problem: Problem, master_addr: str, port: int) -> list[str]:
-    """One torchrun command per machine that the plan uses (run each on its machine, from a
-    folder where `runtime` imports), each after a `#` line naming the torch build the machine
-    needs (docs/vendors.md §8: CUDA on nvidia, ROCm on amd). Workers join through torchrun's own
-    store at master_addr:port (env:// rendezvous): no second port."""
-    devices = runtime_of(plan).devices(plan)
-    cluster, used = problem.cluster, set(devices)
-    commands = []
-    machines = [m for m in range(len(cluster.machines)) if used & set(cluster.devices_of(m))]
-    for node, machine in enumerate(machines):
-        local = len(used & set(cluster.devices_of(machine)))
-        commands.append(torch_build_note(cluster, machine))
-        commands.append(
-            f"torchrun --nnodes={len(machines)} "
-            f"--node-rank={node} --nproc-per-node={local} --master-addr={master_addr} "
-            f"--master-port={port} -m runtime.launch.worker {shlex.quote(job_path)} --machine {machine}")
-    return commands
-
-
-TORCH_BUILDS = {"nvidia": "a CUDA build of torch (backend nccl inside the vendor)",
-                "amd": "a ROCm build of torch (backend nccl, which is RCCL there, inside the vendor)",
-                "other": "a torch build for its GPUs (vendor unknown: never bridged)"}
-
-
-def torch_build_note(cluster, machine: int) -> str:
-    """The `#` line before a machine's torchrun command: which torch build it needs."""
-    vendor = cluster.gpu_of(machine).vendor.value
-    bridge = "; traffic to the other vendor goes over gloo in host memory" if cluster.mixes_vendors else ""
-    return f"# machine {cluster.machines[machine].name} ({vendor}): {TORCH_BUILDS[vendor]}{bridge}"
 
 
 def make_job(problem: Problem, plan: Any, model: str = "tiny", **settings) -> Job:
