@@ -51,6 +51,9 @@ class SolveResult(Frozen):
         default=None, ge=0, description="the plan's rent per hour (docs/prices.md §13); None without prices or plan")
     cost_per_mtok: float | None = Field(
         default=None, ge=0, description="the plan's cost per million tokens; None without prices or plan")
+    cost_bound_per_mtok: float | None = Field(
+        default=None, ge=0, description="objective cost: proven lower bound on any plan's cost per million "
+                                        "tokens (solvers/frontier.py); None without a proof")
 
     @property
     def gap(self) -> float | None:

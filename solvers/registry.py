@@ -15,6 +15,7 @@ from typing import Callable
 from planner.kinds import PLAN_KINDS
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
+from solvers.objective import honouring
 
 SolverFn = Callable[[Problem, SolverOptions], SolveResult]
 DEFAULT_KIND = "layered"
@@ -47,6 +48,9 @@ SOLVERS_BY_KIND: dict[str, dict[str, str]] = {
     },
 }
 SOLVERS = SOLVERS_BY_KIND[DEFAULT_KIND]  # the layered plan's solvers: the default kind's
+# the solvers that prove what they return: under a budget they solve every maximal affordable
+# machine set (or carry the budget themselves), and the cost objective over the exact frontier
+EXACT_SOLVERS = ("cpsat", "milp", "brute")
 
 
 def solvers_of(kind: str = DEFAULT_KIND) -> dict[str, str]:
@@ -62,11 +66,12 @@ def available(kind: str = DEFAULT_KIND) -> list[str]:
 
 
 def get(name: str, kind: str = DEFAULT_KIND) -> SolverFn:
+    """The solver, made to honour the problem's objective and budget (solvers/objective.py)."""
     entries = solvers_of(kind)
     if name not in entries:
         raise KeyError(f"unknown solver {name!r} for {kind} plans; available: {', '.join(entries)}")
     module, func = entries[name].split(":")
-    return getattr(importlib.import_module(module), func)
+    return honouring(getattr(importlib.import_module(module), func), exact=name in EXACT_SOLVERS)
 
 
 def solve(problem: Problem, solver: str = "heuristic", options: SolverOptions | None = None, *,

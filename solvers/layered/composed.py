@@ -51,6 +51,11 @@ def solve_milp(problem: Problem, options: SolverOptions | None = None) -> SolveR
     return milp.solve(problem, options, warm_start_fn=heuristic_warm_start)
 
 
+# the models carry a budget themselves (rented_M, solvers/layered/exact/rent.py): solvers/objective.py
+# hands them the problem as it is instead of solving them on machine sets
+solve_cpsat.honours_budget = solve_milp.honours_budget = True
+
+
 def solve_heuristic(problem: Problem, options: SolverOptions) -> SolveResult:
     """The registry's `heuristic`: the default heuristic with its exact refinement."""
     return solve_with(problem, options, HeuristicOptions())

@@ -19,6 +19,7 @@ from planner.layered.cost import StageShape
 from planner.layered.plan import Plan, devices_in_order
 from planner.problem import Problem
 from planner.base import plural
+from solvers.rental import most_compute_within
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Tables:
                       for t in model.tp_sizes(mach.count)]
         self.max_stages = min(self.layers, self.num_devices)
         self.max_pipelines = min(self.num_devices, self.total_micro)
+        self.budget = problem.budget_per_hour  # rent per hour the plan may spend (None: no budget)
 
     # -- stage times [3.1]: τ is linear in n, so a stage costs n·τ_layer + [last]·τ_head ---
     @cached_property
@@ -192,10 +194,13 @@ class Tables:
     @cached_property
     def trivial_bound(self) -> float:
         """All micro-batches computed by all devices at once: T ≥ (B/b)·C(whole model, Σπ'), where
-        π' = max(π, π_att) per device (a device never does a FLOP faster than that)."""
+        π' = max(π, π_att) per device (a device never does a FLOP faster than that); under a budget,
+        Σπ' of the most compute any affordable machine set has."""
         cluster = self.cluster
         fastest = np.maximum(cluster.machine_flops, cluster.machine_attention_flops)[cluster.machine_of_device]
         total = float(fastest.sum())
+        if self.budget is not None:  # only the machines a plan can rent compute (docs/prices.md §13)
+            total = min(total, most_compute_within(self.problem, self.budget))
         whole = StageShape(tp=1, layers=self.layers, last=1, flops=total, attention_flops=total)
         return self.total_micro * float(cost.stage_compute_time(self.model, self.training, whole))
 

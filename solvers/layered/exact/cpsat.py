@@ -16,7 +16,7 @@ and reads the solution back.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
@@ -25,6 +25,7 @@ from solvers.common import SolveResult, SolverOptions
 from solvers.layered.exact.cpsat_model import CpSatBuilder, LayoutVars, MemoryVars, SyncVars, TimeVars
 from solvers.layered.exact.cpsat_units import TimeScale, time_scale
 from solvers.layered.exact.driver import SubProblem, SubResult, solve_exact, solver_time
+from solvers.layered.exact.rent import cpsat_rent
 from solvers.layered.exact.spec import read_specs
 from solvers.layered.exact.warm_start import WarmStartFn
 from solvers.layered.tables import PipelineSpec
@@ -43,6 +44,7 @@ class CpSatVars:
     T: cp_model.IntVar  # the objective [C12]
     floors: dict  # p → pipe_floor[m_p, a_p] [C14]
     stage_of: dict  # (p, ℓ) → the stage holding ℓ, when a stage order is fixed [C15]
+    rented: dict = field(default_factory=dict)  # M → rented_M, under a budget [C17]
 
 
 def build_model(sub: SubProblem, scale: TimeScale) -> tuple[cp_model.CpModel, CpSatVars]:
@@ -56,9 +58,10 @@ def build_model(sub: SubProblem, scale: TimeScale) -> tuple[cp_model.CpModel, Cp
     pipe_max, total = b.objective(times, sync, micro)
     floors = b.floor_cuts(total, layout, micro)
     stage_of = b.structure(layout, micro)
+    rented = cpsat_rent(b, layout.z)
     b.model.minimize(total)
     return b.model, CpSatVars(layout=layout, micro=micro, memory=memory, times=times, sync=sync,
-                              pipe_max=pipe_max, T=total, floors=floors, stage_of=stage_of)
+                              pipe_max=pipe_max, T=total, floors=floors, stage_of=stage_of, rented=rented)
 
 
 # -- hint and solution --------------------------------------------------------------------

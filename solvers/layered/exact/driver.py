@@ -11,18 +11,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
+import numpy as np
 from rich.console import Console
 
 from planner.layered.pricing import iteration_time
 from planner.layered.plan import Plan
 from planner.solver_info import SolverInfo, SolveStatus
-from planner.problem import Problem
+from planner.prices import BUDGET_SLACK
+from planner.problem import Objective, Problem
 from planner.layered.validate import validate
 from solvers.common import ModelSize, SolveResult, SolverOptions
 from solvers.layered.exact.bounds import Candidate, DBounds, PipelineFloors, ordered_structures, structures
 from solvers.layered.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
                                           specs_of_plan)
+from solvers.layered.exact.rent import over_budget
 from solvers.layered.exact.warm_start import WarmStartFn, warm_start
+from solvers.rental import least_rent_holding_states
 from planner.base import plural
 
 SubStatus = Literal["optimal", "feasible", "infeasible", "unknown"]
@@ -73,9 +77,12 @@ def solve_exact(problem: Problem, options: SolverOptions, name: str, backend: Ba
     """The exact search with `backend`'s model per D, from the warm start (the hint, else
     `warm_start_fn`'s plan beyond tiny problems, else the symmetric baseline's)."""
     start = time.perf_counter()
+    if problem.objective != Objective.time:
+        raise ValueError(f"{name} minimizes T (under a budget): the cost objective is solved over the frontier "
+                         f"(solvers.registry's {name}, solvers/objective.py)")
     tables = Tables(problem)
     log = _logger(options)
-    why = explain_infeasible(tables)
+    why = unaffordable(problem) or explain_infeasible(tables)
     if why:
         return SolveResult(solver=name, status=SolveStatus.infeasible, wall_s=time.perf_counter() - start,
                            message=why)
@@ -253,6 +260,7 @@ def _structures(floors: PipelineFloors | None, d: int, best_t: float | None, log
     combos = structures(floors, d, best_t, STRUCTURE_LIMIT)
     if combos is None:
         return [None]
+    combos = [combo for combo in combos if affordable(floors.tb, combo)]  # [C17]/[M18] would refuse the rest
     ordered = ordered_structures(floors, combos, best_t, STRUCTURE_LIMIT)
     log(f"D={d}: {len(combos)} structure(s) can beat the incumbent"
         + (f", {len(ordered)} with their stage orders" if ordered is not None else ""))
@@ -321,6 +329,8 @@ def _priced(problem: Problem, sub: SubResult, name: str) -> tuple[Plan, float]:
     violations = validate(problem, plan)
     if violations:
         raise ExactSolveError(f"{name} returned an invalid plan: " + "; ".join(map(str, violations)))
+    if over_budget(problem, plan):
+        raise ExactSolveError(f"{name} returned a plan over the budget: {over_budget(problem, plan)}")
     t = iteration_time(problem, plan)
     # the model may round T down by at most error_bound; at optimality it must not overestimate
     under = t - sub.objective > MODEL_TOLERANCE * t + sub.error_bound
@@ -346,7 +356,7 @@ def _result(search: _Search, proof: _Proof, *, d_values: list[int], start: float
     all_proven = len(proof.proven) == len(d_values)
     if search.best_plan is None:
         status = SolveStatus.infeasible if all_proven else SolveStatus.unknown
-        message = (f"no plan fits in memory (proved by the model): {memory_summary(tables)}" if all_proven
+        message = (_no_plan_proved(search.setup.problem, tables) if all_proven
                    else "no plan found within the time limit" + (f" ({proof.stopped[-1]})" if proof.stopped else ""))
         return SolveResult(solver=name, status=status, wall_s=wall, model_size=search.size,
                            bound_s=None if all_proven else bound,
@@ -358,6 +368,35 @@ def _result(search: _Search, proof: _Proof, *, d_values: list[int], start: float
         name=name, status=status, objective_s=best_t, bound_s=bound, wall_s=wall)})
     return SolveResult(solver=name, status=status, plan=plan, objective_s=best_t, bound_s=bound,
                        wall_s=wall, model_size=search.size, restrictions=tuple(restrictions), message=message)
+
+
+def unaffordable(problem: Problem) -> str:
+    """Why no plan fits the budget, when no machine set within it can hold the model states."""
+    budget = problem.budget_per_hour
+    if budget is None:
+        return ""
+    try:
+        least = least_rent_holding_states(problem, exact=True)
+    except ValueError:  # too many machine sets to decide it here: the models will
+        return ""
+    if least is not None and least <= budget * (1 + BUDGET_SLACK):
+        return ""
+    return (f"no plan within the budget of {budget:g} per hour: no machine set it rents has the memory for the "
+            f"model states" + (f" (the cheapest that has rents {least:g} per hour)" if least is not None else ""))
+
+
+def affordable(tables: Tables, combo) -> bool:
+    """Whether a structure [B4] rents machines within the budget (always without one)."""
+    if tables.budget is None:
+        return True
+    used = np.flatnonzero(np.sum([c.shape.usage for c in combo], axis=0))
+    return bool(tables.cluster.machine_rent[used].sum() <= tables.budget * (1 + BUDGET_SLACK))
+
+
+def _no_plan_proved(problem: Problem, tables: Tables) -> str:
+    if problem.budget_per_hour is not None:
+        return f"no plan within the budget of {problem.budget_per_hour:g} per hour (proved by the model)"
+    return f"no plan fits in memory (proved by the model): {memory_summary(tables)}"
 
 
 def _message(error: float, by_bound: list[int], open_d: list[int], stopped: list[str] = ()) -> str:

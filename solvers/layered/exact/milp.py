@@ -15,13 +15,14 @@ dataclasses (as OR-Tools' minimal_jobshop_sat.py groups a task's variables): the
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulp
 
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
 from solvers.layered.exact.driver import SubProblem, SubResult, solve_exact, solver_time
+from solvers.layered.exact.rent import milp_rent
 from solvers.layered.exact.milp_cuts import CutVars, MilpCutBuilder
 from solvers.layered.exact.milp_model import BatchVars, LayoutVars, MemoryVars, SyncVars, TimeVars
 from solvers.layered.exact.spec import read_specs
@@ -42,6 +43,7 @@ class MilpVars:
     T: pulp.LpVariable  # the objective [M12]
     cuts: CutVars
     stage_of: dict  # (p, ℓ) → [u[p, ℓ, k]] one-hot: ℓ is in stage k, when an order is fixed [M16]
+    rented: dict = field(default_factory=dict)  # M → rented_M, under a budget [M18]
 
 
 def build_model(sub: SubProblem) -> tuple[pulp.LpProblem, MilpVars]:
@@ -59,10 +61,11 @@ def build_model(sub: SubProblem) -> tuple[pulp.LpProblem, MilpVars]:
     b.valid_cuts(total, times, sync)
     allocation, micro_is = b.floor_cuts(total, layout, batches.micro)
     stage_of = b.structure(layout, batches.micro)
+    rented = milp_rent(b, layout.z)
     b.lp += total
     cuts = CutVars(busy=busy, allocation=allocation, micro_is=micro_is)
     return b.lp, MilpVars(layout=layout, batches=batches, memory=memory, times=times, sync=sync,
-                          T=total, cuts=cuts, stage_of=stage_of)
+                          T=total, cuts=cuts, stage_of=stage_of, rented=rented)
 
 
 # -- reading the solution back --------------------------------------------------------

@@ -15,10 +15,12 @@ from typing import Callable
 from planner.layered.plan import Plan
 from planner.layered.pricing import iteration_time
 from planner.layered.validate import validate
+from planner.prices import within_budget
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
 from solvers.layered.baselines.symmetric import solve_symmetric
 from solvers.layered.tables import specs_of_plan
+from solvers.objective import honouring
 from planner.base import plural
 
 # a solver whose plan starts the exact search (e.g. the heuristic's own search)
@@ -40,6 +42,9 @@ def warm_start(problem: Problem, options: SolverOptions, log,
     if validate(problem, plan):
         log(f"{source} is invalid for this problem; ignored")
         return None, None, None
+    if not within_budget(problem, plan):
+        log(f"{source} rents more than the budget per hour; ignored")
+        return None, None, None
     too_long = options.max_stages and max(len(p.stages) for p in plan.pipelines) > options.max_stages
     if (options.max_pipelines and len(plan.pipelines) > options.max_pipelines) or too_long:
         log(f"{source} breaks the pipeline or stage limit; ignored")
@@ -57,7 +62,7 @@ def _first_warm_start(problem: Problem, options: SolverOptions,
                            threads=options.threads, seed=options.seed)
     big = problem.cluster.num_devices > GIVEN_FROM_DEVICES
     starts = ([warm_start_fn] if warm_start_fn is not None and big else []) + [solve_symmetric]
-    for solver in starts:
+    for solver in (honouring(start, exact=False) for start in starts):  # within the budget, if any
         try:
             result = solver(problem, budget)
         except Exception:  # a warm start is optional: a failing one must not stop the proof

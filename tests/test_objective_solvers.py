@@ -1,0 +1,151 @@
+"""Every solver honours the objective (docs/prices.md §13) on tiny priced problems
+(instances/random_priced.py): under a budget each plan rents within it and each result's T is the
+evaluator's; the exact solvers' answers (T under a budget, the least cost per token, the frontier)
+equal brute force's; machine sets and their plans written back keep T. The ≥ 100-problem
+comparison of every objective lives in tests/test_prices_brute.py; these are the solver-level checks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from instances.random_priced import random_priced
+from planner.kinds import evaluate, iteration_time
+from planner.prices import cost_of, fits_budget, rent_per_hour
+from planner.problem import Objective
+from planner.solver_info import SolveStatus
+from solvers import frontier as frontiers
+from solvers import rental
+from solvers.common import SolverOptions
+from solvers.layered.exact import brute
+from solvers.registry import get
+from solvers.sequence import brute as seq_brute
+
+LAYERED_SOLVERS = ("heuristic", "cpsat", "milp", "symmetric", "symmetric-all", "random", "ablation-one-tp",
+                   "ablation-equal-batch")
+SEQUENCE_SOLVERS = ("heuristic", "cpsat", "milp", "seq-uniform", "seq-uniform-all", "seq-roundrobin")
+SEEDS = (1, 5, 7, 14)
+
+
+def _budgeted(seed: int, kind: str = "layered", share: float = 0.6):
+    """The seed's problem with objective time and a budget `share` of the way from its cheapest
+    machine's rent to the whole cluster's."""
+    problem = random_priced(seed, kind)
+    rents = sorted(float(r) for r in problem.cluster.machine_rent)
+    budget = rents[0] + share * (sum(rents) - rents[0])
+    return problem.model_copy(update={"objective": Objective.time, "budget_per_hour": max(budget, 0.05)})
+
+
+def _least_t_within(problem, points) -> float | None:
+    fitting = [p.iteration_s for p in points if fits_budget(problem, p.rent_per_hour)]
+    return min(fitting) if fitting else None
+
+
+def _check_result(problem, result) -> None:
+    """The plan (if any) is within the budget and the result's T is the evaluator's."""
+    if result.plan is None:
+        return
+    assert fits_budget(problem, rent_per_hour(problem, result.plan))
+    assert math.isclose(result.objective_s, evaluate(problem, result.plan).iteration_s, rel_tol=1e-9)
+    if result.bound_s is not None:
+        assert result.bound_s <= result.objective_s * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("name", LAYERED_SOLVERS)
+def test_layered_solvers_keep_the_budget(seed, name):
+    problem = _budgeted(seed)
+    result = get(name)(problem, SolverOptions(time_limit_s=20))
+    _check_result(problem, result)
+    best = _least_t_within(problem, brute.best_per_machine_set(problem))
+    if best is None:  # no plan fits the budget: nobody may claim one
+        assert result.plan is None and result.status in (SolveStatus.infeasible, SolveStatus.unknown)
+    elif name in ("cpsat", "milp"):
+        assert result.status == SolveStatus.optimal
+        assert math.isclose(result.objective_s, best, rel_tol=1e-6)
+    elif result.plan is not None:
+        assert result.objective_s >= best * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("name", SEQUENCE_SOLVERS)
+def test_sequence_solvers_keep_the_budget(seed, name):
+    problem = _budgeted(seed, "sequence")
+    result = get(name, "sequence")(problem, SolverOptions(time_limit_s=20))
+    _check_result(problem, result)
+    best = _least_t_within(problem, seq_brute.best_per_machine_set(problem))
+    if best is None:
+        assert result.plan is None
+    elif name in ("cpsat", "milp"):
+        assert result.status == SolveStatus.optimal
+        assert math.isclose(result.objective_s, best, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("name", ("cpsat", "milp", "heuristic"))
+def test_the_cost_objective_is_the_least_cost_per_token(seed, name):
+    problem = random_priced(seed).model_copy(update={"objective": Objective.cost, "budget_per_hour": None})
+    result = get(name)(problem, SolverOptions(time_limit_s=30))
+    points = brute.best_per_machine_set(problem)
+    least = min((p.cost_per_mtok for p in points), default=None)
+    if least is None:
+        assert result.plan is None
+        return
+    cost = cost_of(problem, rent_per_hour(problem, result.plan), iteration_time(problem, result.plan))
+    assert math.isclose(result.objective_s, iteration_time(problem, result.plan), rel_tol=1e-9)
+    if name == "heuristic":
+        assert cost >= least * (1 - 1e-9)
+        return
+    assert result.status == SolveStatus.optimal
+    assert math.isclose(cost, least, rel_tol=1e-6)
+    assert result.cost_bound_per_mtok is not None and result.cost_bound_per_mtok <= cost * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("seed", (0, 5, 7, 14, 16, 19))
+@pytest.mark.parametrize("name", ("cpsat", "milp"))
+def test_the_exact_frontier_is_brute_force_s(seed, name):
+    problem = random_priced(seed).model_copy(update={"objective": Objective.time, "budget_per_hour": None})
+    front = frontiers.frontier(problem, get(name), exact=True, time_limit_s=120)
+    expected = brute.frontier(problem)
+    assert front.exact and front.proven
+    assert len(front.points) == len(expected)
+    for mine, theirs in zip(front.points, expected):
+        assert math.isclose(mine.rent_per_hour, theirs.rent_per_hour, rel_tol=1e-9, abs_tol=1e-12)
+        assert math.isclose(mine.iteration_s, theirs.iteration_s, rel_tol=1e-6)
+        assert math.isclose(mine.cost_per_mtok, theirs.cost_per_mtok, rel_tol=1e-6, abs_tol=1e-15)
+
+
+def test_a_budget_below_every_plan_is_infeasible():
+    problem = _budgeted(1)
+    cheapest = min(p.rent_per_hour for p in brute.best_per_machine_set(problem))
+    tight = problem.model_copy(update={"budget_per_hour": cheapest * 0.99})
+    for name in ("cpsat", "milp", "heuristic", "symmetric"):
+        result = get(name)(tight, SolverOptions(time_limit_s=10))
+        assert result.plan is None and result.status == SolveStatus.infeasible, name
+        assert "budget" in result.message
+
+
+@pytest.mark.parametrize("seed", (5, 14))
+def test_a_machine_set_s_plan_keeps_its_time_in_the_whole_cluster(seed):
+    problem = random_priced(seed)
+    for machines in rental.maximal_sets(problem, float(problem.cluster.machine_rent.sum()) * 0.7):
+        smaller, new_to_old = rental.restricted(problem, machines)
+        result = get("heuristic")(smaller, SolverOptions(time_limit_s=5))
+        if result.plan is None:
+            continue
+        whole = rental.lifted(result.plan, problem, new_to_old)
+        assert set(rental.rented_of(problem, whole)) <= set(machines)
+        assert math.isclose(iteration_time(problem, whole), iteration_time(smaller, result.plan), rel_tol=1e-12)
+
+
+def test_heuristic_frontier_levels_and_pareto():
+    problem = random_priced(14).model_copy(update={"objective": Objective.time, "budget_per_hour": None})
+    front = frontiers.frontier(problem, get("heuristic"), exact=False, time_limit_s=30, levels=4)
+    assert not front.exact and front.points and len(front.solves) == 4
+    rents = [p.rent_per_hour for p in front.points]
+    times = [p.iteration_s for p in front.points]
+    assert rents == sorted(rents) and times == sorted(times, reverse=True)
+    assert len(set(times)) == len(times)
+    for p in front.points:
+        assert fits_budget(problem.model_copy(update={"budget_per_hour": p.budget}), p.rent_per_hour)
