@@ -16,6 +16,7 @@ import time
 
 from planner.base import format_seconds
 from planner.kinds import evaluate, kind_of
+from planner.prices import objective_value
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
 from solvers.kinds import SOLVER_KINDS
@@ -92,7 +93,9 @@ def _fastest_of(problem: Problem, solver: str, options: SolverOptions, kinds: li
                                       kind=name)
     tried = {name: r.objective_s if r.plan is not None else None for name, r in results.items()}
     found = [name for name in kinds if tried[name] is not None]
-    best = min(found, key=lambda name: tried[name]) if found else kinds[0]
+    # the objective's figure: T, or the cost per token under objective cost (docs/prices.md §13)
+    best = (min(found, key=lambda name: objective_value(problem, results[name].plan, tried[name])) if found
+            else kinds[0])
     return results[best].model_copy(update={"kind_reason": _reason(best, results), "kinds_tried": tried})
 
 

@@ -66,4 +66,6 @@ def over_budget(problem: Problem, plan) -> str:
     if problem.budget_per_hour is None:
         return ""
     rent = rent_per_hour(problem, plan)
-    return "" if fits_budget(problem, rent) else f"rent {rent!r} per hour exceeds the budget {problem.budget_per_hour!r}"
+    if fits_budget(problem, rent):
+        return ""
+    return f"rent {rent!r} per hour exceeds the budget {problem.budget_per_hour!r}"
