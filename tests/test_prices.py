@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from hexiscale.cli import app
-from planner.hardware import Cluster, GpuType, Machine
-from planner.io import load_plan, load_problem
+from instances.price_table import builtin_prices, priced
+from planner.hardware import Cluster, GpuType, Machine, builtin_catalog
+from planner.io import load_cluster, load_plan, load_problem
 from planner.kinds import evaluate
 from planner.prices import (cost_per_mtok, objective_value, rent_per_hour, rented_machines,
                             within_budget)
@@ -171,3 +174,41 @@ def test_solve_json_without_prices_has_no_rent(tmp_path):
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert "rent_per_hour" not in out and "cost_per_mtok" not in out["estimate"]
+
+
+def test_the_price_table_prices_every_catalog_type_and_cites_each():
+    table = builtin_prices()
+    assert set(table) == set(builtin_catalog())
+    assert all(0 < p < 10 for p in table.values())
+    text = (Path(__file__).parents[1] / "instances" / "prices.yaml").read_text()
+    for line in text.splitlines():
+        if line.lstrip().startswith("- {gpu:"):
+            comment = line.partition("#")[2]
+            assert re.search(r"\[S\d\]", comment) or "ESTIMATE" in comment, line
+    cited = set(re.findall(r"\[S\d\]", text.partition("prices:")[2]))
+    for source in cited:  # every cited source is listed with its address and date
+        entry = text.partition(f"#   {source}")[2].partition("#   [S")[0]
+        assert "https://" in entry and re.search(r"20\d\d", entry), source
+
+
+def test_generate_cluster_with_prices(tmp_path):
+    out = tmp_path / "c.yaml"
+    result = CliRunner().invoke(app, ["generate", "cluster", "--gpus", "16", "--mix", "H100:1,RTX4090:1",
+                                      "--prices", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    cluster = load_cluster(out)
+    assert cluster.priced and "/h for all of it" in result.stdout
+    table = builtin_prices()
+    assert cluster.machine_rent.sum() == pytest.approx(sum(m.count * table[m.gpu] for m in cluster.machines))
+    problem = tmp_path / "p.yaml"
+    result = CliRunner().invoke(app, ["generate", "problem", "--gpus", "8", "--mix", "A100-80G:1", "--model",
+                                      "llama2-7b", "--prices", "-o", str(problem)])
+    assert result.exit_code == 0, result.output
+    assert load_problem(problem).cluster.device_price(0) == table["A100-80G"]
+
+
+def test_priced_keeps_the_figures_a_cluster_already_has():
+    cluster = priced(Cluster.model_validate(DEMO_CLUSTER))  # RTX4090 typed at 0.40, r3090-0 at 0.25
+    assert cluster.device_price(0) == 0.40 and cluster.device_price(1) == 0.25
+    bare = priced(load_problem("demo-tiny").cluster)
+    assert bare.device_price(1) == builtin_prices()["RTX3090"]

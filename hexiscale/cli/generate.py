@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from hexiscale.cli.app import app, console, fail, friendly_errors, writable_file
 from planner.io import HF_PREFIX, hf_model
 from instances.generate import generate_cluster, generated_problem, write_cluster, write_problem
+from instances.price_table import priced
 from planner.base import plural
 
 generate_app = typer.Typer(no_args_is_help=True, help="Generate synthetic clusters and problems.")
@@ -20,11 +21,14 @@ MIX = typer.Option("A100-80G:0.25,RTX4090:0.5,H20:0.25", "--mix",
                    help="GPU types and weights, e.g. A100-80G:0.25,RTX4090:0.5,H20:0.25")
 SEED = typer.Option(0, "--seed", help="random seed (same seed, same cluster)")
 OUTPUT = typer.Option(..., "-o", "--output", help="YAML file to write")
+PRICES = typer.Option(False, "--prices", help="price every GPU type from instances/prices.yaml (public on-demand "
+                                            "USD per GPU-hour, sources in its comments; docs/prices.md §13)")
 
 
-def _cluster_or_fail(gpus: int, mix: str, seed: int):
+def _cluster_or_fail(gpus: int, mix: str, seed: int, prices: bool = False):
     try:
-        return generate_cluster(gpus, mix, seed)
+        cluster = generate_cluster(gpus, mix, seed)
+        return priced(cluster) if prices else cluster
     except ValueError as exc:  # bad --gpus / --mix: one line, exit 2
         fail(str(exc))
 
@@ -34,16 +38,18 @@ def _summary(cluster) -> str:
     for m in cluster.machines:
         counts[m.gpu] = counts.get(m.gpu, 0) + m.count
     types = ", ".join(f"{n}×{g}" for g, n in counts.items())
+    rent = f", ${float(cluster.machine_rent.sum()):,.2f}/h for all of it" if cluster.priced else ""
     return (f"{cluster.num_devices} GPUs on {plural(len(cluster.machines), 'machine')} ({types}), "
-            f"{len(cluster.links)} link overrides")
+            f"{len(cluster.links)} link overrides{rent}")
 
 
 @generate_app.command("cluster")
 @friendly_errors
-def cluster_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path = OUTPUT) -> None:
+def cluster_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path = OUTPUT,
+                prices: bool = PRICES) -> None:
     """Write a random heterogeneous cluster (machines of 4 or 8 GPUs, racks, uneven links)."""
     writable_file(output, "--output")
-    cluster = _cluster_or_fail(gpus, mix, seed)
+    cluster = _cluster_or_fail(gpus, mix, seed, prices)
     write_cluster(cluster, output)
     console.print(f"[green]wrote[/] {output}: {_summary(cluster)}")
 
@@ -56,10 +62,11 @@ def problem_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path
                 seq_len: int = typer.Option(4096, min=1, help="sequence length s"),
                 global_batch: int = typer.Option(None, min=1, help="B (default: one sequence per GPU)"),
                 micro_batch: int = typer.Option(1, min=1, help="b"),
-                recompute: bool = typer.Option(True, help="full activation recomputation")) -> None:
+                recompute: bool = typer.Option(True, help="full activation recomputation"),
+                prices: bool = PRICES) -> None:
     """Write a self-contained problem: a generated cluster paired with a model."""
     writable_file(output, "--output")
-    cluster = _cluster_or_fail(gpus, mix, seed)
+    cluster = _cluster_or_fail(gpus, mix, seed, prices)
     try:
         spec = hf_model(model[len(HF_PREFIX):], seq_len) if model.startswith(HF_PREFIX) else model
         problem = generated_problem(cluster, spec, seq_len, global_batch, micro_batch, recompute)
