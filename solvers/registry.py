@@ -29,6 +29,8 @@ SOLVERS_BY_KIND: dict[str, dict[str, str]] = {
         "cpsat": "solvers.layered.composed:solve_cpsat",
         "milp": "solvers.layered.composed:solve_milp",
         "brute": "solvers.layered.exact.brute:solve",
+        # the heuristic's plan with the configuration bound (docs/bounds.md), CP-SAT on small clusters
+        "colgen": "solvers.layered.bound.solver:solve",
         "symmetric": "solvers.layered.baselines.symmetric:solve_symmetric",
         "symmetric-all": "solvers.layered.baselines.symmetric:solve_symmetric_all",
         "random": "solvers.layered.baselines.ablations:solve_random",

@@ -1,0 +1,72 @@
+"""Machine classes and class-level stage types of the configuration bound (docs/bounds.md §1).
+
+Machines with the same GPU figures (π, π_att, memory), device count and intra bandwidth and
+latency form one *class*; a class-level stage type is (class, t). Every coefficient a type
+carries is a value the cost model gives a stage of that type on *some* member machine, taken
+at its most favourable member (times and traffic: the least; memory caps: the largest), so a
+pipeline priced with class-level types is never slower, nor needs more devices of a class,
+than the real one (docs/bounds.md [K1]). The numbers themselves are `Tables`' (the exact
+models' tables, docs/formulation.md §1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from solvers.layered.exact.bounds import PipelineFloors
+from solvers.layered.tables import Tables
+
+
+@dataclass(frozen=True)
+class ClassTypes:
+    """Class-level stage types for one number of pipelines D (arrays over types i)."""
+
+    pipelines: int  # D
+    class_of_machine: np.ndarray  # [machine] → class index
+    devices: np.ndarray  # [class] → devices in the class (the LP's right-hand side)
+    cls: np.ndarray  # [i] class of type i
+    tp: np.ndarray  # [i] t
+    per_layer: np.ndarray  # [i] τ_layer: one layer's τ on the type
+    head: np.ndarray  # [i] τ_head: the LM head's τ on the type
+    receive: np.ndarray  # [i] least T_pp into the type (any sender, [B1])
+    sync_layer: np.ndarray  # [i] floor of τ_dp(layer) when the type is a last stage ([B3]; 0 when D = 1)
+    sync_head: np.ndarray  # [i] floor of τ_dp(head) (or the tied sync) on a last stage
+    caps: np.ndarray  # [i, first, last] most layers that fit at q = 1 with D's memory
+    layers: int  # L
+    micro_batches: int  # B/b
+
+    @property
+    def num_types(self) -> int:
+        return len(self.tp)
+
+
+def machine_classes(tables: Tables) -> np.ndarray:
+    """[machine] → class index: machines alike in every figure a stage on them reads (§3.1, §3.5)."""
+    cl = tables.cluster
+    keys = list(zip(cl.machine_flops.tolist(), cl.machine_attention_flops.tolist(), cl.machine_memory_bytes.tolist(),
+                    [m.count for m in cl.machines], cl.machine_intra_bw.tolist(), cl.machine_intra_lat.tolist()))
+    index: dict = {}
+    return np.array([index.setdefault(k, len(index)) for k in keys], dtype=int)
+
+
+def class_types(tables: Tables, pipelines: int) -> ClassTypes:
+    """The class-level types of D = `pipelines`: each the most favourable of its machine-level
+    types ([K1]); the floors of a last stage's sync are PipelineFloors' [B3] at D."""
+    floors = PipelineFloors(tables, pipelines)
+    sync_layer, sync_head = floors._last_stage_sync()
+    receive = floors._receive_floor()
+    n_max = tables.n_max_for(pipelines)
+    of_machine = machine_classes(tables)
+    keys = sorted({(int(of_machine[c.machine]), c.tp) for c in tables.types})
+    rows = {k: [i for i, c in enumerate(tables.types) if (int(of_machine[c.machine]), c.tp) == k] for k in keys}
+    pick = lambda arr, f: np.array([f(arr[rows[k]]) for k in keys])  # noqa: E731
+    devices = np.bincount(of_machine, weights=[m.count for m in tables.cluster.machines]).astype(int)
+    return ClassTypes(
+        pipelines=pipelines, class_of_machine=of_machine, devices=devices,
+        cls=np.array([k[0] for k in keys], dtype=int), tp=np.array([k[1] for k in keys], dtype=int),
+        per_layer=pick(tables.tau_layer, np.min), head=pick(tables.tau_head, np.min),
+        receive=pick(receive, np.min), sync_layer=pick(sync_layer, np.min), sync_head=pick(sync_head, np.min),
+        caps=np.array([n_max[rows[k], :, :, 1].max(axis=0) for k in keys], dtype=int),
+        layers=tables.layers, micro_batches=tables.total_micro)

@@ -1,0 +1,89 @@
+"""The configuration bound (docs/bounds.md) never exceeds brute force's optimum, and the
+`colgen` solver returns brute force's optimum, on seeded tiny problems (issue 33); its plan
+is never slower than the default heuristic's, and its objective is the evaluator's T.
+
+The full set (110 seeds, about 100 feasible) is marked slow; a fast subset runs always.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from instances.random_small import random_small
+from planner.layered.pricing import iteration_time
+from planner.solver_info import SolveStatus
+from solvers.common import SolverOptions
+from solvers.layered.bound.search import configuration_bound
+from solvers.layered.bound.solver import solve as solve_colgen
+from solvers.layered.exact import brute
+from solvers.layered.heuristic import HeuristicOptions, solve_with as own_search
+from solvers.layered.tables import Tables
+
+FAST_SEEDS = range(0, 12)
+ALL_SEEDS = range(0, 110)
+OPTIONS = SolverOptions(time_limit_s=20, threads=1)
+
+
+def _bound_and_optimum(seed: int):
+    problem = random_small(seed, tiny=True)
+    exact = brute.solve(problem)
+    tables = Tables(problem)
+    bound = configuration_bound(tables, None, list(range(1, tables.max_pipelines + 1)), float("inf"))
+    return problem, exact, bound
+
+
+def _check(seed: int) -> None:
+    problem, exact, bound = _bound_and_optimum(seed)
+    result = solve_colgen(problem, OPTIONS)
+    if exact.status == SolveStatus.infeasible:
+        assert result.plan is None, f"seed {seed}: colgen found a plan where brute force proves none fits"
+        return
+    best = exact.objective_s
+    assert bound.complete, f"seed {seed}: the bound left a D open without a deadline"
+    assert bound.value <= best * (1 + 1e-9), f"seed {seed}: bound {bound.value!r} > optimum {best!r}"
+    assert result.plan is not None and result.status == SolveStatus.optimal, f"seed {seed}: {result.status}"
+    t = iteration_time(problem, result.plan)
+    assert t == pytest.approx(best, rel=1e-6), f"seed {seed}: colgen T {t!r} != brute force {best!r}"
+    assert result.objective_s == pytest.approx(t, rel=1e-12)
+    assert result.bound_s <= best * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", FAST_SEEDS)
+def test_bound_below_optimum_and_solver_exact_fast(seed: int) -> None:
+    _check(seed)
+
+
+@pytest.mark.slow
+def test_bound_below_optimum_and_solver_exact_on_110_seeds() -> None:
+    feasible = 0
+    for seed in ALL_SEEDS:
+        _check(seed)
+        feasible += brute.solve(random_small(seed, tiny=True)).plan is not None
+    assert feasible >= 100, f"only {feasible} feasible tiny problems: the exactness set is too small"
+
+
+def test_never_slower_than_the_heuristic_on_a_paper_setting() -> None:
+    """On a 16-GPU paper setting, colgen's plan is at most the default heuristic's (same
+    options), its objective is the evaluator's T and its bound lies between the trivial one and T."""
+    from planner.io import load_problem
+
+    problem = load_problem("homo-a800-2x8-llama2-7b")
+    options = SolverOptions(time_limit_s=8, threads=1)
+    own = own_search(problem, options, HeuristicOptions())
+    result = solve_colgen(problem, options)
+    t = iteration_time(problem, result.plan)
+    assert t <= own.objective_s * (1 + 1e-12)
+    assert result.objective_s == pytest.approx(t, rel=1e-12)
+    assert Tables(problem).trivial_bound * (1 - 1e-9) <= result.bound_s <= t
+
+
+def test_bound_below_the_heuristic_plan_on_homo_2x8() -> None:
+    """The bound of a paper setting stays below its heuristic plan's T and above the trivial bound."""
+    from planner.io import load_problem
+
+    problem = load_problem("homo-a800-2x8-llama2-7b")
+    options = SolverOptions(time_limit_s=10, threads=1)
+    own = own_search(problem, options, HeuristicOptions())
+    tables = Tables(problem)
+    bound = configuration_bound(tables, own.objective_s, [1, 2, 4], float("inf"))
+    assert tables.trivial_bound <= bound.value <= own.objective_s
