@@ -22,3 +22,4 @@ from hexiscale.cli import replan as _replan  # noqa: E402,F401
 from hexiscale.cli import profile as _profile  # noqa: E402,F401
 from hexiscale.cli import calibrate as _calibrate  # noqa: E402,F401
 from hexiscale.cli import testbed as _testbed  # noqa: E402,F401
+from hexiscale.cli import frontier as _frontier  # noqa: E402,F401

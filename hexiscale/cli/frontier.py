@@ -1,0 +1,146 @@
+"""`hexiscale frontier PROBLEM`: the Pareto-optimal plans by (rent per hour, T) — which machines to
+rent for what speed (docs/prices.md §13) — as a table with the cost per million tokens, a picture
+with `-o DIR` (frontier.png, and each point's plan as frontier-K.json), and with `--json` the
+rows {rent_per_hour, iteration_s, cost_per_mtok, plan}.
+
+Exact on small clusters (CP-SAT over every rent level it needs: each point proven), the
+heuristic's budget levels on large ones; `--time-limit` bounds the whole command (loading,
+solving, the picture, the output).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import typer
+from rich import box
+from rich.table import Table
+
+from hexiscale.cli.app import EXIT_INFEASIBLE, app, console, err_console, fail, friendly_errors, writable_folder
+from hexiscale.cli.budget import CommandBudget
+from planner.base import format_seconds, plural
+from planner.io import load_problem, save_plan
+from planner.prices import rented_machines
+from planner.problem import Problem
+from solvers import frontier as frontiers
+from solvers.choose import AUTO_KIND, choose_kind
+from solvers.common import SolverOptions
+from solvers.registry import EXACT_SOLVERS, SOLVERS_BY_KIND, get, solvers_of
+
+EXACT_FRONTIER_DEVICES = 8  # clusters up to this many devices get the exact frontier by default
+AUTO_SOLVER = "auto"
+
+
+@app.command()
+@friendly_errors
+def frontier(
+    problem: str = typer.Argument(..., help="problem file or bundled name (a cluster with prices)"),
+    out: Path = typer.Option(None, "--out", "-o", help="folder for frontier.png and each point's plan"),
+    as_json: bool = typer.Option(False, "--json", help="print the rows as JSON instead of a table"),
+    levels: int = typer.Option(frontiers.DEFAULT_LEVELS, "--levels", min=1,
+                               help="budget levels of the heuristic frontier (the exact one solves every rent "
+                                    "level it needs)"),
+    time_limit: float = typer.Option(60.0, "--time-limit", "-t", min=0.001,
+                                     help="wall-clock budget of the whole command, s"),
+    solver: str = typer.Option(AUTO_SOLVER, "--solver", "-s",
+                               help=f"auto (cpsat up to {EXACT_FRONTIER_DEVICES} devices, else heuristic) or a "
+                                    f"registered solver"),
+    kind: str = typer.Option(AUTO_KIND, "--kind", help="plan kind: auto (by sequence length), "
+                             + ", ".join(SOLVERS_BY_KIND)),
+    threads: int = typer.Option(2, "--threads", min=1, help="worker threads"),
+    seed: int = typer.Option(0, "--seed", help="random seed"),
+) -> None:
+    """List the Pareto-optimal plans by rent per hour and iteration time, with their cost per
+    million tokens: no other plan is at most as dear and at most as slow, and better in one."""
+    budget = CommandBudget(time_limit)
+    writable_folder(out, "--out")
+    prob = load_problem(problem)
+    _check_priced(prob, problem)
+    name, plan_kind = _solver_and_kind(prob, solver, kind)
+    options = SolverOptions(time_limit_s=1.0, threads=threads, seed=seed)
+    exact = name in EXACT_SOLVERS
+    front = frontiers.frontier(prob, get(name, plan_kind), exact=exact, levels=levels, options=options,
+                               time_limit_s=budget.for_solver(prob.cluster.num_devices, explain=False))
+    if not front.points:
+        fail(f"no plan on the frontier ({front.status_when_empty.value}): "
+             f"{front.message or 'no plan found in the time limit'}", code=EXIT_INFEASIBLE)
+    labels = [rented_gpus(prob, p.plan) for p in front.points]
+    if out is not None:
+        _write(prob, front, labels, out)
+    if as_json:
+        console.print_json(json.dumps(rows(front)))
+        return
+    console.print(frontier_table(prob, front, labels))
+    console.print(_summary(front), highlight=False)
+
+
+def _check_priced(problem: Problem, source: str) -> None:
+    missing = problem.cluster.unpriced_machine()
+    if missing is not None:
+        machine = problem.cluster.machines[missing]
+        fail(f"{source}: the frontier needs a price on every machine: cluster.machines[{missing}].price_per_hour "
+             f"({machine.name}) is missing, and so is price_per_hour of its GPU type {machine.gpu}")
+
+
+def _solver_and_kind(problem: Problem, solver: str, kind: str) -> tuple[str, str]:
+    """The solver (auto: exact on small clusters) and the plan kind to solve in."""
+    if kind != AUTO_KIND and kind not in SOLVERS_BY_KIND:
+        fail(f"--kind: unknown plan kind {kind!r}; available: {AUTO_KIND}, {', '.join(SOLVERS_BY_KIND)}")
+    if solver == AUTO_SOLVER:
+        solver = "cpsat" if problem.cluster.num_devices <= EXACT_FRONTIER_DEVICES else "heuristic"
+    plan_kind, _ = choose_kind(problem, kind, solver)
+    if solver not in solvers_of(plan_kind):
+        fail(f"--solver: unknown solver {solver!r} for {plan_kind} plans; available: "
+             f"{AUTO_SOLVER}, {', '.join(solvers_of(plan_kind))}")
+    return solver, plan_kind
+
+
+def rented_gpus(problem: Problem, plan) -> str:
+    """The GPUs a plan rents, by type: '8×H100 + 16×RTX4090' (whole machines)."""
+    cluster = problem.cluster
+    counts = Counter()
+    for m in rented_machines(problem, plan.devices):
+        counts[cluster.machines[m].gpu] += cluster.machines[m].count
+    return " + ".join(f"{n}×{gpu}" for gpu, n in sorted(counts.items(), key=lambda x: -x[1]))
+
+
+def rows(front) -> list[dict]:
+    """The JSON rows of docs/prices.md §13 (and whether each point is proven)."""
+    return [{"rent_per_hour": p.rent_per_hour, "iteration_s": p.iteration_s, "cost_per_mtok": p.cost_per_mtok,
+             "proven": p.proven, "plan": json.loads(p.plan.to_json())} for p in front.points]
+
+
+def frontier_table(problem: Problem, front, labels: list[str]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, title=f"{problem.name}: time–rent frontier")
+    for header in ("rent/h", "T", "tokens/s", "per Mtok", "rents", "proof"):
+        table.add_column(header, justify="right" if header not in ("rents", "proof") else "left")
+    tokens = problem.training.global_batch * problem.training.seq_len
+    cheapest = min(front.points, key=lambda p: (p.cost_per_mtok, p.iteration_s))
+    for p, label in zip(front.points, labels):
+        mark = " ★" if p is cheapest else ""
+        proof = "proven" if p.proven else (f"bound {format_seconds(p.bound_s)}" if p.bound_s is not None else "—")
+        table.add_row(f"{p.rent_per_hour:,.2f}", format_seconds(p.iteration_s), f"{tokens / p.iteration_s:,.0f}",
+                      f"{p.cost_per_mtok:.4g}{mark}", label, proof)
+    return table
+
+
+def _summary(front) -> str:
+    how = ("exact: every point proven, the frontier complete" if front.proven else
+           "exact method, but not every point proven in the time limit" if front.exact else
+           f"heuristic over {plural(len(front.solves), 'budget level')}: no point is proven")
+    bound = (f"; least cost per Mtok ≥ {front.cost_bound_per_mtok:.4g} (proven)"
+             if front.cost_bound_per_mtok is not None else "")
+    return f"{plural(len(front.points), 'plan')} on the frontier ({how}), ★ cheapest per token{bound}; " \
+           f"solved by {front.solver} in {front.wall_s:.1f} s"
+
+
+def _write(problem: Problem, front, labels: list[str], out: Path) -> None:
+    from hexiscale.viz.frontier import draw_frontier  # matplotlib only when drawing
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = draw_frontier(problem, front, labels, out)
+    for i, p in enumerate(front.points, start=1):
+        save_plan(p.plan, out / f"frontier-{i}.json")
+    err_console.print(f"wrote {path} and {plural(len(front.points), 'plan')} (frontier-K.json)", highlight=False)

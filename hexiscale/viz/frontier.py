@@ -1,0 +1,61 @@
+"""The time–rent frontier as a picture, `frontier.png` (docs/prices.md §13): T against rent per
+hour, every plan the budget levels gave as a grey dot, the Pareto-optimal ones joined by a step
+line and labelled with the GPUs they rent, the cheapest per token and the fastest marked. The
+title says whether each point is proven (the exact frontier) or the frontier is a heuristic's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt  # noqa: E402
+
+from hexiscale.viz.common import picture_paths  # noqa: E402
+
+FRONT, CHEAPEST, FASTEST, OTHER = "#4C72B0", "#55A868", "#C44E52", "#BBBBBB"
+
+
+def draw_frontier(problem, front, labels: list[str], out_dir: str | Path, prefix: str = "") -> Path:
+    """Write frontier.png (PREFIX-frontier.png) into out_dir; `labels` name each point's rented GPUs."""
+    (path,) = picture_paths(out_dir, prefix, ("frontier",))
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    solved = [s for s in front.solves if s.iteration_s is not None]
+    ax.scatter([s.rent_per_hour for s in solved], [s.iteration_s for s in solved], color=OTHER, s=18,
+               label="plan of a budget level", zorder=2)
+    points = front.points
+    rents, times = [p.rent_per_hour for p in points], [p.iteration_s for p in points]
+    ax.step(rents, times, where="post", color=FRONT, linewidth=1.5, zorder=3)
+    ax.scatter(rents, times, color=FRONT, s=40, zorder=4, label="Pareto-optimal plan")
+    _mark(ax, points, labels)
+    ax.set_xlabel("rent per hour")
+    ax.set_ylabel("iteration time T (s)")
+    ax.set_title(_title(problem, front), fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _mark(ax, points, labels: list[str]) -> None:
+    """The rented GPUs beside each point; the cheapest per token and the fastest ringed."""
+    for p, label in zip(points, labels):
+        ax.annotate(label, (p.rent_per_hour, p.iteration_s), textcoords="offset points", xytext=(6, 5), fontsize=7)
+    if not points:
+        return
+    cheapest = min(points, key=lambda p: (p.cost_per_mtok, p.iteration_s))
+    fastest = min(points, key=lambda p: (p.iteration_s, p.rent_per_hour))
+    ax.scatter([cheapest.rent_per_hour], [cheapest.iteration_s], s=160, facecolors="none", edgecolors=CHEAPEST,
+               linewidths=2, zorder=5, label=f"cheapest per token ({cheapest.cost_per_mtok:.4g} per Mtok)")
+    ax.scatter([fastest.rent_per_hour], [fastest.iteration_s], s=260, facecolors="none", edgecolors=FASTEST,
+               linewidths=1.5, zorder=5, label="fastest")
+
+
+def _title(problem, front) -> str:
+    how = ("exact: every point proven" if front.proven else
+           "exact method, not every point proven (time limit)" if front.exact else
+           "heuristic: points not proven")
+    return f"{problem.name}: time–rent frontier ({how})"
