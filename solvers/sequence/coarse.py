@@ -57,15 +57,21 @@ def device_speed(problem: Problem) -> np.ndarray:
     return per_cluster("speed", problem, lambda c: c.machine_flops[c.machine_of_device])
 
 
-DEALS = ("speed", "devices")  # what the contiguous runs of `deal_replicas` equalise
+# what the contiguous runs of `deal_replicas` equalise; "striped": every D-th group, so that
+# each replica holds a slice of every machine and GPU type (docs/sequence_bounds.md §5: equal
+# mixed replicas split the micro-batches evenly where one-type replicas cannot)
+DEALS = ("speed", "devices", "striped")
 
 
 def deal_replicas(problem: Problem, groups: list[list[int]], replicas: int,
                   by: str = "speed") -> list[list[list[int]]] | None:
     """Contiguous runs of groups, one per replica, of about equal speed (`by="speed"`) or
-    device count (`by="devices"`: equal ZeRO-3 shards); None when a run would be empty."""
+    device count (`by="devices"`: equal ZeRO-3 shards), or every D-th group (`by="striped"`);
+    None when a run would be empty."""
     if replicas > len(groups):
         return None
+    if by == "striped":
+        return [groups[r::replicas] for r in range(replicas)]
     speed = device_speed(problem)
     weight = np.array([speed[g].sum() if by == "speed" else len(g) for g in groups], dtype=float)
     cum = np.cumsum(weight) - weight / 2

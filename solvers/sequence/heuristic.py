@@ -200,17 +200,19 @@ class Coarse:
 
     def staged(self) -> None:
         """Large clusters: every HP degree × D (powers of two) on the whole cluster and
-        without its slowest GPU types (`type_sets`), dealt by speed; the STAGED_TOP best dealt
-        by device count too; the STAGED_TOP best of all and the best of each of the STAGED_D
-        best D on the other device sets (slowest machines left out)."""
+        without its slowest GPU types (`type_sets`), dealt by speed (the whole cluster also
+        striped: equal mixed replicas); the STAGED_TOP best dealt by device count too; the
+        STAGED_TOP best of all and the best of each of the STAGED_D best D on the other device
+        sets (slowest machines left out)."""
         for s in range(self.swept):
             for degree in degrees(self.problem):
                 if self.out_of_time():  # once out of time, always (took and found only grow)
                     return
                 groups = len(self.groups_of(s, degree))
                 for d in powers_up_to(replica_counts(self.problem, groups, limit=64)):
-                    if not self.out_of_time():
-                        self.price((s, degree, d, DEALS[0]))
+                    for by in ("speed", "striped") if s == 0 else ("speed",):  # the whole cluster striped too
+                        if not self.out_of_time():
+                            self.price((s, degree, d, by))
         for c in self.ranked()[:STAGED_TOP]:
             for by in DEALS[1:]:
                 if not self.out_of_time():
