@@ -1,0 +1,112 @@
+"""Proven gaps on the paper settings and on generated clusters (issue 33): per problem, the
+default heuristic's plan, the configuration bound (docs/bounds.md) over every D, the gap and
+the time the bound took. The bound is proven, so the heuristic's gap to the optimum is at
+most the gap shown.
+
+    .venv/bin/python benchmarks/bench_bounds.py [--heuristic-limit 20] [--bound-limit 60]
+        [--problems a,b] [--generated 24,40,64] [--seeds 5] [--big 128] [--fresh]
+
+Results are cached in benchmarks/bounds_cache.json by (problem, limits); the table goes to
+benchmarks/report/bounds.md. The generated clusters mix A100-80G, RTX4090 and H20 (Llama-2 13B).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_compare import HETERO, HOMO, load_bench_problem  # noqa: E402
+from instances.generate import generate_cluster, generated_problem  # noqa: E402
+from planner.problem import Problem  # noqa: E402
+from solvers.common import SolverOptions  # noqa: E402
+from solvers.layered.bound.search import configuration_bound  # noqa: E402
+from solvers.layered.heuristic import HeuristicOptions, solve_with as own_search  # noqa: E402
+from solvers.layered.tables import Tables  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / "benchmarks" / "bounds_cache.json"
+REPORT = ROOT / "benchmarks" / "report" / "bounds.md"
+MIX = "A100-80G:1,RTX4090:1,H20:1"
+
+
+def generated(gpus: int, seed: int) -> Problem:
+    cluster = generate_cluster(gpus, MIX, seed)
+    return generated_problem(cluster, "llama2-13b", name=f"gen-{gpus}-s{seed}-llama2-13b")
+
+
+def measure(problem: Problem, heuristic_limit: float, bound_limit: float) -> dict:
+    """The heuristic's plan (threads 1) and the configuration bound from it, with their times."""
+    start = time.perf_counter()
+    own = own_search(problem, SolverOptions(time_limit_s=heuristic_limit, threads=1), HeuristicOptions())
+    heuristic_s = time.perf_counter() - start
+    tables = Tables(problem)
+    d_values = list(range(1, tables.max_pipelines + 1))
+    started = time.perf_counter()
+    bound = configuration_bound(tables, own.objective_s, d_values, started + bound_limit)
+    t = own.objective_s
+    return {"problem": problem.name, "gpus": problem.cluster.num_devices, "T": t,
+            "pipelines": len(own.plan.pipelines) if own.plan else None, "bound": bound.value,
+            "trivial": tables.trivial_bound, "gap": (t - bound.value) / t if t else None,
+            "complete": bound.complete, "heuristic_s": heuristic_s, "bound_s": time.perf_counter() - started,
+            "heuristic_limit_s": heuristic_limit, "bound_limit_s": bound_limit}
+
+
+def rows_for(problems: list[tuple[str, callable]], args) -> list[dict]:
+    cache = json.loads(CACHE.read_text()) if CACHE.exists() and not args.fresh else {}
+    rows = []
+    for name, make in problems:
+        key = f"{name}/{args.heuristic_limit:g}/{args.bound_limit:g}"
+        if key not in cache:
+            cache[key] = measure(make(), args.heuristic_limit, args.bound_limit)
+            CACHE.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")
+        row = cache[key]
+        print(f"{name}: T {row['T']:.5g} s, bound {row['bound']:.5g} s, gap {row['gap']:.2%}, "
+              f"{row['bound_s']:.0f} s", flush=True)
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict], args) -> str:
+    lines = ["# Proven gaps (configuration bound, issue 33)", "",
+             f"Heuristic: the default heuristic's own search, {args.heuristic_limit:g} s, 1 thread. Bound: "
+             f"`solvers/layered/bound` (docs/bounds.md) over every D, at most {args.bound_limit:g} s per problem, "
+             "one process on the shared 2-core machine. The gap is (T − bound)/T: the heuristic's plan is "
+             "within it of the optimum. 'open' = the time limit stopped the bound before every D was examined "
+             "(those D contribute the trivial bound).", "",
+             "| problem | GPUs | heuristic T s | D | proven bound s | trivial bound s | gap | bound time s | complete |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['problem']} | {r['gpus']} | {r['T']:.4f} | {r['pipelines']} | {r['bound']:.4f} | "
+                     f"{r['trivial']:.4f} | {r['gap']:.2%} | {r['bound_s']:.0f} | "
+                     f"{'yes' if r['complete'] else 'open'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--heuristic-limit", type=float, default=20.0)
+    parser.add_argument("--bound-limit", type=float, default=60.0)
+    parser.add_argument("--problems", default=",".join(HETERO + HOMO))
+    parser.add_argument("--generated", default="24,40,64", help="generated cluster sizes ('' for none)")
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--big", default="128", help="generated sizes with one seed ('' for none)")
+    parser.add_argument("--fresh", action="store_true", help="ignore the cache")
+    args = parser.parse_args(argv)
+    problems = [(n, lambda n=n: load_bench_problem(n)) for n in args.problems.split(",") if n]
+    sizes = [int(g) for g in args.generated.split(",") if g]
+    problems += [(f"gen-{g}-s{s}-llama2-13b", lambda g=g, s=s: generated(g, s)) for g in sizes for s in range(args.seeds)]
+    problems += [(f"gen-{g}-s0-llama2-13b", lambda g=g: generated(g, 0)) for g in (int(x) for x in args.big.split(",") if x)]
+    rows = rows_for(problems, args)
+    REPORT.write_text(markdown(rows, args))
+    print(f"report: {REPORT}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
