@@ -212,3 +212,16 @@ def test_priced_keeps_the_figures_a_cluster_already_has():
     assert cluster.device_price(0) == 0.40 and cluster.device_price(1) == 0.25
     bare = priced(load_problem("demo-tiny").cluster)
     assert bare.device_price(1) == builtin_prices()["RTX3090"]
+
+
+def test_the_offers_problems():
+    plain, budget, cost = (load_problem(n) for n in
+                           ("offers-llama2-13b", "offers-llama2-13b-budget", "offers-llama2-13b-cost"))
+    cluster = plain.cluster
+    types = {m.gpu for m in cluster.machines}
+    assert 4 <= len(types) <= 6 and cluster.priced and plain.model.name == "llama2-13b"
+    assert float(cluster.machine_rent.sum()) == pytest.approx(92.32)
+    assert budget.budget_per_hour < float(cluster.machine_rent.sum()) / 3  # a menu, not a shopping list
+    assert cost.objective == Objective.cost and plain.objective == Objective.time
+    for t in types:  # the menu's prices are the table's
+        assert cluster.catalog[t].price_per_hour == builtin_prices()[t]
