@@ -1,5 +1,6 @@
 """`make bench`: the solver comparison on the paper's settings, the scaling run, the
-mixed-vendor tables (bench_vendor: vendor.json), and a markdown report with tables and plots
+mixed-vendor tables (bench_vendor: vendor.json), the proven gaps of sequence plans
+(bench_sequence_bounds: report/sequence_bounds.md), and a markdown report with tables and plots
 in benchmarks/report/ (README.md + PNGs).
 
     .venv/bin/python benchmarks/run_all.py [--quick] [--time-limit 60] [--sizes 64,128,256,512,1024]
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_compare  # noqa: E402
 import bench_sequence  # noqa: E402
+import bench_sequence_bounds  # noqa: E402
 import bench_seqlen  # noqa: E402
 import bench_vendor  # noqa: E402
 from hexiscale.cli.compare import ComparisonRow  # noqa: E402
@@ -87,6 +89,9 @@ def main() -> None:
         (args.out / "sequence.json").write_text(json.dumps(sequence, indent=2) + "\n")
         vendor = bench_vendor.run(min(args.time_limit, 20.0), [1.0] if args.quick else [1.0, 16.0])
         (args.out / "vendor.json").write_text(json.dumps(vendor, indent=2) + "\n")
+        # proven gaps of sequence plans on the 32-GPU long-context suite: its own report page
+        bench_sequence_bounds.run(bench_sequence_bounds.QUICK if args.quick else bench_sequence_bounds.SUITE,
+                                  120.0 if args.quick else 600.0, args.out)
     figures = {
         "speedups": draw_speedups(rows, args.out / "speedup.png"),
         "scaling": draw_scaling(scaling, args.out / "scaling.png"),
