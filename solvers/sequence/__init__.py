@@ -6,6 +6,8 @@
 - `baselines`: `seq-uniform` (best uniform layout over the device sets a user would try),
   `seq-uniform-all` (the whole cluster) and `seq-roundrobin`;
 - `exact/`: CP-SAT and MILP over the whole §7.1 space (small clusters), equal to `brute`;
+- `bound/`: a proven lower bound at any size the keys can be listed, and the `bound` solver
+  that starts from the heuristic and closes it (docs/sequence_bounds.md);
 - `space`: what they share (rings as lists, batched pricing of rings, batch split, memory proof);
 - `replan`: the repair after lost devices (§10).
 """
