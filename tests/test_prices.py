@@ -51,6 +51,11 @@ def one_line_error(args) -> str:
     return lines[0]
 
 
+def flat(text: str) -> str:
+    """Terminal output with its wrapping undone (every run of spaces and newlines as one space)."""
+    return " ".join(text.split())
+
+
 def unpriced_cluster() -> dict:
     """DEMO_CLUSTER with the 3090 machine's price removed (its type has none either)."""
     machines = [dict(DEMO_CLUSTER["machines"][0]), {k: v for k, v in DEMO_CLUSTER["machines"][1].items()
@@ -225,3 +230,49 @@ def test_the_offers_problems():
     assert cost.objective == Objective.cost and plain.objective == Objective.time
     for t in types:  # the menu's prices are the table's
         assert cluster.catalog[t].price_per_hour == builtin_prices()[t]
+
+
+def test_evaluate_and_solve_print_rent_and_cost(tmp_path):
+    path = write_problem(tmp_path, budget_per_hour=2.0)
+    result = CliRunner().invoke(app, ["evaluate", path, "demo-tiny"])
+    assert result.exit_code == 0, result.output
+    assert "$1.30/h: 2 of 2 machines (4 of 4 GPUs), within the budget of $2.00/h" in flat(result.stdout)
+    problem, plan = load_problem(path), load_plan("demo-tiny")
+    assert f"${evaluate(problem, plan).cost_per_mtok:.4g} per million tokens" in flat(result.stdout)
+    solved = CliRunner().invoke(app, ["solve", path, "--kind", "layered", "-t", "20"])
+    assert solved.exit_code == 0, solved.output
+    assert "rent $" in flat(solved.stdout) and "per million tokens" in flat(solved.stdout)
+    bare = CliRunner().invoke(app, ["evaluate", write_problem(tmp_path, unpriced_cluster()), "demo-tiny"])
+    assert "per million tokens" not in bare.stdout and "rent" not in bare.stdout
+
+
+def test_show_marks_rented_machines(tmp_path):
+    path = write_problem(tmp_path)
+    one_machine = tmp_path / "plan.json"
+    one_machine.write_text(json.dumps({"format": "hexiscale.plan/1", "problem": "demo-tiny", "pipelines": [
+        {"batch": 8, "stages": [{"devices": [2, 3], "layers": 4}]}]}))
+    result = CliRunner().invoke(app, ["show", path, str(one_machine), "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert any("r3090-0" in line and "$0.50" in line and "rented" in line and "not" not in line for line in lines)
+    assert any("r4090-0" in line and "$0.80" in line and "not rented" in line for line in lines)
+    assert (tmp_path / "cluster.png").stat().st_size > 0
+
+
+def test_idle_view_names_the_machines_the_budget_cannot_rent(tmp_path):
+    path = write_problem(tmp_path, budget_per_hour=1.0)  # the 3090 box ($0.50) fits, the 4090 box ($0.80) not both
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"format": "hexiscale.plan/1", "problem": "demo-tiny", "pipelines": [
+        {"batch": 8, "stages": [{"devices": [2, 3], "layers": 4}]}]}))
+    result = CliRunner().invoke(app, ["evaluate", path, str(plan)])
+    assert result.exit_code == 0, result.output
+    assert "r4090-0: not rented, renting any of them would exceed the budget of $1.00/h" in flat(result.stdout)
+
+
+def test_compare_prints_rent_and_cost_columns(tmp_path):
+    result = CliRunner().invoke(app, ["compare", write_problem(tmp_path), "--solvers", "symmetric", "-t", "20"])
+    assert result.exit_code == 0, result.output
+    assert "$/h" in result.stdout and "$/Mtok" in result.stdout
+    bare = CliRunner().invoke(app, ["compare", write_problem(tmp_path, unpriced_cluster()), "--solvers", "symmetric",
+                                    "-t", "20"])
+    assert "$/h" not in bare.stdout and "tok/s" in bare.stdout

@@ -55,6 +55,9 @@ class ComparisonRow(Frozen):
     wall_s: float | None = Field(default=None, description="solve wall time")
     devices_used: int | None = None
     pipelines: int | None = Field(default=None, description="pipelines (layered) or replicas (sequence)")
+    rent_per_hour: float | None = Field(default=None, description="rent of the machines the plan uses, per hour "
+                                                                  "(docs/prices.md §13; None without prices)")
+    cost_per_mtok: float | None = Field(default=None, description="cost per million tokens (None without prices)")
     message: str = ""
 
 
@@ -92,7 +95,8 @@ def run_solver(problem: Problem, name: str, options: SolverOptions, exact_max_de
     est = evaluate(problem, result.plan)
     units = kind_of(result.plan).units(result.plan)
     return ComparisonRow(**row, iteration_s=est.iteration_s, tokens_per_s=est.tokens_per_s, mfu=est.mfu,
-                         devices_used=len(result.plan.devices), pipelines=len(units)), result
+                         devices_used=len(result.plan.devices), pipelines=len(units),
+                         rent_per_hour=est.rent_per_hour, cost_per_mtok=est.cost_per_mtok), result
 
 
 def with_cross_kind(solvers: list[str], kind: str) -> list[str]:
@@ -204,8 +208,11 @@ def comparison_table(problem: Problem, rows: list[ComparisonRow]) -> Table:
         table.add_column("kind", no_wrap=True)
     table.add_column("status", no_wrap=True)
     ref = solver_kind(kinds[0]).reference_label
-    for col, width in (("T (s)", 6), ("tok/s", 6), ("MFU", 5), ("gap", 5), (ref, 5), ("solve s", 7), ("used", 5)):
-        if col != "gap" or show_gap:
+    priced = any(r.rent_per_hour is not None for r in rows)  # docs/prices.md §13
+    for col, width in (("T (s)", 6), ("tok/s", 6), ("MFU", 5), ("gap", 5), (ref, 5), ("solve s", 7), ("used", 5),
+                       ("$/h", 6), ("$/Mtok", 6)):
+        # with prices, rent and cost take tokens/s's place (T says it) so that the table fits 80 columns
+        if (col != "gap" or show_gap) and (col not in ("$/h", "$/Mtok") or priced) and (col != "tok/s" or not priced):
             table.add_column(col, justify="right", no_wrap=True, min_width=width)
     for r in rows:
         t = _fmt(r.iteration_s, ".4g")
@@ -214,9 +221,11 @@ def comparison_table(problem: Problem, rows: list[ComparisonRow]) -> Table:
         style = STATUS_STYLE.get(r.status, "")
         table.add_row(r.solver, *([r.kind] if mixed else []),
                       f"[{style}]{r.status}[/]" if style else r.status, t,
-                      _kilo(r.tokens_per_s), _fmt(r.mfu, ".1%"), *([_fmt(r.gap, ".1%")] if show_gap else []),
+                      *([] if priced else [_kilo(r.tokens_per_s)]), _fmt(r.mfu, ".1%"),
+                      *([_fmt(r.gap, ".1%")] if show_gap else []),
                       _fmt(r.speedup, ".2f", "×"), _fmt(r.wall_s, ".2g"),
-                      "—" if r.devices_used is None else f"{r.devices_used}/{problem.cluster.num_devices}")
+                      "—" if r.devices_used is None else f"{r.devices_used}/{problem.cluster.num_devices}",
+                      *([_fmt(r.rent_per_hour, ",.2f"), _fmt(r.cost_per_mtok, ".4g")] if priced else []))
     return table
 
 

@@ -9,6 +9,7 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.plan_summary import composition, composition_words, device_use_table, is_large, plural, shape_table
+from hexiscale.cli.price_views import beyond_budget, price_rows
 from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
 from hexiscale.cli.vendor_views import bridge_table
 from planner.base import format_seconds
@@ -71,6 +72,8 @@ def summary_view(problem: Problem, est: Estimate) -> Table:
                       f"{format_seconds(p.time_s)} (bubble {format_seconds(p.bubble_s)})")
     table.add_row("tokens/s", f"{est.tokens_per_s:,.0f}")
     table.add_row("MFU", f"{est.mfu:.1%}")
+    for label, text in price_rows(problem, [d for s in est.stages for d in s.devices], est):
+        table.add_row(label, text)
     table.add_row("min headroom", f"{est.min_headroom_gib:.2f} GiB")
     table.add_row("bottleneck", f"{est.bottleneck.kind}: {est.bottleneck.description}")
     return table
@@ -102,14 +105,18 @@ def idle_view(problem: Problem, plan: Plan, est: Estimate, deadline: float | Non
     idle = idle_devices(problem, plan)
     if not idle:
         return None
-    reasons = explain_idle(problem, plan, deadline)
+    beyond = beyond_budget(problem, plan.devices)  # machines the budget cannot rent: no search needed
+    reasons = [r for r in explain_idle(problem, plan, deadline) if r.machine not in beyond]
     used = len(plan.devices)
     table = Table(title=f"{used:,}/{problem.cluster.num_devices:,} devices used; why the others are idle",
                   show_header=False, box=box.SIMPLE, title_justify="left")
     table.add_column()
+    if beyond:
+        table.add_row(f"{', '.join(beyond)}: not rented, renting any of them would exceed the budget of "
+                      f"${problem.budget_per_hour:,.2f}/h")
     for r in reasons:
         table.add_row(r.describe(est.iteration_s))
-    more = len(idle) - len(reasons)
+    more = len(idle) - len(reasons) - len(beyond)
     if more > 0:
         why = "the time limit" if len(reasons) < min(len(idle), MAX_MACHINES) else f"at most {MAX_MACHINES}"
         table.add_row(f"… and {plural(more, 'more machine')} with idle devices, not explained ({why})")

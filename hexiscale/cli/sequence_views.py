@@ -12,6 +12,7 @@ from hexiscale.cli.layered_views import format_devices, time_unit
 from hexiscale.cli.plan_summary import (composition, composition_words, device_use_table, idle_machine_rows,
                                         is_large, plural, shape_table)
 from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
+from hexiscale.cli.price_views import price_rows
 from hexiscale.cli.vendor_views import bridge_table
 from planner.base import format_seconds as seconds
 from planner.problem import Problem
@@ -87,6 +88,8 @@ def summary_view(problem: Problem, est: SeqEstimate) -> Table:
             f"all-to-all {seconds(r.a2a_s)}, attention {seconds(r.attention_s)}, ring {seconds(r.ring_s)})"))
     table.add_row("tokens/s", f"{est.tokens_per_s:,.0f}")
     table.add_row("MFU", f"{est.mfu:.1%}")
+    for label, text in price_rows(problem, [m.device for m in est.members], est):
+        table.add_row(label, text)
     table.add_row("min headroom", f"{est.min_headroom_gib:.2f} GiB")
     table.add_row("bottleneck", f"{est.bottleneck.kind}: {est.bottleneck.description}")
     return table

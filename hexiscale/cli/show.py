@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from hexiscale.cli.app import WorkLog, app, check_plan_is_for, console, fail, friendly_errors, writable_folder
+from hexiscale.cli.price_views import rental_view
 from hexiscale.cli.views import views_for
 from planner.io import load_plan, load_problem
 from planner.kinds import validate
@@ -49,6 +50,9 @@ def show(problem: str = typer.Argument(..., help="problem file or bundled name; 
     bridge = views_for(the_plan).bridge_view(prob, the_plan, None)  # mixed-vendor clusters only
     if bridge is not None:
         console.print(bridge)
+    rental = rental_view(prob, the_plan.devices)  # priced clusters only (docs/prices.md §13)
+    if rental is not None:
+        console.print(rental)
     work.finish()
 
 

@@ -14,6 +14,7 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.budget import CommandBudget
+from hexiscale.cli.price_views import price_rows
 from hexiscale.cli.views import views_for
 from hexiscale.cli.app import EXIT_INFEASIBLE, app, console, err_console, fail, friendly_errors, writable_file
 from planner.kinds import evaluate, kind_of, validate
@@ -77,7 +78,7 @@ def solve(
     for view in views_for(plan).solved_views(prob, plan, estimate, full=full,
                                                       deadline=budget.output_deadline(prob.cluster.num_devices)):
         console.print(view)
-    console.print(status_table(result, estimate))
+    console.print(status_table(result, estimate, prob))
     if output is not None:
         console.print(f"plan written to [bold]{output}[/]")
 
@@ -138,7 +139,7 @@ def _checked(problem: Problem, result: SolveResult):
         bound_s=result.bound_s, wall_s=result.wall_s)})
 
 
-def status_table(result: SolveResult, estimate: Frozen) -> Table:
+def status_table(result: SolveResult, estimate: Frozen, problem: Problem | None = None) -> Table:
     table = Table(box=box.SIMPLE, show_header=False)
     table.add_column(style="bold")
     table.add_column()
@@ -147,6 +148,8 @@ def status_table(result: SolveResult, estimate: Frozen) -> Table:
     table.add_row("iteration time", f"{format_seconds(estimate.iteration_s, 6)}  ({kind.unit}s "
                                     f"{format_seconds(kind.units_s(estimate))} + DP sync {format_seconds(estimate.dp_s)})")
     table.add_row("throughput", f"{estimate.tokens_per_s:,.0f} tokens/s   MFU {estimate.mfu:.1%}")
+    for label, text in price_rows(problem, result.plan.devices, estimate) if problem is not None else ():
+        table.add_row(label, text)
     table.add_row("bottleneck", estimate.bottleneck.description)
     table.add_row("solver", f"{result.solver}: [{style}]{result.status.value}[/] in {result.wall_s:.1f} s")
     if result.bound_s is not None:

@@ -15,6 +15,7 @@ from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
 
 from planner.layered.plan import Plan  # noqa: E402
+from planner.prices import rented_machines  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 from planner.base import plural
 
@@ -95,16 +96,27 @@ def _passes_through(a: np.ndarray, b: np.ndarray, centres: np.ndarray, skip: tup
     return False
 
 
-def _draw_machines(ax, problem: Problem, centres: np.ndarray) -> None:
+def _rent_label(problem: Problem, m: int, rented: frozenset[int] | set[int]) -> str:
+    """A priced machine's rent and whether the plan rents it (docs/prices.md §13); '' unpriced."""
+    if not problem.cluster.priced:
+        return ""
+    return f"\n${float(problem.cluster.machine_rent[m]):,.2f}/h " + ("rented" if m in rented else "not rented")
+
+
+def _draw_machines(ax, problem: Problem, centres: np.ndarray, rented: frozenset[int] | set[int] = frozenset()) -> None:
+    """Machine boxes with their labels; an unrented machine of a priced cluster is dashed and grey."""
     for m, machine in enumerate(problem.cluster.machines):
         cols = min(4, machine.count)
         rows = math.ceil(machine.count / cols)
         w, h = cols * 0.6 + 0.3, rows * 0.6 + 0.3
         cx, cy = centres[m]
+        left = problem.cluster.priced and m not in rented
         ax.add_patch(FancyBboxPatch((cx - w / 2, cy - h / 2), w, h, boxstyle="round,pad=0.05",
-                                    facecolor="white", edgecolor="#555555", zorder=1))
+                                    facecolor="#f2f2f2" if left else "white", edgecolor="#555555",
+                                    linestyle="--" if left else "-", zorder=1))
         ax.text(cx, cy + h / 2 + 0.12, f"{machine.name}\n{machine.count}× {machine.gpu}, "
-                f"{machine.intra_bw_gbps:g} GB/s", ha="center", va="bottom", fontsize=6.5)
+                f"{machine.intra_bw_gbps:g} GB/s" + _rent_label(problem, m, rented), ha="center", va="bottom",
+                fontsize=6.5, color="#888888" if left else "black")
 
 
 def draw_cluster(problem: Problem, plan: Plan, path, title: str = "") -> None:
@@ -116,8 +128,8 @@ def draw_cluster(problem: Problem, plan: Plan, path, title: str = "") -> None:
     scale = min(1.0, 16.0 / (hi[0] - lo[0]), 14.0 / (hi[1] - lo[1]))  # keep big clusters on a page
     fig, ax = plt.subplots(figsize=(3.2 + (hi[0] - lo[0]) * scale, 0.9 + (hi[1] - lo[1]) * scale))
     _draw_links(ax, problem, centres)
-    _draw_machines(ax, problem, centres)
     used = set(plan.devices)
+    _draw_machines(ax, problem, centres, set(rented_machines(problem, used)))
     idle = [d for d in range(problem.cluster.num_devices) if d not in used]
     ax.scatter(pos[idle, 0], pos[idle, 1], s=120, facecolors="white", edgecolors="#999999", zorder=3)
     for p, pipe in enumerate(plan.pipelines):
@@ -134,6 +146,12 @@ def draw_cluster(problem: Problem, plan: Plan, path, title: str = "") -> None:
         ax.scatter([], [], s=60, color=colours[p], label=f"pipeline {p}: {plural(len(pipe.stages), 'stage')}, batch {pipe.batch}")
     if idle:
         ax.scatter([], [], s=60, facecolors="white", edgecolors="#999999", label=f"idle ({len(idle)})")
+    if problem.cluster.priced:  # docs/prices.md §13: whole machines are rented
+        rented = rented_machines(problem, used)
+        rent = float(problem.cluster.machine_rent[list(rented)].sum())
+        ax.plot([], [], color="#555555", label=f"rented: {len(rented)} machines, ${rent:,.2f}/h")
+        ax.plot([], [], color="#555555", linestyle="--",
+                label=f"not rented ({len(problem.cluster.machines) - len(rented)})")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
     ax.set_xlim(lo[0], hi[0])
     ax.set_ylim(lo[1], hi[1])
