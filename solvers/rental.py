@@ -1,4 +1,4 @@
-"""Which machines to rent (docs/prices.md, DESIGN §13): machine sets under a budget, the problem
+"""Which machines to rent (docs/prices.md §13): machine sets under a budget, the problem
 restricted to one set, and a plan of that smaller problem written back in the whole cluster's ids.
 
 A plan that uses only the machines of a set S is a plan of the problem restricted to S with the

@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import ScalarFormatter  # noqa: E402
 
 from hexiscale.viz.common import picture_paths  # noqa: E402
 
@@ -29,6 +30,7 @@ def draw_frontier(problem, front, labels: list[str], out_dir: str | Path, prefix
     ax.step(rents, times, where="post", color=FRONT, linewidth=1.5, zorder=3)
     ax.scatter(rents, times, color=FRONT, s=40, zorder=4, label="Pareto-optimal plan")
     _mark(ax, points, labels)
+    _scales(ax, [s.rent_per_hour for s in solved], [s.iteration_s for s in solved])
     ax.set_xlabel("rent per hour")
     ax.set_ylabel("iteration time T (s)")
     ax.set_title(_title(problem, front), fontsize=10)
@@ -40,10 +42,24 @@ def draw_frontier(problem, front, labels: list[str], out_dir: str | Path, prefix
     return path
 
 
+WIDE = 20.0  # an axis whose figures span more than this factor is drawn in log scale
+
+
+def _scales(ax, rents: list[float], times: list[float]) -> None:
+    """Log axes where the figures span orders of magnitude (rents of 0 keep the rent axis linear)."""
+    for values, axis, set_scale in ((times, ax.yaxis, ax.set_yscale), (rents, ax.xaxis, ax.set_xscale)):
+        if values and min(values) > 0 and max(values) / min(values) > WIDE:
+            set_scale("log")
+            axis.set_major_formatter(ScalarFormatter())  # 40, not 4×10^1
+
+
 def _mark(ax, points, labels: list[str]) -> None:
-    """The rented GPUs beside each point; the cheapest per token and the fastest ringed."""
-    for p, label in zip(points, labels):
-        ax.annotate(label, (p.rent_per_hour, p.iteration_s), textcoords="offset points", xytext=(6, 5), fontsize=7)
+    """The rented GPUs beside each point (the later half's to their left, so that labels stay
+    inside the axes; every other one below its point); the cheapest per token and the fastest ringed."""
+    for i, (p, label) in enumerate(zip(points, labels)):
+        right = i >= len(points) / 2
+        ax.annotate(label, (p.rent_per_hour, p.iteration_s), textcoords="offset points", fontsize=7,
+                    xytext=(-6 if right else 6, 6 if i % 2 == 0 else -12), ha="right" if right else "left")
     if not points:
         return
     cheapest = min(points, key=lambda p: (p.cost_per_mtok, p.iteration_s))
