@@ -4,7 +4,8 @@ per hour, or the cost per token.
 `honouring(fn, exact=...)` wraps a registered solver (`solvers.registry.get` wraps every one):
 - objective `time` without a budget: the solver itself;
 - a budget: the solver's own budget when it has one (a function marked `honours_budget`: the
-  layered exact models, whose rented_M binaries carry it), else the solver on machine sets
+  layered exact models, whose rented_M binaries carry it; but on each maximal affordable set
+  when there are at most FEW_SETS, where smaller models prove more), else the solver on machine sets
   (`solvers.rental`): the whole cluster when it fits the budget, else each maximal affordable
   set — every one of them, up to interchangeable machines, for an exact solver or a small
   cluster (so the optimum and the bound are proven), else the heuristic's candidate sets (most
@@ -33,6 +34,7 @@ from solvers.common import SolveResult, SolverOptions
 SolverFn = Callable[[Problem, SolverOptions], SolveResult]
 EXACT_SETS = 8  # a heuristic solves every maximal affordable set when there are at most this many
 CANDIDATE_SETS = 4  # else this many candidate sets
+FEW_SETS = 4  # a solver with its own budget solves each maximal set when there are at most this many
 MIN_SET_S = 0.05  # a machine set is solved only with at least this much time
 
 
@@ -40,7 +42,8 @@ def honouring(fn: SolverFn, *, exact: bool) -> SolverFn:
     """`fn` made to honour the problem's objective and budget (see the module text)."""
     if getattr(fn, "honours_objective", False):
         return fn
-    budgeted = fn if getattr(fn, "honours_budget", False) else functools.partial(within_budget, fn, exact=exact)
+    native = getattr(fn, "honours_budget", False)
+    budgeted = functools.partial(native_or_sets if native else within_budget, fn, exact=exact)
 
     @functools.wraps(fn)
     def solve(problem: Problem, options: SolverOptions) -> SolveResult:
@@ -100,6 +103,20 @@ def least_rent_of_ties(problem: Problem, options: SolverOptions, budgeted: Solve
         plan = tie.plan.model_copy(update={"problem": problem.name, "solver": result.plan.solver})
         result = result.model_copy(update={"plan": plan, "objective_s": tie.objective_s})
     return result
+
+
+def native_or_sets(fn: SolverFn, problem: Problem, options: SolverOptions, *, exact: bool) -> SolveResult:
+    """A solver that carries the budget itself, on the whole problem — unless the budget leaves at
+    most FEW_SETS maximal machine sets: then on each of them (smaller models prove more: their
+    trivial and combinatorial bounds count only the set's devices)."""
+    try:
+        sets = rental.maximal_sets(problem, problem.budget_per_hour)
+    except ValueError:  # too many to list
+        sets = None
+    everything = rental.rent_of(problem, rental.all_machines(problem)) <= problem.budget_per_hour * (1 + 1e-9)
+    if sets is None or everything or len(sets) > FEW_SETS:
+        return fn(problem, options)
+    return within_budget(fn, problem, options, exact=exact)
 
 
 def machine_sets(problem: Problem, budget: float, exact: bool) -> tuple[list[tuple[int, ...]], bool]:

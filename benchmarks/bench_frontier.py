@@ -1,0 +1,148 @@
+"""The heuristic's time–rent frontier against the exact solver's, per budget level, and the
+1,024-GPU frontier command's wall time (docs/frontier.md).
+
+Part 1 — for each problem (the bundled offers problem and generated 64-GPU priced clusters,
+`generate_cluster(..., prices)` as `hexiscale generate cluster --prices` writes them) and each of
+`--levels` budgets (geometric from the cheapest rent that can hold the model states to the whole
+cluster's, as `hexiscale frontier` picks them): the heuristic under the budget (`--heuristic-s`),
+then CP-SAT under the same budget (`--exact-s`; rented_M and the budget in the model, warm-started
+from the heuristic's plan within the budget). Columns: the heuristic's T, the exact solver's T
+and status, the proven lower bound at that budget, the heuristic's excess over the exact T and
+its gap to the bound; "within 3 %" holds where the heuristic's T is within 3 % of the proven
+optimum or, where none is proven, of the best proven bound.
+
+Part 2 — `hexiscale frontier` (the installed command, so start-up counts) with 10 budget levels
+on a generated 1,024-GPU priced cluster, -t 60: the whole command's wall time.
+
+    .venv/bin/python benchmarks/bench_frontier.py [--levels 6] [--heuristic-s 20] [--exact-s 60]
+        [--problems offers-llama2-13b,gen64-s0,gen64-s1] [--skip-large] [--out benchmarks/report/frontier.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from instances.generate import generate_cluster, generated_problem, write_problem  # noqa: E402
+from instances.price_table import priced  # noqa: E402
+from planner.io import load_problem  # noqa: E402
+from planner.kinds import iteration_time  # noqa: E402
+from planner.prices import rent_per_hour  # noqa: E402
+from solvers.common import SolverOptions  # noqa: E402
+from solvers.frontier import at_budget, budget_levels  # noqa: E402
+from solvers.registry import get  # noqa: E402
+
+MIX = "A100-80G:0.25,H800:0.25,RTX4090:0.25,H20:0.25"
+WITHIN = 0.03
+COLUMNS = ("problem", "budget/h", "heur. T s", "heur. rent/h", "exact T s", "exact status", "bound s",
+           "heur. vs exact", "heur. gap to bound", "within 3 %")
+
+
+def problem_named(name: str):
+    """A bundled problem, or gen64-sK: a generated 64-GPU priced cluster (seed K) with Llama-2 13B."""
+    if name.startswith("gen64-s"):
+        cluster = priced(generate_cluster(64, MIX, int(name.removeprefix("gen64-s"))))
+        return generated_problem(cluster, "llama2-13b", name=f"gen-64-s{name.removeprefix('gen64-s')}-llama2-13b")
+    return load_problem(name)
+
+
+def level_row(problem, budget: float, heuristic_s: float, exact_s: float) -> dict:
+    """One budget level: the heuristic's plan and CP-SAT's, both within the budget."""
+    at = at_budget(problem, budget)
+    heur = get("heuristic")(at, SolverOptions(time_limit_s=heuristic_s))
+    exact = get("cpsat")(at, SolverOptions(time_limit_s=exact_s))
+    t_h = iteration_time(problem, heur.plan) if heur.plan is not None else None
+    t_e = iteration_time(problem, exact.plan) if exact.plan is not None else None
+    bound = exact.bound_s
+    reference = t_e if exact.status.value == "optimal" else bound
+    return {"problem": problem.name, "budget": budget, "heuristic_s": t_h,
+            "heuristic_rent": rent_per_hour(problem, heur.plan) if heur.plan is not None else None,
+            "exact_s": t_e, "exact_status": exact.status.value, "bound_s": bound,
+            "vs_exact": None if t_h is None or t_e is None else t_h / t_e - 1,
+            "gap": None if t_h is None or not bound else (t_h - bound) / t_h,
+            "within": None if t_h is None or reference is None else t_h <= reference * (1 + WITHIN)}
+
+
+def large_frontier_seconds(levels: int = 10, limit_s: float = 60.0) -> dict:
+    """`hexiscale frontier` on a generated 1,024-GPU priced problem: the whole command, timed."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "gen1024.yaml"
+        write_problem(generated_problem(priced(generate_cluster(1024, MIX, 0))), path)
+        command = [str(Path(sys.executable).parent / "hexiscale"), "frontier", str(path), "--levels", str(levels),
+                   "-t", str(limit_s), "--json"]
+        start = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+    rows = json.loads(done.stdout) if done.returncode == 0 else []
+    return {"wall_s": wall, "limit_s": limit_s, "levels": levels, "points": len(rows), "returncode": done.returncode,
+            "rows": [{k: r[k] for k in ("rent_per_hour", "iteration_s", "cost_per_mtok")} for r in rows]}
+
+
+def _f(x, spec: str) -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def table_rows(rows: list[dict]) -> list[list[str]]:
+    return [[r["problem"], f"{r['budget']:.2f}", _f(r["heuristic_s"], ".4g"), _f(r["heuristic_rent"], ".2f"),
+             _f(r["exact_s"], ".4g"), r["exact_status"], _f(r["bound_s"], ".4g"), _f(r["vs_exact"], "+.2%"),
+             _f(r["gap"], ".2%"), {True: "yes", False: "no", None: "—"}[r["within"]]] for r in rows]
+
+
+def report(rows: list[dict], large: dict | None, args) -> str:
+    """benchmarks/report/frontier.md's text."""
+    lines = ["# The time–rent frontier: heuristic against the exact solver", "",
+             f"`benchmarks/bench_frontier.py --levels {args.levels} --heuristic-s {args.heuristic_s:g} "
+             f"--exact-s {args.exact_s:g}` on 2 shared cores (docs/frontier.md). Per budget level: the heuristic "
+             "under the budget, then CP-SAT under it (rented_M and the budget in the model, warm-started from the "
+             "heuristic's plan). *within 3 %*: the heuristic's T within 3 % of the proven optimum, or of the "
+             "best proven bound where no optimum is proven.", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(rows)]
+    if large is not None:
+        lines += ["", f"1,024-GPU priced cluster (generated, seed 0, {MIX}, Llama-2 70B): `hexiscale frontier "
+                      f"--levels {large['levels']} -t {large['limit_s']:g}` took {large['wall_s']:.1f} s in all "
+                      f"(exit {large['returncode']}), {large['points']} points on the frontier."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problems", default="offers-llama2-13b,gen64-s0,gen64-s1")
+    parser.add_argument("--levels", type=int, default=6)
+    parser.add_argument("--heuristic-s", type=float, default=20.0)
+    parser.add_argument("--exact-s", type=float, default=60.0)
+    parser.add_argument("--skip-large", action="store_true", help="leave out the 1,024-GPU command")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "report" / "frontier.md")
+    args = parser.parse_args()
+    console, rows = Console(), []
+    for name in args.problems.split(","):
+        problem = problem_named(name)
+        for budget in budget_levels(problem, args.levels):
+            console.print(f"[dim]{problem.name} at {budget:.2f}/h …[/]")
+            rows.append(level_row(problem, budget, args.heuristic_s, args.exact_s))
+    large = None if args.skip_large else large_frontier_seconds()
+    table = Table(title="heuristic vs exact per budget level")
+    for col in COLUMNS:
+        table.add_column(col)
+    for cells in table_rows(rows):
+        table.add_row(*cells)
+    console.print(table)
+    if large is not None:
+        console.print(f"1,024 GPUs: frontier --levels 10 -t 60 took {large['wall_s']:.1f} s, {large['points']} points")
+    args.out.write_text(report(rows, large, args))
+    args.out.with_suffix(".json").write_text(json.dumps({"levels": rows, "large": large}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
