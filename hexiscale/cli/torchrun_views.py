@@ -47,7 +47,7 @@ def print_torchrun(job, prob, the_plan, master_addr: str | None, ifname: str | N
     job_path = folder / "job.json"
     job_path.write_text(job.model_dump_json())
     console.print(f"wrote the job file {job_path}: {describe_job(job)}", highlight=False, soft_wrap=True)
-    machines = used_machines(the_plan, prob)
+    machines = used_machines(the_plan, prob.cluster)
     master, note = master_note(master_addr, prob.cluster.machines[machines[0][0]].name, len(machines))
     timeout = job.config.timeout_s
     for line in (note, interface_note(master, ifname),

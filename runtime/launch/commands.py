@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.hardware import Cluster
 from planner.problem import Problem
 from runtime.kinds import runtime_of
 from runtime.launch.netif import IFNAME_VARS
@@ -38,21 +39,21 @@ class MachineCommand:
         return " ".join([*assignments, shlex.join(self.argv)])
 
 
-def used_machines(plan: Any, problem: Problem) -> list[tuple[int, int]]:
+def used_machines(plan: Any, cluster: Cluster) -> list[tuple[int, int]]:
     """(machine, used devices on it) for every machine the plan uses, in cluster order."""
-    used, cluster = set(runtime_of(plan).devices(plan)), problem.cluster
+    used = set(runtime_of(plan).devices(plan))
     counts = [(m, len(used & set(cluster.devices_of(m)))) for m in range(len(cluster.machines))]
     return [(m, n) for m, n in counts if n]
 
 
-def machine_commands(job_path: str, plan: Any, problem: Problem, master_addr: str, port: int, timeout_s: float,
+def machine_commands(job_path: str, plan: Any, cluster: Cluster, master_addr: str, port: int, timeout_s: float,
                      ifname: str | None = None, python: str = "python") -> list[MachineCommand]:
     """The command of each machine the plan uses. `timeout_s` bounds the rendezvous (torchrun's
     `--rdzv-conf=timeout`); `ifname`: the interface every machine binds (else each picks the one
     that routes to `master_addr`)."""
-    machines = used_machines(plan, problem)
+    machines = used_machines(plan, cluster)
     env = {var: ifname for var in IFNAME_VARS} if ifname else {}
-    return [MachineCommand(machine, problem.cluster.machines[machine].name, node, ranks, (
+    return [MachineCommand(machine, cluster.machines[machine].name, node, ranks, (
         python, "-m", "runtime.launch.torchrun", f"--nnodes={len(machines)}", f"--node-rank={node}",
         f"--nproc-per-node={ranks}", f"--master-addr={master_addr}", f"--master-port={port}",
         f"--rdzv-conf=timeout={math.ceil(timeout_s)}", "-m", "runtime.launch.worker", job_path,
@@ -65,7 +66,7 @@ def torchrun_commands(job_path: str, plan: Any, problem: Problem, master_addr: s
     (docs/vendors.md §8: CUDA on nvidia, ROCm on amd); run each on its machine, from a folder
     where `runtime` imports."""
     lines = []
-    for command in machine_commands(job_path, plan, problem, master_addr, port, timeout_s, ifname):
+    for command in machine_commands(job_path, plan, problem.cluster, master_addr, port, timeout_s, ifname):
         lines += [torch_build_note(problem.cluster, command.machine), command.line()]
     return lines
 

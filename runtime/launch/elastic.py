@@ -38,6 +38,9 @@ from planner.base import plural
 
 # (problem, plan, lost device ids of that problem) → (new problem, new plan, old T, new T)
 Replanner = Callable[[Problem, Any, list[int]], tuple[Problem, Any, float | None, float]]
+# (job of one attempt, failure to inject or None) → (its result, the ranks lost in it): where the
+# attempt runs (default: local processes; runtime.testbed.runs: one command per emulated machine)
+Launch = Callable[[Job, FailureInjection | None], tuple[RunResult, list[int]]]
 MAX_RESTARTS = 4
 
 
@@ -87,12 +90,23 @@ def restart_job(job: Job, problem: Problem, plan: Any) -> tuple[Job, int]:
     return new, manifest.step
 
 
+def local_attempt(echo: bool) -> Launch:
+    """Each attempt on local processes; a lost rank is one that died by a signal (`lost_ranks`)."""
+    def launch(job: Job, failure: FailureInjection | None) -> tuple[RunResult, list[int]]:
+        result = launch_local(job, echo=echo, failure=failure, end_others=True)
+        return result, lost_ranks(result)
+
+    return launch
+
+
 def run_elastic(problem: Problem, job: Job, replanner: Replanner, *, plan: Any = None, echo: bool = True,
                 failure: FailureInjection | None = None, log: Callable[[str], None] = print,
-                max_restarts: int = MAX_RESTARTS) -> ElasticResult:
+                max_restarts: int = MAX_RESTARTS, launch: Launch | None = None) -> ElasticResult:
     """Run `job` (made for `problem` from `plan`; default: the job's own plan, which is the
     problem's for a layered job) to its steps, re-planning after each lost device.
-    `failure` (tests only) strikes in the first attempt."""
+    `failure` (tests only) strikes in the first attempt. `launch` runs each attempt (default:
+    local processes)."""
+    launch = launch or local_attempt(echo)
     plan = job.plan if plan is None else plan
     if not job.config.checkpoint_dir or not job.config.save_every:
         raise RunError("an elastic run needs checkpoints: set a checkpoint folder and save_every")
@@ -101,12 +115,10 @@ def run_elastic(problem: Problem, job: Job, replanner: Replanner, *, plan: Any =
     events: list[ElasticEvent] = []
     for attempt in range(max_restarts + 1):
         config = job.config.model_copy(update={"out_dir": str(base / f"attempt-{attempt}")})
-        result = launch_local(job.model_copy(update={"config": config}), echo=echo,
-                              failure=failure if attempt == 0 else None, end_others=True)
+        result, lost = launch(job.model_copy(update={"config": config}), failure if attempt == 0 else None)
         steps.update({s["step"]: s for s in result.steps})
         if result.ok:
             return ElasticResult(result, [steps[k] for k in sorted(steps)], events, problem, plan)
-        lost = lost_ranks(result)
         if not lost or attempt == max_restarts:
             raise RunError("the run failed:\n" + result.failure_summary())
         devices = runtime_kind(job.kind).devices(job.plan)  # rank order (a scaled plan keeps its devices)

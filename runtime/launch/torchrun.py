@@ -54,12 +54,24 @@ def failed_ranks(exc) -> str:
     return ", ".join(f"local rank {rank} exit {code}" for rank, code in codes)
 
 
+def quiet_agent_logs() -> None:
+    """torchelastic's loggers each set their own level when made (LOGLEVEL is read only by some):
+    every one made so far goes to CRITICAL, unless LOGLEVEL asks for another."""
+    import logging
+
+    level = os.environ["LOGLEVEL"]
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("torch.distributed") and isinstance(logger, logging.Logger):
+            logger.setLevel(level)
+
+
 def run_agent(args, where: str) -> int:
     """torchrun's agent on `args`; one line and a non-zero code on any failure."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import run
 
+    quiet_agent_logs()
     try:
         run(args)
     except ChildFailedError as exc:

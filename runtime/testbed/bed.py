@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import uuid
@@ -31,6 +32,19 @@ from runtime.testbed.netns import TestbedError
 
 PREFIX = "hxtb"  # every testbed's namespaces start with it; each testbed adds its own id
 STOP_S = 3.0  # SIGTERM, then this long before SIGKILL
+PROBE_S = 2.0  # a machine that does not answer a TCP connect within this is unreachable
+PROBE_PORT = 9  # discard: nothing listens there in a testbed's namespace
+PROBE = f"""
+import socket, sys
+for address in sys.argv[2:]:
+    try:
+        socket.create_connection((address, {PROBE_PORT}), timeout=float(sys.argv[1])).close()
+        print(address)
+    except ConnectionRefusedError:
+        print(address)
+    except OSError:
+        pass
+"""
 
 
 def new_prefix() -> str:
@@ -174,6 +188,16 @@ class Testbed:
     def stop_machine(self, machine: int | str) -> list[int]:
         """SIGKILL every process inside the machine (a machine whose processes all die)."""
         return netns.kill_namespace_processes([self.slot(machine).namespace])
+
+    def reachable(self, machine: int | str, others: list[int | str], timeout_s: float = PROBE_S) -> set[str]:
+        """The machines among `others` that `machine` reaches now over the testbed's network:
+        a TCP connect to a port nobody listens on is refused at once by a machine that is
+        there, and times out (or finds no route) across a cut link."""
+        names = [self.slot(m).name for m in others]
+        addresses = [self.slot(m).address for m in others]
+        done = self.run(machine, [sys.executable, "-c", PROBE, str(timeout_s), *addresses], timeout=timeout_s * len(names) + 30)
+        reached = set(done.stdout.split())
+        return {name for name, address in zip(names, addresses) if address in reached}
 
     # -- the links ------------------------------------------------------------------------
     def link_down(self, machine: int | str) -> None:

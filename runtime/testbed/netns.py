@@ -23,7 +23,11 @@ from runtime.testbed.layout import BRIDGE, SUBNET, MachineSlot, TestbedLayout
 NETNS_ETC = Path("/etc/netns")  # `ip netns exec NS` bind-mounts /etc/netns/NS/* over /etc/*
 NETNS_RUN = Path("/var/run/netns")
 LINK_CLASS, DEFAULT_CLASS, PAIR_CLASS_BASE = 1, 0x10, 0x100
-BURST_S = 0.002  # htb bucket: 2 ms at the class's rate (at least 32 KiB: one GSO segment and change)
+# htb bucket: 2 ms at the class's rate, at least two full frames. A larger floor lets a slow link
+# pass a whole step's messages at once (32 KiB at 1 Mbit/s hid a 20× rate cut); htb charges a
+# GSO segment larger than the bucket against later sends, so the average rate still holds.
+BURST_S = 0.002
+MIN_BURST_BYTES = 2 * 1514
 SUBNET_BITS = SUBNET.split("/")[1]
 
 
@@ -66,7 +70,7 @@ def rate(mbit: float) -> str:
 
 
 def burst(mbit: float) -> str:
-    return f"{max(32 * 1024, int(mbit * 1e6 / 8 * BURST_S))}b"
+    return f"{max(MIN_BURST_BYTES, int(mbit * 1e6 / 8 * BURST_S))}b"
 
 
 def htb_class(ns: str, dev: str, parent: str, classid: str, mbit: float, verb: str = "add") -> None:
