@@ -83,7 +83,8 @@ class Frontier:
 
     @property
     def status_when_empty(self) -> SolveStatus:
-        proved = self.complete and self.solves and self.solves[-1].status == SolveStatus.infeasible
+        # complete with no solve: no rent level holds the model states (exact levels), a proof too
+        proved = self.complete and (not self.solves or self.solves[-1].status == SolveStatus.infeasible)
         return SolveStatus.infeasible if proved else SolveStatus.unknown
 
 
@@ -105,6 +106,8 @@ def frontier(problem: Problem, solve: BudgetedFn, *, exact: bool, time_limit_s: 
     front = Frontier(solver="", exact=rents is not None)
     if rents is not None:
         _descend(problem, solve, rents, front, options, deadline)
+        if not rents:
+            front.message = "no machine set within the budget can hold the model states"
     else:
         _sweep(problem, solve, budget_levels(problem, levels), front, options, deadline)
     front.points = pareto(front.points)
