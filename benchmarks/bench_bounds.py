@@ -48,7 +48,8 @@ def measure(problem: Problem, heuristic_limit: float, bound_limit: float) -> dic
     tables = Tables(problem)
     d_values = list(range(1, tables.max_pipelines + 1))
     started = time.perf_counter()
-    bound = configuration_bound(tables, own.objective_s, d_values, started + bound_limit)
+    bound = configuration_bound(tables, own.objective_s, d_values, started + bound_limit,
+                                first_d=len(own.plan.pipelines) if own.plan else None)
     t = own.objective_s
     return {"problem": problem.name, "gpus": problem.cluster.num_devices, "T": t,
             "pipelines": len(own.plan.pipelines) if own.plan else None, "bound": bound.value,

@@ -36,29 +36,35 @@ class ClassTypes:
     caps: np.ndarray  # [i, first, last] most layers that fit at q = 1 with D's memory
     layers: int  # L
     micro_batches: int  # B/b
+    machine_size: np.ndarray  # [class] devices of its largest machine (a pipeline's usage spans ≥ ⌈u/size⌉ machines)
+    hop: float  # least extra T_pp of a receiver whose sender is on another machine ([U3])
 
     @property
     def num_types(self) -> int:
         return len(self.tp)
 
 
-def machine_classes(tables: Tables) -> np.ndarray:
-    """[machine] → class index: machines alike in every figure a stage on them reads (§3.1, §3.5)."""
+def machine_classes(tables: Tables, by_gpu: bool = False) -> np.ndarray:
+    """[machine] → class index: machines alike in every figure a stage on them reads (§3.1, §3.5);
+    with `by_gpu`, machines alike in their GPU only (coarser classes, [K1] holds for any partition)."""
     cl = tables.cluster
-    keys = list(zip(cl.machine_flops.tolist(), cl.machine_attention_flops.tolist(), cl.machine_memory_bytes.tolist(),
-                    [m.count for m in cl.machines], cl.machine_intra_bw.tolist(), cl.machine_intra_lat.tolist()))
+    keys = list(zip(cl.machine_flops.tolist(), cl.machine_attention_flops.tolist(), cl.machine_memory_bytes.tolist()))
+    if not by_gpu:
+        keys = list(zip(keys, [m.count for m in cl.machines], cl.machine_intra_bw.tolist(),
+                        cl.machine_intra_lat.tolist()))
     index: dict = {}
     return np.array([index.setdefault(k, len(index)) for k in keys], dtype=int)
 
 
-def class_types(tables: Tables, pipelines: int) -> ClassTypes:
+def class_types(tables: Tables, pipelines: int, by_gpu: bool = False) -> ClassTypes:
     """The class-level types of D = `pipelines`: each the most favourable of its machine-level
     types ([K1]); the floors of a last stage's sync are PipelineFloors' [B3] at D."""
     floors = PipelineFloors(tables, pipelines)
     sync_layer, sync_head = floors._last_stage_sync()
     receive = floors._receive_floor()
     n_max = tables.n_max_for(pipelines)
-    of_machine = machine_classes(tables)
+    of_machine = machine_classes(tables, by_gpu)
+    counts = np.array([m.count for m in tables.cluster.machines])
     keys = sorted({(int(of_machine[c.machine]), c.tp) for c in tables.types})
     rows = {k: [i for i, c in enumerate(tables.types) if (int(of_machine[c.machine]), c.tp) == k] for k in keys}
     pick = lambda arr, f: np.array([f(arr[rows[k]]) for k in keys])  # noqa: E731
@@ -69,4 +75,18 @@ def class_types(tables: Tables, pipelines: int) -> ClassTypes:
         per_layer=pick(tables.tau_layer, np.min), head=pick(tables.tau_head, np.min),
         receive=pick(receive, np.min), sync_layer=pick(sync_layer, np.min), sync_head=pick(sync_head, np.min),
         caps=np.array([n_max[rows[k], :, :, 1].max(axis=0) for k in keys], dtype=int),
-        layers=tables.layers, micro_batches=tables.total_micro)
+        layers=tables.layers, micro_batches=tables.total_micro,
+        machine_size=np.array([counts[of_machine == k].max() for k in range(len(devices))]),
+        hop=_hop(tables, receive))
+
+
+def _hop(tables: Tables, receive: np.ndarray) -> float:
+    """min over machine-level types c of (least T_pp into c from another machine − least T_pp
+    into c from any machine): what a stage whose sender sits on another machine pays at least
+    beyond its receive floor (0 on a one-machine cluster) [U3]."""
+    link = tables.pp_link
+    if link.shape[0] < 2:
+        return 0.0
+    cross = np.array([np.delete(link[:, c.machine], c.machine).min() + tables.pp_bcast[i]
+                      for i, c in enumerate(tables.types)])
+    return max(0.0, float((cross - receive).min()))

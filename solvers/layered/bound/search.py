@@ -1,9 +1,11 @@
 """The configuration bound over every D (docs/bounds.md §4): per D, the largest threshold
 the certificate refutes, found by bisection; the bound is the least over D.
 
-A D is only bisected when it could lower the bound found so far: it is first tested at the
-current least (refuted there: it cannot lower it). Thresholds are tested from the incumbent
-down, so a D refuted at the incumbent is proved not to beat it at once.
+The test of a threshold is the integer usage test ([U2], `integer.py`) when the usage table
+fits the time left (classes of identical machines, else classes by GPU), else the LP
+certificate of `master.py`. D values are visited outward from the incumbent's D, and a D is
+only bisected when it could lower the bound found so far: it is first tested at the current
+least (refuted there: it cannot lower it); the first D is tested at the incumbent.
 """
 
 from __future__ import annotations
@@ -11,12 +13,18 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from solvers.layered.bound import integer
 from solvers.layered.bound.classes import class_types
 from solvers.layered.bound.master import Master
+from solvers.layered.bound.pricing import breakpoints
+from solvers.layered.bound.usage import UsageTable, usage_size, usage_tables
 from solvers.layered.tables import Tables
 
 RELATIVE_TOLERANCE = 2e-4  # bisection stops when the bracket is this narrow
 FLOAT_SLACK = 1e-9  # relative: the bound is deflated by this against float noise (docs/bounds.md §5)
+SECONDS_PER_CELL = 4e-9  # measured: a usage table's DP costs about this per (b, ℓ, u, type, n) on a shared core
+TABLE_SHARE = 0.5  # of the time left, the most the usage tables may take (estimated)
+MAX_TABLE_BYTES = 1.5e9  # every D's table together (float32)
 
 
 @dataclass
@@ -46,29 +54,57 @@ class ConfigurationBound:
 
 
 def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[int], deadline: float,
-                        log=lambda s: None) -> ConfigurationBound:
+                        log=lambda s: None, first_d: int | None = None) -> ConfigurationBound:
     """The bound over `d_values` (each D's relaxation is valid for its plans only), with the
-    incumbent as the first threshold (None: the bisection starts from twice the trivial bound)."""
+    incumbent as the first threshold (None: the bisection starts from twice the trivial bound);
+    D is visited outward from `first_d` (the incumbent's D)."""
     floor = tables.trivial_bound
     result = ConfigurationBound(per_d={d: DBound(d, floor) for d in d_values}, floor=floor)
     top = incumbent if incumbent is not None else 2 * floor
-    for d in d_values:
+    usage = _usage_route(tables, d_values, top, deadline, log)
+    for d in outward(d_values, first_d):
         if time.perf_counter() > deadline:
             log(f"configuration bound: time limit before D={d}")
             return result
-        master = Master(class_types(tables, d))
+        test = (lambda v, d=d: integer.refuted(usage[d], d, tables.total_micro, v)) if usage else \
+            Master(class_types(tables, d)).refuted
         entry = result.per_d[d]
-        current = min(max(e.refuted, floor) for e in result.per_d.values() if e.done) if any(
-            e.done for e in result.per_d.values()) else top
-        _bisect(master, entry, floor, min(top, current), deadline)
+        done = [max(e.refuted, floor) for e in result.per_d.values() if e.done]
+        _bisect(test, entry, floor, min([top] + done), deadline)
         log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s" + ("" if entry.done else " (open)"))
     result.complete = all(e.done for e in result.per_d.values())
     return result
 
 
-def _bisect(master: Master, entry: DBound, floor: float, top: float, deadline: float) -> None:
-    """Raise entry.refuted from `floor` towards `top`: first `top` itself, then bisection."""
-    if master.refuted(top):
+def outward(d_values: list[int], first: int | None) -> list[int]:
+    """D values by distance from `first` (the smaller first on ties); as given without one."""
+    if first is None:
+        return list(d_values)
+    return sorted(d_values, key=lambda d: (abs(d - first), d))
+
+
+def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: float,
+                 log) -> dict[int, UsageTable] | None:
+    """Every D's usage table, on the finest classes whose tables fit the time and memory left
+    (identical machines, else machines with the same GPU); None when neither fits."""
+    left = (deadline - time.perf_counter()) * TABLE_SHARE
+    for by_gpu in (False, True):
+        by_d = {d: class_types(tables, d, by_gpu) for d in d_values}
+        any_types = by_d[d_values[0]]
+        b = breakpoints(any_types, top)
+        cells = len(b) * (tables.layers + 1) * usage_size(any_types) * any_types.num_types * tables.layers / 2
+        memory = 4.0 * len(b) * usage_size(any_types) * len(d_values)
+        if cells * SECONDS_PER_CELL <= left and memory <= MAX_TABLE_BYTES:
+            log(f"configuration bound: usage tables over classes {any_types.devices.tolist()}, {len(b)} breakpoints")
+            return usage_tables(by_d, b)
+    log("configuration bound: usage tables too large, LP certificate per D")
+    return None
+
+
+def _bisect(refuted, entry: DBound, floor: float, top: float, deadline: float) -> None:
+    """Raise entry.refuted from `floor` towards `top`: first `top` itself, then bisection
+    (`refuted(v)`: no plan of this D has T ≤ v)."""
+    if refuted(top):
         entry.refuted, entry.done = top, True
         return
     lo, hi = max(floor, entry.refuted), top
@@ -76,7 +112,7 @@ def _bisect(master: Master, entry: DBound, floor: float, top: float, deadline: f
         if time.perf_counter() > deadline:
             return
         mid = 0.5 * (lo + hi)
-        if master.refuted(mid):
+        if refuted(mid):
             lo = mid
         else:
             hi = mid

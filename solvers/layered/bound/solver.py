@@ -47,7 +47,8 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult
     d_values = _d_values(tables, options)
     small = problem.cluster.num_devices <= EXACT_DEVICES
     bound_deadline = time.perf_counter() + (deadline - time.perf_counter()) * (BOUND_SHARE if small else 1.0)
-    config = configuration_bound(tables, best_t, d_values, bound_deadline)
+    config = configuration_bound(tables, best_t, d_values, bound_deadline,
+                                 first_d=len(plan.pipelines) if plan is not None else None)
     bound, notes = config.value, [f"configuration bound {config.value:.6g} s"
                                   + ("" if config.complete else " (not every D examined)")]
     proven_infeasible = False

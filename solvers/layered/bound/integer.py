@@ -1,0 +1,88 @@
+"""The integer configuration test of one D at one threshold v (docs/bounds.md §6, [U2]).
+
+From the usage table of D (least bubble per breakpoint and usage vector), every usage u gets
+its most micro-batches within v: F(u) = max over breakpoints b of ⌊(v − least[b, u])/b⌋ + 1,
+capped at B/b − D + 1. A plan with D pipelines and T ≤ v has D pipelines whose usages fit
+the classes and whose F sum to at least B/b, so the integer programme
+
+    max Σ_u F(u)·x_u   s.t.  Σ_u u·x_u ≤ N,  Σ_u x_u = D,  x_u ∈ ℕ, only u with F(u) ≥ 1
+
+reaches B/b. When its optimum (or HiGHS's proven upper bound on it) is below B/b, no plan
+with D pipelines has T ≤ v. Devices may stay idle, so F is first made non-decreasing in u,
+and only the usages where it steps up (the least devices for each capacity) are columns.
+"""
+
+from __future__ import annotations
+
+import highspy
+import numpy as np
+
+from solvers.layered.bound.pricing import SLACK
+from solvers.layered.bound.usage import UsageTable
+from solvers.milp_backend import quiet_stdout
+
+MILP_SECONDS = 20.0  # per test; past it HiGHS's dual bound decides (still a valid certificate)
+
+
+def capacities(table: UsageTable, threshold: float, most: int) -> np.ndarray:
+    """[*usage] F(u): the most micro-batches a pipeline of usage ≤ u runs within `threshold`."""
+    room = threshold - table.least.astype(np.float64)  # [K, U]
+    with np.errstate(invalid="ignore"):
+        runs = np.where(room >= 0, np.floor(room / table.b[:, None] * (1 + SLACK)) + 1, 0)
+    best = np.minimum(runs.max(axis=0), most).reshape(table.dims)
+    for axis in range(best.ndim):
+        best = np.maximum.accumulate(best, axis=axis)  # devices may stay idle
+    return best
+
+
+def columns(best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(usages [J, classes], capacities [J]) where F steps up: F(u) > F(u − e_k) for every k."""
+    steps = best >= 1
+    for axis in range(best.ndim):
+        lower = np.concatenate([np.zeros_like(np.take(best, [0], axis=axis)),
+                                np.take(best, range(best.shape[axis] - 1), axis=axis)], axis=axis)
+        steps &= best > lower
+    where = np.argwhere(steps)
+    return where, best[steps].astype(float)
+
+
+def refuted(table: UsageTable, pipelines: int, micro: int, threshold: float) -> bool:
+    """True when no D pipelines of this table fit the classes with Σ F ≥ B/b [U2]."""
+    best = capacities(table, threshold, micro - pipelines + 1)
+    usage, cap = columns(best)
+    if not len(cap):
+        return True
+    devices = np.array(table.dims) - 1
+    if cap.max() * pipelines < micro - 1e-9:
+        return True
+    return np.floor(_most_micro(usage, cap, devices, pipelines) + 1e-6) < micro
+
+
+def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelines: int) -> float:
+    """HiGHS's proven upper bound on the integer programme's optimum (its optimum when solved)."""
+    inf = highspy.kHighsInf
+    n, rows = len(cap), len(devices) + 1
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = n, rows
+    lp.col_cost_ = cap
+    lp.col_lower_, lp.col_upper_ = np.zeros(n), np.full(n, float(pipelines))
+    lp.row_lower_ = np.concatenate([np.full(len(devices), -inf), [float(pipelines)]])
+    lp.row_upper_ = np.concatenate([devices.astype(float), [float(pipelines)]])
+    matrix = np.concatenate([usage.T, np.ones((1, n))]).astype(float)  # [rows, n]
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = np.arange(0, rows * n + 1, rows)
+    lp.a_matrix_.index_ = np.tile(np.arange(rows), n)
+    lp.a_matrix_.value_ = matrix.T.ravel()
+    lp.sense_ = highspy.ObjSense.kMaximize
+    lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    with quiet_stdout(True):
+        h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", MILP_SECONDS)
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("mip_rel_gap", 0.0)
+    h.passModel(lp)
+    h.run()
+    if h.getModelStatus() == highspy.HighsModelStatus.kInfeasible:
+        return -np.inf
+    return float(h.getInfo().mip_dual_bound)

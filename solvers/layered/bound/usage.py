@@ -1,0 +1,119 @@
+"""The usage table of the configuration bound (docs/bounds.md §6): for every breakpoint b and
+every usage vector u (devices per class), the least bubble of a relaxed pipeline that uses
+exactly u and whose every stage time is ≤ b — exact over relaxed pipelines ([U1]).
+
+A dynamic programme over (layers covered, usage): the *prefix* (the first stage and any
+middle stages) is built once per problem; the last stage, whose sync floor depends on D, is
+added per D. Arrays are [breakpoint, layers, *usage axes] in float32 (the table is deflated
+by TABLE_SLACK, so rounding only lowers it). Usage axes count each class's devices 0..N_k.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from solvers.layered.bound.classes import ClassTypes
+from solvers.layered.bound.pricing import layer_limits, stage_contribution
+
+TABLE_SLACK = 1e-5  # relative: float32 sums of ≤ 2L terms (each rounding ≤ 6e-8) deflated below the float64 truth
+CHUNK = 48  # breakpoints per block (memory: CHUNK·(L+1)·U floats)
+
+
+@dataclass(frozen=True)
+class UsageTable:
+    """least[k, u]: least bubble with usage exactly u and every τ ≤ b[k] (inf: none) for one D."""
+
+    b: np.ndarray  # [K] breakpoints
+    least: np.ndarray  # [K, U] float32, deflated (U = Π (N_k + 1), C order over classes)
+    dims: tuple[int, ...]  # N_k + 1 per class
+
+
+def usage_size(types: ClassTypes) -> int:
+    return int(np.prod(types.devices + 1))
+
+
+def _shift(block: np.ndarray, axis: int, by: int) -> np.ndarray:
+    """block moved up by `by` along `axis` (a usage axis): out[.., u, ..] = block[.., u − by, ..]."""
+    out = np.full_like(block, np.inf)
+    src, dst = [slice(None)] * block.ndim, [slice(None)] * block.ndim
+    src[axis], dst[axis] = slice(0, block.shape[axis] - by), slice(by, None)
+    out[tuple(dst)] = block[tuple(src)]
+    return out
+
+
+def _add_stage(types: ClassTypes, prefix: np.ndarray, limit: np.ndarray, role: str, upto: int) -> np.ndarray:
+    """min over types i and 1 ≤ n ≤ limit[k, i] of prefix[k, upto − n, u − t_i·e_{class i}] +
+    the stage's bubble share: [K, *usage]."""
+    contrib = stage_contribution(types, role)  # [i, n]
+    best = np.full((prefix.shape[0],) + prefix.shape[2:], np.inf, dtype=np.float32)
+    extra = (1,) * (prefix.ndim - 2)
+    for i in range(types.num_types):
+        top = int(min(upto, limit[:, i].max()))
+        if top < 1:
+            continue
+        n = np.arange(1, top + 1)
+        cost = contrib[i, n][None, :] + np.where(n[None, :] <= limit[:, i:i + 1], 0.0, np.inf)  # [K, top]
+        cand = (prefix[:, upto - n] + cost.reshape(cost.shape + extra).astype(np.float32)).min(axis=1)
+        best = np.minimum(best, _shift(cand, 1 + int(types.cls[i]), int(types.tp[i])))
+    return best
+
+
+def _lone_stage(types: ClassTypes, limit: np.ndarray, role: str, n: int, dims: tuple[int, ...]) -> np.ndarray:
+    """[K, *usage]: one stage of n layers in `role` alone (usage t_i of its class)."""
+    contrib = stage_contribution(types, role)[:, n]
+    out = np.full((limit.shape[0],) + dims, np.inf, dtype=np.float32)
+    for i in range(types.num_types):
+        at = [slice(None)] + [0] * len(dims)
+        at[1 + int(types.cls[i])] = int(types.tp[i])
+        if int(types.tp[i]) < dims[int(types.cls[i])]:
+            value = np.where(n <= limit[:, i], contrib[i], np.inf).astype(np.float32)
+            out[tuple(at)] = np.minimum(out[tuple(at)], value)
+    return out
+
+
+def prefix_table(types: ClassTypes, b: np.ndarray) -> np.ndarray:
+    """[K, L+1, *usage]: least bubble of a first stage plus middle stages covering ℓ layers
+    with usage u, every τ ≤ b ([U1]: stages add, the DP runs over ℓ)."""
+    big_l, dims = types.layers, tuple(int(d) + 1 for d in types.devices)
+    table = np.full((len(b), big_l + 1) + dims, np.inf, dtype=np.float32)
+    first, middle = layer_limits(types, b, "first"), layer_limits(types, b, "middle")
+    for ell in range(1, big_l + 1):
+        start = _lone_stage(types, first, "first", ell, dims)
+        table[:, ell] = np.minimum(start, _add_stage(types, table, middle, "middle", ell))
+    return table
+
+
+def least_bubble(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+    """[K, *usage]: least bubble of a whole relaxed pipeline (prefix + last stage, or one
+    single stage) with usage exactly u and every τ ≤ b, with D's last-stage sync floors."""
+    dims = prefix.shape[2:]
+    whole = _add_stage(types, prefix, layer_limits(types, b, "last"), "last", types.layers)
+    return np.minimum(whole, _lone_stage(types, layer_limits(types, b, "single"), "single", types.layers, dims))
+
+
+def hop_floor(types: ClassTypes) -> np.ndarray:
+    """[*usage]: (machines spanned − 1)·hop, machines spanned ≥ Σ_k ⌈u_k / machine size_k⌉ [U3]."""
+    grids = np.meshgrid(*[np.arange(int(d) + 1) for d in types.devices], indexing="ij")
+    spans = sum(np.ceil(g / int(s)) for g, s in zip(grids, types.machine_size))
+    return np.maximum(spans - 1, 0) * types.hop
+
+
+def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray) -> dict[int, UsageTable]:
+    """The table of every D in `by_d` (same classes); the prefix is built once per block of
+    breakpoints and shared by the D whose memory caps agree (all of them without ZeRO-1)."""
+    ds = sorted(by_d)
+    any_types = by_d[ds[0]]
+    dims = tuple(int(d) + 1 for d in any_types.devices)
+    hops = hop_floor(any_types).astype(np.float32)
+    parts: dict[int, list[np.ndarray]] = {d: [] for d in ds}
+    for lo in range(0, len(b), CHUNK):
+        block, prefixes = b[lo:lo + CHUNK], {}
+        for d in ds:
+            key = by_d[d].caps.tobytes()
+            if key not in prefixes:
+                prefixes[key] = prefix_table(by_d[d], block)
+            parts[d].append(least_bubble(by_d[d], block, prefixes[key]) + hops)
+    return {d: UsageTable(b=b, least=(np.concatenate(parts[d]).reshape(len(b), -1).astype(np.float64)
+                                      * (1 - TABLE_SLACK)).astype(np.float32), dims=dims) for d in ds}
