@@ -20,6 +20,8 @@ class StageEstimate(Frozen):
     compute_s: float = Field(ge=0, description="C_σ per micro-batch")
     tp_s: float = Field(ge=0, description="T_tp,σ per micro-batch")
     tau_s: float = Field(ge=0, description="τ_σ = C_σ + T_tp,σ")
+    forward_s: float = Field(ge=0, description="of τ_σ, the forward pass: C_σ/c + 2·T_tp,σ/r (the simulated "
+                                               "schedule's; the backward is the rest)")
     pp_s: float = Field(ge=0, description="T_pp to the next stage per micro-batch (0 for the last)")
     dp_s: float = Field(ge=0, description="Σ τ_dp over the layers this stage holds")
     memory_gib: float = Field(ge=0, description="W + Act + R per device")
@@ -36,6 +38,9 @@ class PipelineEstimate(Frozen):
     time_s: float = Field(ge=0, description="T_pipe (1F1B)")
     bubble_s: float = Field(ge=0, description="fill and drain: Σ τ + Σ T_pp")
     steady_s: float = Field(ge=0, description="(m−1)·max_k max(τ_k, T_pp,k)")
+    simulated_s: float = Field(ge=0, description="the makespan of the schedule simulated event by event from the "
+                                                 "stages' forward, backward and send times (§3.3); reported beside "
+                                                 "T_pipe, not the objective")
     stages: tuple[StageEstimate, ...]
 
 
@@ -54,6 +59,8 @@ class Estimate(Frozen):
     iteration_s: float = Field(gt=0, description="T = max_p T_pipe + T_dp")
     pipe_s: float = Field(ge=0, description="max_p T_pipe")
     dp_s: float = Field(ge=0, description="T_dp")
+    simulated_s: float = Field(gt=0, description="max_p simulated T_pipe + T_dp: T with the schedule simulated "
+                                                 "(§3.3); reported, not the objective")
     tokens_per_s: float = Field(gt=0)
     mfu: float = Field(ge=0)
     min_headroom_gib: float = Field(description="smallest headroom over every used device")

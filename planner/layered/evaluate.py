@@ -10,6 +10,7 @@ from planner.base import GIB, format_seconds
 from planner.layered.estimate import Bottleneck, Estimate
 from planner.layered.plan import Plan
 from planner.layered.pricing import Breakdown, breakdown, iteration_time, require_valid_structure
+from planner.layered.simulated import forward_time, simulated_pipe_times
 from planner.layered.table import StageTable, stage_table
 from planner.prices import cost_of, rent_per_hour
 from planner.problem import Problem
@@ -29,11 +30,12 @@ def evaluate(problem: Problem, plan: Plan) -> Estimate:
     b = breakdown(problem, table)
     stages = _stage_rows(problem, plan, table, b)
     micro = problem.training.micro_batch
+    simulated = simulated_pipe_times(problem.training, table, b.compute, b.tp, b.tau, b.pp)
     pipelines = [
         {"index": p, "batch": batch, "micro_batches": batch // micro, "time_s": time_s,
-         "bubble_s": bubble_s, "steady_s": time_s - bubble_s, "stages": stages[lo:hi]}
-        for p, (batch, time_s, bubble_s, lo, hi) in enumerate(zip(
-            table.batch.tolist(), b.pipe_time.tolist(), b.bubble.tolist(),
+         "bubble_s": bubble_s, "steady_s": time_s - bubble_s, "simulated_s": sim_s, "stages": stages[lo:hi]}
+        for p, (batch, time_s, bubble_s, sim_s, lo, hi) in enumerate(zip(
+            table.batch.tolist(), b.pipe_time.tolist(), b.bubble.tolist(), simulated.tolist(),
             table.pipe_start[:-1].tolist(), table.pipe_start[1:].tolist()))
     ]
     tokens = problem.training.global_batch * problem.training.seq_len
@@ -42,6 +44,7 @@ def evaluate(problem: Problem, plan: Plan) -> Estimate:
     # one validation of the whole nested mapping: far cheaper than one model per stage
     return Estimate.model_validate({
         "iteration_s": b.iteration, "pipe_s": float(b.pipe_time.max()), "dp_s": b.dp_time,
+        "simulated_s": float(simulated.max()) + b.dp_time,
         "tokens_per_s": tokens / b.iteration,
         "mfu": flops / (b.iteration * problem.cluster.total_peak_flops),
         "min_headroom_gib": float((b.capacity - b.memory).min() / GIB),
@@ -51,7 +54,7 @@ def evaluate(problem: Problem, plan: Plan) -> Estimate:
 
 
 _STAGE_FIELDS = ("pipeline", "index", "machine", "devices", "tp", "layers", "first_layer",
-                 "compute_s", "tp_s", "tau_s", "pp_s", "dp_s", "memory_gib", "states_gib",
+                 "compute_s", "tp_s", "tau_s", "forward_s", "pp_s", "dp_s", "memory_gib", "states_gib",
                  "activations_gib", "capacity_gib", "headroom_gib")
 
 
@@ -62,7 +65,7 @@ def _stage_rows(problem, plan, table, b: Breakdown) -> list[dict]:
         table.pipe.tolist(), table.index.tolist(), [names[m] for m in table.machine.tolist()],
         [s.devices for p in plan.pipelines for s in p.stages], table.tp.tolist(),
         table.layers.tolist(), table.first_layer.tolist(), b.compute.tolist(), b.tp.tolist(),
-        b.tau.tolist(), b.pp.tolist(), b.dp.tolist(), (b.memory / GIB).tolist(),
+        b.tau.tolist(), forward_time(problem.training, b.compute, b.tp).tolist(), b.pp.tolist(), b.dp.tolist(), (b.memory / GIB).tolist(),
         (b.states / GIB).tolist(), (b.activations / GIB).tolist(), (b.capacity / GIB).tolist(), ((b.capacity - b.memory) / GIB).tolist(),
     )
     return [dict(zip(_STAGE_FIELDS, row)) for row in zip(*columns)]
