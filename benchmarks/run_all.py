@@ -1,6 +1,7 @@
 """`make bench`: the solver comparison on the paper's settings, the scaling run, the
 mixed-vendor tables (bench_vendor: vendor.json), the proven gaps of sequence plans
-(bench_sequence_bounds: report/sequence_bounds.md), and a markdown report with tables and plots
+(bench_sequence_bounds: report/sequence_bounds.md), the proven gaps of layered plans
+(bench_bounds: report/bounds.md), and a markdown report with tables and plots
 in benchmarks/report/ (README.md + PNGs).
 
     .venv/bin/python benchmarks/run_all.py [--quick] [--time-limit 60] [--sizes 64,128,256,512,1024]
@@ -23,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_bounds  # noqa: E402
 import bench_compare  # noqa: E402
 import bench_sequence  # noqa: E402
 import bench_sequence_bounds  # noqa: E402
@@ -92,6 +94,10 @@ def main() -> None:
         # proven gaps of sequence plans on the 32-GPU long-context suite: its own report page
         bench_sequence_bounds.run(bench_sequence_bounds.QUICK if args.quick else bench_sequence_bounds.SUITE,
                                   120.0 if args.quick else 600.0, args.out)
+        # proven gaps of layered plans (configuration bound, docs/bounds.md): report/bounds.md
+        bench_bounds.main(["--heuristic-limit", "10", "--bound-limit", "60" if args.quick else "600",
+                           "--problems", ",".join(problems), "--generated", "" if args.quick else "24,40,64",
+                           "--big", "" if args.quick else "128"])
     figures = {
         "speedups": draw_speedups(rows, args.out / "speedup.png"),
         "scaling": draw_scaling(scaling, args.out / "scaling.png"),
