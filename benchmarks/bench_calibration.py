@@ -28,6 +28,11 @@
 6. The noise floor: cluster A's first plan is run again at the end; no model predicts the
    difference between two runs of one plan.
 
+Every prediction of a layered plan is made twice: T of docs/cost-model.md §3.3 (the objective),
+and T with the pipeline schedule simulated event by event ("sim" columns: `evaluate`'s
+simulated_s); a sequence plan has no pipeline schedule, its "sim" is its T.
+`benchmarks/bench_schedule_sim.py` prices the earlier reports' runs both ways.
+
 Everything twice: with the mean of repetitions and steps (the default of profile and
 calibrate: a step adds up many operations) and with the median (`--statistic median`).
 
@@ -58,6 +63,7 @@ from rich.console import Console  # noqa: E402
 
 from planner.calibration import CalibrationError, summarize  # noqa: E402
 from planner.calibration_runs import predicted_rows, refit, scaled_cluster  # noqa: E402
+from planner.layered.evaluate import evaluate  # noqa: E402
 from planner.layered.plan import Pipeline, Plan, Stage  # noqa: E402
 from planner.sequence.plan import Group, Member, Replica, SeqPlan  # noqa: E402
 from planner.problem import Problem  # noqa: E402
@@ -241,6 +247,7 @@ def predict(rows: list[dict], profiles: dict[str, dict], stat: str) -> None:
         record = row[f"record_{stat}"]
         row[f"measured_{stat}"] = record.step_s
         row[f"profile_{stat}"] = float(predicted_rows(record.problem, record.plan)[-1])
+        row[f"profile_sim_{stat}"] = simulated_step(record.problem, record.plan)
         slower = row["probe_s"] / profiles[row["cluster"]]["model_s"]
         steady = scaled_cluster(record.problem.cluster, {"cpu": slower}, {})
         row[f"steady_{stat}"] = float(predicted_rows(record.problem.model_copy(update={"cluster": steady}),
@@ -253,9 +260,19 @@ def predict(rows: list[dict], profiles: dict[str, dict], stat: str) -> None:
                 fitted = with_fitted_eta(record.problem.cluster, others[0].problem.cluster, fitted)
             row[f"calibrated_{stat}"] = float(predicted_rows(record.problem.model_copy(update={"cluster": fitted}),
                                                              record.plan)[-1])
+            row[f"calibrated_sim_{stat}"] = simulated_step(record.problem.model_copy(update={"cluster": fitted}),
+                                                           record.plan)
             row[f"kept_{stat}"] = [f"{f.kind} {f.name}: {f.kept_why}" for f in figures if f.kept_why]
         except ValueError as exc:  # a refused fit is a result too: shown, not hidden
             row[f"calibrated_{stat}"], row[f"refused_{stat}"] = float("nan"), str(exc)
+            row[f"calibrated_sim_{stat}"] = float("nan")
+
+
+def simulated_step(problem: Problem, plan) -> float:
+    """T with the pipeline schedule simulated (`evaluate`'s simulated_s); a sequence plan's T."""
+    if isinstance(plan, SeqPlan):
+        return float(predicted_rows(problem, plan)[-1])
+    return evaluate(problem, plan).simulated_s
 
 
 def with_fitted_eta(cluster, base, fitted):

@@ -14,7 +14,11 @@ from planner.sequence.table import MemberTable
 from runtime.profiling.fit import WRITTEN_OP
 
 STATS = ("mean", "median")  # of repetitions and steps: the mean (the default), and the median
-KEYS = {"profile": "after profile", "steady": "after profile, probe-scaled", "calibrated": "after hold-out calibrate"}
+KEYS = {"profile": "after profile", "steady": "after profile, probe-scaled", "calibrated": "after hold-out calibrate",
+        "profile_sim": "after profile, schedule simulated", "calibrated_sim": "after hold-out calibrate, schedule simulated"}
+# the table's column per key: T of §3.3 (the objective), and T with the schedule simulated (`evaluate`'s simulated_s)
+COLUMNS = {"profile": "profile", "steady": "probe-scaled", "calibrated": "hold-out", "profile_sim": "profile sim",
+           "calibrated_sim": "hold-out sim"}
 
 
 def error(row: dict, key: str, stat: str) -> float:
@@ -27,7 +31,7 @@ def result_table(rows: list[dict], summed: dict) -> Table:
     table.add_column("plan")
     table.add_column("spread", justify="right")
     for stat in STATS:
-        for column in (f"{stat} ms", "profile", "probe-scaled", "hold-out"):
+        for column in (f"{stat} ms", *COLUMNS.values()):
             table.add_column(column, justify="right")
     for r in rows:
         cells = []

@@ -80,6 +80,9 @@ def prediction_table(record: RunRecord, title: str) -> Table:
     for i, (unit, devices, shape) in enumerate(views_for(record.plan).timed_units(record.plan)):
         table.add_row(unit, devices, shape, f"{measured[i] * 1e3:.2f}", f"{predicted[i] * 1e3:.2f}", f"{error[i]:+.1%}")
     table.add_row("step", "", "", f"{measured[-1] * 1e3:.2f}", f"{predicted[-1] * 1e3:.2f}", f"{error[-1]:+.1%}")
+    if (simulated := getattr(views_for(record.plan), "simulated_step", None)) is not None:
+        label, seconds = simulated(record.problem, record.plan)
+        table.add_row(label, "", "", f"{measured[-1] * 1e3:.2f}", f"{seconds * 1e3:.2f}", f"{seconds / measured[-1] - 1:+.1%}")
     return table
 
 

@@ -14,6 +14,7 @@ from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
 from hexiscale.cli.vendor_views import bridge_table
 from planner.base import format_seconds
 from planner.layered.bridge import layered_bridge_traffic
+from planner.layered.evaluate import evaluate
 from planner.layered.estimate import Estimate
 from planner.layered.plan import Plan
 from planner.problem import Problem
@@ -67,9 +68,12 @@ def summary_view(problem: Problem, est: Estimate) -> Table:
     table.add_row("T (iteration)", format_seconds(est.iteration_s))
     table.add_row("max T_pipe", f"{format_seconds(est.pipe_s)}  (pipeline {slowest.index})")
     table.add_row("T_dp", format_seconds(est.dp_s))
+    table.add_row("T simulated", f"{format_seconds(est.simulated_s)}  ({problem.training.schedule} pass by pass; "
+                                 f"not the objective)")
     for p in est.pipelines:
         table.add_row(f"  pipeline {p.index}", f"B_p={p.batch}, m={p.micro_batches}: "
-                      f"{format_seconds(p.time_s)} (bubble {format_seconds(p.bubble_s)})")
+                      f"{format_seconds(p.time_s)} (bubble {format_seconds(p.bubble_s)}; "
+                      f"simulated {format_seconds(p.simulated_s)})")
     table.add_row("tokens/s", f"{est.tokens_per_s:,.0f}")
     table.add_row("MFU", f"{est.mfu:.1%}")
     for label, text in price_rows(problem, [d for s in est.stages for d in s.devices], est):
@@ -187,6 +191,12 @@ def solved_views(problem: Problem, plan: Plan, est: Estimate, *, full: bool = Fa
 
 PREDICTION_TITLE = ("predicted (cost model) against measured: stage τ per micro-batch (forward + backward), step T "
                     "(schedule + gradient sync)")
+
+
+def simulated_step(problem: Problem, plan: Plan) -> tuple[str, float]:
+    """The prediction table's extra row: T with the pipeline schedule simulated pass by pass
+    (docs/cost-model.md §3.3), against the same measured step."""
+    return "step, schedule simulated", evaluate(problem, plan).simulated_s
 
 
 def timed_units(plan: Plan) -> list[tuple[str, str, str]]:

@@ -4,7 +4,9 @@
 A views module defines `plan_table(problem, plan, estimate)`, `estimate_views(problem,
 estimate, full)`, `solved_views(problem, plan, estimate)`, `plan_shape(plan)` (one line),
 `timed_units(plan)` and `PREDICTION_TITLE` (the units a run record times, and the title of
-their predicted-against-measured table), and `run_table(result, plan)` (the summary of a run).
+their predicted-against-measured table), and `run_table(result, plan)` (the summary of a run);
+optionally `simulated_step(problem, plan)` (a row more for that table: the layered kind's T
+with its pipeline schedule simulated).
 """
 
 from __future__ import annotations
