@@ -166,3 +166,43 @@ def test_cli_up_prints_the_layout_and_down_removes_it():
     assert down.exit_code == 0 and "removed 4 namespaces" in " ".join(down.output.split())
     assert state(CLI_PREFIX) == before
     assert "nothing to remove" in CliRunner().invoke(app, ["testbed", "down"]).output
+
+
+def test_a_host_that_cannot_is_one_line(monkeypatch):
+    """Not root: one line saying so (the tests skip with it); the command exits 1 with it."""
+    import hexiscale.cli.testbed as cli_testbed
+    from runtime.testbed import netns
+
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    reason = netns.unavailable_reason()
+    assert reason.startswith("the emulated cluster needs root") and "\n" not in reason
+    monkeypatch.setattr(cli_testbed, "unavailable_reason", lambda: reason)
+    for argv in (["testbed", "up", "tiny-2"], ["testbed", "down"]):
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 1 and result.output.strip().startswith("error: the emulated cluster needs root")
+        assert len(result.output.strip().splitlines()) <= 2  # one line, wrapped at most once by the terminal
+
+
+def test_slowed_links_names_a_lasting_slowdown_against_the_prediction():
+    """Pure: tiny-2 with one stage per machine at 8 Mbit/s predicts 0.066 s of exchange per step
+    (4 micro-batches × 2 × 8 KiB fp32 activations); a one-step stall is not a slowed link."""
+    from planner.io import load_problem
+    from planner.layered.plan import Pipeline, Plan, Stage
+    from runtime.launch.launcher import make_job
+    from runtime.testbed.slow_links import crossing_boundaries, problem_on_testbed, slowed_links
+
+    problem = load_problem("tiny-2-tiny")
+    plan = Plan(pipelines=[Pipeline(batch=8, stages=[Stage(devices=[0], layers=2), Stage(devices=[1], layers=2)])])
+    on_testbed = problem_on_testbed(problem, make_job(problem, plan, "tiny", seq_len=32), 0.0008)
+    (boundary,) = crossing_boundaries(on_testbed, plan)
+    assert (boundary.sender, boundary.receiver) == ("a100-0", "r4090-0")
+    assert boundary.predicted_s == pytest.approx(4 * 2 * 2 * 32 * 32 * 4 / 1e6, rel=0.02)  # + 30 µs latencies
+
+    def steps(comm: list[float]) -> list[dict]:
+        return [{"step": i + 1, "stages": [{"pipeline": 0, "stage": k, "comm_s": c} for k in (0, 1)]}
+                for i, c in enumerate(comm)]
+
+    assert slowed_links(on_testbed, plan, steps([3.0, 0.1, 0.08, 0.6, 0.07, 0.09])) == []  # warm-up, one stall
+    (line,) = slowed_links(on_testbed, plan, steps([3.0, 0.1, 0.08, 0.09, 0.6, 0.7, 0.65]))
+    assert line.startswith("link a100-0 → r4090-0 (pipeline 0, stage 0 → 1) slowed from step 5: its exchange "
+                           "took 0.65 s per step in 3 steps against 0.0658 s predicted (9.9×)"), line

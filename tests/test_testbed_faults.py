@@ -177,9 +177,9 @@ def test_rate_cut_20x_finishes_slower_and_names_the_link(problem, bed_factory, t
     assert_losses_match(job, run.steps)
     (line,) = slowed_links(problem_on_testbed(problem, job, scale), PLAN, run.steps)
     assert "link a100-0 → r4090-0" in line and int(line.split("from step ")[1].split(":")[0]) >= 5, line
-    before = [s["step_s"] for s in run.steps[2:4]]
+    before = [s["step_s"] for s in run.steps[2:4]]  # steps 3 and 4: after the warm-up, before the cut
     after = [s["step_s"] for s in run.steps[5:]]
-    assert min(after) > max(before), (before, after)
+    assert sum(after) / len(after) > 2 * sum(before) / len(before), (before, after)
 
 
 def test_rendezvous_machine_killed_the_other_exits_in_time(problem, bed_factory, tmp_path):

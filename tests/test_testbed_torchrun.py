@@ -22,7 +22,7 @@ from planner.io import load_problem
 from runtime.config import Job
 from runtime.model.reference import train_reference
 from runtime.testbed import Testbed
-from tests.testbed_helpers import ROOT, needs_testbed, state, test_prefix
+from tests.testbed_helpers import ROOT, namespace_inodes, needs_testbed, processes_in, state, test_prefix
 
 pytestmark = [needs_testbed]
 DEBIAN_200_MBIT = {"scale": 0.02, "loopback_own_name": True}  # tiny-2's 1.25 GB/s → 200 Mbit/s
@@ -90,11 +90,16 @@ def test_the_interface_toward_the_master_on_debian_hosts():
 @pytest.mark.slow
 def test_printed_commands_train_where_plain_torchrun_fails(tmp_path, plan_file):
     commands = printed_commands(tmp_path / "run", plan_file, "--master-addr", "10.77.0.1")
-    with Testbed(load_problem("tiny-2-tiny").cluster, prefix=test_prefix(), **DEBIAN_200_MBIT) as bed:
+    prefix = test_prefix()
+    before = state(prefix)
+    with Testbed(load_problem("tiny-2-tiny").cluster, prefix=prefix, **DEBIAN_200_MBIT) as bed:
+        inodes = namespace_inodes(bed)
         plain = run_everywhere(bed, commands, plain_torchrun=True)
         assert any(code not in (None, 0) for code, _ in plain)
         assert any("Connection refused, remote=[127.0.1.1]" in out for _, out in plain), plain  # issue 32's failure
         fixed = run_everywhere(bed, commands)
+        assert processes_in(inodes) == []  # every agent and rank gone before the testbed is
+    assert state(prefix) == before
     assert [code for code, _ in fixed] == [0, 0], fixed
     assert "machine a100-0: ranks bind eth0 (10.77.0.1)" in fixed[0][1]
     assert "machine r4090-0: ranks bind eth0 (10.77.0.2)" in fixed[1][1]

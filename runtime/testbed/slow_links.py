@@ -4,8 +4,8 @@ For every stage-to-stage boundary that crosses machines, the cost model prices t
 one step as m · T_pp,k (docs/cost-model.md §3.2: activations forward and gradients back, per
 micro-batch, at the pair's bandwidth and latency). A run's step record has each stage's
 exchange seconds, waits for the neighbour's compute included; the smaller of the two sides'
-is the one least inflated by those waits. A boundary whose measured exchange passes
-`factor` × its prediction in a step is reported with the first step it did so, the measured and
+is the one least inflated by those waits. A boundary whose measured exchange stays above
+`factor` × its prediction from some step to the end is reported with that step, the measured and
 predicted seconds and their ratio: the link the plan now misprices.
 """
 
@@ -68,14 +68,19 @@ def measured_exchange(step: dict, boundary: Boundary) -> float:
 
 
 def slowed_links(problem: Problem, plan, steps: list[dict], factor: float = SLOW_FACTOR) -> list[str]:
-    """One line per boundary whose exchange passed `factor` × its prediction (see module doc),
-    the warm-up steps left out (their exchanges wait for the ranks' start and first connections)."""
+    """One line per boundary whose exchange stayed above `factor` × its prediction from some step
+    to the run's end (see module doc): a lasting slowdown, not one step's stall on shared cores.
+    The warm-up steps are left out (their exchanges wait for the ranks' start and connections)."""
     lines, steps = [], list(after_warmup(steps))
     for b in crossing_boundaries(problem, plan):
-        slow = [(s["step"], measured_exchange(s, b)) for s in steps if measured_exchange(s, b) > factor * b.predicted_s]
+        measured = [(s["step"], measured_exchange(s, b)) for s in steps]
+        slow = []
+        for step, seconds in reversed(measured):  # the run's last steps, back to the first fast one
+            if seconds <= factor * b.predicted_s:
+                break
+            slow.insert(0, (step, seconds))
         if slow:
-            after = [seconds for _, seconds in slow]
-            mean = sum(after) / len(after)
+            mean = sum(seconds for _, seconds in slow) / len(slow)
             lines.append(f"link {b.sender} → {b.receiver} (pipeline {b.pipeline}, stage {b.stage} → {b.stage + 1}) "
                          f"slowed from step {slow[0][0]}: its exchange took {mean:.3g} s per step in "
                          f"{len(slow)} step{'s' if len(slow) > 1 else ''} against {b.predicted_s:.3g} s predicted "
