@@ -55,7 +55,8 @@ def test_layout_names_addresses_and_one_scale_for_every_link():
     (held,) = layout.pairs  # box_0 ↔ box_1 is slower than both machines' links
     assert (held.a, held.b, held.mbit) == (0, 1, pytest.approx(40))
     assert layout.pair_mbit(0, 1) == pytest.approx(40) and layout.pair_mbit(0, 2) == pytest.approx(200)
-    assert "127.0.1.1 box_1" not in layout.hosts_file(1) and "10.77.0.2 box_1" in layout.hosts_file(1)
+    assert layout.machines[1].host_name == "box-1"  # '_' is no host name's
+    assert "127.0.1.1" not in layout.hosts_file(1) and "10.77.0.2 box_1 box-1\n" in layout.hosts_file(1)
     debian = layout.hosts_file(1, loopback_own_name=True)
     assert debian.index("127.0.1.1 box_1") < debian.index("10.77.0.2 box_1")  # the first match wins
 
@@ -135,10 +136,11 @@ def test_a_signal_tears_the_testbed_down(signum):
 @needs_testbed
 @pytest.mark.slow
 def test_links_carry_their_shaped_rates():
-    """tiny-4 at its fitting scale: 200 Mbit/s to a100-0, 800 between the two RTX boxes; a
-    2 s TCP flow's payload arrives at the shaped rate times TCP's payload share, within 5 %."""
-    with Testbed(load_cluster("tiny-4"), prefix=test_prefix()) as bed:
-        for sender, receiver in ((1, 0), (1, 2)):
+    """Four machines at the fitting scale: box_2 ↔ box_3 at 800 Mbit/s, box_0's link at 200 and the
+    box_0 ↔ box_1 pair held to 40 by a class of its own; a 2 s TCP flow's payload arrives at the
+    shaped rate times TCP's payload share, within 5 %."""
+    with Testbed(four_machines(), prefix=test_prefix()) as bed:
+        for sender, receiver in ((2, 3), (2, 0), (0, 1)):
             server = bed.start(receiver, [PYTHON, "-c", SERVER], stdout=subprocess.PIPE, text=True)
             time.sleep(0.5)
             bed.run(sender, [PYTHON, "-c", CLIENT, bed.address(receiver)])

@@ -56,7 +56,7 @@ def in_namespace(slot: MachineSlot, argv: list[str]) -> list[str]:
     """`argv` run inside the machine's namespace with its own host name (a UTS namespace of its
     own): `ip netns exec` also mounts its hosts file over /etc/hosts."""
     return ["ip", "netns", "exec", slot.namespace, "unshare", "--uts", "--", "sh", "-c",
-            'hostname "$0" && exec "$@"', slot.name, *argv]
+            'hostname "$0" && exec "$@"', slot.host_name, *argv]
 
 
 class Testbed:

@@ -43,7 +43,8 @@ class MachineSlot(Frozen):
     """One machine of the cluster as a namespace."""
 
     index: int = Field(ge=0, description="machine index in the cluster file")
-    name: str = Field(min_length=1, description="machine name in the cluster file (its host name in the testbed)")
+    name: str = Field(min_length=1, description="machine name in the cluster file (it resolves in the testbed)")
+    host_name: str = Field(min_length=1, description="its host name: the name where a host name allows it")
     namespace: str = Field(min_length=1, description="network namespace name")
     address: str = Field(description="its own address on the testbed's subnet")
     interface: str = Field(default=MACHINE_INTERFACE, description="its interface inside the namespace")
@@ -98,8 +99,8 @@ class TestbedLayout(Frozen):
         own = self.machines[machine].name
         lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost"]
         if loopback_own_name:
-            lines.append(f"127.0.1.1 {own}")
-        lines += [f"{m.address} {m.name}" for m in self.machines]
+            lines.append(f"127.0.1.1 {' '.join(dict.fromkeys((own, self.machines[machine].host_name)))}")
+        lines += [f"{m.address} {' '.join(dict.fromkeys((m.name, m.host_name)))}" for m in self.machines]
         return "\n".join(lines) + "\n"
 
 
@@ -144,7 +145,8 @@ def plan_layout(cluster: Cluster, prefix: str, scale: float | None = None) -> Te
     if slowest < MIN_LINK_MBIT:
         raise ValueError(f"--scale {scale:g} shapes the slowest link to {slowest:.3g} Mbit/s, "
                          f"below {MIN_LINK_MBIT:g} Mbit/s: choose a larger scale")
-    machines = tuple(MachineSlot(index=i, name=m.name, namespace=f"{prefix}-{i}-{name_part(m.name)}",
+    machines = tuple(MachineSlot(index=i, name=m.name, host_name=name_part(m.name),
+                                 namespace=f"{prefix}-{i}-{name_part(m.name)}",
                                  address=machine_address(i), hub_interface=f"m{i}",
                                  link_mbit=float(link_gbps[i]) * scale * MBIT_PER_GBPS,
                                  planned_gbps=float(link_gbps[i]))
