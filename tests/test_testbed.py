@@ -85,6 +85,9 @@ def test_up_makes_resolving_shaped_machines_and_down_leaves_nothing():
         lines = done.stdout.splitlines()
         assert lines[0] == "r4090-0" and "10.77.0.2" in lines[1] and "10.77.0.1" in lines[2] and "htb" in done.stdout
         sleeper = bed.start(0, ["sleep", "300"])
+        deadline = time.monotonic() + 10  # `ip netns exec` enters the namespace a moment after the start
+        while not processes_in(inodes) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert processes_in(inodes)
     assert sleeper.poll() is not None and wait_gone(inodes) == []
     assert state(prefix) == before and bed.removed["namespaces"]
