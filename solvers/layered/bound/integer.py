@@ -55,11 +55,26 @@ def refuted(table: UsageTable, pipelines: int, micro: int, threshold: float) -> 
     devices = np.array(table.dims) - 1
     if cap.max() * pipelines < micro - 1e-9:
         return True
-    return np.floor(_most_micro(usage, cap, devices, pipelines) + 1e-6) < micro
+    return np.floor(_most_micro(usage, cap, devices, pipelines)[0] + 1e-6) < micro
 
 
-def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelines: int) -> float:
-    """HiGHS's proven upper bound on the integer programme's optimum (its optimum when solved)."""
+def chosen_usages(table: UsageTable, pipelines: int, micro: int, threshold: float) -> list[tuple[int, ...]]:
+    """The usages of the D pipelines HiGHS's best solution picks at `threshold` (one entry per
+    pipeline, with repeats), or [] when it has none with Σ F ≥ B/b — the plan builder's start."""
+    best = capacities(table, threshold, micro - pipelines + 1)
+    usage, cap = columns(best)
+    if not len(cap):
+        return []
+    value, x = _most_micro(usage, cap, np.array(table.dims) - 1, pipelines)
+    if x is None or np.dot(cap, np.round(x)) < micro - 1e-6:
+        return []
+    return [tuple(int(v) for v in usage[j]) for j in range(len(cap)) for _ in range(int(round(x[j])))]
+
+
+def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray,
+                pipelines: int) -> tuple[float, np.ndarray | None]:
+    """HiGHS's proven upper bound on the integer programme's optimum (its optimum when solved)
+    and its best solution (None: none found)."""
     inf = highspy.kHighsInf
     n, rows = len(cap), len(devices) + 1
     lp = highspy.HighsLp()
@@ -84,5 +99,6 @@ def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelin
     h.passModel(lp)
     h.run()
     if h.getModelStatus() == highspy.HighsModelStatus.kInfeasible:
-        return -np.inf
-    return float(h.getInfo().mip_dual_bound)
+        return -np.inf, None
+    has = h.getInfo().primal_solution_status == 2  # kSolutionStatusFeasible
+    return float(h.getInfo().mip_dual_bound), (np.array(h.getSolution().col_value) if has else None)

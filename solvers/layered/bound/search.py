@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from solvers.layered.bound import integer
-from solvers.layered.bound.classes import class_types
+from solvers.layered.bound.classes import ClassTypes, class_types
 from solvers.layered.bound.master import Master
 from solvers.layered.bound.pricing import breakpoints
 from solvers.layered.bound.usage import UsageTable, usage_size, usage_tables
@@ -34,6 +34,7 @@ class DBound:
     pipelines: int
     refuted: float = 0.0
     done: bool = False  # the bisection finished (or the D cannot lower the bound)
+    feasible_at: float | None = None  # the least threshold tested and not refuted (plans are built there)
 
 
 @dataclass
@@ -43,6 +44,8 @@ class ConfigurationBound:
     per_d: dict[int, DBound] = field(default_factory=dict)
     floor: float = 0.0  # a bound every plan satisfies (the trivial one), used where a D is open
     complete: bool = False  # every D was examined
+    usage: dict[int, UsageTable] | None = field(default=None, repr=False)  # the usage route's tables per D
+    types: dict[int, ClassTypes] | None = field(default=None, repr=False)  # their class-level types per D
 
     @property
     def value(self) -> float:
@@ -61,7 +64,8 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
     floor = tables.trivial_bound
     result = ConfigurationBound(per_d={d: DBound(d, floor) for d in d_values}, floor=floor)
     top = incumbent if incumbent is not None else 2 * floor
-    usage = _usage_route(tables, d_values, top, deadline, log)
+    usage, result.types = _usage_route(tables, d_values, top, deadline, log)
+    result.usage = usage
     for d in outward(d_values, first_d):
         if time.perf_counter() > deadline:
             log(f"configuration bound: time limit before D={d}")
@@ -84,7 +88,7 @@ def outward(d_values: list[int], first: int | None) -> list[int]:
 
 
 def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: float,
-                 log) -> dict[int, UsageTable] | None:
+                 log) -> tuple[dict[int, UsageTable] | None, dict[int, ClassTypes] | None]:
     """Every D's usage table, on the finest classes whose tables fit the time and memory left
     (identical machines, else machines with the same GPU); None when neither fits."""
     left = (deadline - time.perf_counter()) * TABLE_SHARE
@@ -96,9 +100,9 @@ def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: floa
         memory = 4.0 * len(b) * usage_size(any_types) * len(d_values)
         if cells * SECONDS_PER_CELL <= left and memory <= MAX_TABLE_BYTES:
             log(f"configuration bound: usage tables over classes {any_types.devices.tolist()}, {len(b)} breakpoints")
-            return usage_tables(by_d, b)
+            return usage_tables(by_d, b), by_d
     log("configuration bound: usage tables too large, LP certificate per D")
-    return None
+    return None, None
 
 
 def _bisect(refuted, entry: DBound, floor: float, top: float, deadline: float) -> None:
@@ -108,6 +112,7 @@ def _bisect(refuted, entry: DBound, floor: float, top: float, deadline: float) -
         entry.refuted, entry.done = top, True
         return
     lo, hi = max(floor, entry.refuted), top
+    entry.feasible_at = top
     while hi - lo > RELATIVE_TOLERANCE * hi:
         if time.perf_counter() > deadline:
             return
@@ -115,5 +120,5 @@ def _bisect(refuted, entry: DBound, floor: float, top: float, deadline: float) -
         if refuted(mid):
             lo = mid
         else:
-            hi = mid
+            hi = entry.feasible_at = mid
     entry.refuted, entry.done = lo, True

@@ -6,7 +6,8 @@ that plan with the time left.
    `heuristic` gets (the same seed and time limit; it stops when its work is done), so this
    solver never returns a plan slower than it (issue 33).
 2. The configuration bound over every D (`search.configuration_bound`) with a share of the
-   time left; the incumbent is the first threshold.
+   time left; the incumbent is the first threshold. Plans read back from its usage tables
+   (`plans.plans_from_bound`) replace the heuristic's when faster.
 3. On clusters of at most EXACT_DEVICES devices, CP-SAT warm-started from the best plan with
    the rest of the time; its bound and plan are joined with the others.
 
@@ -22,6 +23,7 @@ from planner.layered.pricing import iteration_time
 from planner.problem import Problem
 from planner.solver_info import SolverInfo, SolveStatus
 from solvers.common import SolveResult, SolverOptions
+from solvers.layered.bound.plans import plans_from_bound
 from solvers.layered.bound.search import configuration_bound
 from solvers.layered.heuristic import HeuristicOptions, solve_with as own_search
 from solvers.layered.tables import Tables, explain_infeasible
@@ -29,7 +31,9 @@ from solvers.layered.tables import Tables, explain_infeasible
 NAME = "colgen"
 EXACT_DEVICES = 16  # up to this many devices CP-SAT gets the time the bound leaves
 BOUND_SHARE = 0.7  # of the time left after the heuristic, for the bound (the rest: CP-SAT)
+LARGE_BOUND_SHARE = 0.9  # the same without CP-SAT (the rest: plans read back from the tables)
 CLOSED = 1e-9  # relative: a bound this close to T proves the plan optimal
+PLAN_SHARE = 0.5  # of the time after the bound's share, what reading plans back from its tables may take
 
 
 def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult:
@@ -46,11 +50,15 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult
     plan = own.plan.model_copy(update={"solver": None}) if own.plan is not None else None
     d_values = _d_values(tables, options)
     small = problem.cluster.num_devices <= EXACT_DEVICES
-    bound_deadline = time.perf_counter() + (deadline - time.perf_counter()) * (BOUND_SHARE if small else 1.0)
+    bound_deadline = time.perf_counter() + (deadline - time.perf_counter()) * (BOUND_SHARE if small else LARGE_BOUND_SHARE)
     config = configuration_bound(tables, best_t, d_values, bound_deadline,
                                  first_d=len(plan.pipelines) if plan is not None else None)
     bound, notes = config.value, [f"configuration bound {config.value:.6g} s"
                                   + ("" if config.complete else " (not every D examined)")]
+    read = plans_from_bound(problem, config, bound_deadline + PLAN_SHARE * (deadline - bound_deadline))
+    if read and (best_t is None or iteration_time(problem, read[0]) < best_t):
+        plan, best_t = read[0], iteration_time(problem, read[0])
+        notes.append(f"plan from the usage tables: D={len(plan.pipelines)}")
     proven_infeasible = False
     if small and (best_t is None or bound < best_t * (1 - CLOSED)) and deadline - time.perf_counter() > 0.5:
         exact = _exact(problem, options, plan, deadline)
