@@ -68,6 +68,15 @@ def coarse_candidates(upper: int, count: int) -> list[int]:
     return [int(x) for x in grid]
 
 
+def aligned_candidates(problem: Problem, upper: int) -> list[int]:
+    """D equal to a machine's device count or to the number of machines (≤ `upper`): there the
+    striped pools deal one equal block of every machine to each pipeline, so stage k of every
+    pipeline shares a machine and the data-parallel sync stays inside it (homo-a800-3x8 7B:
+    D = 8, off the geometric grid, is 7.8 % faster than the grid's best D = 4)."""
+    counts = {int(c) for c in problem.cluster.machine_counts} | {len(problem.cluster.machines)}
+    return sorted(d for d in counts if 1 <= d <= upper)
+
+
 def estimated_d(problem: Problem) -> float:
     """A closed-form guess of the best D: devices over the devices a pipeline uses well —
     about L/2 stages of a typical machine's size (more stages only add bubble and PP hops
@@ -176,7 +185,8 @@ class Search:
         """D over a coarse grid with the first secondary split, then D between the best one's
         neighbours, then the other secondary splits for the best few D."""
         upper = max_pipelines(self.problem, self.options)
-        tried = list(self.heuristic.pipelines or coarse_candidates(upper, self.heuristic.max_d_candidates))
+        tried = list(self.heuristic.pipelines or sorted(set(coarse_candidates(upper, self.heuristic.max_d_candidates))
+                                                         | set(aligned_candidates(self.problem, upper))))
         tried = [d for d in tried if 1 <= d <= upper] or [1]
         caps = self.caps()
         task = progress.add_task("heuristic: D search", total=len(tried) + 9) if progress else None
