@@ -15,7 +15,7 @@ from rich.table import Table
 
 from hexiscale.cli.app import STATISTIC_HELP, app, checked_statistic, console, fail, friendly_errors, writable_file
 from planner.calibration import BandwidthError, CalibrationError
-from planner.io import load_model, load_problem
+from planner.io import load_cluster, load_model, load_problem
 from runtime.host import shared_cores_note
 from runtime.kinds import RUNTIME_KINDS
 from planner.base import plural
@@ -23,6 +23,9 @@ from planner.base import plural
 EXIT_PROFILE_FAILED = 1
 HONESTY = ("one host: 'inter' links join processes of simulated machines; on CPU every pair of processes "
            "talks over gloo's TCP loopback, so both classes measure the same path")
+TESTBED_NOTE = ("emulated cluster: 'inter' links are the testbed's shaped links between network namespaces "
+                "(the cluster file's rates × its scale), 'intra' each namespace's loopback; all ranks share "
+                "this host's cores")
 
 
 def shapes_source(problem: str | None, model: str | None, seq_len: int | None, micro_batch: int | None):
@@ -63,7 +66,8 @@ def check_device(device: str, processes: int) -> None:
             fail(f"--processes {processes}: this machine has {torch.cuda.device_count()} CUDA device(s)")
 
 
-def measure(spec, folder: Path):
+def measure(spec, folder: Path, testbed=None):
+    """The profile's processes here, or (`testbed`: a cluster) inside its emulated machines."""
     from runtime.profiling.launcher import launch_profile  # starts processes: only when profiling
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -74,9 +78,28 @@ def measure(spec, folder: Path):
             bar.update(task, completed=event["done"], total=event["total"], description=event["what"])
 
         try:
-            return launch_profile(spec, folder, update)
+            if testbed is None:
+                return launch_profile(spec, folder, update)
+            return measure_on_testbed(spec, folder, testbed, update)
         except RuntimeError as exc:
             fail(str(exc), EXIT_PROFILE_FAILED)
+
+
+def measure_on_testbed(spec, folder: Path, cluster, update):
+    """Bring the emulated cluster up (one line and exit 1 where this host cannot), profile
+    across its first machines, tear it down."""
+    from runtime.profiling.testbed import profile_on_testbed
+    from runtime.testbed import Testbed, TestbedError
+
+    try:
+        with Testbed(cluster) as bed:
+            console.print(f"on the emulated cluster {cluster.name}: machines "
+                          + ", ".join(f"{m.name} ({m.address}, link {m.link_mbit:,.0f} Mbit/s)"
+                                      for m in bed.layout.machines[:len(spec.machines)])
+                          + f"; rates = the file's × {bed.layout.scale:.4g}", highlight=False, soft_wrap=True)
+            return profile_on_testbed(bed, spec, folder, update)
+    except (TestbedError, ValueError) as exc:
+        fail(f"--testbed: {exc}", EXIT_PROFILE_FAILED)
 
 
 @app.command()
@@ -99,7 +122,10 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
             statistic: str = typer.Option("mean", help=STATISTIC_HELP),
             plans: str = typer.Option("layered", "--for", help="the kind of plans the cluster is for: layered (the "
                                       "all-reduce fit is written) | sequence (the all-to-all fit)"),
-            timeout: float = typer.Option(120.0, min=1, help="seconds any process waits on a peer")) -> None:
+            timeout: float = typer.Option(120.0, min=1, help="seconds any process waits on a peer"),
+            testbed: str = typer.Option(None, help="cluster file or bundled name: profile across its machines, "
+                                        "emulated on this host (network namespaces, shaped links; root: "
+                                        "docs/testbed.md); --machines of them are used")) -> None:
     """Measure achieved FLOP/s, attention time and link times here; write them as a cluster file."""
     from runtime.profiling.launcher import ProfileSpec
 
@@ -122,9 +148,9 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
                   f"{spec_model.name} (seq {seq}, micro-batch {micro}), messages {spec.min_bytes}…{spec.max_bytes} B",
                   highlight=False, soft_wrap=True)
     folder = Path(tempfile.mkdtemp(prefix="hexiscale-profile-"))
-    result = measure(spec, folder)
+    result = measure(spec, folder, load_cluster(testbed)) if testbed else measure(spec, folder)
     write_profile(result, output, name or f"profiled-{socket.gethostname()}", gpu_type_name(device, gpu_name),
-                  statistic, plans, raw=folder / "profile.json")
+                  statistic, plans, raw=folder / "profile.json", honesty=TESTBED_NOTE if testbed else HONESTY)
 
 
 def _larger_messages_hint(result, exc: Exception) -> str:
@@ -139,7 +165,7 @@ def _larger_messages_hint(result, exc: Exception) -> str:
 
 
 def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str = "mean",
-                  plans: str = "layered", raw: Path | None = None) -> None:
+                  plans: str = "layered", raw: Path | None = None, honesty: str = HONESTY) -> None:
     """Fit, show and write; a figure outside physical sense, or one the measurements do not
     determine, is refused and nothing is written (`raw`: where the measurements stay)."""
     from runtime.profiling.fit import profiled_cluster
@@ -154,7 +180,7 @@ def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str
     console.print(links_table(reports))
     cpu = result.spec.device == "cpu"
     shared = shared_cores_note(result.spec.processes, result.spec.threads) if cpu else ""
-    for note in [*notes, HONESTY if cpu else "", shared]:
+    for note in [*notes, honesty if cpu else "", shared]:
         if note:
             console.print(f"note: {note}", highlight=False, soft_wrap=True)
     console.print(f"repeatability: compute (max − min)/median {result.compute_spread:.1%} (median over the "
@@ -165,7 +191,7 @@ def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str
     header = (f"# Measured by `hexiscale profile` on {result.host}: {result.spec.processes} {result.spec.device} "
               f"processes, {len(result.spec.machines)} simulated machine(s); links: the "
               f"{RUNTIME_KINDS[plans].profiled_op} fit, for {plans} plans.\n"
-              f"# {HONESTY if result.spec.device == 'cpu' else ''}\n")
+              f"# {honesty if result.spec.device == 'cpu' else ''}\n")
     output.write_text(header + yaml.safe_dump(cluster.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
     raw = output.with_suffix(".profile.json")
     raw.write_text(result.model_dump_json(indent=1))
@@ -221,4 +247,6 @@ def links_table(reports: dict) -> Table:
                           f"{fit.rms_rel_error:.1%}", str(fit.points))
         for op, (bw, nbytes) in report.direct.items():
             table.add_row(link_class, f"direct {op} {nbytes} B", f"{bw:.3f}", "", "", "1")
+        for op, alpha_us in report.direct_latency_us.items():
+            table.add_row(link_class, f"direct {op} 4 B", "", f"{alpha_us:.1f}", "", "1")
     return table

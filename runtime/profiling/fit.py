@@ -13,7 +13,7 @@ large-message bandwidth are reported beside it.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -117,6 +117,7 @@ class ClassReport:
     per_op: dict[str, LinkFit | str]  # a reason where an operation's own fit is refused
     direct: dict[str, tuple[float, int]]  # per operation: (bw GB/s of its largest message, its bytes)
     mean_error: float  # median over the class's measurements of the mean's relative standard error
+    direct_latency_us: dict[str, float] = field(default_factory=dict)  # per operation: its 4-byte α (`direct_alpha_s`)
 
 
 def class_report(result: ProfileResult, link_class: str, what: str, statistic: Statistic,
@@ -129,9 +130,18 @@ def class_report(result: ProfileResult, link_class: str, what: str, statistic: S
     per_op = {op: written if op == written_op else
               reported_fit([t for t in timings if t.op == op], f"{link_class} {op}", statistic) for op in ops}
     largest = {op: max((t for t in timings if t.op == op), key=lambda t: t.nbytes) for op in ops}
+    small = [t for t in result.small_links if t.link_class == link_class]
     return ClassReport(link_class=link_class, written_op=written_op, written=written, per_op=per_op,
                        direct={op: (direct_bw_gbps(t, statistic), t.nbytes) for op, t in largest.items()},
-                       mean_error=float(np.median([t.mean_error for t in timings])))
+                       mean_error=float(np.median([t.mean_error for t in timings])),
+                       direct_latency_us={t.op: direct_alpha_s(t, statistic) * 1e6 for t in small})
+
+
+def direct_alpha_s(timing: LinkTiming, statistic: Statistic) -> float:
+    """The α one small-message measurement shows by itself: its time over the number of α its
+    cost term counts (p2p 1, all-reduce 2(n − 1)); its 4 bytes weigh nothing beside α."""
+    _, alphas = term_regressors(priced_term(timing))
+    return timing.summary(statistic) / float(alphas)
 
 
 def pass_flops(spec: ProfileSpec, plans: str = DEFAULT_PLANS) -> float:

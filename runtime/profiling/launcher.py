@@ -133,6 +133,9 @@ class ProfileResult(Frozen):
                                "cluster recounts them by §7.2: profiling.fit.pass_flops)")
     attention: tuple[AttentionTiming, ...] = Field(description="attention time against sequence length")
     links: tuple[LinkTiming, ...] = Field(description="every link measurement")
+    small_links: tuple[LinkTiming, ...] = Field(default=(), description="a 4-byte message of each class's p2p and "
+                                                "all-reduce, timed like the others but in no fit: the direct "
+                                                "latency each fitted α is held against")
     memory_gib: float = Field(gt=0, description="memory per device, GiB")
     compute_spread: float = Field(ge=0, description="median (max − min)/median of the compute timings")
 
@@ -141,9 +144,20 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def launch_profile(spec: ProfileSpec, folder: Path, on_progress: Callable[[dict], None] | None = None) -> ProfileResult:
-    """Run the measurement processes; returns rank 0's result or raises RuntimeError with the
-    first failing rank's last error line."""
+# start(rank, argv, env, log file) -> the rank's process: where and how each rank runs
+Starter = Callable[[int, list[str], dict, object], subprocess.Popen]
+
+
+def local_start(rank: int, argv: list[str], env: dict, log) -> subprocess.Popen:
+    """A rank as a child process on this machine."""
+    return subprocess.Popen(argv, env=env, cwd=repo_root(), stdout=log, stderr=subprocess.STDOUT)
+
+
+def launch_profile(spec: ProfileSpec, folder: Path, on_progress: Callable[[dict], None] | None = None,
+                   start: Starter = local_start, master: str = "127.0.0.1") -> ProfileResult:
+    """Run the measurement processes (`start`: each rank's process, by default here; `master`:
+    the address rank 0's store listens on, as the other ranks reach it); returns rank 0's
+    result or raises RuntimeError with the first failing rank's last error line."""
     from runtime.launch.launcher import free_port  # the run launcher's port picker (no torch)
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -151,10 +165,13 @@ def launch_profile(spec: ProfileSpec, folder: Path, on_progress: Callable[[dict]
     Path(spec.progress).write_text("")
     (folder / "spec.json").write_text(spec.model_dump_json())
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo_root()), os.environ.get("PYTHONPATH", "")]),
-           "HEXISCALE_PORT": str(free_port()), "LOCAL_WORLD_SIZE": str(spec.processes)}  # every rank here
-    procs = [subprocess.Popen([sys.executable, "-m", "runtime.profiling.measure", str(folder / "spec.json"), str(rank)],
-                              env=env, cwd=repo_root(), stdout=(folder / f"rank{rank}.log").open("w"),
-                              stderr=subprocess.STDOUT) for rank in range(spec.processes)]
+           "HEXISCALE_PORT": str(free_port()), "HEXISCALE_MASTER_ADDR": master,
+           "LOCAL_WORLD_SIZE": str(spec.processes)}  # every rank on this host's cores
+    procs = []
+    for rank in range(spec.processes):
+        with (folder / f"rank{rank}.log").open("w") as log:
+            argv = [sys.executable, "-m", "runtime.profiling.measure", str(folder / "spec.json"), str(rank)]
+            procs.append(start(rank, argv, dict(env), log))
     _wait(procs, spec, on_progress)
     failed = [r for r, p in enumerate(procs) if p.returncode != 0]
     if failed:

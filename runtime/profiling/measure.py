@@ -293,6 +293,23 @@ def measure_links(meter: Meter, comm: Communicator, spec: ProfileSpec, progress:
     return out
 
 
+SMALL_BYTES = 4  # one float: the bytes weigh nothing beside α
+SMALL_OPS = ("p2p", "all_reduce")  # the operations whose α a plan pays per message
+
+
+def measure_small_links(meter: Meter, comm: Communicator, spec: ProfileSpec, progress: Progress,
+                        device) -> list[LinkTiming]:
+    """A SMALL_BYTES message of each class's SMALL_OPS, timed as every link measurement is
+    (after the compute gap, the other ranks computing): its time is α by itself, measured
+    directly, where the fit's α is read off the line through all sizes."""
+    out = []
+    for link_class, group in link_groups(spec, comm).items():
+        for op in SMALL_OPS:
+            out.append(measure_link(meter, comm, spec, link_class, group, op, SMALL_BYTES, device))
+            progress.tick(f"{link_class} {op} {SMALL_BYTES} B (direct latency)")
+    return out
+
+
 def measure_compute(meter: Meter, comm: Communicator, spec: ProfileSpec, progress: Progress, device,
                     timed_pass: ModelPass) -> dict:
     """The GEMMs, the model pass's first round and attention."""
@@ -324,17 +341,21 @@ def run(spec: ProfileSpec, rank: int) -> None:
         torch.cuda.set_device(device)
     torch.set_num_threads(spec.threads)
     machine_of = [m for m, count in enumerate(spec.machines) for _ in range(count)]
-    comm = Communicator.start("nccl" if spec.device == "cuda" else "gloo", "127.0.0.1", os.environ["HEXISCALE_PORT"],
+    master = os.environ.get("HEXISCALE_MASTER_ADDR", "127.0.0.1")  # another machine's on the testbed
+    comm = Communicator.start("nccl" if spec.device == "cuda" else "gloo", master, os.environ["HEXISCALE_PORT"],
                               rank, spec.processes, tuple(RankPlace(device=r, machine=machine_of[r])
                                                           for r in range(spec.processes)), spec.timeout_s, device)
     classes = (spec.machines[0] >= 2) + (len(spec.machines) >= 2)
     meter = Meter(spec, device)
-    progress = Progress(spec, rank, 2 + spec.rounds + len(gemm_shapes(spec)) + classes * len(LINK_OPS) * len(spec.message_sizes()))
+    progress = Progress(spec, rank, 2 + spec.rounds + len(gemm_shapes(spec))
+                        + classes * (len(LINK_OPS) * len(spec.message_sizes()) + len(SMALL_OPS)))
     timed_pass = ModelPass(spec, device)
     compute = measure_compute(meter, comm, spec, progress, device, timed_pass)
     links = measure_links(meter, comm, spec, progress, device, timed_pass)
+    small = measure_small_links(meter, comm, spec, progress, device)
     if rank == 0:
-        result = ProfileResult(spec=spec, host=socket.gethostname(), links=tuple(links), memory_gib=memory_gib(spec, device),
+        result = ProfileResult(spec=spec, host=socket.gethostname(), links=tuple(links), small_links=tuple(small),
+                               memory_gib=memory_gib(spec, device),
                                compute_spread=statistics.median(meter.spreads), **compute,
                                **timed_pass.result())
         Path(spec.out).write_text(result.model_dump_json(indent=1))
