@@ -2,8 +2,9 @@
 `colgen` solver returns brute force's optimum, on seeded tiny problems (issue 33); its plan
 is never slower than the default heuristic's, and its objective is the evaluator's T.
 
-The full set (145 seeds, over 100 feasible) is marked slow; a fast subset runs always, and
-the slow test runs only the seeds the fast one does not.
+The full set (seeds 0–159 less the five whose brute force alone takes 3–8 s; over 100
+feasible) is marked slow; a fast subset runs always, and the slow test runs only the seeds
+the fast one does not (about 30–50 s on a shared core).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from solvers.layered.heuristic import HeuristicOptions, solve_with as own_search
 from solvers.layered.tables import Tables
 
 FAST_SEEDS = range(0, 12)
-ALL_SEEDS = range(0, 145)
+SLOW_BRUTE = {43, 46, 66, 98, 129}  # brute force 3.5–7.7 s each: left out for the suite's time budget
+ALL_SEEDS = [seed for seed in range(0, 160) if seed not in SLOW_BRUTE]
 OPTIONS = SolverOptions(time_limit_s=20, threads=1)
 
 
@@ -57,7 +59,7 @@ def test_bound_below_optimum_and_solver_exact_fast(seed: int) -> None:
 
 
 @pytest.mark.slow
-def test_bound_below_optimum_and_solver_exact_on_145_seeds() -> None:
+def test_bound_below_optimum_and_solver_exact_on_the_full_seed_set() -> None:
     feasible = sum(brute.solve(random_small(seed, tiny=True)).plan is not None for seed in FAST_SEEDS)
     feasible += sum(_check(seed) for seed in ALL_SEEDS if seed not in FAST_SEEDS)
     assert feasible >= 100, f"only {feasible} feasible tiny problems: the exactness set is too small"
@@ -88,3 +90,29 @@ def test_bound_below_the_heuristic_plan_on_homo_2x8() -> None:
     tables = Tables(problem)
     bound = configuration_bound(tables, own.objective_s, [1, 2, 4], float("inf"))
     assert tables.trivial_bound <= bound.value <= own.objective_s
+
+
+def test_plans_read_back_from_the_tables_are_valid_and_above_the_bound() -> None:
+    """The plans read back from the usage tables (docs/bounds.md §8) validate, and none is
+    faster than the bound proves possible."""
+    from planner.io import load_problem
+    from planner.layered.validate import validate
+    from solvers.layered.bound.plans import plans_from_bound
+
+    problem = load_problem("homo-a800-2x8-llama2-7b")
+    tables = Tables(problem)
+    bound = configuration_bound(tables, None, list(range(1, tables.max_pipelines + 1)), float("inf"))
+    plans = plans_from_bound(problem, bound, float("inf"))
+    assert plans, "no plan read back from the tables"
+    for plan in plans:
+        assert not validate(problem, plan)
+        assert iteration_time(problem, plan) >= bound.value
+
+
+def test_heuristic_tries_the_machine_aligned_d() -> None:
+    """D = a machine's size and D = the number of machines are among the heuristic's candidates."""
+    from planner.io import load_problem
+    from solvers.layered.heuristic.search import aligned_candidates
+
+    assert aligned_candidates(load_problem("homo-a800-2x8-llama2-7b"), 64) == [2, 8]
+    assert aligned_candidates(load_problem("homo-a800-2x8-llama2-7b"), 4) == [2]

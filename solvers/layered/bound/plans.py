@@ -7,8 +7,9 @@ the most micro-batches, then the argmin of every DP step) as a relaxed pipeline:
 stages (class, t) with layer counts, first stage first and last stage last. Concrete devices
 of each class are assigned machine by machine (a pipeline's stages stay on the machine of
 the previous stage while it has room), the batch is split by pipeline speed, memory is
-repaired, and the plan is polished like the heuristic's (layers and micro-batches). The
-evaluator prices every candidate; a plan is only kept when it validates. Nothing here is
+repaired, and the plan is polished like the heuristic's (layers and micro-batches); the best
+then gets the heuristic's structure moves. The evaluator prices every candidate; a plan is
+only kept when it validates. Nothing here is
 part of the bound: these plans only raise the incumbent from above.
 """
 
@@ -29,7 +30,8 @@ from solvers.layered.bound.pricing import SLACK, layer_limits, stage_contributio
 from solvers.layered.bound.search import ConfigurationBound
 from solvers.layered.bound.usage import UsageTable, prefix_table
 from solvers.layered.heuristic.assemble import make_plan, plan_from_table, repair_memory, split_batches, with_split
-from solvers.layered.heuristic.moves import assemble
+from solvers.layered.heuristic.moves import assemble, improve
+from solvers.layered.heuristic.options import HeuristicOptions
 from solvers.layered.heuristic.pipeline import StageSlot
 from solvers.layered.heuristic.polish import polish
 
@@ -50,7 +52,11 @@ def plans_from_bound(problem: Problem, bound: ConfigurationBound, deadline: floa
         pipes = read_back(bound.types[d], bound.usage[d], v)
         if pipes:
             found += priced_plans(problem, bound.types[d], pipes, deadline)
-    return [p for _, _, p in sorted(found, key=lambda x: (x[0], x[1]))]
+    plans = [p for _, _, p in sorted(found, key=lambda x: (x[0], x[1]))]
+    if plans and problem.cluster.num_devices <= HeuristicOptions().move_devices:
+        moved = improve(problem, plans[0], polish=lambda p: polished(problem, p, deadline), deadline=deadline)
+        plans.insert(0, moved)  # improve only returns a plan of lower T (or its start)
+    return plans
 
 
 def read_back(types: ClassTypes, table: UsageTable, threshold: float) -> list[list[Stage]]:

@@ -100,7 +100,8 @@ def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: floa
         memory = 4.0 * len(b) * usage_size(any_types) * len(d_values)
         if cells * SECONDS_PER_CELL <= left and memory <= MAX_TABLE_BYTES:
             log(f"configuration bound: usage tables over classes {any_types.devices.tolist()}, {len(b)} breakpoints")
-            return usage_tables(by_d, b), by_d
+            built = usage_tables(by_d, b, deadline)
+            return (built, by_d) if built is not None else (None, None)
     log("configuration bound: usage tables too large, LP certificate per D")
     return None, None
 

@@ -10,6 +10,7 @@ by TABLE_SLACK, so rounding only lowers it). Usage axes count each class's devic
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,15 +101,20 @@ def hop_floor(types: ClassTypes) -> np.ndarray:
     return np.maximum(spans - 1, 0) * types.hop
 
 
-def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray) -> dict[int, UsageTable]:
+def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray,
+                 deadline: float = float("inf")) -> dict[int, UsageTable] | None:
     """The table of every D in `by_d` (same classes); the prefix is built once per block of
-    breakpoints and shared by the D whose memory caps agree (all of them without ZeRO-1)."""
+    breakpoints and shared by the D whose memory caps agree (all of them without ZeRO-1).
+    None when `deadline` (perf_counter) passes before every block is built (the cost
+    estimate was off): a partial table would not be a bound."""
     ds = sorted(by_d)
     any_types = by_d[ds[0]]
     dims = tuple(int(d) + 1 for d in any_types.devices)
     hops = hop_floor(any_types).astype(np.float32)
     parts: dict[int, list[np.ndarray]] = {d: [] for d in ds}
     for lo in range(0, len(b), CHUNK):
+        if time.perf_counter() > deadline:
+            return None
         block, prefixes = b[lo:lo + CHUNK], {}
         for d in ds:
             key = by_d[d].caps.tobytes()
