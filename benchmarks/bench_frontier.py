@@ -40,13 +40,18 @@ from planner.io import load_problem  # noqa: E402
 from planner.kinds import iteration_time  # noqa: E402
 from planner.prices import rent_per_hour  # noqa: E402
 from solvers.common import SolverOptions  # noqa: E402
-from solvers.frontier import at_budget, budget_levels  # noqa: E402
+from solvers.frontier import at_budget, budget_levels, frontier  # noqa: E402
+from solvers.layered.composed import solve_heuristic  # noqa: E402
+from solvers.objective import solve_on_set  # noqa: E402
+from solvers.rental import maximal_sets  # noqa: E402
 from solvers.registry import get  # noqa: E402
 
 MIX = "A100-80G:0.25,H800:0.25,RTX4090:0.25,H20:0.25"
 WITHIN = 0.03
 COLUMNS = ("problem", "budget/h", "heur. T s", "heur. rent/h", "exact T s", "exact status", "bound s",
-           "heur. vs exact", "heur. gap to bound", "within 3 %")
+           "heur. vs exact", "heur. gap to bound", "within 3 %", "maximal sets", "heur. on every set: T s",
+           "heur. vs every set")
+MAX_SETS = 24  # the heuristic is run on every maximal set up to this many
 
 
 def problem_named(name: str):
@@ -66,12 +71,23 @@ def level_row(problem, budget: float, heuristic_s: float, exact_s: float) -> dic
     t_e = iteration_time(problem, exact.plan) if exact.plan is not None else None
     bound = exact.bound_s
     reference = t_e if exact.status.value == "optimal" else bound
-    return {"problem": problem.name, "budget": budget, "heuristic_s": t_h,
+    return {"problem": problem.name, "budget": budget, "heuristic_s": t_h, "sets": len(maximal_sets(problem, budget)),
             "heuristic_rent": rent_per_hour(problem, heur.plan) if heur.plan is not None else None,
             "exact_s": t_e, "exact_status": exact.status.value, "bound_s": bound,
             "vs_exact": None if t_h is None or t_e is None else t_h / t_e - 1,
             "gap": None if t_h is None or not bound else (t_h - bound) / t_h,
             "within": None if t_h is None or reference is None else t_h <= reference * (1 + WITHIN)}
+
+
+def best_over_all_sets(problem, budget: float, per_set_s: float) -> float | None:
+    """The heuristic on every maximal affordable machine set (up to MAX_SETS of them; None beyond):
+    the least T an exhaustive choice of machines would give the same heuristic."""
+    sets = maximal_sets(problem, budget)
+    if len(sets) > MAX_SETS:
+        return None
+    found = [r.objective_s for _, r in (solve_on_set(solve_heuristic, problem, SolverOptions(time_limit_s=per_set_s),
+                                                   machines, per_set_s) for machines in sets) if r.plan is not None]
+    return min(found, default=None)
 
 
 def large_frontier_seconds(levels: int = 10, limit_s: float = 60.0) -> dict:
@@ -96,10 +112,13 @@ def _f(x, spec: str) -> str:
 def table_rows(rows: list[dict]) -> list[list[str]]:
     return [[r["problem"], f"{r['budget']:.2f}", _f(r["heuristic_s"], ".4g"), _f(r["heuristic_rent"], ".2f"),
              _f(r["exact_s"], ".4g"), r["exact_status"], _f(r["bound_s"], ".4g"), _f(r["vs_exact"], "+.2%"),
-             _f(r["gap"], ".2%"), {True: "yes", False: "no", None: "—"}[r["within"]]] for r in rows]
+             _f(r["gap"], ".2%"), {True: "yes", False: "no", None: "—"}[r["within"]], str(r.get("sets", "—")),
+             _f(r.get("all_sets_s"), ".4g"),
+             _f(None if r.get("all_sets_s") is None or r["heuristic_s"] is None
+                else r["heuristic_s"] / r["all_sets_s"] - 1, "+.2%")] for r in rows]
 
 
-def report(rows: list[dict], large: dict | None, args) -> str:
+def report(rows: list[dict], large: dict | None, offers: dict, args) -> str:
     """benchmarks/report/frontier.md's text."""
     lines = ["# The time–rent frontier: heuristic against the exact solver", "",
              f"`benchmarks/bench_frontier.py --levels {args.levels} --heuristic-s {args.heuristic_s:g} "
@@ -109,11 +128,56 @@ def report(rows: list[dict], large: dict | None, args) -> str:
              "best proven bound where no optimum is proven.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(rows)]
+    lines += ["", "## The offers problem's frontier", "",
+              f"`hexiscale frontier offers-llama2-13b` (heuristic, 10 budget levels, {offers['wall_s']:.0f} s):", "",
+              "| rent/h | T s | cost per Mtok | rents |", "|---:|---:|---:|---|"]
+    lines += [f"| {p['rent_per_hour']:.2f} | {p['iteration_s']:.4g} | {p['cost_per_mtok']:.4g} | {p['rents']} |"
+              for p in offers["points"]]
+    points = offers["points"]
+    if points:
+        cheap = min(points, key=lambda p: (p["cost_per_mtok"], p["iteration_s"]))
+        lines += ["", f"Cheapest per token: {cheap['rents']} at {cheap['rent_per_hour']:.2f}/h "
+                      f"({cheap['cost_per_mtok']:.4g} per Mtok, T {cheap['iteration_s']:.4g} s); fastest: "
+                      f"{points[-1]['rents']} at {points[-1]['rent_per_hour']:.2f}/h "
+                      f"(T {points[-1]['iteration_s']:.4g} s)."]
+    lines += ["", "![offers frontier](pictures/offers-frontier.png)"]
     if large is not None:
         lines += ["", f"1,024-GPU priced cluster (generated, seed 0, {MIX}, Llama-2 70B): `hexiscale frontier "
                       f"--levels {large['levels']} -t {large['limit_s']:g}` took {large['wall_s']:.1f} s in all "
                       f"(exit {large['returncode']}), {large['points']} points on the frontier."]
     return "\n".join(lines) + "\n"
+
+
+def level_rows(args, console, cached: dict) -> list[dict]:
+    """Part 1's rows: each problem's budget levels, from the cache (`--reuse`) where present; the
+    every-set column added where missing."""
+    rows = []
+    for name in args.problems.split(","):
+        problem = problem_named(name)
+        for budget in budget_levels(problem, args.levels):
+            console.print(f"[dim]{problem.name} at {budget:.2f}/h …[/]")
+            row = cached.get((problem.name, round(budget, 6))) or level_row(problem, budget, args.heuristic_s,
+                                                                             args.exact_s)
+            if "all_sets_s" not in row:
+                row["sets"] = len(maximal_sets(problem, budget))
+                row["all_sets_s"] = best_over_all_sets(problem, budget, args.per_set_s)
+            rows.append(row)
+    return rows
+
+
+def offers_frontier(time_limit_s: float, pictures: Path) -> dict:
+    """`hexiscale frontier offers-llama2-13b`'s heuristic frontier (10 levels), its picture, and
+    its points."""
+    from hexiscale.cli.frontier import rented_gpus
+    from hexiscale.viz.frontier import draw_frontier
+
+    problem = load_problem("offers-llama2-13b")
+    front = frontier(problem, get("heuristic"), exact=False, time_limit_s=time_limit_s)
+    labels = [rented_gpus(problem, p.plan) for p in front.points]
+    draw_frontier(problem, front, labels, pictures, "offers")
+    return {"wall_s": front.wall_s, "points": [{"rent_per_hour": p.rent_per_hour, "iteration_s": p.iteration_s,
+                                                "cost_per_mtok": p.cost_per_mtok, "rents": label}
+                                               for p, label in zip(front.points, labels)]}
 
 
 def main() -> None:
@@ -122,26 +186,29 @@ def main() -> None:
     parser.add_argument("--levels", type=int, default=6)
     parser.add_argument("--heuristic-s", type=float, default=20.0)
     parser.add_argument("--exact-s", type=float, default=60.0)
+    parser.add_argument("--per-set-s", type=float, default=5.0, help="the heuristic's time on each maximal set")
     parser.add_argument("--skip-large", action="store_true", help="leave out the 1,024-GPU command")
+    parser.add_argument("--reuse", action="store_true", help="keep the rows (and the 1,024-GPU timing) of the "
+                                                             "last run's JSON; compute only what is missing")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "report" / "frontier.md")
     args = parser.parse_args()
-    console, rows = Console(), []
-    for name in args.problems.split(","):
-        problem = problem_named(name)
-        for budget in budget_levels(problem, args.levels):
-            console.print(f"[dim]{problem.name} at {budget:.2f}/h …[/]")
-            rows.append(level_row(problem, budget, args.heuristic_s, args.exact_s))
-    large = None if args.skip_large else large_frontier_seconds()
+    console = Console()
+    last = json.loads(args.out.with_suffix(".json").read_text()) if args.reuse else {}
+    cached = {(r["problem"], round(r["budget"], 6)): r for r in last.get("levels", [])}
+    rows = level_rows(args, console, cached)
+    large = last.get("large") if args.reuse and last.get("large") else (None if args.skip_large
+                                                                        else large_frontier_seconds())
+    offers = last.get("offers") if args.reuse and last.get("offers") else offers_frontier(
+        120.0, args.out.parent / "pictures")
     table = Table(title="heuristic vs exact per budget level")
     for col in COLUMNS:
         table.add_column(col)
     for cells in table_rows(rows):
         table.add_row(*cells)
     console.print(table)
-    if large is not None:
-        console.print(f"1,024 GPUs: frontier --levels 10 -t 60 took {large['wall_s']:.1f} s, {large['points']} points")
-    args.out.write_text(report(rows, large, args))
-    args.out.with_suffix(".json").write_text(json.dumps({"levels": rows, "large": large}, indent=1) + "\n")
+    args.out.write_text(report(rows, large, offers, args))
+    args.out.with_suffix(".json").write_text(json.dumps({"levels": rows, "large": large, "offers": offers},
+                                                        indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import time
 from typing import Callable
 
 from planner.kinds import iteration_time
-from planner.prices import cost_of, rent_per_hour, tokens_per_iteration
+from planner.prices import BUDGET_SLACK, cost_of, rent_per_hour
 from planner.problem import Objective, Problem
 from planner.solver_info import SolverInfo, SolveStatus
 from solvers import frontier as frontiers
@@ -62,7 +62,7 @@ def honouring(fn: SolverFn, *, exact: bool) -> SolverFn:
 def within_budget(fn: SolverFn, problem: Problem, options: SolverOptions, *, exact: bool) -> SolveResult:
     """The least T within `problem.budget_per_hour` by `fn` on machine sets (module text)."""
     start, budget = time.perf_counter(), problem.budget_per_hour
-    if rental.rent_of(problem, rental.all_machines(problem)) <= budget * (1 + 1e-9):
+    if rental.rent_of(problem, rental.all_machines(problem)) <= budget * (1 + BUDGET_SLACK):
         result = fn(rental.restricted(problem, rental.all_machines(problem))[0], options)
         return result if result.plan is None else result.model_copy(update={"plan": result.plan.model_copy(
             update={"problem": problem.name})})
@@ -76,7 +76,7 @@ def within_budget(fn: SolverFn, problem: Problem, options: SolverOptions, *, exa
         if share < MIN_SET_S and outcomes:
             complete = False
             break
-        outcomes.append(_solve_set(fn, problem, options, machines, max(share, MIN_SET_S)))
+        outcomes.append(solve_on_set(fn, problem, options, machines, max(share, MIN_SET_S)))
     return _best_of(problem, outcomes, complete=complete and len(outcomes) == len(sets),
                     wall=time.perf_counter() - start, sets=len(sets))
 
@@ -92,7 +92,7 @@ def least_rent_of_ties(problem: Problem, options: SolverOptions, budgeted: Solve
         return result
     while result.status == SolveStatus.optimal and time.perf_counter() < deadline - MIN_SET_S:
         rent = rent_per_hour(problem, result.plan)
-        lower = [r for r in levels if r < rent * (1 - 1e-9)]
+        lower = [r for r in levels if r < rent * (1 - BUDGET_SLACK)]
         if not lower:
             break
         tighter = problem.model_copy(update={"budget_per_hour": lower[-1]})
@@ -113,7 +113,7 @@ def native_or_sets(fn: SolverFn, problem: Problem, options: SolverOptions, *, ex
         sets = rental.maximal_sets(problem, problem.budget_per_hour)
     except ValueError:  # too many to list
         sets = None
-    everything = rental.rent_of(problem, rental.all_machines(problem)) <= problem.budget_per_hour * (1 + 1e-9)
+    everything = rental.rent_of(problem, rental.all_machines(problem)) <= problem.budget_per_hour * (1 + BUDGET_SLACK)
     if sets is None or everything or len(sets) > FEW_SETS:
         return fn(problem, options)
     return within_budget(fn, problem, options, exact=exact)
@@ -131,7 +131,7 @@ def machine_sets(problem: Problem, budget: float, exact: bool) -> tuple[list[tup
     return rental.candidate_sets(problem, budget, CANDIDATE_SETS), False
 
 
-def _solve_set(fn: SolverFn, problem: Problem, options: SolverOptions, machines, share: float):
+def solve_on_set(fn: SolverFn, problem: Problem, options: SolverOptions, machines, share: float):
     """`fn` on the problem restricted to `machines`; its plan in the whole problem's ids."""
     smaller, new_to_old = rental.restricted(problem, machines)
     result = fn(smaller, options.model_copy(update={"time_limit_s": share, "hint": None}))
@@ -211,5 +211,3 @@ def plan_cost(problem: Problem, plan) -> float:
     """The cost per million tokens of a plan (priced by the planner)."""
     return cost_of(problem, rent_per_hour(problem, plan), iteration_time(problem, plan))
 
-
-__all__ = ["honouring", "within_budget", "cheapest", "machine_sets", "plan_cost", "tokens_per_iteration"]

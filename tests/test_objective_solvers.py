@@ -149,3 +149,19 @@ def test_heuristic_frontier_levels_and_pareto():
     assert len(set(times)) == len(times)
     for p in front.points:
         assert fits_budget(problem.model_copy(update={"budget_per_hour": p.budget}), p.rent_per_hour)
+
+
+@pytest.mark.parametrize("seed", (1, 5, 7))
+@pytest.mark.parametrize("name", ("cpsat", "heuristic", "seq-uniform"))
+def test_sequence_solvers_minimize_the_cost_per_token(seed, name):
+    problem = random_priced(seed, "sequence").model_copy(update={"objective": Objective.cost, "budget_per_hour": None})
+    result = get(name, "sequence")(problem, SolverOptions(time_limit_s=30))
+    least = min((p.cost_per_mtok for p in seq_brute.best_per_machine_set(problem)), default=None)
+    if least is None:
+        assert result.plan is None
+        return
+    cost = cost_of(problem, rent_per_hour(problem, result.plan), iteration_time(problem, result.plan))
+    assert math.isclose(result.objective_s, iteration_time(problem, result.plan), rel_tol=1e-9)
+    assert cost >= least * (1 - 1e-9)
+    if name == "cpsat":
+        assert result.status == SolveStatus.optimal and math.isclose(cost, least, rel_tol=1e-6)

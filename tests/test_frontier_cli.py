@@ -1,0 +1,81 @@
+"""`hexiscale frontier` (docs/frontier.md §5): the table, `--json` rows equal to brute force's
+frontier on a tiny priced problem, the picture and each point's plan with `-o`, the heuristic's
+budget levels, and one-line errors (no prices: exit 2; no plan: exit 1)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from hexiscale.cli import app
+from instances.generate import write_problem
+from instances.random_priced import random_priced
+from planner.io import load_plan, load_problem
+from planner.kinds import iteration_time, validate
+from planner.prices import rent_per_hour
+from planner.problem import Objective
+from solvers.layered.exact import brute
+
+
+@pytest.fixture
+def tiny_priced(tmp_path):
+    """random_priced(14) with objective time and no budget (four frontier points), as a file."""
+    problem = random_priced(14).model_copy(update={"objective": Objective.time, "budget_per_hour": None})
+    path = tmp_path / "priced.yaml"
+    write_problem(problem, path)
+    return path, load_problem(path)
+
+
+def test_json_rows_are_brute_force_s_frontier(tiny_priced):
+    path, problem = tiny_priced
+    result = CliRunner().invoke(app, ["frontier", str(path), "--json", "-t", "120"])
+    assert result.exit_code == 0, result.output
+    rows, expected = json.loads(result.output), brute.frontier(problem)
+    assert len(rows) == len(expected) == 4
+    for row, point in zip(rows, expected):
+        assert set(row) >= {"rent_per_hour", "iteration_s", "cost_per_mtok", "plan"} and row["proven"]
+        assert math.isclose(row["rent_per_hour"], point.rent_per_hour, abs_tol=1e-12)
+        assert math.isclose(row["iteration_s"], point.iteration_s, rel_tol=1e-6)
+        assert math.isclose(row["cost_per_mtok"], point.cost_per_mtok, rel_tol=1e-6, abs_tol=1e-15)
+
+
+def test_table_picture_and_plans(tiny_priced, tmp_path):
+    path, problem = tiny_priced
+    out = tmp_path / "front"
+    result = CliRunner().invoke(app, ["frontier", str(path), "-o", str(out), "-t", "120"])
+    assert result.exit_code == 0, result.output
+    assert "per Mtok" in result.output and "★" in result.output and "every point proven" in result.output
+    assert (out / "frontier.png").stat().st_size > 10_000
+    plans = sorted(out.glob("frontier-*.json"))
+    assert len(plans) == 4
+    rents = [rent_per_hour(problem, load_plan(p)) for p in plans]
+    times = [iteration_time(problem, load_plan(p)) for p in plans]
+    assert all(validate(problem, load_plan(p)) == [] for p in plans)
+    assert rents == sorted(rents) and times == sorted(times, reverse=True)
+
+
+def test_heuristic_levels_say_so(tiny_priced):
+    path, _ = tiny_priced
+    result = CliRunner().invoke(app, ["frontier", str(path), "--solver", "heuristic", "--levels", "3", "-t", "30"])
+    assert result.exit_code == 0, result.output
+    assert "heuristic over 3 budget levels" in result.output
+
+
+def test_unpriced_cluster_is_one_line_exit_2():
+    result = CliRunner().invoke(app, ["frontier", "tiny-2-tiny"])
+    assert result.exit_code == 2
+    assert "price_per_hour" in result.output and "Traceback" not in result.output
+
+
+def test_a_budget_no_plan_fits_exits_1(tmp_path):
+    problem = random_priced(7)  # machine rents 0.1, 3.7 and 10.8 per hour: none free
+    cheapest = float(problem.cluster.machine_rent.min())
+    problem = problem.model_copy(update={"objective": Objective.time, "budget_per_hour": cheapest * 0.5})
+    path = tmp_path / "tight.yaml"
+    write_problem(problem, path)
+    result = CliRunner().invoke(app, ["frontier", str(path), "-t", "30"])
+    assert result.exit_code == 1, result.output
+    assert "no plan on the frontier" in result.output
