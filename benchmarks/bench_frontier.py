@@ -190,7 +190,7 @@ def main() -> None:
     parser.add_argument("--skip-large", action="store_true", help="leave out the 1,024-GPU command")
     parser.add_argument("--reuse", action="store_true", help="keep the rows (and the 1,024-GPU timing) of the "
                                                              "last run's JSON; compute only what is missing")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "report" / "frontier.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/report/frontier.md")
     args = parser.parse_args()
     console = Console()
     last = json.loads(args.out.with_suffix(".json").read_text()) if args.reuse else {}
