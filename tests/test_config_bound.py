@@ -116,3 +116,40 @@ def test_heuristic_tries_the_machine_aligned_d() -> None:
 
     assert aligned_candidates(load_problem("homo-a800-2x8-llama2-7b"), 64) == [2, 8]
     assert aligned_candidates(load_problem("homo-a800-2x8-llama2-7b"), 4) == [2]
+
+
+def test_a_certificate_that_refutes_the_incumbents_own_d_is_refused(monkeypatch) -> None:
+    """A bound that a plan in hand disproves is an error, never a number: with every threshold
+    'refuted' (a broken certificate), the incumbent's own D contradicts it."""
+    from solvers.layered.bound import integer, search
+
+    problem = random_small(1, tiny=True)
+    own = own_search(problem, OPTIONS, HeuristicOptions())
+    tables = Tables(problem)
+    monkeypatch.setattr(integer, "refuted", lambda *args: True)
+    monkeypatch.setattr(search.Master, "refuted", lambda self, v: True)
+    with pytest.raises(search.CertificateContradiction, match="the certificate is wrong"):
+        configuration_bound(tables, own.objective_s, list(range(1, tables.max_pipelines + 1)), float("inf"),
+                            first_d=len(own.plan.pipelines))
+
+
+class _Info:
+    def __init__(self, objective: float, dual: float):
+        self.objective_function_value, self.mip_dual_bound = objective, dual
+
+
+@pytest.mark.parametrize("status, objective, dual, has, expected", [
+    ("kOptimal", 7.0, 7.0, True, 7.0),          # solved: the optimum
+    ("kTimeLimit", 5.0, 9.0, True, 9.0),        # stopped: its dual bound
+    ("kTimeLimit", 5.0, 4.0, True, float("inf")),  # a maximum's bound below its own solution: no proof
+    ("kTimeLimit", 0.0, float("inf"), False, float("inf")),
+    ("kSolveError", 0.0, 0.0, False, float("inf")),  # failed: proves nothing, refutes nothing
+    ("kNotset", 0.0, 0.0, False, float("inf")),
+])
+def test_only_a_finished_or_limited_solve_proves_an_upper_bound(status, objective, dual, has, expected) -> None:
+    import highspy
+
+    from solvers.layered.bound.integer import _proven_upper_bound
+
+    got = _proven_upper_bound(getattr(highspy.HighsModelStatus, status), _Info(objective, dual), has)
+    assert got == expected

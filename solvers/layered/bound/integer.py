@@ -98,7 +98,28 @@ def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray,
     h.setOptionValue("mip_rel_gap", 0.0)
     h.passModel(lp)
     h.run()
-    if h.getModelStatus() == highspy.HighsModelStatus.kInfeasible:
+    status, info = h.getModelStatus(), h.getInfo()
+    if status == highspy.HighsModelStatus.kInfeasible:
         return -np.inf, None
-    has = h.getInfo().primal_solution_status == 2  # kSolutionStatusFeasible
-    return float(h.getInfo().mip_dual_bound), (np.array(h.getSolution().col_value) if has else None)
+    has = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    solution = np.array(h.getSolution().col_value) if has else None
+    return _proven_upper_bound(status, info, has), solution
+
+
+STOPPED_EARLY = ("kTimeLimit", "kIterationLimit", "kSolutionLimit", "kInterrupt")
+
+
+def _proven_upper_bound(status, info, has_solution: bool) -> float:
+    """What the solve proves about the maximum: the optimum when solved; HiGHS's dual bound when
+    it stopped at a limit and that bound is finite and not below its own best solution (a
+    maximum's bound cannot be); +inf (proves nothing, refutes nothing) in every other case. A
+    status without a proof must never refute: a dual bound read after an unfinished or failed
+    solve once refuted, in one long benchmark process, thresholds that real plans reach."""
+    if status == highspy.HighsModelStatus.kOptimal:
+        return float(info.objective_function_value)
+    bound = float(info.mip_dual_bound)
+    if status.name not in STOPPED_EARLY or not np.isfinite(bound):
+        return np.inf
+    if has_solution and bound < float(info.objective_function_value) - 1e-6:
+        return np.inf
+    return bound

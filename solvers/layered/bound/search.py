@@ -75,9 +75,17 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
         entry = result.per_d[d]
         done = [max(e.refuted, floor) for e in result.per_d.values() if e.done]
         _bisect(test, entry, floor, min([top] + done), deadline)
+        if d == first_d and incumbent is not None and entry.refuted >= incumbent:
+            raise CertificateContradiction(
+                f"configuration bound: D={d} refuted at T ≤ {entry.refuted:.6g} s, which the incumbent plan "
+                f"with D={d} reaches ({incumbent:.6g} s): the certificate is wrong; no bound is reported")
         log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s" + ("" if entry.done else " (open)"))
     result.complete = all(e.done for e in result.per_d.values())
     return result
+
+
+class CertificateContradiction(RuntimeError):
+    """A D refuted at a time a known plan of that D reaches: a bound that cannot be true."""
 
 
 def outward(d_values: list[int], first: int | None) -> list[int]:

@@ -24,7 +24,7 @@ from planner.problem import Problem
 from planner.solver_info import SolverInfo, SolveStatus
 from solvers.common import SolveResult, SolverOptions
 from solvers.layered.bound.plans import plans_from_bound
-from solvers.layered.bound.search import configuration_bound
+from solvers.layered.bound.search import CertificateContradiction, ConfigurationBound, configuration_bound
 from solvers.layered.heuristic import HeuristicOptions, solve_with as own_search
 from solvers.layered.tables import Tables, explain_infeasible
 
@@ -51,10 +51,14 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult
     d_values = _d_values(tables, options)
     small = problem.cluster.num_devices <= EXACT_DEVICES
     bound_deadline = time.perf_counter() + (deadline - time.perf_counter()) * (BOUND_SHARE if small else LARGE_BOUND_SHARE)
-    config = configuration_bound(tables, best_t, d_values, bound_deadline,
-                                 first_d=len(plan.pipelines) if plan is not None else None)
+    withheld = ""
+    try:
+        config = configuration_bound(tables, best_t, d_values, bound_deadline,
+                                     first_d=len(plan.pipelines) if plan is not None else None)
+    except CertificateContradiction as exc:  # never report a bound that a plan in hand disproves
+        config, withheld = ConfigurationBound(floor=tables.trivial_bound), f" ({exc})"
     bound, notes = config.value, [f"configuration bound {config.value:.6g} s"
-                                  + ("" if config.complete else " (not every D examined)")]
+                                  + ("" if config.complete else " (not every D examined)") + withheld]
     read = plans_from_bound(problem, config, bound_deadline + PLAN_SHARE * (deadline - bound_deadline))
     if read and (best_t is None or iteration_time(problem, read[0]) < best_t):
         plan, best_t = read[0], iteration_time(problem, read[0])
