@@ -102,6 +102,7 @@ def frontier(problem: Problem, solve: BudgetedFn, *, exact: bool, time_limit_s: 
     start = time.perf_counter()
     options = options or SolverOptions(time_limit_s=time_limit_s)
     deadline = start + time_limit_s
+    solve = getattr(solve, "budgeted", solve)  # a registry solver's budgeted solve: the descent breaks ties
     rents = _exact_levels(problem) if exact else None
     front = Frontier(solver="", exact=rents is not None)
     if rents is not None:

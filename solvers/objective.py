@@ -56,6 +56,7 @@ def honouring(fn: SolverFn, *, exact: bool) -> SolverFn:
         return result
 
     solve.honours_objective = True
+    solve.budgeted = budgeted  # T under a budget alone (no tie-break): what the frontier solves per level
     return solve
 
 
