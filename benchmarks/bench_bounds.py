@@ -33,7 +33,7 @@ from solvers.layered.tables import Tables  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "benchmarks" / "bounds_cache.json"
-REPORT = ROOT / "benchmarks" / "report" / "bounds.md"
+REPORT = ROOT / "benchmarks/report/bounds.md"
 MIX = "A100-80G:1,RTX4090:1,H20:1"
 CACHE_VERSION = "tables-plans"  # rows measured before plans were read back from the tables are not reused
 PLAN_LIMIT_S = 30.0  # reading plans back from the bound's tables (and their structure moves)

@@ -46,7 +46,7 @@ def problem_on_testbed(problem: Problem, job, scale: float) -> Problem:
 
 def crossing_boundaries(problem: Problem, plan) -> list[Boundary]:
     """The plan's stage boundaries between two machines, each with its predicted step exchange."""
-    if kind_of(plan).name != "layered":
+    if not kind_of(plan).pipeline_schedule:  # only pipelines have stage boundaries
         return []
     pp = breakdown(problem, stage_table(problem, plan)).pp
     cluster, index, found = problem.cluster, 0, []
