@@ -153,3 +153,27 @@ def test_only_a_finished_or_limited_solve_proves_an_upper_bound(status, objectiv
 
     got = _proven_upper_bound(getattr(highspy.HighsModelStatus, status), _Info(objective, dual), has)
     assert got == expected
+
+
+def test_sync_floor_moves_to_another_machine_once_d_outgrows_it() -> None:
+    """[U4]: on 2×8 A800, one-device stages of D = 8 pipelines may all sync inside a machine
+    (the floor stays [B3]'s), D = 9 cannot (the floor rises to the between-machine link), and the
+    stage that sets b pays at least its own layers' floor."""
+    import numpy as np
+
+    from planner.io import load_problem
+    from solvers.layered.bound.classes import class_types
+    from solvers.layered.bound.usage import widest_stage_sync
+    from solvers.layered.exact.bounds import PipelineFloors
+
+    tables = Tables(load_problem("homo-a800-2x8-llama2-7b"))
+    one = [i for i, c in enumerate(tables.types) if c.tp == 1]
+    for d, raised in ((8, False), (9, True)):
+        before = PipelineFloors(tables, d)._last_stage_sync()[0][one].min()
+        after = class_types(tables, d).sync_layer[class_types(tables, d).tp == 1].min()
+        assert (after > before * (1 + 1e-6)) == raised and after >= before
+    types = class_types(tables, 9)
+    i = int(np.flatnonzero(types.tp == 1)[0])
+    b = np.array([5 * types.per_layer[i]])
+    assert widest_stage_sync(types, b)[0] <= 5 * types.sync_layer[i] * (1 + 1e-12)
+    assert widest_stage_sync(types, b)[0] > 0

@@ -60,7 +60,7 @@ def class_types(tables: Tables, pipelines: int, by_gpu: bool = False) -> ClassTy
     """The class-level types of D = `pipelines`: each the most favourable of its machine-level
     types ([K1]); the floors of a last stage's sync are PipelineFloors' [B3] at D."""
     floors = PipelineFloors(tables, pipelines)
-    sync_layer, sync_head = floors._last_stage_sync()
+    sync_layer, sync_head = _cross_machine_sync(tables, pipelines, *floors._last_stage_sync())
     receive = floors._receive_floor()
     n_max = tables.n_max_for(pipelines)
     of_machine = machine_classes(tables, by_gpu)
@@ -78,6 +78,34 @@ def class_types(tables: Tables, pipelines: int, by_gpu: bool = False) -> ClassTy
         layers=tables.layers, micro_batches=tables.total_micro,
         machine_size=np.array([counts[of_machine == k].max() for k in range(len(devices))]),
         hop=_hop(tables, receive))
+
+
+def _cross_machine_sync(tables: Tables, pipelines: int, layer: np.ndarray,
+                        head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[c]: the sync floors of [B3] raised to the best *other* machine's link where the D
+    holders cannot all sit on c's machine: they are D stages of D pipelines, c's takes t_c of
+    its devices and every other ≥ 1, so D − 1 > count − t_c puts one on another machine M',
+    and the ring's bw_min ≤ bw[M_c, M'], α_max ≥ lat[M_c, M'] [U4]."""
+    cl = tables.cluster
+    if pipelines < 2 or len(cl.machines) < 2:
+        return layer, head
+    layer, head = layer.copy(), head.copy()
+    bw, lat = cl.bw_matrix, cl.lat_matrix
+    for i, c in enumerate(tables.types):
+        if pipelines - 1 <= cl.machines[c.machine].count - c.tp:
+            continue
+        others = np.delete(np.arange(len(cl.machines)), c.machine)
+        fast = int(others[np.argmax(bw[c.machine, others])])
+        close = int(others[np.argmin(lat[c.machine, others])])
+        layer[i] = max(layer[i], tables.dp_bw_part(pipelines, tables.pseudo_params["layer"], c.tp, c.machine, fast)
+                       + tables.dp_lat_part(pipelines, c.machine, close))
+        if tables.tied:
+            cross = tables.tied_bw_part(pipelines, c.tp, c.machine, fast) + tables.tied_lat_part(pipelines, c.machine, close)
+        else:
+            cross = (tables.dp_bw_part(pipelines, tables.pseudo_params["head"], c.tp, c.machine, fast)
+                     + tables.dp_lat_part(pipelines, c.machine, close))
+        head[i] = max(head[i], cross)
+    return layer, head
 
 
 def _hop(tables: Tables, receive: np.ndarray) -> float:

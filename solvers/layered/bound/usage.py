@@ -11,7 +11,7 @@ by TABLE_SLACK, so rounding only lowers it). Usage axes count each class's devic
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -88,10 +88,41 @@ def prefix_table(types: ClassTypes, b: np.ndarray) -> np.ndarray:
 
 def least_bubble(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
     """[K, *usage]: least bubble of a whole relaxed pipeline (prefix + last stage, or one
-    single stage) with usage exactly u and every τ ≤ b, with D's last-stage sync floors."""
+    single stage) with usage exactly u and every τ ≤ b, with D's last-stage sync floors, or
+    without them plus the sync floor of the stage that sets b, whichever is larger [U4]."""
+    with_last = _closed(types, b, prefix)
+    if types.pipelines < 2:
+        return with_last
+    bare = replace(types, sync_layer=np.zeros_like(types.sync_layer), sync_head=np.zeros_like(types.sync_head))
+    widest = widest_stage_sync(types, b).astype(np.float32)
+    return np.maximum(with_last, _closed(bare, b, prefix) + widest.reshape((-1,) + (1,) * (prefix.ndim - 2)))
+
+
+def _closed(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+    """[K, *usage]: the prefix closed by a last stage, or one single stage, priced by `types`."""
     dims = prefix.shape[2:]
     whole = _add_stage(types, prefix, layer_limits(types, b, "last"), "last", types.layers)
     return np.minimum(whole, _lone_stage(types, layer_limits(types, b, "single"), "single", types.layers, dims))
+
+
+def widest_stage_sync(types: ClassTypes, b: np.ndarray) -> np.ndarray:
+    """[K]: the least sync floor of a stage whose τ equals b: a type i with n layers (n·τ_layer,
+    sync ≥ n·sync_layer) or a last stage (n·τ_layer + τ_head, sync ≥ n·sync_layer + sync_head);
+    the least over every (i, n, role) whose τ matches b to 10⁻⁶ relative (more matches only
+    lower it). T_dp ≥ that stage's sync [U4]."""
+    n = np.arange(1, types.layers + 1)[None, :]
+    plain = (n * types.per_layer[:, None]).ravel()
+    headed = (n * types.per_layer[:, None] + types.head[:, None]).ravel()
+    taus = np.concatenate([plain, headed])
+    syncs = np.concatenate([(n * types.sync_layer[:, None]).ravel(),
+                            (n * types.sync_layer[:, None] + types.sync_head[:, None]).ravel()])
+    out = np.zeros(len(b))
+    for lo in range(0, len(b), CHUNK):
+        block = b[lo:lo + CHUNK, None]
+        match = np.abs(taus[None, :] - block) <= 1e-6 * block
+        least = np.where(match, syncs[None, :], np.inf).min(axis=1)
+        out[lo:lo + CHUNK] = np.where(np.isfinite(least), least, 0.0)
+    return out
 
 
 def hop_floor(types: ClassTypes) -> np.ndarray:
