@@ -30,6 +30,25 @@ def quiet_stdout(quiet: bool):
             os.close(saved)
 
 
+_SCHEDULER_THREADS: list[int] = []  # the size of HiGHS's process-wide scheduler, once one is made
+
+
+def highs_threads(threads: int) -> None:
+    """Call before a HiGHS run that asks for `threads`. HiGHS sizes one thread scheduler per
+    process at its first run; a later run asking another size fails ("Option 'threads' is set
+    to 2 but the scheduler has already been initialized to use 1 threads"), which reads as
+    'no plan found within the time limit': after the configuration bound's 1-thread solves,
+    every 2-thread MILP of the process failed so. The scheduler is remade when the size changes."""
+    if _SCHEDULER_THREADS == [threads]:
+        return
+    try:
+        import highspy
+    except ImportError:  # CBC's runs have no such scheduler
+        return
+    highspy.Highs.resetGlobalScheduler(True)
+    _SCHEDULER_THREADS[:] = [threads]
+
+
 def read_status(lp: pulp.LpProblem, solver) -> tuple[str, bool, float | None]:
     """(status, has a solution, lower bound in model units) from HiGHS or CBC."""
     highs = getattr(lp, "solverModel", None)

@@ -28,7 +28,7 @@ from solvers.layered.exact.milp_model import BatchVars, LayoutVars, MemoryVars, 
 from solvers.layered.exact.spec import read_specs
 from solvers.layered.exact.warm_start import WarmStartFn
 from solvers.layered.tables import PipelineSpec
-from solvers.milp_backend import quiet_stdout, read_status
+from solvers.milp_backend import quiet_stdout, read_status, highs_threads
 
 GAP = 1e-9  # relative MIP gap: "optimal" means optimal to float tolerance
 
@@ -91,6 +91,7 @@ def solve_fixed_d(sub: SubProblem) -> SubResult:
     size = dict(variables=len(lp.variables()), constraints=lp.numConstraints(),
                 build_s=time.perf_counter() - start)
     solver = _solver(sub, solver_time(sub, start))
+    highs_threads(sub.options.threads)
     with quiet_stdout(not sub.options.verbose):
         lp.solve(solver)
     status, has_solution, unit_bound = read_status(lp, solver)

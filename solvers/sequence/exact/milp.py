@@ -24,7 +24,7 @@ import pulp
 from planner.problem import Problem
 from planner.sequence import cost
 from solvers.common import SolveResult, SolverOptions
-from solvers.milp_backend import quiet_stdout, read_status
+from solvers.milp_backend import quiet_stdout, read_status, highs_threads
 from solvers.sequence.exact import driver
 from solvers.sequence.exact.driver import SetOutcome
 from solvers.sequence.exact.model import Tables, _per_block, constant_time, shard_units, tables_of
@@ -200,6 +200,7 @@ def _solve_one(problem: Problem, out: SetOutcome, spec: RingSpec, tb: Tables, un
                                                   out.constraints + lp.numConstraints())
     start = time.perf_counter()
     solver = _solver(threads, min(1e6, max(0.01, deadline - start)))
+    highs_threads(threads)
     with quiet_stdout(True):
         lp.solve(solver)
     out.solve_s.append(time.perf_counter() - start)
