@@ -20,7 +20,8 @@ repetitions (the host's 2 cores are shared with other work: single runs scatter)
 The bench model (8 layers, hidden 512, fp32) and training are bench_calibration.py's. Every
 plan runs 2 processes (1 per core) but "several DP syncs", which needs two stages on each of
 two machines: 4 processes, 2 per core. Link rates: the cluster file's × one scale per testbed.
-Writes benchmarks/report/cross_machine.json; the report is cross_machine.md beside it.
+Writes benchmarks/report/cross_machine.json and the report benchmarks/report/cross_machine.md (with
+benchmarks/report/cross_machine_notes.md, written by hand, at its end).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def markdown(data: dict) -> str:
         chosen = [r for r in data["rows"] if keep(r)]
         lines.append(f"| {name} | " + " | ".join(summary(chosen, key) for key in KEYS) + " |")
     lines.append("\n(mean |error| / worst, and the rows counted)\n")
-    notes = HERE / "report" / "cross_machine_notes.md"
+    notes = HERE / "report/cross_machine_notes.md"  # written by hand after a run
     if notes.is_file():
         lines.append(notes.read_text())
     return "\n".join(lines)
