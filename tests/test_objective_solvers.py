@@ -25,7 +25,7 @@ from solvers.sequence import brute as seq_brute
 LAYERED_SOLVERS = ("heuristic", "cpsat", "milp", "symmetric", "symmetric-all", "random", "ablation-one-tp",
                    "ablation-equal-batch")
 SEQUENCE_SOLVERS = ("heuristic", "cpsat", "milp", "seq-uniform", "seq-uniform-all", "seq-roundrobin")
-SEEDS = (1, 5, 7, 14)
+SEEDS = (5, 14)  # a budget that binds on a mixed cluster (5) and the hardest of the set (14)
 
 
 def _budgeted(seed: int, kind: str = "layered", share: float = 0.6):
@@ -102,7 +102,7 @@ def test_the_cost_objective_is_the_least_cost_per_token(seed, name):
     assert result.cost_bound_per_mtok is not None and result.cost_bound_per_mtok <= cost * (1 + 1e-6)
 
 
-@pytest.mark.parametrize("seed", (0, 5, 7, 14, 16, 19))
+@pytest.mark.parametrize("seed", (0, 14, 19))  # tests/test_prices_brute.py checks 100 more (slow)
 @pytest.mark.parametrize("name", ("cpsat", "milp"))
 def test_the_exact_frontier_is_brute_force_s(seed, name):
     problem = random_priced(seed).model_copy(update={"objective": Objective.time, "budget_per_hour": None})
