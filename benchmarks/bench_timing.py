@@ -4,15 +4,9 @@ that each benchmark picks the statistic it reports (the fastest, the median)."""
 
 from __future__ import annotations
 
-import time
+from runtime.profiling.round_trip import timed
 
 
 def call_seconds(fn, repeats: int) -> list[float]:
     """The wall seconds of each of `repeats` calls of `fn`, after one untimed warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
+    return timed(fn, repeats, warmup=1)

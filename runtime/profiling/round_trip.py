@@ -31,8 +31,9 @@ WARMUP = 20
 TCP_PORT_OFFSET = 1  # the raw TCP ping-pong listens on PORT + 1 at rank 0
 
 
-def timed(fn, repeats: int) -> list[float]:
-    for _ in range(WARMUP):
+def timed(fn, repeats: int, warmup: int = WARMUP) -> list[float]:
+    """The wall seconds of each of `repeats` calls of `fn`, after `warmup` untimed calls."""
+    for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
