@@ -67,6 +67,10 @@ def markdown(data: dict) -> str:
              "the machine's drift between profile and run taken out; median over the runs); and both after "
              "`calibrate` (refitted on the testbed's other plans' runs, or in-sample where it has one plan).\n",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    if again := data.get("remeasured"):  # `--only BED` run later, its rows put in place of the old
+        lines.insert(2, f"Testbeds {', '.join(again['beds'])} measured again later ({again['minutes']:.0f} min, "
+                        f"{data['rows'][[r['bed'] for r in data['rows']].index(again['beds'][0])]['remeasured']}); "
+                        "the other rows are from the full run.\n")
     lines += ["| " + " | ".join(cells(row)) + " |" for row in data["rows"]]
     lines += ["", "| rows | " + " | ".join(KEYS.values()) + " |", "|---|" + "---|" * len(KEYS)]
     for name, keep in SUBSETS.items():

@@ -138,3 +138,15 @@ def test_a_single_backend_call_on_a_group_spanning_vendors_is_refused():
     bridge = Group((0, 1), (Vendor.nvidia, Vendor.amd), None, is_bridge=True)
     assert Communicator._handle(bridge) is None  # the leaders' gloo bridge is the one exception
     assert Communicator._handle(Group((0, 1), (Vendor.nvidia, Vendor.other), None)) is None
+
+
+def test_a_tensor_of_several_bridge_chunks_is_exchanged_whole(world):
+    """The leaders exchange in BRIDGE_CHUNK_BYTES pieces: 2.5 pieces of fp32 per rank, over all
+    three vendors, still equal the flat collectives (the drawn cases above fit in one)."""
+    from runtime.communication.communicator import BRIDGE_CHUNK_BYTES
+    ranks, numel = (0, 1, 5), 5 * BRIDGE_CHUNK_BYTES // 8
+    found = world((ranks, numel, 3))
+    for rank, f in found.items():
+        assert f["sum_error"] <= 1e-6 * len(ranks) and f["same_bits"] and f["max_equal"], (rank, f)
+        assert f["gather_equal"] and f["bcast_equal"] and f["scatter_error"] <= 1e-6 * len(ranks), (rank, f)
+    assert sum(f["reduce_bytes"] for f in found.values()) == allreduce_bridge_bytes(3, 4 * numel)

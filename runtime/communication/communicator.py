@@ -45,6 +45,10 @@ _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.R
 _COMBINE = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum}
 VENDOR_ORDER = (Vendor.nvidia, Vendor.amd, Vendor.other)  # order of a mixed group's vendor parts
 BRIDGE_BACKEND = "gloo"  # docs/vendors.md §8: the bridge runs over host memory
+# The leaders' exchange goes in chunks of at most this many bytes (`_bridge_all_gather`: one
+# message of the whole tensor each way did not overlap the two directions); tag = chunk index, on
+# the bridge's own group, where nothing else is sent point to point.
+BRIDGE_CHUNK_BYTES = 2 << 20
 
 
 def waits_awake(device: torch.device, world_size: int, wait: WaitName = "auto") -> bool:
@@ -254,10 +258,25 @@ class Communicator:
             tensor.copy_(host)
 
     def _bridge_all_gather(self, tensor: torch.Tensor, group: Group) -> list[torch.Tensor]:
-        """Every leader's `tensor`, in part order; each leader sends its own to every other."""
+        """Every leader's `tensor`, in part order: each leader sends its own to every other in
+        chunks of BRIDGE_CHUNK_BYTES, every send and receive posted at once, so that the
+        bridge's link carries both ways together, as docs/vendors.md §8 prices the exchange
+        (an all-reduce: x/bw). Measured between two namespaces 400 Mbit/s apart, 95 MB each
+        way: gloo's all-gather 3.16 s; one isend/irecv pair of the whole tensor 3.99 s; in 8
+        chunks 3.93 s; in 32 chunks 2.00 s — gloo's all-reduce 2.05 s, one way alone 1.94 s."""
         host = self._host(tensor.contiguous())
-        out = [torch.empty_like(host) for _ in group.bridge.ranks]
-        self._call(dist.all_gather, out, host, group=self._handle(group.bridge))
+        handle, leaders = self._handle(group.bridge), group.bridge.ranks
+        out = [host if r == self.rank else torch.empty_like(host) for r in leaders]
+        chunks = max(1, -(-host.numel() * host.element_size() // BRIDGE_CHUNK_BYTES))
+        works = []
+        for peer, landing in zip(leaders, out):
+            if peer == self.rank:
+                continue
+            for tag, (mine, theirs) in enumerate(zip(host.view(-1).chunk(chunks), landing.view(-1).chunk(chunks))):
+                works.append(dist.isend(mine, dst=peer, group=handle, tag=tag))
+                works.append(dist.irecv(theirs, src=peer, group=handle, tag=tag))
+        for work in works:
+            self.message_waiter.finish(work, f"the bridge exchange on rank {self.rank}")
         self.meter.sent += (group.bridge.size - 1) * host.numel() * host.element_size()
         return [o.to(tensor.device) for o in out]
 
