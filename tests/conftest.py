@@ -13,3 +13,11 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow tests first, each group in its collected order: `make test` runs the suite on
+    one pytest-xdist worker per core with work stealing, and a minute-long test collected last
+    would run alone at the end while the other core idles; run first, the short tests that
+    follow fill in around it."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

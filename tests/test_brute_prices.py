@@ -54,6 +54,7 @@ def test_the_generator_gives_every_objective_and_infeasible_budgets():
     assert random_priced(3, "layered").model_dump() == random_priced(3, "layered").model_dump()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["layered", "sequence"])
 def test_frontier_points_are_priced_plans_falling_in_t(kind):
     shapes = 0

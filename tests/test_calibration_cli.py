@@ -169,6 +169,7 @@ def test_profile_bad_options(tmp_path):
         one_error_line(invoke("profile", "-o", out, "--device", "cuda"), "--device cuda", "no CUDA")
 
 
+@pytest.mark.slow
 def test_profile_then_run_then_calibrate(tmp_path, monkeypatch):
     """A real, tiny profile (2 processes, 2 simulated machines, small messages) writes a cluster
     the planner reads; a run on it prints predicted against measured and writes its run log.

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from runtime.communication.communicator import waits_awake
+from runtime.communication import comm_types
 from runtime.communication.comm_types import SPIN_S, Waiter
 
 
@@ -33,11 +34,25 @@ class Work:
         return not self.never
 
 
-def test_a_polled_wait_returns_once_the_work_is_done_and_waits_once():
+class SteadyClock:
+    """`time` for comm_types with a monotonic clock that moves 1 µs per reading: 50 polls then
+    take 50 µs whatever the machine's load (on a busy 2-core machine, 50 real yields once
+    outlasted SPIN_S and the wait stopped polling at the 46th)."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        self.now += 1e-6
+        return self.now
+
+
+def test_a_polled_wait_returns_once_the_work_is_done_and_waits_once(monkeypatch):
+    monkeypatch.setattr(comm_types, "time", SteadyClock())
     work = Work(polls=50)
     Waiter(timeout_s=10.0, poll=True).finish(work, "x")
     assert work.polls == -1  # polled 51 times: the 51st saw it done
-    assert len(work.waited) == 1 and work.waited[0] > 10.0 - SPIN_S - 0.5
+    assert len(work.waited) == 1 and work.waited[0] == pytest.approx(10.0 - 51e-6, abs=1e-5)
 
 
 def test_a_long_wait_polls_for_at_most_the_spin_then_blocks_for_the_rest():

@@ -134,6 +134,7 @@ def test_an_optimal_hint_is_kept_and_proven():
         assert result.objective_s == pytest.approx(truth.objective_s, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_a_short_time_limit_on_a_larger_problem_reports_an_honest_gap():
     problem = load_problem("small-8-llama2-7b")
     for solver in EXACT:

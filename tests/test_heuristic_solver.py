@@ -40,7 +40,7 @@ def random_problem(seed: int):
 @pytest.mark.parametrize("seed", range(12))
 def test_every_returned_plan_is_valid(seed):
     problem = random_problem(seed)
-    result = solve(problem, SolverOptions(seed=seed, time_limit_s=5))
+    result = solve(problem, SolverOptions(seed=seed, time_limit_s=2))  # any returned plan must be valid: no need to search long
     if result.status == SolveStatus.infeasible:
         # only when not even the whole cluster holds the model states
         total = sum(m.count * problem.cluster.gpu_of(i).memory_gib for i, m in enumerate(problem.cluster.machines))

@@ -29,6 +29,7 @@ def _explicit(problem, kind: str) -> float | None:
     return None if result.plan is None else evaluate(problem, result.plan).iteration_s
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seq_len", [8192, 32768])  # the near tie, and a clear case (16K: the CLI test below)
 def test_auto_keeps_the_faster_kind(seq_len):
     problem = seqlen_problem(seq_len)

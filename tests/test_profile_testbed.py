@@ -31,6 +31,7 @@ def test_a_profile_of_more_machines_than_the_testbed_is_refused():
 
 @needs_testbed
 @pytest.mark.slow
+@pytest.mark.alone
 def test_profile_across_emulated_machines_fits_the_shaped_link(tmp_path):
     prefix = test_prefix()
     before = state(prefix)

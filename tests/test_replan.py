@@ -114,6 +114,7 @@ def test_the_heuristic_polishes_a_valid_hint_so_it_never_returns_worse():
     assert not hx.validate(problem, hinted.plan)
 
 
+@pytest.mark.slow
 def test_a_replan_for_a_resumed_model_keeps_tp_sizes_that_split_it():
     """An elastic run resumes the model it trained: a fresh plan with a TP size that does not
     split that model (here TP 2 against one kv head) is set aside for the heuristic with TP

@@ -16,6 +16,7 @@ ROW = re.compile(r"^│\s*(p\d+ s\d+|step)\s*│.*│\s*([+-]\d+\.\d)%\s*│$", 
 LINE = re.compile(r"mean \|error\| (\d+\.\d) % over the table's (\d+) rows \(worst ([+-]\d+\.\d) %: (.+)\)")
 
 
+@pytest.mark.slow
 def test_the_mean_error_line_is_the_mean_of_the_table_it_follows(tmp_path):
     program = Path(sys.executable).with_name("hexiscale")
     if not program.exists():

@@ -114,6 +114,7 @@ def test_torchrun_workers_find_their_plan_rank_from_machine_and_local_rank(monke
         assert plan_rank(the_job, machine) == rank
 
 
+@pytest.mark.slow
 def test_a_rank_that_stops_answering_ends_the_run_by_timeouts(tmp_path):
     result = launch_local(job(timeout_s=5, out_dir=str(tmp_path)), echo=False, grace_s=2,
                           failure=FailureInjection(rank=2, step=1, mode="hang"))

@@ -13,6 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from hexiscale.cli import app
@@ -40,6 +41,7 @@ def test_torchrun_prints_the_job_file_and_one_command_per_machine(tmp_path):
     assert "127.0.0.1 is a loopback address: these commands work only with every machine on this one host" in output
 
 
+@pytest.mark.slow
 def test_the_printed_torchrun_commands_train_like_the_local_launcher(tmp_path):
     _, commands = printed_torchrun_commands(tmp_path / "torchrun")
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -97,6 +99,7 @@ launch_local(job)
 """
 
 
+@pytest.mark.slow
 def test_workers_die_with_a_launcher_killed_by_sigkill(tmp_path):
     launcher = subprocess.Popen([sys.executable, "-c", LONG_RUN.format(out=str(tmp_path))], cwd=ROOT,
                                 stdout=subprocess.PIPE, text=True)
@@ -128,6 +131,7 @@ print("steps", len(result.steps))
 """
 
 
+@pytest.mark.slow
 def test_run_plan_works_from_a_script_without_a_main_guard(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(UNGUARDED_SCRIPT))

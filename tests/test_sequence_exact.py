@@ -48,6 +48,7 @@ def exact_results():
     return [judged(family, seed) for family, seed in EXACT_SUITE]
 
 
+@pytest.mark.slow
 def test_cpsat_equals_brute_force_on_seeded_tiny_problems(exact_results):
     agreed, infeasible, tight, worst_gap = 0, 0, 0, 0.0
     for problem, oracle, res, _ in exact_results:

@@ -30,6 +30,7 @@ def milp_results():
     return out
 
 
+@pytest.mark.slow
 def test_milp_equals_brute_force_and_cpsat_on_seeded_tiny_problems(milp_results):
     agreed, infeasible, tight, worst_gap, worst_diff = 0, 0, 0, 0.0, 0.0
     for problem, oracle, cp, res, _ in milp_results:

@@ -280,6 +280,7 @@ def test_checkpoints_pass_between_sequence_and_layered_plans(tmp_path):
         assert (params[name] - ref).norm() <= RTOL * ref.norm(), name
 
 
+@pytest.mark.slow
 def test_cli_runs_a_sequence_plan_and_prints_every_member(tmp_path):
     from hexiscale.cli import app
 

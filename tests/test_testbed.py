@@ -138,6 +138,7 @@ def test_a_signal_tears_the_testbed_down(signum):
 
 @needs_testbed
 @pytest.mark.slow
+@pytest.mark.alone
 def test_links_carry_their_shaped_rates():
     """Four machines at the fitting scale: box_2 ↔ box_3 at 800 Mbit/s, box_0's link at 200 and the
     box_0 ↔ box_1 pair held to 40 by a class of its own; a 2 s TCP flow's payload arrives at the
