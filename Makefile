@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # tests are one busy process or wait on a timeout).
 CORES_2_TO_4 := $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 4 ? 4 : (n < 2 ? 2 : n) )))
 
-.PHONY: install demo example-hf test test-fast bench clean
+.PHONY: install demo example-hf test test-exhaustive test-fast bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,14 +44,21 @@ example-hf: $(STAMP)
 # at the end does not leave a core idle for minutes
 # Then the tests marked `alone` by themselves: they measure rates or speeds (shaped links carrying
 # their rate) that a second busy worker bends. Both parts always run; either failing fails.
+# The `exhaustive` halves of the largest oracles are left to `make test-exhaustive` (about 1.5 min more).
 test: $(STAMP)
+	$(BIN)/python -m pytest -q --timeout=600 -n $(CORES_2_TO_4) --dist worksteal -m "not alone and not exhaustive"; \
+	parallel=$$?; $(BIN)/python -m pytest -q --timeout=600 -m "alone and not exhaustive"; alone=$$?; \
+	[ $$parallel -eq 0 ] && [ $$alone -eq 0 ]
+
+# every test, the oracles' second halves included
+test-exhaustive: $(STAMP)
 	$(BIN)/python -m pytest -q --timeout=600 -n $(CORES_2_TO_4) --dist worksteal -m "not alone"; parallel=$$?; \
 	$(BIN)/python -m pytest -q --timeout=600 -m alone; alone=$$?; \
 	[ $$parallel -eq 0 ] && [ $$alone -eq 0 ]
 
 # the suite without its slow multi-process runs and exhaustive oracles
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q --timeout=600 -n $(CORES_2_TO_4) --dist worksteal -m "not slow"
+	$(BIN)/python -m pytest -q --timeout=600 -n $(CORES_2_TO_4) --dist worksteal -m "not slow and not exhaustive"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

@@ -4,7 +4,8 @@ is never slower than the default heuristic's, and its objective is the evaluator
 
 The full set (seeds 0–159 less the five whose brute force alone takes 3–8 s; 114
 feasible) is marked slow; a fast subset runs always, and the slow test runs only the seeds
-the fast one does not (about 30–50 s on a shared core).
+the fast one does not, in quarters (about 10–15 s each on a shared core); half of them are
+`exhaustive`, left to `make test-exhaustive` for the suite's time.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def test_bound_below_optimum_and_solver_exact_fast(seed: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("quarter", range(4))  # four tests, so that the suite's workers share them
+@pytest.mark.parametrize("quarter", [0, 1, *(pytest.param(q, marks=pytest.mark.exhaustive) for q in (2, 3))])
+# four tests, so that the suite's workers share them; `make test` runs two (57 feasible seeds beside
+# the fast twelve), `make test-exhaustive` all four
 def test_bound_below_optimum_and_solver_exact_on_the_full_seed_set(quarter: int) -> None:
     seeds = ALL_SEEDS[quarter::4]
     feasible = sum(brute.solve(random_small(seed, tiny=True)).plan is not None for seed in seeds if seed in FAST_SEEDS)
