@@ -61,8 +61,8 @@ def test_bound_below_optimum_and_solver_exact_fast(seed: int) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("quarter", [0, 1, *(pytest.param(q, marks=pytest.mark.exhaustive) for q in (2, 3))])
-# four tests, so that the suite's workers share them; `make test` runs two (57 feasible seeds beside
-# the fast twelve), `make test-exhaustive` all four
+# four tests, so that the suite's workers share them; `make test` runs two (60 of the 114 feasible
+# seeds), `make test-exhaustive` all four
 def test_bound_below_optimum_and_solver_exact_on_the_full_seed_set(quarter: int) -> None:
     seeds = ALL_SEEDS[quarter::4]
     feasible = sum(brute.solve(random_small(seed, tiny=True)).plan is not None for seed in seeds if seed in FAST_SEEDS)
