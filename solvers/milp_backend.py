@@ -49,6 +49,19 @@ def highs_threads(threads: int) -> None:
     _SCHEDULER_THREADS[:] = [threads]
 
 
+def quiet_highs(threads: int = 1):
+    """A bare highspy model for the bounds' own LPs and MILPs: made without its banner, output
+    off, `threads` asked for and the process's scheduler sized to match (`highs_threads`)."""
+    import highspy
+
+    with quiet_stdout(True):
+        h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", threads)
+    highs_threads(threads)
+    return h
+
+
 def read_status(lp: pulp.LpProblem, solver) -> tuple[str, bool, float | None]:
     """(status, has a solution, lower bound in model units) from HiGHS or CBC."""
     highs = getattr(lp, "solverModel", None)

@@ -19,7 +19,7 @@ import numpy as np
 
 from solvers.layered.bound.pricing import SLACK
 from solvers.layered.bound.usage import UsageTable
-from solvers.milp_backend import quiet_stdout, highs_threads
+from solvers.milp_backend import quiet_highs
 
 MILP_SECONDS = 20.0  # per test; past it HiGHS's dual bound decides (still a valid certificate)
 
@@ -90,12 +90,8 @@ def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray,
     lp.a_matrix_.value_ = matrix.T.ravel()
     lp.sense_ = highspy.ObjSense.kMaximize
     lp.integrality_ = [highspy.HighsVarType.kInteger] * n
-    with quiet_stdout(True):
-        h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = quiet_highs(threads=1)
     h.setOptionValue("time_limit", MILP_SECONDS)
-    h.setOptionValue("threads", 1)
-    highs_threads(1)
     h.setOptionValue("mip_rel_gap", 0.0)
     h.passModel(lp)
     h.run()

@@ -19,7 +19,7 @@ import numpy as np
 
 from solvers.layered.bound.classes import ClassTypes
 from solvers.layered.bound.pricing import Column, breakpoints, price, read_column
-from solvers.milp_backend import quiet_stdout, highs_threads
+from solvers.milp_backend import quiet_highs
 
 # Lagrange multipliers tried per breakpoint b, as θ = λ·b ([P3]); any set is valid
 THETAS = np.array([0.0, 0.5, 0.8, 0.9, 1.0, 1.2, 1.6])
@@ -145,11 +145,7 @@ def _lp(kept: list[tuple[Column, int]], devices: np.ndarray, pipelines: int) -> 
     lp.a_matrix_.index_ = np.tile(np.arange(rows), n)
     lp.a_matrix_.value_ = matrix.T.ravel()
     lp.sense_ = highspy.ObjSense.kMaximize
-    with quiet_stdout(True):
-        h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
-    highs_threads(1)
+    h = quiet_highs(threads=1)
     h.passModel(lp)
     h.run()
     duals = np.abs(np.array(h.getSolution().row_dual))
