@@ -69,8 +69,7 @@ def markdown(data: dict) -> str:
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     if again := data.get("remeasured"):  # `--only BED` run later, its rows put in place of the old
         lines.insert(2, f"Testbeds {', '.join(again['beds'])} measured again later ({again['minutes']:.0f} min, "
-                        f"{data['rows'][[r['bed'] for r in data['rows']].index(again['beds'][0])]['remeasured']}); "
-                        "the other rows are from the full run.\n")
+                        f"{again['why']}); the other rows are from the full run.\n")
     lines += ["| " + " | ".join(cells(row)) + " |" for row in data["rows"]]
     lines += ["", "| rows | " + " | ".join(KEYS.values()) + " |", "|---|" + "---|" * len(KEYS)]
     for name, keep in SUBSETS.items():
