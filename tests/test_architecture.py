@@ -183,11 +183,16 @@ def test_only_the_communicator_touches_torch_distributed():
     """One layer owns every send, receive, collective and group (docs/solvers.md §6): no other
     module imports torch.distributed (or anything under it) — bar torchrun's agent
     (`torch.distributed.run`), which runtime.launch.torchrun wraps: it starts processes and
-    serves the rendezvous store, and makes no send, collective or group."""
+    serves the rendezvous store, and makes no send, collective or group. The communicator's
+    chunked exchanges (`runtime.communication.duplex`) are part of it: nothing else imports
+    them."""
     users = sorted(name for name, path in project_modules().items()
                    if any(n == "torch.distributed" or n.startswith("torch.distributed.")
                           for n in _external_imports(path)))
-    assert users == ["runtime.communication.communicator", "runtime.launch.torchrun"]
+    assert users == ["runtime.communication.communicator", "runtime.communication.duplex", "runtime.launch.torchrun"]
+    graph = import_graph()
+    assert sorted(name for name, edges in graph.items() if "runtime.communication.duplex" in edges) == [
+        "runtime.communication.communicator"]
 
 
 def _long_functions() -> list[str]:

@@ -141,9 +141,9 @@ def test_a_single_backend_call_on_a_group_spanning_vendors_is_refused():
 
 
 def test_a_tensor_of_several_bridge_chunks_is_exchanged_whole(world):
-    """The leaders exchange in BRIDGE_CHUNK_BYTES pieces: 2.5 pieces of fp32 per rank, over all
+    """The leaders exchange in duplex.CHUNK_BYTES pieces: 2.5 pieces of fp32 per rank, over all
     three vendors, still equal the flat collectives (the drawn cases above fit in one)."""
-    from runtime.communication.communicator import BRIDGE_CHUNK_BYTES
+    from runtime.communication.duplex import CHUNK_BYTES as BRIDGE_CHUNK_BYTES
     ranks, numel = (0, 1, 5), 5 * BRIDGE_CHUNK_BYTES // 8
     found = world((ranks, numel, 3))
     for rank, f in found.items():

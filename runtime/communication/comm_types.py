@@ -104,15 +104,17 @@ class Waiter:
 
 @dataclass
 class PendingSend:
-    """A posted non-blocking send; the payload is kept alive until it is awaited."""
+    """A posted non-blocking send (its chunks' works: `duplex.post`); the payload is kept
+    alive until it is awaited."""
 
-    work: object
+    works: list
     payload: torch.Tensor
     dst: int
     waiter: Waiter
 
     def wait(self) -> None:
-        self.waiter.finish(self.work, f"the send to rank {self.dst}")
+        for work in self.works:
+            self.waiter.finish(work, f"the send to rank {self.dst}")
 
 
 @dataclass
@@ -120,15 +122,16 @@ class PendingExchange:
     """The posted sends and receives of one `Communicator.exchange`."""
 
     sends: list[PendingSend]
-    recvs: list[tuple[object, int]]  # (work, src rank)
+    recvs: list[tuple[list, int]]  # (its chunks' works, src rank)
     waiter: Waiter
     staged: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # (host buffer, target)
 
     def wait(self) -> None:
         """Wait for every receive (each at most the timeout), then for every send; copy
         what came over the bridge into host buffers to its targets."""
-        for work, src in self.recvs:
-            self.waiter.finish(work, f"the message from rank {src}")
+        for works, src in self.recvs:
+            for work in works:
+                self.waiter.finish(work, f"the message from rank {src}")
         for send in self.sends:
             send.wait()
         for host, target in self.staged:

@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from planner.hardware import Vendor
+from runtime.communication import duplex
 from runtime.communication.comm_types import (BridgeMeter, Group, PendingExchange, PendingSend, RankPlace, ReduceOpName,
                                 TimedCollectives, Waiter, spans_vendors)
 from runtime.config import WaitName
@@ -45,10 +46,6 @@ _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.R
 _COMBINE = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum}
 VENDOR_ORDER = (Vendor.nvidia, Vendor.amd, Vendor.other)  # order of a mixed group's vendor parts
 BRIDGE_BACKEND = "gloo"  # docs/vendors.md §8: the bridge runs over host memory
-# The leaders' exchange goes in chunks of at most this many bytes (`_bridge_all_gather`: one
-# message of the whole tensor each way did not overlap the two directions); tag = chunk index, on
-# the bridge's own group, where nothing else is sent point to point.
-BRIDGE_CHUNK_BYTES = 2 << 20
 
 
 def waits_awake(device: torch.device, world_size: int, wait: WaitName = "auto") -> bool:
@@ -196,6 +193,14 @@ class Communicator:
                                f"nvidia and amd; such groups are routed through their vendor parts")
         return group.handle
 
+    @staticmethod
+    def _direct(tensor: torch.Tensor) -> bool:
+        """Whether an all-gather, reduce-scatter or all-to-all of `tensor` runs as a direct
+        exchange of chunks (`duplex`) rather than the backend's own: on host tensors, which
+        gloo carries (its own ran at 1.6–2.1× the bytes' time across a link, runtime/README.md);
+        nccl's are left to nccl."""
+        return tensor.device.type == "cpu"
+
     def _host(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` itself on the host, else a pinned host copy: the bridge runs over host memory."""
         if tensor.device.type == "cpu":
@@ -207,30 +212,42 @@ class Communicator:
     def send(self, tensor: torch.Tensor, dst: int, tag: int) -> PendingSend:
         """Post a non-blocking send of `tensor` (detached, contiguous) to rank `dst`; to a
         rank of the other vendor from host memory, over the bridge."""
-        payload = tensor.detach().contiguous()
-        if self.crosses(dst):
-            payload = self._host(payload)
-            self.meter.sent += payload.numel() * payload.element_size()
-        return PendingSend(dist.isend(payload, dst=dst, tag=tag), payload, dst, self.message_waiter)
+        return self.exchange([(tensor, dst)], [], tag).sends[0]
 
     def recv(self, buffer: torch.Tensor, src: int, tag: int) -> torch.Tensor:
         """Receive into `buffer` from rank `src`, waiting at most the timeout."""
-        landing = self._host(buffer) if self.crosses(src) else buffer
-        self.message_waiter.finish(dist.irecv(landing, src=src, tag=tag), f"the message from rank {src}")
-        return buffer if landing is buffer else buffer.copy_(landing)
+        self.exchange([], [(buffer, src)], tag).wait()
+        return buffer
 
     def exchange(self, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]],
                  tag: int) -> PendingExchange:
         """Many point-to-point messages at once: post every send (tensor, dst rank) and every
         receive (buffer, src rank, filled in place) and return at once; `wait()` on the result
         before reading the buffers. Posting everything before waiting is what keeps a ring
-        from deadlocking, and what lets it overlap the transfer with compute."""
+        from deadlocking, and what lets it overlap the transfer with compute. Host tensors
+        travel in chunks (`duplex.post`), so that the two ways of a link carry at once; `tag`
+        must be below duplex.MESSAGE_TAGS."""
+        if not 0 <= tag < duplex.MESSAGE_TAGS:
+            raise ValueError(f"message tag {tag} is outside 0..{duplex.MESSAGE_TAGS - 1}")
+        payloads = [(self._outgoing(tensor, dst), dst) for tensor, dst in sends]
         landings = [(self._host(buffer) if self.crosses(src) else buffer, buffer, src) for buffer, src in recvs]
+        sent, received = map(iter, duplex.post([(p, d) for p, d in payloads if self._direct(p)],
+                                               [(l, s) for l, _, s in landings if self._direct(l)], tag=tag))
         return PendingExchange(
-            sends=[self.send(tensor, dst, tag) for tensor, dst in sends],
-            recvs=[(dist.irecv(landing, src=src, tag=tag), src) for landing, _, src in landings],
+            sends=[PendingSend(next(sent) if self._direct(p) else [dist.isend(p, dst=d, tag=tag)], p, d,
+                               self.message_waiter) for p, d in payloads],
+            recvs=[(next(received) if self._direct(l) else [dist.irecv(l, src=s, tag=tag)], s) for l, _, s in landings],
             waiter=self.message_waiter,
             staged=[(landing, buffer) for landing, buffer, _ in landings if landing is not buffer])
+
+    def _outgoing(self, tensor: torch.Tensor, dst: int) -> torch.Tensor:
+        """What is sent of `tensor`: detached and contiguous; to the other vendor, on the host
+        (counted by the bridge meter)."""
+        payload = tensor.detach().contiguous()
+        if self.crosses(dst):
+            payload = self._host(payload)
+            self.meter.sent += payload.numel() * payload.element_size()
+        return payload
 
     # -- collectives ----------------------------------------------------------------------
     def broadcast(self, tensor: torch.Tensor, src: int, group: Group) -> torch.Tensor:
@@ -258,25 +275,13 @@ class Communicator:
             tensor.copy_(host)
 
     def _bridge_all_gather(self, tensor: torch.Tensor, group: Group) -> list[torch.Tensor]:
-        """Every leader's `tensor`, in part order: each leader sends its own to every other in
-        chunks of BRIDGE_CHUNK_BYTES, every send and receive posted at once, so that the
-        bridge's link carries both ways together, as docs/vendors.md §8 prices the exchange
-        (an all-reduce: x/bw). Measured between two namespaces 400 Mbit/s apart, 95 MB each
-        way: gloo's all-gather 3.16 s; one isend/irecv pair of the whole tensor 3.99 s; in 8
-        chunks 3.93 s; in 32 chunks 2.00 s — gloo's all-reduce 2.05 s, one way alone 1.94 s."""
+        """Every leader's `tensor`, in part order, from host memory: each leader sends its own
+        to every other in chunks, all posted at once (`duplex.all_gather`), so that the bridge's
+        link carries both ways together, as docs/vendors.md §8 prices the exchange (an
+        all-reduce: x/bw)."""
         host = self._host(tensor.contiguous())
-        handle, leaders = self._handle(group.bridge), group.bridge.ranks
-        out = [host if r == self.rank else torch.empty_like(host) for r in leaders]
-        chunks = max(1, -(-host.numel() * host.element_size() // BRIDGE_CHUNK_BYTES))
-        works = []
-        for peer, landing in zip(leaders, out):
-            if peer == self.rank:
-                continue
-            for tag, (mine, theirs) in enumerate(zip(host.view(-1).chunk(chunks), landing.view(-1).chunk(chunks))):
-                works.append(dist.isend(mine, dst=peer, group=handle, tag=tag))
-                works.append(dist.irecv(theirs, src=peer, group=handle, tag=tag))
-        for work in works:
-            self.message_waiter.finish(work, f"the bridge exchange on rank {self.rank}")
+        out = duplex.all_gather(host, group.bridge.ranks, self.rank, handle=self._handle(group.bridge),
+                                waiter=self.message_waiter)
         self.meter.sent += (group.bridge.size - 1) * host.numel() * host.element_size()
         return [o.to(tensor.device) for o in out]
 
@@ -315,6 +320,9 @@ class Communicator:
 
     def _all_gather(self, tensor: torch.Tensor, group: Group) -> list[torch.Tensor]:
         if not group.parts:
+            if self._direct(tensor):
+                return duplex.all_gather(tensor, group.ranks, self.rank, handle=self._handle(group),
+                                         waiter=self.message_waiter)
             out = [torch.empty_like(tensor) for _ in group.ranks]
             self._call(dist.all_gather, out, tensor.contiguous(), group=self._handle(group))
             return out
@@ -342,6 +350,9 @@ class Communicator:
     def _reduce_scatter(self, tensor: torch.Tensor, group: Group) -> torch.Tensor:
         size = tensor.shape[0] // group.size
         if not group.parts:
+            if self._direct(tensor):
+                return duplex.reduce_scatter(tensor, group.ranks, self.rank, handle=self._handle(group),
+                                             waiter=self.message_waiter)
             out = tensor.new_empty(size, *tensor.shape[1:])
             self._call(dist.reduce_scatter_single, out, tensor.detach().contiguous(), group=self._handle(group))
             return out
@@ -378,10 +389,14 @@ class Communicator:
         if len(send_sizes) != group.size or len(recv_sizes) != group.size or sum(send_sizes) != tensor.numel():
             raise ValueError(f"all_to_all over {group.size} ranks: sizes {send_sizes} / {recv_sizes} "
                              f"for {tensor.numel()} elements")
-        out = tensor.new_empty(sum(recv_sizes))
         with self._timing(group, "all_to_all"):
+            if self._direct(tensor):
+                return duplex.all_to_all(tensor, group.ranks, self.rank, send_sizes=list(send_sizes),
+                                         recv_sizes=list(recv_sizes), handle=self._handle(group),
+                                         waiter=self.message_waiter)
+            out = tensor.new_empty(sum(recv_sizes))
             self._call(dist.all_to_all_single, out, tensor.detach().contiguous(), output_split_sizes=list(recv_sizes),
-                                   input_split_sizes=list(send_sizes), group=self._handle(group))
+                       input_split_sizes=list(send_sizes), group=self._handle(group))
         return out
 
     def barrier(self) -> None:
