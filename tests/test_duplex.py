@@ -141,3 +141,18 @@ def test_messages_of_several_chunks_arrive_whole(found):
     assert CHUNK_ELEMENTS * 4 == CHUNK_BYTES  # the cases above span the chunks they claim
     for r in range(WORLD):
         assert found[r]["messages"] == {"ring": True, "pair": True, "bad_tag_refused": True}, r
+
+
+def test_only_host_tensors_between_machines_go_direct():
+    """Chunks both ways where gloo's own ran one way at a time (between machines); inside a
+    machine, on CUDA, or where machines are unknown, the backend's own."""
+    import torch
+    from planner.hardware import Vendor
+    from runtime.communication.communicator import Communicator, RankPlace
+    places = (RankPlace(0, 0, Vendor.nvidia), RankPlace(1, 0, Vendor.nvidia), RankPlace(2, 1, Vendor.nvidia),
+              RankPlace(3, None, Vendor.nvidia))
+    comm = Communicator(0, 4, places, 10.0, torch.device("cpu"))
+    host = torch.ones(2)
+    assert comm._direct(host, (0, 2)) and comm._direct(host, (0, 1, 2))
+    assert not comm._direct(host, (0, 1)) and not comm._direct(host, (0, 3)) and not comm._direct(host, (0, 2, 3))
+    assert not comm._direct(torch.ones(2, device="meta"), (0, 2))

@@ -193,13 +193,14 @@ class Communicator:
                                f"nvidia and amd; such groups are routed through their vendor parts")
         return group.handle
 
-    @staticmethod
-    def _direct(tensor: torch.Tensor) -> bool:
-        """Whether an all-gather, reduce-scatter or all-to-all of `tensor` runs as a direct
-        exchange of chunks (`duplex`) rather than the backend's own: on host tensors, which
-        gloo carries (its own ran at 1.6–2.1× the bytes' time across a link, runtime/README.md);
-        nccl's are left to nccl."""
-        return tensor.device.type == "cpu"
+    def _direct(self, tensor: torch.Tensor, ranks: tuple[int, ...]) -> bool:
+        """Whether a message or collective of `tensor` among `ranks` runs as chunks posted both
+        ways at once (`duplex`) rather than the backend's own: on host tensors (gloo's) between
+        ranks on different machines, where gloo's own ran one direction at a time (1.5–2.1× one
+        way, runtime/README.md). Inside a machine gloo's own stay: their collectives can be
+        polled awake (`_call`), which point-to-point works cannot; nccl's are left to nccl."""
+        machines = {self.machine_of(r) for r in ranks}
+        return tensor.device.type == "cpu" and None not in machines and len(machines) > 1
 
     def _host(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` itself on the host, else a pinned host copy: the bridge runs over host memory."""
@@ -225,18 +226,21 @@ class Communicator:
         receive (buffer, src rank, filled in place) and return at once; `wait()` on the result
         before reading the buffers. Posting everything before waiting is what keeps a ring
         from deadlocking, and what lets it overlap the transfer with compute. Host tensors
-        travel in chunks (`duplex.post`), so that the two ways of a link carry at once; `tag`
-        must be below duplex.MESSAGE_TAGS."""
+        between machines travel in chunks (`_direct`, `duplex.post`), so that the two ways of
+        a link carry at once; `tag` must be below duplex.MESSAGE_TAGS."""
         if not 0 <= tag < duplex.MESSAGE_TAGS:
             raise ValueError(f"message tag {tag} is outside 0..{duplex.MESSAGE_TAGS - 1}")
         payloads = [(self._outgoing(tensor, dst), dst) for tensor, dst in sends]
         landings = [(self._host(buffer) if self.crosses(src) else buffer, buffer, src) for buffer, src in recvs]
-        sent, received = map(iter, duplex.post([(p, d) for p, d in payloads if self._direct(p)],
-                                               [(l, s) for l, _, s in landings if self._direct(l)], tag=tag))
+        send_chunked = [self._direct(p, (self.rank, d)) for p, d in payloads]
+        recv_chunked = [self._direct(l, (self.rank, s)) for l, _, s in landings]
+        sent, received = map(iter, duplex.post([m for m, c in zip(payloads, send_chunked) if c],
+                                               [(l, s) for (l, _, s), c in zip(landings, recv_chunked) if c], tag=tag))
         return PendingExchange(
-            sends=[PendingSend(next(sent) if self._direct(p) else [dist.isend(p, dst=d, tag=tag)], p, d,
-                               self.message_waiter) for p, d in payloads],
-            recvs=[(next(received) if self._direct(l) else [dist.irecv(l, src=s, tag=tag)], s) for l, _, s in landings],
+            sends=[PendingSend(next(sent) if c else [dist.isend(p, dst=d, tag=tag)], p, d, self.message_waiter)
+                   for (p, d), c in zip(payloads, send_chunked)],
+            recvs=[(next(received) if c else [dist.irecv(l, src=s, tag=tag)], s)
+                   for (l, _, s), c in zip(landings, recv_chunked)],
             waiter=self.message_waiter,
             staged=[(landing, buffer) for landing, buffer, _ in landings if landing is not buffer])
 
@@ -320,7 +324,7 @@ class Communicator:
 
     def _all_gather(self, tensor: torch.Tensor, group: Group) -> list[torch.Tensor]:
         if not group.parts:
-            if self._direct(tensor):
+            if self._direct(tensor, group.ranks):
                 return duplex.all_gather(tensor, group.ranks, self.rank, handle=self._handle(group),
                                          waiter=self.message_waiter)
             out = [torch.empty_like(tensor) for _ in group.ranks]
@@ -350,7 +354,7 @@ class Communicator:
     def _reduce_scatter(self, tensor: torch.Tensor, group: Group) -> torch.Tensor:
         size = tensor.shape[0] // group.size
         if not group.parts:
-            if self._direct(tensor):
+            if self._direct(tensor, group.ranks):
                 return duplex.reduce_scatter(tensor, group.ranks, self.rank, handle=self._handle(group),
                                              waiter=self.message_waiter)
             out = tensor.new_empty(size, *tensor.shape[1:])
@@ -390,7 +394,7 @@ class Communicator:
             raise ValueError(f"all_to_all over {group.size} ranks: sizes {send_sizes} / {recv_sizes} "
                              f"for {tensor.numel()} elements")
         with self._timing(group, "all_to_all"):
-            if self._direct(tensor):
+            if self._direct(tensor, group.ranks):
                 return duplex.all_to_all(tensor, group.ranks, self.rank, send_sizes=list(send_sizes),
                                          recv_sizes=list(recv_sizes), handle=self._handle(group),
                                          waiter=self.message_waiter)
