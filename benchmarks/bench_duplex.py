@@ -1,5 +1,5 @@
 """gloo's own collectives against the communicator's direct exchanges of chunks, across a shaped
-link of the emulated cluster (docs/testbed.md, runtime/README.md "Collectives on gloo").
+link of the emulated cluster (docs/testbed.md, runtime/README.md "Host tensors travel in chunks").
 
     .venv/bin/python benchmarks/bench_duplex.py [--mbit 200] [--mib 96] [--loopback] [--repeats 3] [--out FILE]
 

@@ -1,20 +1,19 @@
-"""Collectives as direct exchanges of chunks, every send and receive posted at once
-(runtime/README.md, "Collectives on gloo"): how the communicator runs all-gather, reduce-scatter
-and all-to-all on host tensors, and the vendor leaders' bridge exchange.
+"""Messages and collectives as chunks posted both ways at once (runtime/README.md, "Host
+tensors travel in chunks"): how the communicator sends point-to-point messages and runs
+all-gather, reduce-scatter and all-to-all on host tensors between machines, and the vendor
+leaders' bridge exchange.
 
-Why not gloo's own: between two namespaces joined by a 200 Mbit/s link, 2 ranks, 12 MiB to
-send each way (`benchmarks/bench_duplex.py`), gloo's all-gather took 1.54×, its reduce-scatter
-and all-to-all 2.0× what one way alone takes, where the cost model prices each at one way
-(§3.4, §7.2); gloo's all-reduce takes 1.02× its price, and stays. A single large gloo message
-each way does not carry both directions of a link at once; chunks in flight together do: the
-direct exchanges take 1.17–1.18×.
+Why not gloo's own: between two namespaces joined by a 200 Mbit/s link, 2 ranks, 48 MiB to
+send each way (`benchmarks/bench_duplex.py`, `benchmarks/report/duplex.md`), a message each
+way took 1.97×, gloo's all-gather 1.53×, its reduce-scatter and all-to-all 2.0–2.1× what one
+way alone takes, where the cost model prices each at one way (§3.4, §7.2); gloo's all-reduce
+takes 1.02× its price, and stays. A single large gloo message each way does not carry both
+directions of a link at once; chunks in flight together do: 1.00–1.04×.
 
-The communicator's point-to-point messages on host tensors travel in the same chunks
-(`post`), so that a ring's two-way exchange and a pipeline's crossing sends use both
-directions too; a message at tag t sends chunk k at tag (t << CHUNK_TAG_BITS) | k. The
-collectives take the group's backend handle (None: the default group) and global ranks, and
-wait for all they posted; their chunks' tags start at `TAG_BASE`, above every message's, so
-that a collective over the default group never takes a pipeline's message. Messages of one tag
+A message at tag t sends chunk k at tag (t << CHUNK_TAG_BITS) | k (`post`). The collectives
+take the group's backend handle (None: the default group) and global ranks, and wait for all
+they posted; their chunks' tags start at `TAG_BASE`, above every message's, so that a
+collective over the default group never takes a pipeline's message. Messages of one tag
 between one pair arrive in the order they were posted, so back-to-back messages and
 collectives cannot mix.
 """
