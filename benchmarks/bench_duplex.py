@@ -103,7 +103,8 @@ def measure(mbit: float, mib: int, repeats: int, loopback: bool = False) -> dict
 def table(result: dict) -> Table:
     one = result["one_way_s"]
     where = "over one machine's loopback" if result["mbit"] is None else f"across a {result['mbit']:g} Mbit/s link"
-    out = Table(title=f"{result['mib'] / 2:g} MiB each way {where} (one way alone: {one:.3f} s)")
+    out = Table(title=f"{result['mib'] / 2:g} MiB each way {where} (one way alone: {one:.3f} s)",
+                caption="all_reduce moves the whole tensor: its price for 2 ranks, x/bw, is 2× one way")
     for column in ("operation", "gloo's own s", "× one way", "communicator s", "× one way"):
         out.add_column(column, justify="left" if column == "operation" else "right")
     for op, times in result["ops"].items():
