@@ -51,16 +51,16 @@ example-hf: $(STAMP)
 # speeds (shaped links carrying their rate) that a second busy worker bends. Both parts always run;
 # either failing fails. The `exhaustive` halves of the two largest oracles are left to
 # `make test-exhaustive` (4 tests, 1 CPU-minute: 36 s more on 2 cores).
-test: $(STAMP)
-	$(BIN)/python -m pytest -q --timeout=600 -n $(CORES_2_TO_4) --dist worksteal -m "not alone and not exhaustive"; \
-	parallel=$$?; $(BIN)/python -m pytest -q --timeout=600 -m "alone and not exhaustive"; alone=$$?; \
+# $(call two_parts,MORE): both parts, each marker expression followed by MORE
+two_parts = $(BIN)/python -m pytest -q --timeout=600 -n $(CORES_2_TO_4) --dist worksteal -m "not alone$(1)"; \
+	parallel=$$?; $(BIN)/python -m pytest -q --timeout=600 -m "alone$(1)"; alone=$$?; \
 	[ $$parallel -eq 0 ] && [ $$alone -eq 0 ]
+test: $(STAMP)
+	$(call two_parts, and not exhaustive)
 
 # every test, the oracles' second halves included
 test-exhaustive: $(STAMP)
-	$(BIN)/python -m pytest -q --timeout=600 -n $(CORES_2_TO_4) --dist worksteal -m "not alone"; parallel=$$?; \
-	$(BIN)/python -m pytest -q --timeout=600 -m alone; alone=$$?; \
-	[ $$parallel -eq 0 ] && [ $$alone -eq 0 ]
+	$(call two_parts,)
 
 # the suite without its slow multi-process runs and exhaustive oracles
 test-fast: $(STAMP)
