@@ -20,7 +20,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -63,16 +62,11 @@ def worker(rank: int, master: str, mib: int, repeats: int, out: str) -> None:
 
 
 def timed(fn, comm, repeats: int) -> float:
-    """The median over `repeats` runs of `fn` between two barriers, after one untimed run."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        comm.barrier()
-        start = time.perf_counter()
-        fn()
-        comm.barrier()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    """The median over `repeats` runs of `fn` up to the barrier after it (so that each run starts
+    with both ranks together), after one untimed run: the profiler's `round_trip.timed`."""
+    from runtime.profiling.round_trip import timed as wall_seconds
+
+    return statistics.median(wall_seconds(lambda: (fn(), comm.barrier()), repeats, warmup=1))
 
 
 def measure(mbit: float, mib: int, repeats: int, loopback: bool = False) -> dict:
