@@ -143,8 +143,8 @@ def test_a_single_backend_call_on_a_group_spanning_vendors_is_refused():
 def test_a_tensor_of_several_bridge_chunks_is_exchanged_whole(world):
     """The leaders exchange in duplex.CHUNK_BYTES pieces: 2.5 pieces of fp32 per rank, over all
     three vendors, still equal the flat collectives (the drawn cases above fit in one)."""
-    from runtime.communication.duplex import CHUNK_BYTES as BRIDGE_CHUNK_BYTES
-    ranks, numel = (0, 1, 5), 5 * BRIDGE_CHUNK_BYTES // 8
+    from runtime.communication.duplex import CHUNK_BYTES
+    ranks, numel = (0, 1, 5), 5 * CHUNK_BYTES // 8
     found = world((ranks, numel, 3))
     for rank, f in found.items():
         assert f["sum_error"] <= 1e-6 * len(ranks) and f["same_bits"] and f["max_equal"], (rank, f)
