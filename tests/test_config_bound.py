@@ -184,3 +184,47 @@ def test_sync_floor_moves_to_another_machine_once_d_outgrows_it() -> None:
     b = np.array([5 * types.per_layer[i]])
     assert widest_stage_sync(types, b)[0] <= 5 * types.sync_layer[i] * (1 + 1e-12)
     assert widest_stage_sync(types, b)[0] > 0
+
+
+def _own_and_bare(seed: int):
+    """Every D's own usage table and bare table of one tiny problem, over breakpoints up to
+    twice the trivial bound."""
+    from solvers.layered.bound.classes import class_types
+    from solvers.layered.bound.pricing import breakpoints
+    from solvers.layered.bound.usage import usage_tables
+
+    tables = Tables(random_small(seed, tiny=True))
+    by_d = {d: class_types(tables, d) for d in range(1, tables.max_pipelines + 1)}
+    b = breakpoints(by_d[1], 2 * tables.trivial_bound)
+    return tables, usage_tables(by_d, b), usage_tables(by_d, b, own=set())
+
+
+@pytest.mark.parametrize("seed", range(0, 40, 3))
+def test_the_bare_table_is_below_every_ds_own(seed: int) -> None:
+    """The bare table (no sync floor) is one relaxation for every D: never above D's own table,
+    and the same as it where D = 1 (no sync)."""
+    import numpy as np
+
+    tables, own, bare = _own_and_bare(seed)
+    for d in own:
+        finite = np.isfinite(own[d].least)
+        assert (bare[d].least <= own[d].least).all(), f"seed {seed} D={d}"
+        assert np.isfinite(bare[d].least[finite]).all()
+    assert np.array_equal(bare[1].least, own[1].least)
+
+
+@pytest.mark.parametrize("seed", range(0, 40, 3))
+def test_the_lp_shortcut_refutes_exactly_what_the_integer_programme_does(seed: int, monkeypatch) -> None:
+    """The LP relaxation only refutes where the integer programme also does: the test's answer
+    over a grid of thresholds is the same with and without it."""
+    import numpy as np
+
+    from solvers.layered.bound import integer
+
+    tables, own, _ = _own_and_bare(seed)
+    thresholds = np.linspace(tables.trivial_bound, 2 * tables.trivial_bound, 9)
+    with_lp = {(d, v): integer.refuted(own[d], d, tables.total_micro, v) for d in own for v in thresholds}
+    full = integer._most_micro
+    monkeypatch.setattr(integer, "_most_micro", lambda *a, integral=True: full(*a) if integral else (np.inf, None))
+    without = {(d, v): integer.refuted(own[d], d, tables.total_micro, v) for d in own for v in thresholds}
+    assert with_lp == without

@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from solvers.layered.bound import integer
 from solvers.layered.bound.classes import ClassTypes, class_types
 from solvers.layered.bound.master import Master
@@ -22,9 +24,11 @@ from solvers.layered.tables import Tables
 
 RELATIVE_TOLERANCE = 2e-4  # bisection stops when the bracket is this narrow
 FLOAT_SLACK = 1e-9  # relative: the bound is deflated by this against float noise (docs/bounds.md §5)
-SECONDS_PER_CELL = 4e-9  # measured: a usage table's DP costs about this per (b, ℓ, u, type, n) on a shared core
+SECONDS_PER_CELL = 1e-9  # measured: a usage table's DP costs about 4e-10 s per (b, ℓ, u, type, n) on a shared core
 TABLE_SHARE = 0.5  # of the time left, the most the usage tables may take (estimated)
-MAX_TABLE_BYTES = 1.5e9  # every D's table together (float32)
+PASSES = 2  # over the breakpoints: the bare tables with the first D's own, then the own tables of the D they leave
+PENDING_TABLES = 4  # own tables the second pass is expected to build (memory estimate)
+MAX_TABLE_BYTES = 1.5e9  # every table together (float32)
 
 
 @dataclass
@@ -60,28 +64,65 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
                         log=lambda s: None, first_d: int | None = None) -> ConfigurationBound:
     """The bound over `d_values` (each D's relaxation is valid for its plans only), with the
     incumbent as the first threshold (None: the bisection starts from twice the trivial bound);
-    D is visited outward from `first_d` (the incumbent's D)."""
+    D is visited outward from `first_d` (the incumbent's D). On the usage route a D other than
+    `first_d` is first tested with the bare table at the least refuted so far; only the D it
+    cannot refute there get tables of their own, built together afterwards."""
     floor = tables.trivial_bound
     result = ConfigurationBound(per_d={d: DBound(d, floor) for d in d_values}, floor=floor)
     top = incumbent if incumbent is not None else 2 * floor
-    usage, result.types = _usage_route(tables, d_values, top, deadline, log)
-    result.usage = usage
+    route = _usage_route(tables, d_values, top, deadline, log, first_d)
+    result.usage, result.types = (route.used, route.types) if route else (None, None)
+    pending = []
     for d in outward(d_values, first_d):
         if time.perf_counter() > deadline:
             log(f"configuration bound: time limit before D={d}")
             return result
-        test = (lambda v, d=d: integer.refuted(usage[d], d, tables.total_micro, v)) if usage else \
-            Master(class_types(tables, d)).refuted
-        entry = result.per_d[d]
-        done = [max(e.refuted, floor) for e in result.per_d.values() if e.done]
-        _bisect(test, entry, floor, min([top] + done), deadline)
+        entry, least = result.per_d[d], _least(result, top, floor)
+        if route and d not in route.own:
+            if integer.refuted(route.bare[d], d, tables.total_micro, least):
+                entry.refuted, entry.done = least, True
+                log(f"configuration bound D={d}: no plan with T ≤ {least:.6g} s (bare table)")
+            else:
+                pending.append(d)
+            continue
+        _bisect(_test(tables, route, d), entry, floor, least, deadline)
         if d == first_d and incumbent is not None and entry.refuted >= incumbent:
             raise CertificateContradiction(
                 f"configuration bound: D={d} refuted at T ≤ {entry.refuted:.6g} s, which the incumbent plan "
                 f"with D={d} reaches ({incumbent:.6g} s): the certificate is wrong; no bound is reported")
         log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s" + ("" if entry.done else " (open)"))
+    if pending:
+        _bisect_pending(tables, route, result, pending, top, deadline, log)
     result.complete = all(e.done for e in result.per_d.values())
     return result
+
+
+def _least(result: ConfigurationBound, top: float, floor: float) -> float:
+    """The least threshold refuted so far over the D that are done (`top` before any)."""
+    return min([top] + [max(e.refuted, floor) for e in result.per_d.values() if e.done])
+
+
+def _test(tables: Tables, route: UsageRoute | None, d: int):
+    """`refuted(v)` of one D: its usage table's integer test, or the LP certificate."""
+    if route:
+        return lambda v: integer.refuted(route.used[d], d, tables.total_micro, v)
+    return Master(class_types(tables, d)).refuted
+
+
+def _bisect_pending(tables: Tables, route: UsageRoute, result: ConfigurationBound, pending: list[int],
+                    top: float, deadline: float, log) -> None:
+    """The D the bare table could not refute: their own tables in one pass, then each bisected
+    (with the bare table where the time ran out before the pass: weaker, still a bound)."""
+    log(f"configuration bound: own tables for D={pending}")
+    route.build(pending, deadline)
+    for d in pending:
+        if time.perf_counter() > deadline:
+            log(f"configuration bound: time limit before D={d}")
+            return
+        entry = result.per_d[d]
+        _bisect(_test(tables, route, d), entry, result.floor, _least(result, top, result.floor), deadline)
+        log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s"
+            + ("" if d in route.own else " (bare table)") + ("" if entry.done else " (open)"))
 
 
 class CertificateContradiction(RuntimeError):
@@ -95,23 +136,52 @@ def outward(d_values: list[int], first: int | None) -> list[int]:
     return sorted(d_values, key=lambda d: (abs(d - first), d))
 
 
-def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: float,
-                 log) -> tuple[dict[int, UsageTable] | None, dict[int, ClassTypes] | None]:
-    """Every D's usage table, on the finest classes whose tables fit the time and memory left
-    (identical machines, else machines with the same GPU); None when neither fits."""
+@dataclass
+class UsageRoute:
+    """Every D's class-level types and usage tables: its own where built, else the bare table
+    its caps group shares (`usage.usage_tables`); `used[d]` is the one its test reads."""
+
+    types: dict[int, ClassTypes]
+    b: np.ndarray
+    bare: dict[int, UsageTable]
+    own: dict[int, UsageTable] = field(default_factory=dict)
+    used: dict[int, UsageTable] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.used.update(self.bare)
+        self.used.update(self.own)
+
+    def build(self, ds: list[int], deadline: float) -> None:
+        """Own tables for `ds` (none when the deadline passes first)."""
+        built = usage_tables({d: self.types[d] for d in ds}, self.b, deadline)
+        if built is not None:
+            self.own.update(built)
+            self.used.update(built)
+
+
+def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: float, log,
+                 first_d: int | None) -> UsageRoute | None:
+    """The bare table of every D and `first_d`'s own (one pass), on the finest classes whose
+    tables fit the time and memory left (identical machines, else machines with the same GPU);
+    None when neither fits."""
     left = (deadline - time.perf_counter()) * TABLE_SHARE
+    own = {first_d} & set(d_values)
     for by_gpu in (False, True):
         by_d = {d: class_types(tables, d, by_gpu) for d in d_values}
         any_types = by_d[d_values[0]]
         b = breakpoints(any_types, top)
         cells = len(b) * (tables.layers + 1) * usage_size(any_types) * any_types.num_types * tables.layers / 2
-        memory = 4.0 * len(b) * usage_size(any_types) * len(d_values)
-        if cells * SECONDS_PER_CELL <= left and memory <= MAX_TABLE_BYTES:
+        groups = len({t.caps.tobytes() for t in by_d.values()}) + len(own) + PENDING_TABLES
+        memory = 4.0 * len(b) * usage_size(any_types) * groups
+        if PASSES * cells * SECONDS_PER_CELL <= left and memory <= MAX_TABLE_BYTES:
             log(f"configuration bound: usage tables over classes {any_types.devices.tolist()}, {len(b)} breakpoints")
-            built = usage_tables(by_d, b, deadline)
-            return (built, by_d) if built is not None else (None, None)
+            built = usage_tables(by_d, b, deadline, own=own)
+            if built is None:
+                return None
+            return UsageRoute(types=by_d, b=b, bare={d: t for d, t in built.items() if d not in own},
+                              own={d: built[d] for d in own})
     log("configuration bound: usage tables too large, LP certificate per D")
-    return None, None
+    return None
 
 
 def _bisect(refuted, entry: DBound, floor: float, top: float, deadline: float) -> None:

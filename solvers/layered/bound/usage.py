@@ -35,29 +35,26 @@ def usage_size(types: ClassTypes) -> int:
     return int(np.prod(types.devices + 1))
 
 
-def _shift(block: np.ndarray, axis: int, by: int) -> np.ndarray:
-    """block moved up by `by` along `axis` (a usage axis): out[.., u, ..] = block[.., u − by, ..]."""
-    out = np.full_like(block, np.inf)
-    src, dst = [slice(None)] * block.ndim, [slice(None)] * block.ndim
-    src[axis], dst[axis] = slice(0, block.shape[axis] - by), slice(by, None)
-    out[tuple(dst)] = block[tuple(src)]
-    return out
-
-
 def _add_stage(types: ClassTypes, prefix: np.ndarray, limit: np.ndarray, role: str, upto: int) -> np.ndarray:
     """min over types i and 1 ≤ n ≤ limit[k, i] of prefix[k, upto − n, u − t_i·e_{class i}] +
-    the stage's bubble share: [K, *usage]."""
+    the stage's bubble share: [K, *usage]. The minimum over n is taken in place, one layer
+    count at a time, on the usage cells that can take the stage (u_class ≥ t_i): a [K, n, U]
+    temporary made the DP memory-bound (5× slower on hetero-1's 2,025 usage cells)."""
     contrib = stage_contribution(types, role)  # [i, n]
     best = np.full((prefix.shape[0],) + prefix.shape[2:], np.inf, dtype=np.float32)
-    extra = (1,) * (prefix.ndim - 2)
+    per_breakpoint = (-1,) + (1,) * (prefix.ndim - 2)
     for i in range(types.num_types):
-        top = int(min(upto, limit[:, i].max()))
-        if top < 1:
+        top, axis, by = int(min(upto, limit[:, i].max())), 1 + int(types.cls[i]), int(types.tp[i])
+        if top < 1 or by >= best.shape[axis]:
             continue
+        before, after = [slice(None)] * best.ndim, [slice(None)] * best.ndim
+        before[axis], after[axis] = slice(0, best.shape[axis] - by), slice(by, None)  # u − t_i·e → u
         n = np.arange(1, top + 1)
-        cost = contrib[i, n][None, :] + np.where(n[None, :] <= limit[:, i:i + 1], 0.0, np.inf)  # [K, top]
-        cand = (prefix[:, upto - n] + cost.reshape(cost.shape + extra).astype(np.float32)).min(axis=1)
-        best = np.minimum(best, _shift(cand, 1 + int(types.cls[i]), int(types.tp[i])))
+        cost = (contrib[i, n][None, :] + np.where(n[None, :] <= limit[:, i:i + 1], 0.0, np.inf)).astype(np.float32)
+        cand = prefix[:, upto - 1][tuple(before)] + cost[:, 0].reshape(per_breakpoint)
+        for j in range(1, top):
+            np.minimum(cand, prefix[:, upto - 1 - j][tuple(before)] + cost[:, j].reshape(per_breakpoint), out=cand)
+        np.minimum(best[tuple(after)], cand, out=best[tuple(after)])
     return best
 
 
@@ -93,9 +90,8 @@ def least_bubble(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.nda
     with_last = _closed(types, b, prefix)
     if types.pipelines < 2:
         return with_last
-    bare = replace(types, sync_layer=np.zeros_like(types.sync_layer), sync_head=np.zeros_like(types.sync_head))
     widest = widest_stage_sync(types, b).astype(np.float32)
-    return np.maximum(with_last, _closed(bare, b, prefix) + widest.reshape((-1,) + (1,) * (prefix.ndim - 2)))
+    return np.maximum(with_last, bare_bubble(types, b, prefix) + widest.reshape((-1,) + (1,) * (prefix.ndim - 2)))
 
 
 def _closed(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
@@ -132,25 +128,40 @@ def hop_floor(types: ClassTypes) -> np.ndarray:
     return np.maximum(spans - 1, 0) * types.hop
 
 
-def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray,
-                 deadline: float = float("inf")) -> dict[int, UsageTable] | None:
-    """The table of every D in `by_d` (same classes); the prefix is built once per block of
-    breakpoints and shared by the D whose memory caps agree (all of them without ZeRO-1).
-    None when `deadline` (perf_counter) passes before every block is built (the cost
-    estimate was off): a partial table would not be a bound."""
+def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray, deadline: float = float("inf"),
+                 own: set[int] | None = None) -> dict[int, UsageTable] | None:
+    """A table for every D in `by_d` (same classes): D's own (`least_bubble`) for the D in
+    `own` (None: all), the *bare* table (`bare_bubble`, no sync floor) for the others — one
+    per group of D with the same memory caps (all of them without ZeRO-1), below each one's
+    own, so it refutes for all of them at the cost of one table. The prefix is built once per
+    block of breakpoints and shared by the D whose caps agree. None when `deadline`
+    (perf_counter) passes before every block is built: a partial table would not be a bound."""
     ds = sorted(by_d)
     any_types = by_d[ds[0]]
     dims = tuple(int(d) + 1 for d in any_types.devices)
     hops = hop_floor(any_types).astype(np.float32)
-    parts: dict[int, list[np.ndarray]] = {d: [] for d in ds}
+    own = set(ds) if own is None else own
+    key_of = {d: (by_d[d].caps.tobytes(), d if d in own else None) for d in ds}  # the D that share a table
+    parts: dict[tuple, list[np.ndarray]] = {key: [] for key in key_of.values()}
     for lo in range(0, len(b), CHUNK):
         if time.perf_counter() > deadline:
             return None
         block, prefixes = b[lo:lo + CHUNK], {}
         for d in ds:
-            key = by_d[d].caps.tobytes()
-            if key not in prefixes:
-                prefixes[key] = prefix_table(by_d[d], block)
-            parts[d].append(least_bubble(by_d[d], block, prefixes[key]) + hops)
-    return {d: UsageTable(b=b, least=(np.concatenate(parts[d]).reshape(len(b), -1).astype(np.float64)
-                                      * (1 - TABLE_SLACK)).astype(np.float32), dims=dims) for d in ds}
+            caps = by_d[d].caps.tobytes()
+            if caps not in prefixes:
+                prefixes[caps] = prefix_table(by_d[d], block)
+            if len(parts[key_of[d]]) * CHUNK <= lo:  # this block not closed yet for d's table
+                close = least_bubble if d in own else bare_bubble
+                parts[key_of[d]].append(close(by_d[d], block, prefixes[caps]) + hops)
+    tables = {key: UsageTable(b=b, least=(np.concatenate(part).reshape(len(b), -1).astype(np.float64)
+                                          * (1 - TABLE_SLACK)).astype(np.float32), dims=dims)
+              for key, part in parts.items()}
+    return {d: tables[key_of[d]] for d in ds}
+
+
+def bare_bubble(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+    """[K, *usage]: least bubble of a whole relaxed pipeline without any sync floor (T_dp ≥ 0):
+    below `least_bubble` of every D with these caps, since every floor it adds is ≥ 0."""
+    bare = replace(types, sync_layer=np.zeros_like(types.sync_layer), sync_head=np.zeros_like(types.sync_head))
+    return _closed(bare, b, prefix)
