@@ -24,10 +24,12 @@ from solvers.layered.tables import Tables
 
 RELATIVE_TOLERANCE = 2e-4  # bisection stops when the bracket is this narrow
 FLOAT_SLACK = 1e-9  # relative: the bound is deflated by this against float noise (docs/bounds.md §5)
-SECONDS_PER_CELL = 1e-9  # measured: a usage table's DP costs about 4e-10 s per (b, ℓ, u, type, n) on a shared core
+SECONDS_PER_CELL = 7e-10  # measured: a usage table's DP costs 4–6e-10 s per (b, ℓ, u, type, n) on a shared core
 TABLE_SHARE = 0.5  # of the time left, the most the usage tables may take (estimated)
-PASSES = 2  # over the breakpoints: the bare tables with the first D's own, then the own tables of the D they leave
 PENDING_TABLES = 4  # own tables the second pass is expected to build (memory estimate)
+OWN_AROUND = 2  # the first pass also builds the own tables of the D this close to the incumbent's
+# (closing a table costs a tenth of its prefix; on hetero-1 the D the bare table left were 5 and 6
+# around the incumbent's 4, and a second pass costs a whole prefix again)
 MAX_TABLE_BYTES = 1.5e9  # every table together (float32)
 
 
@@ -161,11 +163,12 @@ class UsageRoute:
 
 def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: float, log,
                  first_d: int | None) -> UsageRoute | None:
-    """The bare table of every D and `first_d`'s own (one pass), on the finest classes whose
-    tables fit the time and memory left (identical machines, else machines with the same GPU);
+    """The bare table of every D and the own tables of the D around `first_d` (one pass), on
+    the finest classes whose tables fit the time and memory left (identical machines, else
+    machines with the same GPU);
     None when neither fits."""
     left = (deadline - time.perf_counter()) * TABLE_SHARE
-    own = {first_d} & set(d_values)
+    own = set(range(first_d - OWN_AROUND, first_d + OWN_AROUND + 1)) & set(d_values) if first_d else set()
     for by_gpu in (False, True):
         by_d = {d: class_types(tables, d, by_gpu) for d in d_values}
         any_types = by_d[d_values[0]]
@@ -173,7 +176,7 @@ def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: floa
         cells = len(b) * (tables.layers + 1) * usage_size(any_types) * any_types.num_types * tables.layers / 2
         groups = len({t.caps.tobytes() for t in by_d.values()}) + len(own) + PENDING_TABLES
         memory = 4.0 * len(b) * usage_size(any_types) * groups
-        if PASSES * cells * SECONDS_PER_CELL <= left and memory <= MAX_TABLE_BYTES:
+        if cells * SECONDS_PER_CELL <= left and memory <= MAX_TABLE_BYTES:  # the first pass (the second is optional)
             log(f"configuration bound: usage tables over classes {any_types.devices.tolist()}, {len(b)} breakpoints")
             built = usage_tables(by_d, b, deadline, own=own)
             if built is None:
