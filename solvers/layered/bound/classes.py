@@ -38,6 +38,8 @@ class ClassTypes:
     micro_batches: int  # B/b
     machine_size: np.ndarray  # [class] devices of its largest machine (a pipeline's usage spans ≥ ⌈u/size⌉ machines)
     hop: float  # least extra T_pp of a receiver whose sender is on another machine ([U3])
+    machines: np.ndarray  # [class] machines in the class
+    least_rent: np.ndarray  # [class] least rent per hour of one of its machines (NaN: unpriced) ([U6])
 
     @property
     def num_types(self) -> int:
@@ -77,7 +79,8 @@ def class_types(tables: Tables, pipelines: int, by_gpu: bool = False) -> ClassTy
         caps=np.array([n_max[rows[k], :, :, 1].max(axis=0) for k in keys], dtype=int),
         layers=tables.layers, micro_batches=tables.total_micro,
         machine_size=np.array([counts[of_machine == k].max() for k in range(len(devices))]),
-        hop=_hop(tables, receive))
+        hop=_hop(tables, receive), machines=np.bincount(of_machine, minlength=len(devices)),
+        least_rent=np.array([tables.cluster.machine_rent[of_machine == k].min() for k in range(len(devices))]))
 
 
 def _cross_machine_sync(tables: Tables, pipelines: int, layer: np.ndarray,

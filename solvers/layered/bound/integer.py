@@ -14,14 +14,38 @@ and only the usages where it steps up (the least devices for each capacity) are 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import highspy
 import numpy as np
 
+from planner.prices import BUDGET_SLACK
+from solvers.layered.bound.classes import ClassTypes
 from solvers.layered.bound.pricing import SLACK
 from solvers.layered.bound.usage import UsageTable
 from solvers.milp_backend import quiet_highs
 
 MILP_SECONDS = 20.0  # per test; past it HiGHS's dual bound decides (still a valid certificate)
+
+
+@dataclass(frozen=True)
+class Rent:
+    """A budget in the integer test ([U6]): a plan that uses u_k devices of class k rents at
+    least ⌈u_k / size_k⌉ of its machines (size_k: its largest), each at least the class's least
+    rent, so y_k machines per class with Σ_p u_p,k ≤ size_k·y_k and Σ_k rent_k·y_k ≤ budget."""
+
+    size: np.ndarray  # [class] devices of its largest machine
+    machines: np.ndarray  # [class] machines in the class (y_k's upper bound)
+    least_rent: np.ndarray  # [class] least rent per hour of one machine
+    budget: float  # per hour, with the planner's slack (planner.prices.fits_budget)
+
+    @classmethod
+    def of(cls, types: ClassTypes, budget: float | None) -> Rent | None:
+        """The budget of a problem over these classes (None without one)."""
+        if budget is None:
+            return None
+        return cls(size=types.machine_size, machines=types.machines, least_rent=types.least_rent,
+                   budget=budget * (1 + BUDGET_SLACK))
 
 
 def capacities(table: UsageTable, threshold: float, most: int) -> np.ndarray:
@@ -46,8 +70,8 @@ def columns(best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return where, best[steps].astype(float)
 
 
-def refuted(table: UsageTable, pipelines: int, micro: int, threshold: float) -> bool:
-    """True when no D pipelines of this table fit the classes with Σ F ≥ B/b [U2]."""
+def refuted(table: UsageTable, pipelines: int, micro: int, threshold: float, rent: Rent | None = None) -> bool:
+    """True when no D pipelines of this table fit the classes (and the budget) with Σ F ≥ B/b [U2]."""
     best = capacities(table, threshold, micro - pipelines + 1)
     usage, cap = columns(best)
     if not len(cap):
@@ -55,50 +79,35 @@ def refuted(table: UsageTable, pipelines: int, micro: int, threshold: float) -> 
     devices = np.array(table.dims) - 1
     if cap.max() * pipelines < micro - 1e-9:
         return True
-    if np.floor(_most_micro(usage, cap, devices, pipelines, integral=False)[0] + 1e-6) < micro:
+    if np.floor(_most_micro(usage, cap, devices, pipelines, rent, integral=False)[0] + 1e-6) < micro:
         return True  # the LP relaxation's optimum is at least the integer one's
-    return np.floor(_most_micro(usage, cap, devices, pipelines)[0] + 1e-6) < micro
+    return np.floor(_most_micro(usage, cap, devices, pipelines, rent)[0] + 1e-6) < micro
 
 
-def chosen_usages(table: UsageTable, pipelines: int, micro: int, threshold: float) -> list[tuple[int, ...]]:
+def chosen_usages(table: UsageTable, pipelines: int, micro: int, threshold: float,
+                  rent: Rent | None = None) -> list[tuple[int, ...]]:
     """The usages of the D pipelines HiGHS's best solution picks at `threshold` (one entry per
     pipeline, with repeats), or [] when it has none with Σ F ≥ B/b — the plan builder's start."""
     best = capacities(table, threshold, micro - pipelines + 1)
     usage, cap = columns(best)
     if not len(cap):
         return []
-    value, x = _most_micro(usage, cap, np.array(table.dims) - 1, pipelines)
-    if x is None or np.dot(cap, np.round(x)) < micro - 1e-6:
+    value, x = _most_micro(usage, cap, np.array(table.dims) - 1, pipelines, rent)
+    if x is None or np.dot(cap, np.round(x[:len(cap)])) < micro - 1e-6:
         return []
     return [tuple(int(v) for v in usage[j]) for j in range(len(cap)) for _ in range(int(round(x[j])))]
 
 
-def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelines: int,
+def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelines: int, rent: Rent | None = None,
                 integral: bool = True) -> tuple[float, np.ndarray | None]:
     """HiGHS's proven upper bound on the integer programme's optimum (its optimum when solved)
-    and its best solution (None: none found); with `integral` False, of its LP relaxation
-    (solved in milliseconds where the integer programme takes about a second on 700 columns:
-    it refutes most D on its own)."""
-    inf = highspy.kHighsInf
-    n, rows = len(cap), len(devices) + 1
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = n, rows
-    lp.col_cost_ = cap
-    lp.col_lower_, lp.col_upper_ = np.zeros(n), np.full(n, float(pipelines))
-    lp.row_lower_ = np.concatenate([np.full(len(devices), -inf), [float(pipelines)]])
-    lp.row_upper_ = np.concatenate([devices.astype(float), [float(pipelines)]])
-    matrix = np.concatenate([usage.T, np.ones((1, n))]).astype(float)  # [rows, n]
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = np.arange(0, rows * n + 1, rows)
-    lp.a_matrix_.index_ = np.tile(np.arange(rows), n)
-    lp.a_matrix_.value_ = matrix.T.ravel()
-    lp.sense_ = highspy.ObjSense.kMaximize
-    if integral:
-        lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    and its best solution (None: none found; its first len(cap) entries are x); with
+    `integral` False, of its LP relaxation (solved in milliseconds where the integer programme
+    takes about a second on 700 columns: it refutes most D on its own)."""
     h = quiet_highs(threads=1)
     h.setOptionValue("time_limit", MILP_SECONDS)
     h.setOptionValue("mip_rel_gap", 0.0)
-    h.passModel(lp)
+    h.passModel(_model(usage, cap, devices, pipelines, rent, integral))
     h.run()
     status, info = h.getModelStatus(), h.getInfo()
     if status == highspy.HighsModelStatus.kInfeasible:
@@ -108,6 +117,37 @@ def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelin
     if not integral and status != highspy.HighsModelStatus.kOptimal:
         return np.inf, solution  # an LP proves its maximum only when solved
     return _proven_upper_bound(status, info, has), solution
+
+
+def _model(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelines: int, rent: Rent | None,
+           integral: bool) -> highspy.HighsLp:
+    """max Σ F·x: x_j pipelines of usage column j (rows: devices per class, Σ x = D); with a
+    budget also y_k machines rented per class (rows: Σ_j u_jk·x_j − size_k·y_k ≤ 0, Σ rent·y ≤
+    budget) [U6]."""
+    inf, n, classes = highspy.kHighsInf, len(cap), len(devices)
+    matrix = np.concatenate([usage.T, np.ones((1, n))]).astype(float)  # [classes + 1, n]
+    upper = np.concatenate([devices.astype(float), [float(pipelines)]])
+    lower = np.concatenate([np.full(classes, -inf), [float(pipelines)]])
+    cost, col_upper = cap.astype(float), np.full(n, float(pipelines))
+    if rent is not None:
+        y = np.concatenate([np.zeros((classes + 1, classes)), -np.diag(rent.size.astype(float)),
+                            rent.least_rent[None, :]])
+        matrix = np.concatenate([np.concatenate([matrix, usage.T.astype(float), np.zeros((1, n))]), y], axis=1)
+        upper = np.concatenate([upper, np.zeros(classes), [rent.budget]])
+        lower = np.concatenate([lower, np.full(classes + 1, -inf)])
+        cost, col_upper = np.concatenate([cost, np.zeros(classes)]), np.concatenate([col_upper, rent.machines])
+    lp = highspy.HighsLp()
+    lp.num_row_, lp.num_col_ = matrix.shape
+    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, np.zeros(lp.num_col_), col_upper.astype(float)
+    lp.row_lower_, lp.row_upper_ = lower, upper
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = np.arange(0, matrix.size + 1, matrix.shape[0])
+    lp.a_matrix_.index_ = np.tile(np.arange(matrix.shape[0]), lp.num_col_)
+    lp.a_matrix_.value_ = matrix.T.ravel()
+    lp.sense_ = highspy.ObjSense.kMaximize
+    if integral:
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * lp.num_col_
+    return lp
 
 
 STOPPED_EARLY = ("kTimeLimit", "kIterationLimit", "kSolutionLimit", "kInterrupt")

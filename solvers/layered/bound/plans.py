@@ -23,6 +23,7 @@ from planner.layered.plan import Plan
 from planner.layered.pricing import iteration_time
 from planner.layered.table import stage_table
 from planner.layered.validate import validate
+from planner.prices import within_budget
 from planner.problem import Problem
 from solvers.layered.bound import integer
 from solvers.layered.bound.classes import ClassTypes
@@ -49,7 +50,7 @@ def plans_from_bound(problem: Problem, bound: ConfigurationBound, deadline: floa
     for v, d in ranked[:MAX_D_TRIED]:
         if time.perf_counter() > deadline:
             break
-        pipes = read_back(bound.types[d], bound.usage[d], v)
+        pipes = read_back(bound.types[d], bound.usage[d], v, bound.rent)
         if pipes:
             found += priced_plans(problem, bound.types[d], pipes, deadline)
     plans = [p for _, _, p in sorted(found, key=lambda x: (x[0], x[1]))]
@@ -59,9 +60,10 @@ def plans_from_bound(problem: Problem, bound: ConfigurationBound, deadline: floa
     return plans
 
 
-def read_back(types: ClassTypes, table: UsageTable, threshold: float) -> list[list[Stage]]:
+def read_back(types: ClassTypes, table: UsageTable, threshold: float,
+              rent: integer.Rent | None = None) -> list[list[Stage]]:
     """The relaxed pipelines of the integer test's solution at `threshold` ([] if none)."""
-    usages = integer.chosen_usages(table, types.pipelines, types.micro_batches, threshold)
+    usages = integer.chosen_usages(table, types.pipelines, types.micro_batches, threshold, rent)
     pipes = []
     for u in usages:
         k = _best_breakpoint(table, u, threshold)
@@ -185,7 +187,7 @@ def priced_plans(problem: Problem, types: ClassTypes, pipes: list[list[Stage]], 
         if time.perf_counter() > deadline:
             break
         plan = polished(problem, draft, deadline)
-        if not validate(problem, plan):
+        if not validate(problem, plan) and within_budget(problem, plan):
             out.append((iteration_time(problem, plan), rank, plan))
     return out
 

@@ -52,6 +52,7 @@ class ConfigurationBound:
     complete: bool = False  # every D was examined
     usage: dict[int, UsageTable] | None = field(default=None, repr=False)  # the usage route's tables per D
     types: dict[int, ClassTypes] | None = field(default=None, repr=False)  # their class-level types per D
+    rent: integer.Rent | None = None  # the problem's budget over the usage route's classes ([U6])
 
     @property
     def value(self) -> float:
@@ -74,6 +75,7 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
     top = incumbent if incumbent is not None else 2 * floor
     route = _usage_route(tables, d_values, top, deadline, log, first_d)
     result.usage, result.types = (route.used, route.types) if route else (None, None)
+    result.rent = integer.Rent.of(route.types[d_values[0]], tables.budget) if route else None
     pending = []
     for d in outward(d_values, first_d):
         if time.perf_counter() > deadline:
@@ -81,13 +83,13 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
             return result
         entry, least = result.per_d[d], _least(result, top, floor)
         if route and d not in route.own:
-            if integer.refuted(route.bare[d], d, tables.total_micro, least):
+            if integer.refuted(route.bare[d], d, tables.total_micro, least, result.rent):
                 entry.refuted, entry.done = least, True
                 log(f"configuration bound D={d}: no plan with T ≤ {least:.6g} s (bare table)")
             else:
                 pending.append(d)
             continue
-        _bisect(_test(tables, route, d), entry, floor, least, deadline)
+        _bisect(_test(tables, route, d, result.rent), entry, floor, least, deadline)
         if d == first_d and incumbent is not None and entry.refuted >= incumbent:
             raise CertificateContradiction(
                 f"configuration bound: D={d} refuted at T ≤ {entry.refuted:.6g} s, which the incumbent plan "
@@ -104,10 +106,11 @@ def _least(result: ConfigurationBound, top: float, floor: float) -> float:
     return min([top] + [max(e.refuted, floor) for e in result.per_d.values() if e.done])
 
 
-def _test(tables: Tables, route: UsageRoute | None, d: int):
-    """`refuted(v)` of one D: its usage table's integer test, or the LP certificate."""
+def _test(tables: Tables, route: UsageRoute | None, d: int, rent: integer.Rent | None = None):
+    """`refuted(v)` of one D: its usage table's integer test (under the budget), or the LP
+    certificate (without it: a relaxation, still a bound)."""
     if route:
-        return lambda v: integer.refuted(route.used[d], d, tables.total_micro, v)
+        return lambda v: integer.refuted(route.used[d], d, tables.total_micro, v, rent)
     return Master(class_types(tables, d)).refuted
 
 
@@ -122,7 +125,7 @@ def _bisect_pending(tables: Tables, route: UsageRoute, result: ConfigurationBoun
             log(f"configuration bound: time limit before D={d}")
             return
         entry = result.per_d[d]
-        _bisect(_test(tables, route, d), entry, result.floor, _least(result, top, result.floor), deadline)
+        _bisect(_test(tables, route, d, result.rent), entry, result.floor, _least(result, top, result.floor), deadline)
         log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s"
             + ("" if d in route.own else " (bare table)") + ("" if entry.done else " (open)"))
 

@@ -1,0 +1,64 @@
+"""The configuration bound under a budget (docs/bounds.md [U6]): the integer test also rents
+whole machines per class within `budget_per_hour`. On the seeded tiny priced problems that
+carry a budget (instances/random_priced.py), the bound never exceeds brute force's optimum
+within the budget, and it is above the bound of the same problem without the budget on
+most of them (the constraint acts: a budget that rents half the cluster halves its compute).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import pytest
+
+from instances.random_priced import random_priced
+from planner.problem import Objective
+from planner.solver_info import SolveStatus
+from solvers.layered.bound.integer import Rent
+from solvers.layered.bound.classes import class_types
+from solvers.layered.bound.search import configuration_bound
+from solvers.layered.exact import brute
+from solvers.layered.tables import Tables
+
+BUDGETED = [seed for seed in range(100) if random_priced(seed, "layered").budget_per_hour is not None]
+
+
+@lru_cache(maxsize=None)
+def _bounds(seed: int) -> tuple[float, float, float | None]:
+    """(bound within the budget, bound without it, brute force's optimum within it or None)."""
+    problem = random_priced(seed, "layered").model_copy(update={"objective": Objective.time})
+    free = problem.model_copy(update={"budget_per_hour": None})
+    d_values = list(range(1, Tables(problem).max_pipelines + 1))
+    within = configuration_bound(Tables(problem), None, d_values, float("inf")).value
+    without = configuration_bound(Tables(free), None, d_values, float("inf")).value
+    exact = brute.solve(problem)
+    return within, without, exact.objective_s if exact.status == SolveStatus.optimal else None
+
+
+@pytest.mark.parametrize("seed", BUDGETED)
+def test_the_budgeted_bound_never_exceeds_the_optimum_within_the_budget(seed: int) -> None:
+    within, without, optimum = _bounds(seed)
+    assert within >= without * (1 - 1e-9), f"seed {seed}: the budget lowered the bound"
+    if optimum is not None:
+        assert within <= optimum * (1 + 1e-9), f"seed {seed}: bound {within!r} > optimum {optimum!r}"
+
+
+def test_the_budget_raises_the_bound_on_most_problems() -> None:
+    raised = [seed for seed in BUDGETED if _bounds(seed)[0] > _bounds(seed)[1] * (1 + 1e-6)]
+    assert len(BUDGETED) >= 30 and len(raised) >= 0.8 * len(BUDGETED), (len(raised), len(BUDGETED))
+
+
+def test_rent_per_class_is_the_cheapest_machine_and_the_largest_size() -> None:
+    """[U6]'s figures per class: y_k machines of class k hold at most y_k·(largest size) devices
+    and cost at least y_k·(least rent); no budget, no rent."""
+    problem = random_priced(next(s for s in BUDGETED), "layered")
+    tables = Tables(problem)
+    types = class_types(tables, 1)
+    rent = Rent.of(types, problem.budget_per_hour)
+    cluster = problem.cluster
+    for k in range(len(types.devices)):
+        members = [m for m in range(len(cluster.machines)) if types.class_of_machine[m] == k]
+        assert rent.least_rent[k] == min(cluster.machine_rent[m] for m in members)
+        assert rent.size[k] == max(cluster.machines[m].count for m in members)
+        assert rent.machines[k] == len(members)
+    assert Rent.of(types, None) is None
