@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.prices import BUDGET_SLACK
 from solvers.layered.exact.bounds import PipelineFloors
 from solvers.layered.tables import Tables
 
@@ -70,7 +71,7 @@ def class_types(tables: Tables, pipelines: int, by_gpu: bool = False) -> ClassTy
     keys = sorted({(int(of_machine[c.machine]), c.tp) for c in tables.types})
     rows = {k: [i for i, c in enumerate(tables.types) if (int(of_machine[c.machine]), c.tp) == k] for k in keys}
     pick = lambda arr, f: np.array([f(arr[rows[k]]) for k in keys])  # noqa: E731
-    devices = np.bincount(of_machine, weights=[m.count for m in tables.cluster.machines]).astype(int)
+    devices = np.minimum(np.bincount(of_machine, weights=counts).astype(int), _affordable(tables, of_machine, counts))
     return ClassTypes(
         pipelines=pipelines, class_of_machine=of_machine, devices=devices,
         cls=np.array([k[0] for k in keys], dtype=int), tp=np.array([k[1] for k in keys], dtype=int),
@@ -81,6 +82,21 @@ def class_types(tables: Tables, pipelines: int, by_gpu: bool = False) -> ClassTy
         machine_size=np.array([counts[of_machine == k].max() for k in range(len(devices))]),
         hop=_hop(tables, receive), machines=np.bincount(of_machine, minlength=len(devices)),
         least_rent=np.array([tables.cluster.machine_rent[of_machine == k].min() for k in range(len(devices))]))
+
+
+def _affordable(tables: Tables, of_machine: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """[class] the most devices of each class a plan within the budget can use ([U6]): it rents
+    at most budget / (the class's least rent) of its machines, each of at most its largest
+    size (every device of the class without a budget). The usage tables' axes stop there."""
+    classes = int(of_machine.max()) + 1
+    total = np.bincount(of_machine, weights=counts, minlength=classes).astype(int)
+    if tables.budget is None:
+        return total
+    rent = tables.cluster.machine_rent
+    least = np.array([rent[of_machine == k].min() for k in range(classes)])
+    size = np.array([counts[of_machine == k].max() for k in range(classes)])
+    machines = np.floor(tables.budget * (1 + BUDGET_SLACK) / np.maximum(least, 1e-300))
+    return np.minimum(total, (size * np.minimum(machines, total)).astype(int))
 
 
 def _cross_machine_sync(tables: Tables, pipelines: int, layer: np.ndarray,
