@@ -116,18 +116,31 @@ def _test(tables: Tables, route: UsageRoute | None, d: int, rent: integer.Rent |
 
 def _bisect_pending(tables: Tables, route: UsageRoute, result: ConfigurationBound, pending: list[int],
                     top: float, deadline: float, log) -> None:
-    """The D the bare table could not refute: their own tables in one pass, then each bisected
-    (with the bare table where the time ran out before the pass: weaker, still a bound)."""
-    log(f"configuration bound: own tables for D={pending}")
-    route.build(pending, deadline)
+    """The D the bare table could not refute at the least bound: each bisected on the bare
+    table first (every D examined: the bound is complete, if weaker), then the ones that set
+    the bound below the other D's get their own tables in one pass and are bisected again from
+    where the bare table left them (own ≥ bare, so that is a valid start)."""
+    others = _least(result, top, result.floor)
     for d in pending:
         if time.perf_counter() > deadline:
             log(f"configuration bound: time limit before D={d}")
             return
         entry = result.per_d[d]
-        _bisect(_test(tables, route, d, result.rent), entry, result.floor, _least(result, top, result.floor), deadline)
-        log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s"
-            + ("" if d in route.own else " (bare table)") + ("" if entry.done else " (open)"))
+        _bisect(lambda v, d=d: integer.refuted(route.bare[d], d, tables.total_micro, v, result.rent),
+                entry, result.floor, _least(result, top, result.floor), deadline)
+        log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s (bare table)"
+            + ("" if entry.done else " (open)"))
+    lowering = [d for d in pending if result.per_d[d].refuted < others]
+    if not lowering:
+        return
+    log(f"configuration bound: own tables for D={lowering}")
+    route.build(lowering, deadline)
+    for d in (d for d in lowering if d in route.own):
+        if time.perf_counter() > deadline:
+            return
+        entry = result.per_d[d]
+        _bisect(_test(tables, route, d, result.rent), entry, result.floor, others, deadline)
+        log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s" + ("" if entry.done else " (open)"))
 
 
 class CertificateContradiction(RuntimeError):
@@ -200,6 +213,7 @@ def _bisect(refuted, entry: DBound, floor: float, top: float, deadline: float) -
     entry.feasible_at = top
     while hi - lo > RELATIVE_TOLERANCE * hi:
         if time.perf_counter() > deadline:
+            entry.refuted = max(entry.refuted, lo)  # what is refuted so far stays proved
             return
         mid = 0.5 * (lo + hi)
         if refuted(mid):
