@@ -67,9 +67,9 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
                         log=lambda s: None, first_d: int | None = None) -> ConfigurationBound:
     """The bound over `d_values` (each D's relaxation is valid for its plans only), with the
     incumbent as the first threshold (None: the bisection starts from twice the trivial bound);
-    D is visited outward from `first_d` (the incumbent's D). On the usage route a D other than
-    `first_d` is first tested with the bare table at the least refuted so far; only the D it
-    cannot refute there get tables of their own, built together afterwards."""
+    D is visited outward from `first_d` (the incumbent's D). On the usage route a D without a
+    table of its own is first tested with the bare table at the least refuted so far; the D it
+    cannot refute there are bisected afterwards (`_bisect_pending`, docs/bounds.md [U5])."""
     floor = tables.trivial_bound
     result = ConfigurationBound(per_d={d: DBound(d, floor) for d in d_values}, floor=floor)
     top = incumbent if incumbent is not None else 2 * floor
