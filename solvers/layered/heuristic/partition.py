@@ -29,6 +29,7 @@ pool's pipelines or DP groups should sit on is left to the pricing of every cand
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Literal
 
 import numpy as np
@@ -36,7 +37,7 @@ import pymetis
 
 from planner.problem import Problem
 
-Protect = Literal["pipeline", "data"]
+Protect = Literal["pipeline", "data", "machines"]
 INTRA_WEIGHT_FACTOR = 4  # intra-machine edges outweigh any inter-machine edge
 MACHINE_GRAPH_DEVICES = 4096  # above this many devices METIS splits the machine graph
 SLOW_LINK_WEIGHT = 200  # machine graph: a link slower than the default, kept inside a pool
@@ -225,19 +226,25 @@ def random_pools(problem: Problem, pools: int, seed: int) -> list[np.ndarray]:
     return [np.sort(np.array(m)) for m in members if m]
 
 
-def striped_pools(problem: Problem, pools: int) -> list[np.ndarray]:
+def striped_pools(problem: Problem, pools: int, whole: bool = False) -> list[np.ndarray]:
     """Every machine cut into min(count, D) contiguous blocks, dealt to distinct pools, the
     least-loaded first. Machines go out fastest first, grouped by type, so each pool gets a
-    like mix and stage k of every pipeline tends to land on one machine."""
+    like mix and stage k of every pipeline tends to land on one machine. With `whole`, the
+    machines of a (GPU, count) group of a multiple of D machines go out whole, as many to each
+    pool: every pool still gets a like mix, and a stage may take a whole machine as its TP
+    group (on a generated 24-GPU cluster with two 4-GPU H20 machines, D = 2 with one H20
+    machine per pipeline beat both other splits by 4.4 %)."""
     cluster = problem.cluster
     weights = compute_weights(problem)
     order = sorted(range(len(cluster.machines)),
                    key=lambda m: (-cluster.machine_flops[m], cluster.machines[m].gpu, m))
+    groups = Counter((cluster.machines[m].gpu, cluster.machines[m].count) for m in order)
     load = np.zeros(pools)
     members: list[list[int]] = [[] for _ in range(pools)]
     for m in order:
         devices = cluster.devices_of(m)
-        blocks = np.array_split(np.array(devices), min(len(devices), pools))
+        dealt_whole = whole and groups[(cluster.machines[m].gpu, cluster.machines[m].count)] % pools == 0
+        blocks = [np.array(devices)] if dealt_whole else np.array_split(np.array(devices), min(len(devices), pools))
         targets = np.argsort(load, kind="stable")[: len(blocks)]
         for block, p in zip(blocks, sorted(targets)):
             members[p].extend(int(d) for d in block)
@@ -246,9 +253,10 @@ def striped_pools(problem: Problem, pools: int) -> list[np.ndarray]:
 
 
 def partition(problem: Problem, pools: int, *, partitioner: str, protect: Protect, seed: int) -> list[np.ndarray]:
-    """D pools of device ids: random (baseline), METIS min-cut ("pipeline") or striped ("data")."""
+    """D pools of device ids: random (baseline), METIS min-cut ("pipeline"), striped ("data") or
+    striped with groups of like machines dealt whole ("machines")."""
     if partitioner == "random":
         return random_pools(problem, pools, seed)
-    if protect == "data":
-        return striped_pools(problem, pools)
+    if protect in ("data", "machines"):
+        return striped_pools(problem, pools, whole=protect == "machines")
     return metis_pools(problem, pools, seed)

@@ -111,7 +111,7 @@ def protect_modes(problem: Problem, heuristic: HeuristicOptions) -> list[str]:
     if heuristic.protect != "auto":
         return [heuristic.protect]
     if problem.cluster.num_devices <= SMALL_CLUSTER:
-        return ["pipeline", "data"]
+        return ["pipeline", "data", "machines"]
     return ["pipeline"]
 
 
