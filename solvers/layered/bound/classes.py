@@ -71,7 +71,12 @@ def class_types(tables: Tables, pipelines: int, by_gpu: bool = False) -> ClassTy
     keys = sorted({(int(of_machine[c.machine]), c.tp) for c in tables.types})
     rows = {k: [i for i, c in enumerate(tables.types) if (int(of_machine[c.machine]), c.tp) == k] for k in keys}
     pick = lambda arr, f: np.array([f(arr[rows[k]]) for k in keys])  # noqa: E731
-    devices = np.minimum(np.bincount(of_machine, weights=counts).astype(int), _affordable(tables, of_machine, counts))
+    classes = range(int(of_machine.max()) + 1)
+    size = np.array([counts[of_machine == k].max() for k in classes])
+    machines = np.bincount(of_machine, minlength=len(classes))
+    least_rent = np.array([tables.cluster.machine_rent[of_machine == k].min() for k in classes])
+    devices = _affordable(np.bincount(of_machine, weights=counts).astype(int), size, machines, least_rent,
+                          tables.budget)
     return ClassTypes(
         pipelines=pipelines, class_of_machine=of_machine, devices=devices,
         cls=np.array([k[0] for k in keys], dtype=int), tp=np.array([k[1] for k in keys], dtype=int),
@@ -79,24 +84,18 @@ def class_types(tables: Tables, pipelines: int, by_gpu: bool = False) -> ClassTy
         receive=pick(receive, np.min), sync_layer=pick(sync_layer, np.min), sync_head=pick(sync_head, np.min),
         caps=np.array([n_max[rows[k], :, :, 1].max(axis=0) for k in keys], dtype=int),
         layers=tables.layers, micro_batches=tables.total_micro,
-        machine_size=np.array([counts[of_machine == k].max() for k in range(len(devices))]),
-        hop=_hop(tables, receive), machines=np.bincount(of_machine, minlength=len(devices)),
-        least_rent=np.array([tables.cluster.machine_rent[of_machine == k].min() for k in range(len(devices))]))
+        machine_size=size, hop=_hop(tables, receive), machines=machines, least_rent=least_rent)
 
 
-def _affordable(tables: Tables, of_machine: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def _affordable(total: np.ndarray, size: np.ndarray, machines: np.ndarray, least_rent: np.ndarray,
+                budget: float | None) -> np.ndarray:
     """[class] the most devices of each class a plan within the budget can use ([U6]): it rents
     at most budget / (the class's least rent) of its machines, each of at most its largest
     size (every device of the class without a budget). The usage tables' axes stop there."""
-    classes = int(of_machine.max()) + 1
-    total = np.bincount(of_machine, weights=counts, minlength=classes).astype(int)
-    if tables.budget is None:
+    if budget is None:
         return total
-    rent = tables.cluster.machine_rent
-    least = np.array([rent[of_machine == k].min() for k in range(classes)])
-    size = np.array([counts[of_machine == k].max() for k in range(classes)])
-    machines = np.floor(tables.budget * (1 + BUDGET_SLACK) / np.maximum(least, 1e-300))
-    return np.minimum(total, (size * np.minimum(machines, total)).astype(int))
+    affordable = np.minimum(np.floor(budget * (1 + BUDGET_SLACK) / np.maximum(least_rent, 1e-300)), machines)
+    return np.minimum(total, (size * affordable).astype(int))
 
 
 def _cross_machine_sync(tables: Tables, pipelines: int, layer: np.ndarray,

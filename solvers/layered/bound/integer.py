@@ -56,22 +56,20 @@ def capacities(table: UsageTable, threshold: float, most: int) -> np.ndarray:
     return best
 
 
-_last_runs: list = []  # [(table, threshold, runs)]: the search tests every D at one threshold on one bare table
-
-
 def _most_runs(table: UsageTable, threshold: float) -> np.ndarray:
     """[U] max over breakpoints of ⌊(v − least[b, u])/b⌋ + 1 (0 where none fits), in blocks of
-    breakpoints (a [K, U] float64 temporary is 150 MB on hetero-2); the last answer is kept,
-    since D after D asks the same of the same table."""
-    if _last_runs and _last_runs[0][0] is table and _last_runs[0][1] == threshold:
-        return _last_runs[0][2]
+    breakpoints (a [K, U] float64 temporary is 150 MB on hetero-2); the last answer is kept on
+    the table, since the search asks the same of one bare table for D after D."""
+    if threshold in table.runs:
+        return table.runs[threshold]
     runs = np.zeros(table.least.shape[1])
     for lo in range(0, int(np.searchsorted(table.b, threshold, side="right")), RUN_BLOCK):
         room = threshold - table.least[lo:lo + RUN_BLOCK].astype(np.float64)
         with np.errstate(invalid="ignore"):
             block = np.where(room >= 0, np.floor(room / table.b[lo:lo + RUN_BLOCK, None] * (1 + SLACK)) + 1, 0)
         np.maximum(runs, block.max(axis=0), out=runs)
-    _last_runs[:] = [(table, threshold, runs)]
+    table.runs.clear()
+    table.runs[threshold] = runs
     return runs
 
 

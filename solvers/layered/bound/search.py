@@ -83,7 +83,7 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
             return result
         entry, least = result.per_d[d], _least(result, top, floor)
         if route and d not in route.own:
-            if integer.refuted(route.bare[d], d, tables.total_micro, least, result.rent):
+            if _test(tables, route, d, result.rent)(least):  # d's table is the bare one
                 entry.refuted, entry.done = least, True
                 log(f"configuration bound D={d}: no plan with T ≤ {least:.6g} s (bare table)")
             else:
@@ -126,8 +126,7 @@ def _bisect_pending(tables: Tables, route: UsageRoute, result: ConfigurationBoun
             log(f"configuration bound: time limit before D={d}")
             return
         entry = result.per_d[d]
-        _bisect(lambda v, d=d: integer.refuted(route.bare[d], d, tables.total_micro, v, result.rent),
-                entry, result.floor, _least(result, top, result.floor), deadline)
+        _bisect(_test(tables, route, d, result.rent), entry, result.floor, _least(result, top, result.floor), deadline)
         log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s (bare table)"
             + ("" if entry.done else " (open)"))
     lowering = [d for d in pending if result.per_d[d].refuted < others]
@@ -181,8 +180,7 @@ def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: floa
                  first_d: int | None) -> UsageRoute | None:
     """The bare table of every D and the own tables of the D around `first_d` (one pass), on
     the finest classes whose tables fit the time and memory left (identical machines, else
-    machines with the same GPU);
-    None when neither fits."""
+    machines with the same GPU); None when neither fits."""
     left = (deadline - time.perf_counter()) * TABLE_SHARE
     own = set(range(first_d - OWN_AROUND, first_d + OWN_AROUND + 1)) & set(d_values) if first_d else set()
     for by_gpu in (False, True):

@@ -11,7 +11,7 @@ by TABLE_SLACK, so rounding only lowers it). Usage axes count each class's devic
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -29,6 +29,7 @@ class UsageTable:
     b: np.ndarray  # [K] breakpoints
     least: np.ndarray  # [K, U] float32, deflated (U = Π (N_k + 1), C order over classes)
     dims: tuple[int, ...]  # N_k + 1 per class
+    runs: dict = field(default_factory=dict, compare=False, repr=False)  # threshold → `integer._most_runs`, the last one
 
 
 def usage_size(types: ClassTypes) -> int:
