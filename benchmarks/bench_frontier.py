@@ -16,7 +16,8 @@ Part 2 — `hexiscale frontier` (the installed command, so start-up counts) with
 on a generated 1,024-GPU priced cluster, -t 60: the whole command's wall time.
 
     .venv/bin/python benchmarks/bench_frontier.py [--levels 6] [--heuristic-s 20] [--exact-s 60] [--bound-s 120]
-        [--problems offers-llama2-13b,gen64-s0,gen64-s1] [--skip-large] [--out benchmarks/report/frontier.md]
+        [--problems offers-llama2-13b,gen64-s0,gen64-s1] [--skip-large] [--reuse] [--redo-bound]
+        [--out benchmarks/report/frontier.md]
 """
 
 from __future__ import annotations
@@ -149,7 +150,9 @@ def report(rows: list[dict], large: dict | None, offers: dict, args) -> str:
              f"--exact-s {args.exact_s:g} --bound-s {args.bound_s:g}` on 2 shared cores (docs/frontier.md). Per "
              "budget level: the heuristic under the budget, then CP-SAT under it (rented_M and the budget in the "
              "model, warm-started from the heuristic's plan), then the configuration bound under it (docs/bounds.md "
-             "[U6]: whole machines rented per class within the budget; 'open': not every D examined in its time). "
+             "[U6] where the usage tables fit: whole machines rented per class within the budget; else the LP route "
+             "with the budget as a row of its master and D in ranges, [P5]–[P7]; 'open': not every D examined in "
+             "its time). "
              "*bound s*: the larger of the two bounds. *within 3 %*: the heuristic's T within 3 % of the proven "
              "optimum, or of the best proven bound where no optimum is proven.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -184,7 +187,7 @@ def level_rows(args, console, cached: dict) -> list[dict]:
             console.print(f"[dim]{problem.name} at {budget:.2f}/h …[/]")
             row = cached.get((problem.name, round(budget, 6))) or level_row(problem, budget, args.heuristic_s,
                                                                              args.exact_s)
-            if "config_bound_s" not in row and row["heuristic_s"] is not None:
+            if ("config_bound_s" not in row or args.redo_bound) and row["heuristic_s"] is not None:
                 row = with_configuration_bound(problem, row, args.bound_s)
             if "all_sets_s" not in row:
                 row["sets"] = len(maximal_sets(problem, budget))
@@ -219,6 +222,8 @@ def main() -> None:
     parser.add_argument("--skip-large", action="store_true", help="leave out the 1,024-GPU command")
     parser.add_argument("--reuse", action="store_true", help="keep the rows (and the 1,024-GPU timing) of the "
                                                              "last run's JSON; compute only what is missing")
+    parser.add_argument("--redo-bound", action="store_true", help="recompute the configuration bound column "
+                                                                  "of reused rows (after a change to the bound)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/report/frontier.md")
     args = parser.parse_args()
     console = Console()

@@ -11,7 +11,7 @@ models' tables, docs/formulation.md §1).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -41,6 +41,7 @@ class ClassTypes:
     hop: float  # least extra T_pp of a receiver whose sender is on another machine ([U3])
     machines: np.ndarray  # [class] machines in the class
     least_rent: np.ndarray  # [class] least rent per hour of one of its machines (NaN: unpriced) ([U6])
+    device_price: np.ndarray  # [class] least price per device-hour of its machines (NaN: unpriced) ([P5])
 
     @property
     def num_types(self) -> int:
@@ -75,6 +76,7 @@ def class_types(tables: Tables, pipelines: int, by_gpu: bool = False) -> ClassTy
     size = np.array([counts[of_machine == k].max() for k in classes])
     machines = np.bincount(of_machine, minlength=len(classes))
     least_rent = np.array([tables.cluster.machine_rent[of_machine == k].min() for k in classes])
+    device_price = np.array([tables.cluster.machine_prices[of_machine == k].min() for k in classes])
     devices = _affordable(np.bincount(of_machine, weights=counts).astype(int), size, machines, least_rent,
                           tables.budget)
     return ClassTypes(
@@ -84,7 +86,19 @@ def class_types(tables: Tables, pipelines: int, by_gpu: bool = False) -> ClassTy
         receive=pick(receive, np.min), sync_layer=pick(sync_layer, np.min), sync_head=pick(sync_head, np.min),
         caps=np.array([n_max[rows[k], :, :, 1].max(axis=0) for k in keys], dtype=int),
         layers=tables.layers, micro_batches=tables.total_micro,
-        machine_size=size, hop=_hop(tables, receive), machines=machines, least_rent=least_rent)
+        machine_size=size, hop=_hop(tables, receive), machines=machines, least_rent=least_rent,
+        device_price=device_price)
+
+
+def range_types(tables: Tables, fewest: int, most: int, by_gpu: bool = False) -> ClassTypes:
+    """Types that hold for every D in [fewest, most] at once ([P6]): each coefficient at its
+    most favourable over the range (times and sync floors: the least; memory caps: the
+    largest), `pipelines` = `most` (the LP's Σ x ≤ D row at its loosest)."""
+    each = [class_types(tables, d, by_gpu) for d in range(fewest, most + 1)]
+    low = lambda name: np.min([getattr(t, name) for t in each], axis=0)  # noqa: E731
+    return replace(each[-1], pipelines=most, per_layer=low("per_layer"), head=low("head"),
+                   receive=low("receive"), sync_layer=low("sync_layer"), sync_head=low("sync_head"),
+                   caps=np.max([t.caps for t in each], axis=0), hop=min(t.hop for t in each))
 
 
 def _affordable(total: np.ndarray, size: np.ndarray, machines: np.ndarray, least_rent: np.ndarray,

@@ -3,22 +3,26 @@ certificate (docs/bounds.md §3–§4).
 
 Master: max Σ_j m_j(v)·x_j over relaxed pipelines j, Σ_j usage_j·x_j ≤ devices per class,
 Σ_j x_j ≤ D, x ≥ 0, where m_j(v) is the most micro-batches pipeline j runs within v. Every
-plan with D pipelines and T ≤ v gives a solution of value B/b. *Certificate*: for any prices
-π ≥ 0, the LP value is at most π·N + D·max(0, ρ̄) where ρ̄ bounds every column's reduced cost
-m_j(v) − π·usage_j; ρ̄ comes from the pricing's Lagrangian bound [P3], so when
-π·N + D·max(0, ρ̄) < B/b, no plan with D pipelines has T ≤ v — whatever columns the
-restricted master happened to hold.
+plan with D pipelines and T ≤ v gives a solution of value B/b with Σ_j x_j = D. *Certificate*:
+for any prices π ≥ 0, that value is at most π·N + D·ρ̄ where ρ̄ (of either sign) bounds every
+column's reduced cost m_j(v) − π·usage_j; ρ̄ comes from the pricing's Lagrangian bound [P3],
+so when π·N + D·ρ̄ < B/b, no plan with D pipelines has T ≤ v — whatever columns the
+restricted master happened to hold. One certificate may cover a range of D [P6], and D
+pipelines that need more devices (rent) than there are are refuted first [P7] (docs/bounds.md §4a). Under a budget the master has one more row,
+Σ_j (r·usage_j)·x_j ≤ budget (r: each class's least price per device-hour), and its dual μ
+moves into the prices (π + μ·r) and the constant (+ μ·budget) [P5].
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import highspy
 import numpy as np
 
 from solvers.layered.bound.classes import ClassTypes
-from solvers.layered.bound.pricing import Column, breakpoints, price, read_column
+from solvers.layered.bound.pricing import ROLES, Column, StageFrame, breakpoints, price, read_column, stage_contribution
+from solvers.layered.bound.usage import widest_stage_sync
 from solvers.milp_backend import quiet_highs
 
 # Lagrange multipliers tried per breakpoint b, as θ = λ·b ([P3]); any set is valid
@@ -34,12 +38,30 @@ class Master:
     """One D's column pool (kept across thresholds) and its certificates."""
 
     types: ClassTypes
+    budget: float | None = None  # rent per hour a plan may spend, with the planner's slack ([P5])
+    fewest: int | None = None  # the least D the certificate covers (None: types.pipelines only) [P6]
     columns: list[Column] = field(default_factory=list)
     seen: set = field(default_factory=set)
 
     @property
+    def device_price(self) -> np.ndarray | None:
+        """[class] r: the least price per device-hour (an unpriced class is free: still a
+        lower bound on what a plan pays), or None without a budget."""
+        if self.budget is None:
+            return None
+        return np.nan_to_num(self.types.device_price, nan=0.0)
+
+    @property
+    def least_pipelines(self) -> int:
+        return self.types.pipelines if self.fewest is None else self.fewest
+
+    @property
     def most_micro(self) -> int:
-        return self.types.micro_batches - self.types.pipelines + 1  # the others run ≥ 1 each
+        return self.types.micro_batches - self.least_pipelines + 1  # the others run ≥ 1 each
+
+    def _pipelines_times(self, rho: float) -> float:
+        """max over the D covered of D·ρ̄ (Σ x = D, its dual free)."""
+        return (self.types.pipelines if rho >= 0 else self.least_pipelines) * rho
 
     def add(self, column: Column | None) -> bool:
         if column is None or column.stages in self.seen:
@@ -55,14 +77,17 @@ class Master:
         b = breakpoints(self.types, threshold)
         if not len(b):
             return True  # not even one stage time fits under the threshold
-        least_bubble = price(self.types, b, np.zeros(len(self.types.devices)), np.ones(len(b))).value
+        bubbles = Bubbles.of(self.types, b)  # shared by every pricing at this threshold
+        least_bubble = bubbles.least(np.zeros(len(self.types.devices)), np.ones(len(b)))
         if not np.isfinite(least_bubble).any() or least_bubble.min() > threshold:
             return True
+        if self._too_many(bubbles):
+            return True
         for _ in range(MAX_ROUNDS):
-            value, prices, pipes_dual = self._solve_lp(threshold)
+            value, prices, constant = self._solve_lp(threshold)
             if value >= need - 1e-9:
                 return False
-            bound, best_k = self._certificate(threshold, b, least_bubble, prices)
+            bound, best_k = self._certificate(threshold, bubbles, least_bubble, prices, constant)
             if bound < need - 1e-7:
                 return True
             added = [self.add(self._column(b, k, prices)) for k in best_k]
@@ -70,30 +95,46 @@ class Master:
                 return False
         return False
 
-    def _certificate(self, v: float, b: np.ndarray, least_bubble: np.ndarray,
-                     prices: np.ndarray) -> tuple[float, list[tuple[int, float, float]]]:
-        """π·N + D·max(0, ρ̄) and the breakpoints (with their best θ and α) whose bound is
+    def _too_many(self, bubbles: Bubbles) -> bool:
+        """Whether D pipelines cannot all be: each needs at least the fewest devices (and the
+        least rent) of any relaxed pipeline with every τ ≤ b ≤ v, and D times that exceeds the
+        devices (the budget) [P7]."""
+        b, frame, zero = bubbles.b, bubbles.frame, np.zeros(len(bubbles.b))
+        fewest = price(self.types, b, np.ones(len(self.types.devices)), zero, frame, False).value.min()
+        if self.least_pipelines * fewest > self.types.devices.sum():
+            return True
+        rate = self.device_price
+        return rate is not None and self.least_pipelines * price(
+            self.types, b, rate, zero, frame, False).value.min() > self.budget * (1 + 1e-9)
+
+    def _certificate(self, v: float, bubbles: Bubbles, least_bubble: np.ndarray,
+                     prices: np.ndarray, constant: float) -> tuple[float, list[tuple[int, float, float]]]:
+        """constant + D·ρ̄ (constant = π·N, + μ·budget [P5]; `prices` per device, the
+        budget's μ·r included) and the breakpoints (with their best θ and α) whose bound is
         largest. Only breakpoints whose cheap bound (θ = 0, α = 0) exceeds the reduced cost
         that would still certify are refined [P3]."""
+        b = bubbles.b
         most = np.minimum(self.most_micro, np.floor((v - least_bubble) / b * (1 + 1e-9)) + 1)  # [K]
         fits = np.isfinite(least_bubble) & (most >= 1)
-        need = (self.types.micro_batches - float(prices @ self.types.devices)) / self.types.pipelines
-        rough = most - price(self.types, b, prices, np.zeros(len(b))).value
+        room = self.types.micro_batches - constant
+        need = room / (self.types.pipelines if room > 0 else self.least_pipelines)  # ρ̄ below it certifies
+        rough = most - price(self.types, b, prices, np.zeros(len(b)), bubbles.frame, False).value
         live = np.flatnonzero(fits & (rough > need - 1e-7))
         if not len(live):
-            return float(prices @ self.types.devices) + self.types.pipelines * max(0.0, float(
-                np.max(np.where(fits, rough, -np.inf), initial=0.0))), []
-        per_k, picks = self._refine(v, b[live], most[live], prices)
+            return constant + self._pipelines_times(float(np.max(np.where(fits, rough, -np.inf)))), []
+        per_k, picks = self._refine(v, bubbles.rows(live), most[live], prices)
         rest = fits.copy()
         rest[live] = False  # the breakpoints not refined keep their cheap bound
-        rho = max(0.0, float(per_k.max()), float(np.max(np.where(rest, rough, -np.inf), initial=0.0)))
+        # ρ̄ may be negative: a plan has exactly D pipelines (Σ x = D, its dual free) [P3]
+        rho = max(float(per_k.max()), float(np.max(np.where(rest, rough, -np.inf), initial=-np.inf)))
         order = np.argsort(-per_k)[:NEW_COLUMNS]
         chosen = [(int(live[k]),) + picks[k] for k in order if np.isfinite(per_k[k])]
-        return float(prices @ self.types.devices) + self.types.pipelines * rho, chosen
+        return constant + self._pipelines_times(rho), chosen
 
-    def _refine(self, v: float, b: np.ndarray, most: np.ndarray, prices: np.ndarray):
+    def _refine(self, v: float, bubbles: Bubbles, most: np.ndarray, prices: np.ndarray):
         """[P3] per breakpoint: max over m ≤ most of min over (θ, α) of the Lagrangian bound
         m + λ(v − (m − 1)·b) − [g(π + ν, λ) − ν·N], λ = θ/b, ν = α·(B/b)/N per device."""
+        b = bubbles.b
         m = np.arange(1, self.most_micro + 1)[None, :]
         best = np.full((len(b), m.shape[1]), np.inf)
         arg = np.zeros((len(b), m.shape[1], 2))
@@ -102,7 +143,7 @@ class Master:
             nu = np.full(len(prices), alpha * unit)
             for theta in THETAS:
                 lam = theta / b
-                g = price(self.types, b, prices + nu, lam).value - float(nu @ self.types.devices)
+                g = bubbles.least(prices + nu, lam) - float(nu @ self.types.devices)
                 ub = m + lam[:, None] * (v - (m - 1) * b[:, None]) - g[:, None]
                 better = ub < best
                 arg[better] = (theta, alpha)
@@ -121,25 +162,79 @@ class Master:
         return read_column(self.types, priced, 0)
 
     def _solve_lp(self, threshold: float) -> tuple[float, np.ndarray, float]:
-        """The restricted master's value, its class prices π ≥ 0 and the pipeline row's dual."""
+        """The restricted master's value, the prices per device π + μ·r (π ≥ 0 the class rows'
+        duals, μ ≥ 0 the budget row's) and the certificate's constant π·N + μ·budget."""
         classes = len(self.types.devices)
         caps = [c.capacity(threshold, self.most_micro) for c in self.columns]
         kept = [(c, m) for c, m in zip(self.columns, caps) if m >= 1]
         if not kept:
             return 0.0, np.zeros(classes), 0.0
-        return _lp(kept, self.types.devices, self.types.pipelines)
+        rate = self.device_price
+        value, duals = _lp(kept, self.types.devices, self.types.pipelines, rate, self.budget)
+        prices, constant = duals[:classes], float(duals[:classes] @ self.types.devices)
+        if rate is not None:
+            prices, constant = prices + duals[classes] * rate, constant + duals[classes] * self.budget
+        return value, prices, constant
 
 
-def _lp(kept: list[tuple[Column, int]], devices: np.ndarray, pipelines: int) -> tuple[float, np.ndarray, float]:
+@dataclass(frozen=True)
+class Bubbles:
+    """The pricing g_b(π, λ) of one threshold's breakpoints b, with [U4](a) for D ≥ 2: a pipeline
+    whose largest stage time is b pays at least the sync floor w(b) of a stage with τ = b, so
+    its bubble is at least the bubble without any sync floor plus w(b), as well as the bubble
+    with its last stage's floors; g is the larger of the two pricings (each column is counted
+    at its own b in [P3], where both hold)."""
+
+    types: ClassTypes
+    b: np.ndarray
+    frame: StageFrame
+    bare: ClassTypes | None = None  # the types without sync floors (D = 1: None, nothing to add)
+    bare_frame: StageFrame | None = None
+    widest: np.ndarray | None = None  # [K] w(b)
+
+    @classmethod
+    def of(cls, types: ClassTypes, b: np.ndarray) -> Bubbles:
+        frame = StageFrame.of(types, b)
+        if types.pipelines < 2:
+            return cls(types, b, frame)
+        bare = replace(types, sync_layer=np.zeros_like(types.sync_layer), sync_head=np.zeros_like(types.sync_head))
+        bare_frame = StageFrame(contribution={r: stage_contribution(bare, r) for r in ROLES}, blocked=frame.blocked)
+        return cls(types, b, frame, bare, bare_frame, widest_stage_sync(types, b))
+
+    def least(self, prices: np.ndarray, lam: np.ndarray) -> np.ndarray:
+        """[K] g_b(π, λ) (values only)."""
+        g = price(self.types, self.b, prices, lam, self.frame, False).value
+        if self.bare is None:
+            return g
+        return np.maximum(g, price(self.bare, self.b, prices, lam, self.bare_frame, False).value + lam * self.widest)
+
+    def rows(self, keep: np.ndarray) -> Bubbles:
+        """The same for some of the breakpoints."""
+        cut = lambda f: StageFrame(contribution=f.contribution, blocked={r: m[keep] for r, m in f.blocked.items()})  # noqa: E731
+        if self.bare is None:
+            return Bubbles(self.types, self.b[keep], cut(self.frame))
+        return Bubbles(self.types, self.b[keep], cut(self.frame), self.bare, cut(self.bare_frame), self.widest[keep])
+
+
+def _lp(kept: list[tuple[Column, int]], devices: np.ndarray, pipelines: int, rate: np.ndarray | None,
+        budget: float | None) -> tuple[float, np.ndarray]:
+    """max Σ m_j·x_j under the class rows, the budget row (where `rate` is given: Σ_j
+    (rate·usage_j)·x_j ≤ budget) and Σ x_j ≤ D; its value and its rows' duals (≥ 0), the
+    pipeline row's last."""
     inf = highspy.kHighsInf
-    n, rows = len(kept), len(devices) + 1
+    usage = np.array([c.usage for c, _ in kept], dtype=float)  # [n, classes]
+    limits = [devices.astype(float)]
+    if rate is not None:
+        usage = np.column_stack([usage, usage @ rate])
+        limits.append([float(budget)])
+    n, rows = len(kept), usage.shape[1] + 1
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = n, rows
     lp.col_cost_ = np.array([float(m) for _, m in kept])
     lp.col_lower_, lp.col_upper_ = np.zeros(n), np.full(n, inf)
     lp.row_lower_ = np.full(rows, -inf)
-    lp.row_upper_ = np.concatenate([devices.astype(float), [float(pipelines)]])
-    matrix = np.array([list(c.usage) + [1] for c, _ in kept], dtype=float).T  # [rows, n]
+    lp.row_upper_ = np.concatenate(limits + [[float(pipelines)]])
+    matrix = np.column_stack([usage, np.ones(n)]).T  # [rows, n]
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
     lp.a_matrix_.start_ = np.arange(0, rows * n + 1, rows)
     lp.a_matrix_.index_ = np.tile(np.arange(rows), n)
@@ -149,4 +244,4 @@ def _lp(kept: list[tuple[Column, int]], devices: np.ndarray, pipelines: int) -> 
     h.passModel(lp)
     h.run()
     duals = np.abs(np.array(h.getSolution().row_dual))
-    return float(h.getInfo().objective_function_value), duals[:-1], float(duals[-1])
+    return float(h.getInfo().objective_function_value), duals

@@ -38,7 +38,22 @@ class StageCosts:
     """For every breakpoint k, role and layer count n: the cheapest type (cost, index)."""
 
     cost: dict  # role → [K, L + 1] (inf where no type fits; n = 0 is inf)
-    arg: dict  # role → [K, L + 1] type index
+    arg: dict | None  # role → [K, L + 1] type index (None where only the costs were asked for)
+
+
+@dataclass(frozen=True)
+class StageFrame:
+    """What the stage costs of one set of breakpoints share whatever the prices: per role, each
+    type's bubble share per layer count and where a stage cannot be (n = 0, τ > b, memory)."""
+
+    contribution: dict  # role → [i, L + 1]
+    blocked: dict  # role → [K, i, L + 1] bool
+
+    @classmethod
+    def of(cls, types: ClassTypes, b: np.ndarray) -> StageFrame:
+        n = np.arange(types.layers + 1)[None, None, :]
+        blocked = {role: (n < 1) | (n > layer_limits(types, b, role)[:, :, None]) for role in ROLES}
+        return cls(contribution={role: stage_contribution(types, role) for role in ROLES}, blocked=blocked)
 
 
 def layer_limits(types: ClassTypes, b: np.ndarray, role: str) -> np.ndarray:
@@ -59,19 +74,22 @@ def stage_contribution(types: ClassTypes, role: str) -> np.ndarray:
     return n * per[:, None] + np.asarray(fixed)[..., None] * np.ones_like(n)
 
 
-def stage_costs(types: ClassTypes, b: np.ndarray, price: np.ndarray, lam: np.ndarray) -> StageCosts:
-    """π·t + λ·contribution of the cheapest type per (breakpoint, role, n)."""
-    n = np.arange(types.layers + 1)
+def stage_costs(types: ClassTypes, b: np.ndarray, price: np.ndarray, lam: np.ndarray,
+                frame: StageFrame | None = None, with_arg: bool = True) -> StageCosts:
+    """π·t + λ·contribution of the cheapest type per (breakpoint, role, n); `frame`: this b's
+    StageFrame when the caller prices it at many (π, λ)."""
+    frame = frame or StageFrame.of(types, b)
     device = price[types.cls] * types.tp  # [i]
-    cost, arg = {}, {}
+    cost, arg = {}, ({} if with_arg else None)
     for role in ROLES:
-        limit = layer_limits(types, b, role)  # [K, i]
-        contrib = stage_contribution(types, role)  # [i, n]
-        total = device[None, :, None] + lam[:, None, None] * contrib[None, :, :]  # [K, i, n]
-        ok = (n[None, None, :] >= 1) & (n[None, None, :] <= limit[:, :, None])
-        total = np.where(ok, total, np.inf)
-        arg[role] = total.argmin(axis=1)
-        cost[role] = np.take_along_axis(total, arg[role][:, None, :], axis=1)[:, 0, :]
+        total = np.multiply.outer(lam, frame.contribution[role])  # [K, i, n]
+        total += device[None, :, None]
+        np.copyto(total, np.inf, where=frame.blocked[role])
+        if with_arg:
+            arg[role] = total.argmin(axis=1)
+            cost[role] = np.take_along_axis(total, arg[role][:, None, :], axis=1)[:, 0, :]
+        else:
+            cost[role] = total.min(axis=1)
     return StageCosts(cost=cost, arg=arg)
 
 
@@ -85,31 +103,38 @@ class Priced:
     middle_n: np.ndarray  # [K, ℓ] layers of the last middle stage added there (0: none)
 
 
-def price(types: ClassTypes, b: np.ndarray, price_per_device: np.ndarray, lam: np.ndarray) -> Priced:
-    """[P1]: min over relaxed pipelines with every τ ≤ b of π·usage + λ·bubble, for every b."""
+def price(types: ClassTypes, b: np.ndarray, price_per_device: np.ndarray, lam: np.ndarray,
+          frame: StageFrame | None = None, with_arg: bool = True) -> Priced:
+    """[P1]: min over relaxed pipelines with every τ ≤ b of π·usage + λ·bubble, for every b
+    (`with_arg=False`: the values only, no pipeline can be read back)."""
     big_l = types.layers
-    costs = stage_costs(types, b, price_per_device, lam)
+    costs = stage_costs(types, b, price_per_device, lam, frame, with_arg)
     mid = costs.cost["middle"]
     middle = np.full((len(b), big_l + 1), np.inf)
     middle_n = np.zeros((len(b), big_l + 1), dtype=int)
     middle[:, 0] = 0.0
     for ell in range(1, big_l + 1):
         cand = middle[:, ell - 1::-1][:, :ell] + mid[:, 1:ell + 1]  # n = 1..ℓ
-        middle_n[:, ell] = cand.argmin(axis=1) + 1
+        if with_arg:
+            middle_n[:, ell] = cand.argmin(axis=1) + 1
         middle[:, ell] = cand.min(axis=1)
-    value = np.minimum(costs.cost["single"][:, big_l], _ends(costs, middle, big_l)[0])
+    value = np.minimum(costs.cost["single"][:, big_l], _ends(costs, middle, big_l, with_arg)[0])
     return Priced(value=value, costs=costs, middle=middle, middle_n=middle_n)
 
 
-def _ends(costs: StageCosts, middle: np.ndarray, big_l: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _ends(costs: StageCosts, middle: np.ndarray, big_l: int,
+          with_arg: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Least first + middle + last over the first's and the last's layer counts: (value,
-    n_first, n_last) per breakpoint."""
+    n_first, n_last) per breakpoint (the counts 0 without `with_arg`)."""
     first, last = costs.cost["first"], costs.cost["last"]
     k = first.shape[0]
     best, n1, n2 = np.full(k, np.inf), np.zeros(k, dtype=int), np.zeros(k, dtype=int)
     for a in range(1, big_l):
         rest = big_l - a  # layers for the middle and the last stage
         cand = first[:, a][:, None] + middle[:, rest - 1::-1][:, :rest] + last[:, 1:rest + 1]  # last gets 1..rest
+        if not with_arg:
+            np.minimum(best, cand.min(axis=1), out=best)
+            continue
         pick = cand.argmin(axis=1)
         val = cand[np.arange(k), pick]
         better = val < best

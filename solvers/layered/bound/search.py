@@ -2,10 +2,11 @@
 the certificate refutes, found by bisection; the bound is the least over D.
 
 The test of a threshold is the integer usage test ([U2], `integer.py`) when the usage table
-fits the time left (classes of identical machines, else classes by GPU), else the LP
-certificate of `master.py`. D values are visited outward from the incumbent's D, and a D is
-only bisected when it could lower the bound found so far: it is first tested at the current
-least (refuted there: it cannot lower it); the first D is tested at the incumbent.
+fits the time left (classes of identical machines, else classes by GPU). There D values are
+visited outward from the incumbent's D, and a D is only bisected when it could lower the
+bound found so far: it is first tested at the current least (refuted there: it cannot lower
+it); the first D is tested at the incumbent. Otherwise the LP certificate of `master.py`
+tests ranges of D at once, split where the bound is set (`_lp_ranges`, docs/bounds.md §4a).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.prices import BUDGET_SLACK
 from solvers.layered.bound import integer
-from solvers.layered.bound.classes import ClassTypes, class_types
+from solvers.layered.bound.classes import ClassTypes, class_types, range_types
 from solvers.layered.bound.master import Master
 from solvers.layered.bound.pricing import breakpoints
 from solvers.layered.bound.usage import UsageTable, usage_size, usage_tables
@@ -76,6 +78,9 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
     route = _usage_route(tables, d_values, top, deadline, log, first_d)
     result.usage, result.types = (route.used, route.types) if route else (None, None)
     result.rent = integer.Rent.of(route.types[d_values[0]], tables.budget) if route else None
+    if route is None:
+        _lp_ranges(tables, result, top, deadline, log, incumbent, first_d)
+        return result
     pending = []
     for d in outward(d_values, first_d):
         if time.perf_counter() > deadline:
@@ -106,12 +111,71 @@ def _least(result: ConfigurationBound, top: float, floor: float) -> float:
     return min([top] + [max(e.refuted, floor) for e in result.per_d.values() if e.done])
 
 
-def _test(tables: Tables, route: UsageRoute | None, d: int, rent: integer.Rent | None = None):
-    """`refuted(v)` of one D: its usage table's integer test (under the budget), or the LP
-    certificate (without it: a relaxation, still a bound)."""
-    if route:
-        return lambda v: integer.refuted(route.used[d], d, tables.total_micro, v, rent)
-    return Master(class_types(tables, d)).refuted
+def _test(tables: Tables, route: UsageRoute, d: int, rent: integer.Rent | None = None):
+    """`refuted(v)` of one D: its usage table's integer test (under the budget: [U6])."""
+    return lambda v: integer.refuted(route.used[d], d, tables.total_micro, v, rent)
+
+
+@dataclass
+class DRange:
+    """Consecutive D values (`d_values[lo..hi]`) and what one LP certificate refutes for all of them [P6]."""
+
+    lo: int
+    hi: int
+    bound: DBound
+
+    def test(self, tables: Tables, d_values: list[int]):
+        """`refuted(v)` for every D of the range at once (under the budget: [P5])."""
+        fewest, most = d_values[self.lo], d_values[self.hi]
+        budget = None if tables.budget is None else tables.budget * (1 + BUDGET_SLACK)
+        types = class_types(tables, most) if fewest == most else range_types(tables, fewest, most)
+        return Master(types, budget=budget, fewest=fewest).refuted
+
+    def halves(self) -> list[DRange]:
+        """Two ranges that split this one, each starting from what it refuted."""
+        mid = (self.lo + self.hi) // 2
+        return [DRange(lo, hi, DBound(0, refuted=self.bound.refuted)) for lo, hi in ((self.lo, mid), (mid + 1, self.hi))]
+
+
+def _lp_ranges(tables: Tables, result: ConfigurationBound, top: float, deadline: float, log, incumbent: float | None,
+               first_d: int | None) -> None:
+    """The LP route over ranges of D (docs/bounds.md [P6]): D = 1 (no sync) alone and every other D
+    as one range, each bisected; then the range that sets the bound is split in two and each half
+    bisected from where it stood, until that range is one D whose bisection finished (the bound
+    cannot rise) or the time runs out. Every D is covered once the first pass finishes."""
+    d_values = sorted(result.per_d)
+    leaves = [DRange(0, 0, DBound(0))] + ([DRange(1, len(d_values) - 1, DBound(0))] if len(d_values) > 1 else [])
+    todo = list(leaves)
+    while todo:
+        if time.perf_counter() > deadline:
+            log(f"configuration bound: time limit before D={d_values[todo[0].lo]}..{d_values[todo[0].hi]}")
+            break
+        leaf = todo.pop(0)
+        _bisect(leaf.test(tables, d_values), leaf.bound, result.floor, top, deadline)
+        _cover(result, leaf, d_values, incumbent, first_d, log)
+        if not todo:
+            least = min(leaves, key=lambda r: r.bound.refuted)
+            if least.lo == least.hi:
+                break  # one D, bisected: no split can raise the bound
+            leaves.remove(least)
+            todo = least.halves()
+            leaves += todo
+    result.complete = all(e.done for e in result.per_d.values())
+
+
+def _cover(result: ConfigurationBound, leaf: DRange, d_values: list[int], incumbent: float | None,
+           first_d: int | None, log) -> None:
+    """Each D of a bisected range gets what it refuted (a range's refuted value holds for all its D)."""
+    ds = d_values[leaf.lo:leaf.hi + 1]
+    if first_d in ds and incumbent is not None and leaf.bound.refuted >= incumbent:
+        raise CertificateContradiction(
+            f"configuration bound: D={ds[0]}..{ds[-1]} refuted at T ≤ {leaf.bound.refuted:.6g} s, which the "
+            f"incumbent plan with D={first_d} reaches ({incumbent:.6g} s): the certificate is wrong; no bound is reported")
+    for d in ds:
+        entry = result.per_d[d]
+        entry.refuted, entry.done = max(entry.refuted, leaf.bound.refuted), entry.done or leaf.bound.done
+    log(f"configuration bound D={ds[0]}..{ds[-1]}: no plan with T ≤ {leaf.bound.refuted:.6g} s"
+        + ("" if leaf.bound.done else " (open)"))
 
 
 def _bisect_pending(tables: Tables, route: UsageRoute, result: ConfigurationBound, pending: list[int],
@@ -197,7 +261,7 @@ def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: floa
                 return None
             return UsageRoute(types=by_d, b=b, bare={d: t for d, t in built.items() if d not in own},
                               own={d: built[d] for d in own})
-    log("configuration bound: usage tables too large, LP certificate per D")
+    log("configuration bound: usage tables too large, LP certificate over ranges of D")
     return None
 
 
