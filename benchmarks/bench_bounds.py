@@ -4,7 +4,7 @@ the time the bound took. The bound is proven, so the heuristic's gap to the opti
 most the gap shown.
 
     .venv/bin/python benchmarks/bench_bounds.py [--heuristic-limit 20] [--bound-limit 60]
-        [--problems a,b] [--generated 24,40,64] [--seeds 5] [--seed-from 0] [--big 128] [--fresh]
+        [--problems a,b] [--generated 24,40,64] [--seeds 5] [--seed-from 0] [--big 128] [--big-seeds 1] [--fresh]
 
 Results are cached in benchmarks/bounds_cache.json by (problem, limits); the table goes to
 benchmarks/report/bounds.md. The generated clusters mix A100-80G, RTX4090 and H20 (Llama-2 13B).
@@ -114,14 +114,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--generated", default="24,40,64", help="generated cluster sizes ('' for none)")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--seed-from", type=int, default=0, help="the first seed (to split a run over processes)")
-    parser.add_argument("--big", default="128", help="generated sizes with one seed ('' for none)")
+    parser.add_argument("--big", default="128", help="generated sizes with --big-seeds seeds ('' for none)")
+    parser.add_argument("--big-seeds", type=int, default=1)
     parser.add_argument("--fresh", action="store_true", help="ignore the cache")
     args = parser.parse_args(argv)
     problems = [(n, lambda n=n: load_bench_problem(n)) for n in args.problems.split(",") if n]
     sizes = [int(g) for g in args.generated.split(",") if g]
     problems += [(f"gen-{g}-s{s}-llama2-13b", lambda g=g, s=s: generated(g, s)) for g in sizes
                  for s in range(args.seed_from, args.seed_from + args.seeds)]
-    problems += [(f"gen-{g}-s0-llama2-13b", lambda g=g: generated(g, 0)) for g in (int(x) for x in args.big.split(",") if x)]
+    big = [int(g) for g in args.big.split(",") if g]
+    problems += [(f"gen-{g}-s{s}-llama2-13b", lambda g=g, s=s: generated(g, s)) for g in big for s in range(args.big_seeds)]
     rows = rows_for(problems, args)
     REPORT.write_text(markdown(rows, args))
     print(f"report: {REPORT}")
