@@ -95,6 +95,9 @@ def markdown(rows: list[dict], args) -> str:
              "(those D contribute the trivial bound).", "",
              "Best plan: the faster of the heuristic's and the plans read back from the bound's tables "
              f"(docs/bounds.md §8, at most {PLAN_LIMIT_S:g} s); its gap is (best − bound)/best.", "",
+             "Route: the usage tables and their integer test where they fit the time (classes of like machines, "
+             "else by GPU: the 64-GPU rows); otherwise the LP certificate over ranges of D (docs/bounds.md §4a: "
+             "the 128-GPU rows, whose usage tables would take hours; no plans are read back there).", "",
              "| problem | GPUs | heuristic T s | D | best T s | D | proven bound s | trivial bound s "
              "| heuristic gap | best gap | bound time s | complete |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
