@@ -7,10 +7,11 @@ plan with D pipelines and T ≤ v gives a solution of value B/b with Σ_j x_j = 
 for any prices π ≥ 0, that value is at most π·N + D·ρ̄ where ρ̄ (of either sign) bounds every
 column's reduced cost m_j(v) − π·usage_j; ρ̄ comes from the pricing's Lagrangian bound [P3],
 so when π·N + D·ρ̄ < B/b, no plan with D pipelines has T ≤ v — whatever columns the
-restricted master happened to hold. One certificate may cover a range of D [P6], and D
-pipelines that need more devices (rent) than there are are refuted first [P7] (docs/bounds.md §4a). Under a budget the master has one more row,
+restricted master happened to hold. Under a budget the master has one more row,
 Σ_j (r·usage_j)·x_j ≤ budget (r: each class's least price per device-hour), and its dual μ
-moves into the prices (π + μ·r) and the constant (+ μ·budget) [P5].
+moves into the prices (π + μ·r) and the constant (+ μ·budget) [P5]. One certificate may
+cover a range of D [P6], and D pipelines that need more devices (or rent) than there are
+are refuted before any LP [P7] (docs/bounds.md §4a).
 """
 
 from __future__ import annotations
@@ -210,10 +211,10 @@ class Bubbles:
 
     def rows(self, keep: np.ndarray) -> Bubbles:
         """The same for some of the breakpoints."""
-        cut = lambda f: StageFrame(contribution=f.contribution, blocked={r: m[keep] for r, m in f.blocked.items()})  # noqa: E731
         if self.bare is None:
-            return Bubbles(self.types, self.b[keep], cut(self.frame))
-        return Bubbles(self.types, self.b[keep], cut(self.frame), self.bare, cut(self.bare_frame), self.widest[keep])
+            return Bubbles(self.types, self.b[keep], self.frame.rows(keep))
+        return Bubbles(self.types, self.b[keep], self.frame.rows(keep), self.bare, self.bare_frame.rows(keep),
+                       self.widest[keep])
 
 
 def _lp(kept: list[tuple[Column, int]], devices: np.ndarray, pipelines: int, rate: np.ndarray | None,

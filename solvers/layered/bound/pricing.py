@@ -55,6 +55,10 @@ class StageFrame:
         blocked = {role: (n < 1) | (n > layer_limits(types, b, role)[:, :, None]) for role in ROLES}
         return cls(contribution={role: stage_contribution(types, role) for role in ROLES}, blocked=blocked)
 
+    def rows(self, keep: np.ndarray) -> StageFrame:
+        """The frame of some of its breakpoints."""
+        return StageFrame(contribution=self.contribution, blocked={r: m[keep] for r, m in self.blocked.items()})
+
 
 def layer_limits(types: ClassTypes, b: np.ndarray, role: str) -> np.ndarray:
     """[K, i] most layers a stage of type i in `role` may hold with τ ≤ b and within memory."""
