@@ -102,3 +102,16 @@ def test_the_budget_row_and_rent_check_raise_the_lp_bound() -> None:
     within = [_budgeted(seed)[0] for seed in BUDGETED]
     assert all(a >= b * (1 - RELATIVE_TOLERANCE) for a, b in zip(within, without_row))
     assert sum(a > b * (1 + 1e-6) for a, b in zip(within, without_row)) >= 4
+
+
+def test_a_range_that_refutes_the_incumbents_own_d_is_refused(monkeypatch) -> None:
+    """On the LP route too, a broken certificate (every threshold 'refuted') is an error, not a
+    bound: the range holding the incumbent's D contradicts the incumbent."""
+    seed = next(s for s in SEEDS if len(best_per_d(s)) > 1 and Tables(random_small(s, tiny=True)).max_pipelines > 2)
+    tables = Tables(random_small(seed, tiny=True))
+    optimum = best_per_d(seed)
+    d = max(optimum)  # ≥ 2: in the first range [2, D_max]
+    monkeypatch.setattr(search, "_usage_route", lambda *args, **kwargs: None)
+    monkeypatch.setattr(master.Master, "refuted", lambda self, v: True)
+    with pytest.raises(search.CertificateContradiction, match=r"D=\d+\.\.\d+ refuted .* the certificate is wrong"):
+        configuration_bound(tables, optimum[d], list(range(1, tables.max_pipelines + 1)), float("inf"), first_d=d)

@@ -76,18 +76,18 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
     result = ConfigurationBound(per_d={d: DBound(d, floor) for d in d_values}, floor=floor)
     top = incumbent if incumbent is not None else 2 * floor
     route = _usage_route(tables, d_values, top, deadline, log, first_d)
-    result.usage, result.types = (route.used, route.types) if route else (None, None)
-    result.rent = integer.Rent.of(route.types[d_values[0]], tables.budget) if route else None
     if route is None:
         _lp_ranges(tables, result, top, deadline, log, incumbent, first_d)
         return result
+    result.usage, result.types = route.used, route.types
+    result.rent = integer.Rent.of(route.types[d_values[0]], tables.budget)
     pending = []
     for d in outward(d_values, first_d):
         if time.perf_counter() > deadline:
             log(f"configuration bound: time limit before D={d}")
             return result
         entry, least = result.per_d[d], _least(result, top, floor)
-        if route and d not in route.own:
+        if d not in route.own:
             if _test(tables, route, d, result.rent)(least):  # d's table is the bare one
                 entry.refuted, entry.done = least, True
                 log(f"configuration bound D={d}: no plan with T ≤ {least:.6g} s (bare table)")
@@ -95,10 +95,7 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
                 pending.append(d)
             continue
         _bisect(_test(tables, route, d, result.rent), entry, floor, least, deadline)
-        if d == first_d and incumbent is not None and entry.refuted >= incumbent:
-            raise CertificateContradiction(
-                f"configuration bound: D={d} refuted at T ≤ {entry.refuted:.6g} s, which the incumbent plan "
-                f"with D={d} reaches ({incumbent:.6g} s): the certificate is wrong; no bound is reported")
+        _check_incumbent([d], entry.refuted, incumbent, first_d)
         log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s" + ("" if entry.done else " (open)"))
     if pending:
         _bisect_pending(tables, route, result, pending, top, deadline, log)
@@ -167,10 +164,7 @@ def _cover(result: ConfigurationBound, leaf: DRange, d_values: list[int], incumb
            first_d: int | None, log) -> None:
     """Each D of a bisected range gets what it refuted (a range's refuted value holds for all its D)."""
     ds = d_values[leaf.lo:leaf.hi + 1]
-    if first_d in ds and incumbent is not None and leaf.bound.refuted >= incumbent:
-        raise CertificateContradiction(
-            f"configuration bound: D={ds[0]}..{ds[-1]} refuted at T ≤ {leaf.bound.refuted:.6g} s, which the "
-            f"incumbent plan with D={first_d} reaches ({incumbent:.6g} s): the certificate is wrong; no bound is reported")
+    _check_incumbent(ds, leaf.bound.refuted, incumbent, first_d)
     for d in ds:
         entry = result.per_d[d]
         entry.refuted, entry.done = max(entry.refuted, leaf.bound.refuted), entry.done or leaf.bound.done
@@ -208,6 +202,16 @@ def _bisect_pending(tables: Tables, route: UsageRoute, result: ConfigurationBoun
 
 class CertificateContradiction(RuntimeError):
     """A D refuted at a time a known plan of that D reaches: a bound that cannot be true."""
+
+
+def _check_incumbent(ds: list[int], refuted: float, incumbent: float | None, first_d: int | None) -> None:
+    """Raises CertificateContradiction where `ds` (one D or a range) holds the incumbent's D and
+    what they refute reaches the incumbent's T."""
+    if first_d in ds and incumbent is not None and refuted >= incumbent:
+        span = f"D={ds[0]}" if len(ds) == 1 else f"D={ds[0]}..{ds[-1]}"
+        raise CertificateContradiction(
+            f"configuration bound: {span} refuted at T ≤ {refuted:.6g} s, which the incumbent plan with "
+            f"D={first_d} reaches ({incumbent:.6g} s): the certificate is wrong; no bound is reported")
 
 
 def outward(d_values: list[int], first: int | None) -> list[int]:
