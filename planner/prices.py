@@ -25,6 +25,16 @@ PER_MILLION = 1e6
 BUDGET_SLACK = 1e-9
 
 
+def spendable(budget: float) -> float:
+    """The most rent per hour `budget` admits: the budget and its rounding slack."""
+    return budget * (1 + BUDGET_SLACK)
+
+
+def cheaper_than(rent: float) -> float:
+    """The rents below this are cheaper than `rent` by more than rounding."""
+    return rent * (1 - BUDGET_SLACK)
+
+
 def rented_machines(problem: Problem, devices: Iterable[int]) -> tuple[int, ...]:
     """The machines (indices, ascending) that hold any of `devices`: the ones a plan rents."""
     ids = np.asarray(devices if isinstance(devices, np.ndarray) else list(devices), dtype=np.int64)
@@ -82,7 +92,7 @@ def fits_budget(problem: Problem, rent: float | None) -> bool:
         return True
     if rent is None:  # Problem's validator refuses a budget without prices
         raise ValueError(f"problem {problem.name!r}: budget_per_hour needs a price on every machine")
-    return rent <= budget * (1 + BUDGET_SLACK)
+    return rent <= spendable(budget)
 
 
 def within_budget(problem: Problem, plan: Any) -> bool:

@@ -31,7 +31,7 @@ import numpy as np
 from planner.kinds import iteration_time
 from planner.layered import cost
 from planner.layered.cost import StageShape
-from planner.prices import BUDGET_SLACK, cost_of, rent_per_hour
+from planner.prices import cheaper_than, cost_of, rent_per_hour, spendable
 from planner.problem import Objective, Problem
 from planner.solver_info import SolveStatus
 from solvers import rental
@@ -157,7 +157,7 @@ def _descend(problem: Problem, solve: BudgetedFn, rents: list[float], front: Fro
             front.complete = result.status == SolveStatus.infeasible
             return
         rent = front.points[-1].rent_per_hour
-        todo = [r for r in todo if r < rent * (1 - BUDGET_SLACK)]
+        todo = [r for r in todo if r < cheaper_than(rent)]
     front.complete = True
 
 
@@ -168,7 +168,7 @@ def budget_levels(problem: Problem, count: int) -> list[float]:
     high = rental.rent_of(problem, rental.all_machines(problem))
     if problem.budget_per_hour is not None:
         high = min(high, problem.budget_per_hour)
-    if low is None or low > high * (1 + BUDGET_SLACK):
+    if low is None or low > spendable(high):
         return []
     if count <= 1 or high <= low:
         return [high]
@@ -222,12 +222,12 @@ def cost_bound(problem: Problem, front: Frontier, rents: list[float]) -> float |
     best = math.inf
     for i, s in enumerate(solved):
         below = solved[i + 1].budget if i + 1 < len(solved) else -math.inf
-        span = [r for r in rents if below * (1 + BUDGET_SLACK) < r <= s.budget * (1 + BUDGET_SLACK)]
+        span = [r for r in rents if spendable(below) < r <= spendable(s.budget)]
         if not span:
             continue
         lower = max(s.bound_s or 0.0, least_time(problem, s.budget))
         best = min(best, cost_of(problem, span[0], lower) if math.isfinite(lower) else math.inf)
     if not front.complete:  # rents below the last level solved: the trivial bound only
-        rest = [r for r in rents if r < solved[-1].budget * (1 - BUDGET_SLACK)]
+        rest = [r for r in rents if r < cheaper_than(solved[-1].budget)]
         best = min([best] + [cost_of(problem, r, least_time(problem, r)) for r in rest])
     return None if not math.isfinite(best) else best

@@ -24,7 +24,7 @@ import time
 from typing import Callable
 
 from planner.kinds import iteration_time
-from planner.prices import BUDGET_SLACK, cost_of, rent_per_hour
+from planner.prices import cheaper_than, cost_of, rent_per_hour, spendable
 from planner.problem import Objective, Problem
 from planner.solver_info import SolverInfo, SolveStatus
 from solvers import frontier as frontiers
@@ -63,7 +63,7 @@ def honouring(fn: SolverFn, *, exact: bool) -> SolverFn:
 def within_budget(fn: SolverFn, problem: Problem, options: SolverOptions, *, exact: bool) -> SolveResult:
     """The least T within `problem.budget_per_hour` by `fn` on machine sets (module text)."""
     start, budget = time.perf_counter(), problem.budget_per_hour
-    if rental.rent_of(problem, rental.all_machines(problem)) <= budget * (1 + BUDGET_SLACK):
+    if rental.rent_of(problem, rental.all_machines(problem)) <= spendable(budget):
         result = fn(rental.restricted(problem, rental.all_machines(problem))[0], options)
         return result if result.plan is None else result.model_copy(update={"plan": result.plan.model_copy(
             update={"problem": problem.name})})
@@ -93,7 +93,7 @@ def least_rent_of_ties(problem: Problem, options: SolverOptions, budgeted: Solve
         return result
     while result.status == SolveStatus.optimal and time.perf_counter() < deadline - MIN_SET_S:
         rent = rent_per_hour(problem, result.plan)
-        lower = [r for r in levels if r < rent * (1 - BUDGET_SLACK)]
+        lower = [r for r in levels if r < cheaper_than(rent)]
         if not lower:
             break
         tighter = problem.model_copy(update={"budget_per_hour": lower[-1]})
@@ -114,7 +114,7 @@ def native_or_sets(fn: SolverFn, problem: Problem, options: SolverOptions, *, ex
         sets = rental.maximal_sets(problem, problem.budget_per_hour)
     except ValueError:  # too many to list
         sets = None
-    everything = rental.rent_of(problem, rental.all_machines(problem)) <= problem.budget_per_hour * (1 + BUDGET_SLACK)
+    everything = rental.rent_of(problem, rental.all_machines(problem)) <= spendable(problem.budget_per_hour)
     if sets is None or everything or len(sets) > FEW_SETS:
         return fn(problem, options)
     return within_budget(fn, problem, options, exact=exact)

@@ -31,7 +31,7 @@ import numpy as np
 from planner.cost import reserve_bytes
 from planner.hardware import Cluster
 from planner.layered import cost
-from planner.prices import BUDGET_SLACK, rented_machines
+from planner.prices import rented_machines, spendable
 from planner.problem import Objective, Problem
 
 ENUMERATE_LIMIT = 200_000  # count vectors enumerated at most; beyond, greedy fills
@@ -118,7 +118,7 @@ def totals(groups: MachineGroups, vectors: np.ndarray, values: np.ndarray) -> np
 
 def _maximal(groups: MachineGroups, vectors: np.ndarray, rents: np.ndarray, budget: float) -> np.ndarray:
     """Which affordable vectors are maximal: no group's next machine fits in what is left."""
-    limit = budget * (1 + BUDGET_SLACK)
+    limit = spendable(budget)
     keep = rents <= limit
     for g, group in enumerate(groups.groups):
         nxt = np.append(groups.rent[list(group)], np.inf)[vectors[:, g]]
@@ -160,7 +160,7 @@ def rent_levels(problem: Problem, budget: float | None = None) -> list[float]:
     rents = totals(groups, vectors, groups.rent)
     ok = holds_states(problem, totals(groups, vectors, groups.memory)) & vectors.any(axis=1)
     if budget is not None:
-        ok &= rents <= budget * (1 + BUDGET_SLACK)
+        ok &= rents <= spendable(budget)
     return sorted({round(float(r), 9) for r in rents[ok]})
 
 
@@ -171,7 +171,7 @@ def most_compute_within(problem: Problem, budget: float) -> float:
     vectors = count_vectors(groups, ENUMERATE_LIMIT)
     if vectors is None:
         return float(groups.flops.sum())
-    ok = totals(groups, vectors, groups.rent) <= budget * (1 + BUDGET_SLACK)
+    ok = totals(groups, vectors, groups.rent) <= spendable(budget)
     return float(totals(groups, vectors, groups.flops)[ok].max(initial=0.0))
 
 
@@ -213,7 +213,7 @@ def _greedy_vectors(groups: MachineGroups, budget: float) -> np.ndarray:
 
 def _fill(groups: MachineGroups, order, budget: float) -> list[int]:
     """Machines of the groups in `order`, each group's in pick order, while they fit the budget."""
-    counts, left = [0] * len(groups.groups), budget * (1 + BUDGET_SLACK)
+    counts, left = [0] * len(groups.groups), spendable(budget)
     for g in order:
         for m in groups.groups[g]:
             if groups.rent[m] > left:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planner.prices import BUDGET_SLACK
+from planner.prices import spendable
 from solvers.layered.exact.bounds import PipelineFloors
 from solvers.layered.tables import Tables
 
@@ -108,7 +108,7 @@ def _affordable(total: np.ndarray, size: np.ndarray, machines: np.ndarray, least
     size (every device of the class without a budget). The usage tables' axes stop there."""
     if budget is None:
         return total
-    affordable = np.minimum(np.floor(budget * (1 + BUDGET_SLACK) / np.maximum(least_rent, 1e-300)), machines)
+    affordable = np.minimum(np.floor(spendable(budget) / np.maximum(least_rent, 1e-300)), machines)
     return np.minimum(total, (size * affordable).astype(int))
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 
-from planner.prices import BUDGET_SLACK
+from planner.prices import spendable
 from solvers.layered.bound.classes import ClassTypes
 from solvers.layered.bound.pricing import SLACK
 from solvers.layered.bound.usage import UsageTable
@@ -45,7 +45,7 @@ class Rent:
         if budget is None:
             return None
         return cls(size=types.machine_size, machines=types.machines, least_rent=types.least_rent,
-                   budget=budget * (1 + BUDGET_SLACK))
+                   budget=spendable(budget))
 
 
 def capacities(table: UsageTable, threshold: float, most: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.prices import BUDGET_SLACK
+from planner.prices import spendable
 from solvers.layered.bound import integer
 from solvers.layered.bound.classes import ClassTypes, class_types, range_types
 from solvers.layered.bound.master import Master
@@ -124,7 +124,7 @@ class DRange:
     def test(self, tables: Tables, d_values: list[int]):
         """`refuted(v)` for every D of the range at once (under the budget: [P5])."""
         fewest, most = d_values[self.lo], d_values[self.hi]
-        budget = None if tables.budget is None else tables.budget * (1 + BUDGET_SLACK)
+        budget = None if tables.budget is None else spendable(tables.budget)
         types = class_types(tables, most) if fewest == most else range_types(tables, fewest, most)
         return Master(types, budget=budget, fewest=fewest).refuted
 

@@ -17,7 +17,7 @@ from rich.console import Console
 from planner.layered.pricing import iteration_time
 from planner.layered.plan import Plan
 from planner.solver_info import SolverInfo, SolveStatus
-from planner.prices import BUDGET_SLACK
+from planner.prices import spendable
 from planner.problem import Objective, Problem
 from planner.layered.validate import validate
 from solvers.common import ModelSize, SolveResult, SolverOptions
@@ -379,7 +379,7 @@ def unaffordable(problem: Problem) -> str:
         least = least_rent_holding_states(problem, exact=True)
     except ValueError:  # too many machine sets to decide it here: the models will
         return ""
-    if least is not None and least <= budget * (1 + BUDGET_SLACK):
+    if least is not None and least <= spendable(budget):
         return ""
     return (f"no plan within the budget of {budget:g} per hour: no machine set it rents has the memory for the "
             f"model states" + (f" (the cheapest that has rents {least:g} per hour)" if least is not None else ""))
@@ -390,7 +390,7 @@ def affordable(tables: Tables, combo) -> bool:
     if tables.budget is None:
         return True
     used = np.flatnonzero(np.sum([c.shape.usage for c in combo], axis=0))
-    return bool(tables.cluster.machine_rent[used].sum() <= tables.budget * (1 + BUDGET_SLACK))
+    return bool(tables.cluster.machine_rent[used].sum() <= spendable(tables.budget))
 
 
 def _no_plan_proved(problem: Problem, tables: Tables) -> str:

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pulp
 
-from planner.prices import BUDGET_SLACK, fits_budget, rent_per_hour
+from planner.prices import fits_budget, rent_per_hour, spendable
 from planner.problem import Problem
 
 MAX_DIGITS = 6
@@ -28,9 +28,9 @@ def rent_units(rents: np.ndarray, budget: float) -> tuple[list[int], int]:
     for digits in range(MAX_DIGITS + 1):
         scaled = np.asarray(rents, dtype=float) * 10**digits
         if np.all(np.abs(scaled - np.rint(scaled)) <= 1e-6 * np.maximum(1.0, np.abs(scaled))):
-            return [int(x) for x in np.rint(scaled)], math.floor(budget * 10**digits * (1 + BUDGET_SLACK))
+            return [int(x) for x in np.rint(scaled)], math.floor(spendable(budget) * 10**digits)
     scale = 10**MAX_DIGITS
-    return [math.ceil(x * scale) for x in rents], math.floor(budget * scale * (1 + BUDGET_SLACK))
+    return [math.ceil(x * scale) for x in rents], math.floor(spendable(budget) * scale)
 
 
 def cpsat_rent(builder, z: dict) -> dict:
@@ -57,7 +57,7 @@ def milp_rent(builder, z: dict) -> dict:
             for k in builder.K:
                 builder.add(builder.on_machine(z, p, l, k) <= rented[k])
     rents = tb.cluster.machine_rent
-    builder.add(pulp.lpSum(float(rents[k]) * rented[k] for k in builder.K) <= tb.budget * (1 + BUDGET_SLACK))
+    builder.add(pulp.lpSum(float(rents[k]) * rented[k] for k in builder.K) <= spendable(tb.budget))
     return rented
 
 
