@@ -38,7 +38,9 @@ SOLVERS_BY_KIND: dict[str, dict[str, str]] = {
         "ablation-equal-batch": "solvers.layered.baselines.ablations:solve_equal_batch",
     },
     "sequence": {
-        "heuristic": "solvers.sequence.heuristic:solve",
+        # HexiSeq's heuristic, then the configuration bound's rounds from its plan on clusters
+        # whose device sets can be listed: composed above both (composed.py)
+        "heuristic": "solvers.sequence.composed:solve_heuristic",
         "brute": "solvers.sequence.brute:solve",
         "cpsat": "solvers.sequence.exact.cpsat:solve",
         "milp": "solvers.sequence.exact.milp:solve",

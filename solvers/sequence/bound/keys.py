@@ -145,10 +145,15 @@ def bound_keys(problem: Problem, keys: np.ndarray) -> KeyBounds:
     return KeyBounds(keys, n, zero, compute, zero + compute)
 
 
+def key_count(problem: Problem) -> int:
+    """Π (devices of machine j + 1): the keys `all_keys` lists, the empty one included."""
+    return math.prod(m.count + 1 for m in problem.cluster.machines)
+
+
 def all_keys(problem: Problem) -> np.ndarray:
     """Every non-empty key of the cluster (refused above MAX_KEYS)."""
     counts = [m.count for m in problem.cluster.machines]
-    total = math.prod(c + 1 for c in counts)
+    total = key_count(problem)
     if total > MAX_KEYS:
         raise ValueError(f"{total} device sets per machine exceed the {MAX_KEYS} this bound enumerates")
     keys = np.array(list(itertools.product(*(range(c + 1) for c in counts))), dtype=np.int64)

@@ -91,9 +91,9 @@ class Search:
         if fits and (self.incumbent is None or t < self.incumbent[0]):
             self.incumbent = (t, batches, rings)
 
-    def note(self, start_s: float | None) -> str:
+    def note(self, start_s: float | None, start_message: str) -> str:
         exact = sum(k.exact for k in self.known.values())
-        heur = "no heuristic plan" if start_s is None else f"heuristic {start_s:.6g} s"
+        heur = "no heuristic plan" if start_s is None else f"heuristic {start_s:.6g} s ({start_message})"
         return (f"{heur}; bound over {len(self.keys)} device sets per machine, {self.rounds} rounds, "
                 f"{self.nodes} configuration nodes; rings of {len(self.known)} keys ({exact} exact)"
                 + ("" if self.complete else "; time ran out in the configuration bound"))
@@ -103,26 +103,33 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult
     """The heuristic's plan, improved and bounded by the configuration bound (module docstring)."""
     options = options or SolverOptions()
     start = time.perf_counter()
-    deadline = start + options.time_limit_s
     if (why := memory_proof(problem) or no_token_layout(problem)) is not None:
         return result(NAME, problem, start, None, SolveStatus.infeasible, why)
     heur = heuristic.solve(problem, options.model_copy(update={"time_limit_s": options.time_limit_s * HEURISTIC_SHARE}))
-    incumbent = None if heur.plan is None else (heur.objective_s, *rings_of_plan(heur.plan))
+    return improve(problem, options, heur, start, name=NAME)
+
+
+def improve(problem: Problem, options: SolverOptions, start_result: SolveResult, start: float, *,
+            name: str) -> SolveResult:
+    """Steps 2 and 3 from `start_result`'s plan (the incumbent) until `start` + the time limit:
+    the better plan and the bound, under the solver name `name`. Where the keys cannot be
+    listed (`keys.MAX_KEYS`), `start_result`'s plan with the reason."""
+    incumbent = None if start_result.plan is None else (start_result.objective_s, *rings_of_plan(start_result.plan))
     try:
-        search = Search(problem, options, deadline)
+        search = Search(problem, options, start + options.time_limit_s)
     except ValueError as too_many:
         status = SolveStatus.feasible if incumbent else SolveStatus.unknown
-        return result(NAME, problem, start, incumbent, status, f"{heur.message}; no bound: {too_many}")
+        return result(name, problem, start, incumbent, status, f"{start_result.message}; no bound: {too_many}")
     search.run(incumbent)
-    return _finish(problem, start, search, heur.objective_s)
+    return _finish(problem, start, search, start_result, name)
 
 
-def _finish(problem: Problem, start: float, search: Search, start_s: float | None) -> SolveResult:
-    best, note = search.incumbent, search.note(start_s)
+def _finish(problem: Problem, start: float, search: Search, start_result: SolveResult, name: str) -> SolveResult:
+    best, note = search.incumbent, search.note(start_result.objective_s, start_result.message)
     if best is None:
         status = SolveStatus.infeasible if search.complete else SolveStatus.unknown
-        return result(NAME, problem, start, None, status, f"no configuration of replicas fits in memory; {note}")
+        return result(name, problem, start, None, status, f"no configuration of replicas fits in memory; {note}")
     bound = min(search.bound, best[0])
     optimal = search.complete and bound >= best[0] * (1 - OPTIMAL_TOL)
-    return result(NAME, problem, start, best, SolveStatus.optimal if optimal else SolveStatus.feasible, note,
+    return result(name, problem, start, best, SolveStatus.optimal if optimal else SolveStatus.feasible, note,
                   bound=bound)
