@@ -14,6 +14,7 @@ import pytest
 from instances.random_priced import random_priced
 from planner.problem import Objective
 from planner.solver_info import SolveStatus
+from solvers.layered.bound.budget_sets import BudgetBound, budget_bound
 from solvers.layered.bound.integer import Rent
 from solvers.layered.bound.classes import class_types
 from solvers.layered.bound.search import RELATIVE_TOLERANCE, configuration_bound
@@ -64,3 +65,27 @@ def test_rent_per_class_is_the_cheapest_machine_and_the_largest_size() -> None:
         assert rent.size[k] == max(cluster.machines[m].count for m in members)
         assert rent.machines[k] == len(members)
     assert Rent.of(types, None) is None
+
+
+@lru_cache(maxsize=None)
+def _by_sets(seed: int) -> BudgetBound:
+    problem = random_priced(seed, "layered").model_copy(update={"objective": Objective.time})
+    return budget_bound(problem, None, float("inf"))
+
+
+@pytest.mark.parametrize("seed", BUDGETED)
+def test_the_bound_by_machine_sets_never_exceeds_the_optimum_within_the_budget(seed: int) -> None:
+    """[P8]: every plan within the budget lies in a maximal affordable set, so the least of the
+    sets' own bounds, and its maximum with the whole problem's budgeted bound, stay below brute
+    force's optimum within the budget (which shares no code with either)."""
+    found, optimum = _by_sets(seed), _bounds(seed)[2]
+    assert found.value >= found.whole.value
+    if optimum is not None:
+        assert found.value <= optimum * (1 + 1e-9), f"seed {seed}: {found.value!r} > optimum {optimum!r}"
+        assert found.by_sets is None or found.by_sets <= optimum * (1 + 1e-9)
+
+
+def test_the_sets_raise_the_bound_where_the_whole_problems_route_is_weaker() -> None:
+    listed = [seed for seed in BUDGETED if _by_sets(seed).sets]
+    raised = [seed for seed in listed if _by_sets(seed).by_sets > _by_sets(seed).whole.value * (1 + 1e-6)]
+    assert len(listed) >= 30 and len(raised) >= 10, (len(listed), len(raised))  # 41 and 12 when written

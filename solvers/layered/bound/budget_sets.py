@@ -1,0 +1,105 @@
+"""The configuration bound under a budget, by machine sets ([P8], docs/bounds.md §4b).
+
+A plan within `budget_per_hour` rents a set of machines the budget affords, and every such set
+lies inside a maximal affordable one (`solvers.rental.maximal_sets`, listed up to
+interchangeable machines, whose restricted problems are the same up to renaming). So the least,
+over the maximal sets, of each set's own configuration bound (the problem restricted to the
+set, no budget) bounds every plan within the budget. The whole problem's bound under the budget
+([U6] on the usage route, [P5] on the LP route) bounds them too, so the larger of the two holds.
+
+Why both: a maximal set is a fraction of a large menu, so its usage tables often fit where the
+whole menu's do not, and the integer test is much stronger than the LP certificate (offers at
+13/h: the whole menu's LP 12.13 s, the six sets' least 12.65 s, 6 s for all six). Where the
+sets are large (offers at 25/h, seven machines of three types) they take the LP route
+themselves and the whole menu's budgeted LP is the stronger.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from planner.prices import spendable
+from planner.problem import Problem
+from solvers import rental
+from solvers.layered.bound.search import ConfigurationBound, configuration_bound
+from solvers.layered.tables import Tables, explain_infeasible
+
+SETS_SHARE = 0.5  # of the time: the maximal sets' bounds (the rest, and what they leave: the whole's)
+MAX_SETS = 64  # more maximal sets than this: the whole problem's bound only
+
+
+@dataclass(frozen=True)
+class SetBound:
+    """One maximal affordable set's bound (machine indices of the whole problem)."""
+
+    machines: tuple[int, ...]
+    bound: ConfigurationBound | None  # None: no plan fits on the set (it holds no layer split)
+
+    @property
+    def value(self) -> float:
+        return math.inf if self.bound is None else self.bound.value
+
+
+@dataclass(frozen=True)
+class BudgetBound:
+    """The larger of the whole problem's budgeted bound and the least of the sets' bounds."""
+
+    whole: ConfigurationBound
+    sets: tuple[SetBound, ...]  # empty: not listed (no budget, or too many sets)
+
+    @property
+    def by_sets(self) -> float | None:
+        """min over the maximal sets of their bounds; None where the sets were not bounded."""
+        return min(s.value for s in self.sets) if self.sets else None
+
+    @property
+    def value(self) -> float:
+        return max(self.whole.value, self.by_sets if self.sets else -math.inf)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the value's side examined every D (the sets' side: every set's)."""
+        if self.sets and self.by_sets >= self.whole.value:
+            return all(s.bound is None or s.bound.complete for s in self.sets)
+        return self.whole.complete
+
+
+def maximal_sets_or_none(problem: Problem) -> list[tuple[int, ...]] | None:
+    """The maximal affordable machine sets, or None without a budget, when the budget affords
+    every machine, or when there are too many to list or bound one by one."""
+    budget = problem.budget_per_hour
+    if budget is None or rental.rent_of(problem, rental.all_machines(problem)) <= spendable(budget):
+        return None
+    try:
+        sets = rental.maximal_sets(problem, budget)
+    except ValueError:  # too many to list
+        return None
+    return sets if 0 < len(sets) <= MAX_SETS else None
+
+
+def set_bound(problem: Problem, machines: tuple[int, ...], incumbent: float | None, deadline: float) -> SetBound:
+    """The configuration bound of the problem restricted to `machines`, without a budget."""
+    tables = Tables(rental.restricted(problem, machines)[0])
+    if explain_infeasible(tables):
+        return SetBound(machines, None)
+    return SetBound(machines, configuration_bound(tables, incumbent, list(range(1, tables.max_pipelines + 1)),
+                                                  deadline))
+
+
+def budget_bound(problem: Problem, incumbent: float | None, deadline: float, log=lambda s: None) -> BudgetBound:
+    """[P8]: each maximal set's bound in turn, SETS_SHARE of the time shared evenly (what a set
+    leaves passes to the next), then the whole problem's budgeted bound until `deadline`;
+    `incumbent` (a plan within the budget) is every search's first threshold."""
+    start = time.perf_counter()
+    sets = maximal_sets_or_none(problem) or []
+    sets_end = start + SETS_SHARE * (deadline - start)
+    bounded = []
+    for i, machines in enumerate(sets):
+        share = (sets_end - time.perf_counter()) / (len(sets) - i)
+        bounded.append(set_bound(problem, machines, incumbent, time.perf_counter() + max(share, 0.0)))
+        log(f"budget bound: set {i + 1}/{len(sets)} ({len(machines)} machines): {bounded[-1].value:.6g} s")
+    tables = Tables(problem)
+    whole = configuration_bound(tables, incumbent, list(range(1, tables.max_pipelines + 1)), deadline, log=log)
+    return BudgetBound(whole=whole, sets=tuple(bounded))
