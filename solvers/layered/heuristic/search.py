@@ -39,11 +39,11 @@ from solvers.layered.tables import Tables, explain_infeasible
 from solvers.layered.heuristic.assemble import build_plan, plan_from_table, with_split
 from solvers.layered.heuristic.moves import improve
 from solvers.layered.heuristic.options import HeuristicOptions
-from solvers.layered.heuristic.partition import partition
+from solvers.layered.heuristic.partition import TIERED_MODES, partition
 from solvers.layered.heuristic.polish import polish
 from planner.base import plural
 
-SMALL_CLUSTER = 512  # up to this many devices "auto" protect tries both link weightings
+SMALL_CLUSTER = 512  # up to this many devices "auto" tries every split, above it METIS's alone
 EXPLORE_SHARE = 0.8  # the D search stops at this share of the time limit (the rest: polish, checks)
 OVERSIZE_POOL = 2  # skip D whose pools exceed this many times what L stages can use
 RESERVE_PRICES = 30  # the polish stops this many plan pricings before the limit (one polish
@@ -108,10 +108,13 @@ def refine_candidates(best: int, tried: list[int], upper: int) -> list[int]:
 
 
 def protect_modes(problem: Problem, heuristic: HeuristicOptions) -> list[str]:
+    """The phase-1 splits tried for each D (`partition.partition`'s modes)."""
+    if heuristic.protect == "tiered":
+        return list(TIERED_MODES)
     if heuristic.protect != "auto":
         return [heuristic.protect]
     if problem.cluster.num_devices <= SMALL_CLUSTER:
-        return ["pipeline", "data", "machines"]
+        return ["pipeline", "data", "machines", *TIERED_MODES]
     return ["pipeline"]
 
 
