@@ -147,7 +147,7 @@ def _f(x, spec: str) -> str:
 
 def _was(row: dict) -> str:
     before = row.get("heuristic_before_s")
-    if before is None or row["heuristic_s"] is None or abs(before - row["heuristic_s"]) <= 1e-9 * before:
+    if before is None or row["heuristic_s"] is None or f"{before:.4g}" == f"{row['heuristic_s']:.4g}":
         return ""
     return f" (was {before:.4g})"
 
