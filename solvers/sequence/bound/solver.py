@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from planner.base import plural
 from planner.problem import Problem
 from planner.solver_info import SolveStatus
 from solvers.common import SolveResult, SolverOptions
@@ -94,8 +95,9 @@ class Search:
     def note(self, start_s: float | None, start_message: str) -> str:
         exact = sum(k.exact for k in self.known.values())
         heur = "no heuristic plan" if start_s is None else f"heuristic {start_s:.6g} s ({start_message})"
-        return (f"{heur}; bound over {len(self.keys)} device sets per machine, {self.rounds} rounds, "
-                f"{self.nodes} configuration nodes; rings of {len(self.known)} keys ({exact} exact)"
+        return (f"{heur}; bound over {plural(len(self.keys), 'device set')} per machine, "
+                f"{plural(self.rounds, 'round')}, {plural(self.nodes, 'configuration node')}; "
+                f"rings of {plural(len(self.known), 'key')} ({exact} exact)"
                 + ("" if self.complete else "; time ran out in the configuration bound"))
 
 
