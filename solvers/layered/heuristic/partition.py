@@ -263,8 +263,8 @@ def tiered_pools(problem: Problem, pools: int, holds: float) -> list[np.ndarray]
     """Pools of unequal speed: devices fastest first (by machine, then id), each pool but the
     last taking them until its usable memory reaches `holds` × μ·P, the last pool the rest.
     Phase 2 then gives the fast pool's pipeline more micro-batches (HexiScale's asymmetric
-    pipelines): on h800-h20-16-24 the fast pool's H800 with a few H20 at its ends and the
-    other H20 as a second pipeline is 4.7 % faster than any striped or METIS split."""
+    pipelines): on h800-h20-16-24 a pipeline of the 16 H800 (209 micro-batches) beside one of
+    the 24 H20 (47) is 4.7 % faster than any striped or METIS split."""
     cluster, training = problem.cluster, problem.training
     need = holds * training.param_state_bytes * problem.model.total_params
     usable = (cluster.machine_memory_bytes - reserve_bytes(training))[cluster.machine_of_device]
