@@ -152,6 +152,10 @@ def test_machine_killed_mid_step_replans_on_the_survivor(problem, bed_factory, t
     assert assert_newest_checkpoint_verifies(job) == STEPS
 
 
+# alone: in the parallel part of one `make test` of four (2026-12-04) r4090-0's rank aborted
+# (SIGABRT) during the 2 s flap while another worker loaded both cores; alone it passed every time.
+# The cause is not established (docs/testbed.md §6).
+@pytest.mark.alone
 def test_short_link_flap_is_ridden_out(problem, bed_factory, tmp_path):
     job = fault_job(problem, tmp_path)
 
