@@ -56,17 +56,21 @@ def measure(problem: Problem, heuristic_limit: float, bound_limit: float) -> dic
                                 first_d=len(own.plan.pipelines) if own.plan else None)
     bound_s = time.perf_counter() - started
     read = plans_from_bound(problem, bound, time.perf_counter() + PLAN_LIMIT_S)
-    t, best = own.objective_s, own.objective_s
-    best_plan = own.plan
-    if read and iteration_time(problem, read[0]) < best:
-        best, best_plan = iteration_time(problem, read[0]), read[0]
-    return {"problem": problem.name, "gpus": problem.cluster.num_devices, "T": t,
-            "pipelines": len(own.plan.pipelines) if own.plan else None, "bound": bound.value,
-            "trivial": tables.trivial_bound, "gap": (t - bound.value) / t if t else None,
-            "best": best, "best_pipelines": len(best_plan.pipelines) if best_plan else None,
-            "best_gap": (best - bound.value) / best if best else None, "from_tables": best < t,
-            "complete": bound.complete, "heuristic_s": heuristic_s, "bound_s": bound_s,
-            "heuristic_limit_s": heuristic_limit, "bound_limit_s": bound_limit}
+    tables_best = (iteration_time(problem, read[0]), len(read[0].pipelines)) if read else None
+    return {"problem": problem.name, "gpus": problem.cluster.num_devices, "bound": bound.value,
+            "trivial": tables.trivial_bound, "complete": bound.complete, "heuristic_s": heuristic_s,
+            "bound_s": bound_s, "heuristic_limit_s": heuristic_limit, "bound_limit_s": bound_limit,
+            **plan_fields(own, bound.value, tables_best)}
+
+
+def plan_fields(own, bound: float, tables_best: tuple[float, int] | None) -> dict:
+    """The heuristic's T and D, the best plan's (the plan read back from the tables, `tables_best`
+    = (T, D), where strictly faster), and both gaps to `bound`."""
+    t = own.objective_s
+    d = len(own.plan.pipelines) if own.plan else None
+    best, best_d = tables_best if tables_best is not None and t is not None and tables_best[0] < t else (t, d)
+    return {"T": t, "pipelines": d, "gap": (t - bound) / t if t else None, "best": best, "best_pipelines": best_d,
+            "best_gap": (best - bound) / best if best else None, "from_tables": best != t}
 
 
 def with_heuristic(row: dict, problem: Problem, heuristic_limit: float) -> dict:
@@ -74,12 +78,17 @@ def with_heuristic(row: dict, problem: Problem, heuristic_limit: float) -> dict:
     and the plans read back from its tables stay (a bound holds whatever the incumbent was)."""
     start = time.perf_counter()
     own = own_search(problem, SolverOptions(time_limit_s=heuristic_limit, threads=1), HeuristicOptions())
-    t, tables_best = own.objective_s, row["best"] if row["from_tables"] else float("inf")
-    best, from_tables = (tables_best, True) if tables_best < t else (t, False)
-    return row | {"T": t, "pipelines": len(own.plan.pipelines), "gap": (t - row["bound"]) / t, "best": best,
-                  "best_pipelines": row["best_pipelines"] if from_tables else len(own.plan.pipelines),
-                  "best_gap": (best - row["bound"]) / best, "from_tables": from_tables,
-                  "heuristic_s": time.perf_counter() - start, "T_before": row.get("T_before", row["T"])}
+    tables_best = (row["best"], row["best_pipelines"]) if row["from_tables"] else None
+    return row | plan_fields(own, row["bound"], tables_best) | {
+        "heuristic_s": time.perf_counter() - start, "T_before": row.get("T_before", row["T"])}
+
+
+def store(key: str, row: dict) -> dict:
+    """One row into the cache on disk, keeping the rows another run may have added meanwhile;
+    the cache as written."""
+    cache = (json.loads(CACHE.read_text()) if CACHE.exists() else {}) | {key: row}
+    CACHE.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")
+    return cache
 
 
 def rows_for(problems: list[tuple[str, callable]], args) -> list[dict]:
@@ -88,13 +97,9 @@ def rows_for(problems: list[tuple[str, callable]], args) -> list[dict]:
     for name, make in problems:
         key = f"{CACHE_VERSION}/{name}/{args.heuristic_limit:g}/{args.bound_limit:g}"
         if key not in cache:
-            cache[key] = measure(make(), args.heuristic_limit, args.bound_limit)
-            on_disk = json.loads(CACHE.read_text()) if CACHE.exists() else {}  # another run may have added rows
-            cache = on_disk | {key: cache[key]}
-            CACHE.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")
+            cache = store(key, measure(make(), args.heuristic_limit, args.bound_limit))
         elif args.redo_heuristic:
-            cache[key] = with_heuristic(cache[key], make(), args.heuristic_limit)
-            CACHE.write_text(json.dumps(json.loads(CACHE.read_text()) | {key: cache[key]}, indent=1, sort_keys=True) + "\n")
+            cache = store(key, with_heuristic(cache[key], make(), args.heuristic_limit))
         row = cache[key]
         print(f"{name}: T {row['T']:.5g} s, best {row.get('best', row['T']):.5g} s, bound {row['bound']:.5g} s, "
               f"gap {row['gap']:.2%}, {row['bound_s']:.0f} s", flush=True)

@@ -24,7 +24,7 @@ import time
 from typing import Callable
 
 from planner.kinds import iteration_time
-from planner.prices import cheaper_than, cost_of, rent_per_hour, spendable
+from planner.prices import cheaper_than, cost_of, rent_per_hour
 from planner.problem import Objective, Problem
 from planner.solver_info import SolverInfo, SolveStatus
 from solvers import frontier as frontiers
@@ -63,7 +63,7 @@ def honouring(fn: SolverFn, *, exact: bool) -> SolverFn:
 def within_budget(fn: SolverFn, problem: Problem, options: SolverOptions, *, exact: bool) -> SolveResult:
     """The least T within `problem.budget_per_hour` by `fn` on machine sets (module text)."""
     start, budget = time.perf_counter(), problem.budget_per_hour
-    if rental.rent_of(problem, rental.all_machines(problem)) <= spendable(budget):
+    if rental.affords_everything(problem, budget):
         result = fn(rental.restricted(problem, rental.all_machines(problem))[0], options)
         return result if result.plan is None else result.model_copy(update={"plan": result.plan.model_copy(
             update={"problem": problem.name})})
@@ -114,7 +114,7 @@ def native_or_sets(fn: SolverFn, problem: Problem, options: SolverOptions, *, ex
         sets = rental.maximal_sets(problem, problem.budget_per_hour)
     except ValueError:  # too many to list
         sets = None
-    everything = rental.rent_of(problem, rental.all_machines(problem)) <= spendable(problem.budget_per_hour)
+    everything = rental.affords_everything(problem, problem.budget_per_hour)
     if sets is None or everything or len(sets) > FEW_SETS:
         return fn(problem, options)
     return within_budget(fn, problem, options, exact=exact)

@@ -231,6 +231,11 @@ def rent_of(problem: Problem, machines) -> float:
     return float(problem.cluster.machine_rent[list(machines)].sum())
 
 
+def affords_everything(problem: Problem, budget: float) -> bool:
+    """Whether `budget` rents every machine of the cluster (then it constrains no plan)."""
+    return rent_of(problem, all_machines(problem)) <= spendable(budget)
+
+
 def restricted(problem: Problem, machines) -> tuple[Problem, np.ndarray]:
     """The problem on `machines` only (same name; objective time, no budget: the caller applies
     them), and each new device id's id in `problem`. Links and racks keep the pairs among the

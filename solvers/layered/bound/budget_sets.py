@@ -20,7 +20,6 @@ import math
 import time
 from dataclasses import dataclass
 
-from planner.prices import spendable
 from planner.problem import Problem
 from solvers import rental
 from solvers.layered.bound.search import ConfigurationBound, configuration_bound
@@ -70,7 +69,7 @@ def maximal_sets_or_none(problem: Problem) -> list[tuple[int, ...]] | None:
     """The maximal affordable machine sets, or None without a budget, when the budget affords
     every machine, or when there are too many to list or bound one by one."""
     budget = problem.budget_per_hour
-    if budget is None or rental.rent_of(problem, rental.all_machines(problem)) <= spendable(budget):
+    if budget is None or rental.affords_everything(problem, budget):
         return None
     try:
         sets = rental.maximal_sets(problem, budget)
