@@ -89,8 +89,11 @@ class Communicator:
         mixed = spans_vendors(p.vendor for p in places)
         if mixed and backend != BRIDGE_BACKEND:
             backend = f"cpu:{BRIDGE_BACKEND},cuda:{backend}"
-        dist.init_process_group(backend, init_method=init_method, rank=rank,
-                                world_size=world_size, timeout=timedelta(seconds=timeout_s))
+        # A CUDA rank names its GPU: NCCL otherwise guesses it from the global rank (warning
+        # that a heterogeneous rank-to-GPU mapping can hang), which is wrong under torchrun.
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=timeout_s),
+                                device_id=device if device.type == "cuda" else None)
         comm = cls(rank, world_size, tuple(places), timeout_s, device, poll=waits_awake(device, world_size, wait))
         return replace(comm, world_group=comm._mixed_group(tuple(range(world_size)), None)) if mixed else comm
 

@@ -84,11 +84,13 @@ def project_qkv(h: torch.Tensor, weights: Mapping[str, torch.Tensor], heads: int
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """q: [b, s, a, d], k/v: [b, s, k, d] (GQA: each kv head serves a/k query heads)."""
-    groups = q.shape[2] // k.shape[2]
-    k, v = k.repeat_interleave(groups, dim=2), v.repeat_interleave(groups, dim=2)
+    """q: [b, s, a, d], k/v: [b, s, k, d] (GQA: each kv head serves a/k query heads).
+
+    GQA through sdpa's `enable_gqa`, not k and v copied a/k times: autograd keeps what the
+    kernel reads, and the copies cost 2·(h − h_kv) more elements per token and layer — 7 % of
+    a Llama-3-8B layer's activations on an H200 (docs/device-check.md)."""
     out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                         is_causal=True)
+                                         is_causal=True, enable_gqa=q.shape[2] != k.shape[2])
     return out.transpose(1, 2).flatten(2)
 
 

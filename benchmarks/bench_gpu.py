@@ -1,0 +1,347 @@
+"""The GPU check: the CUDA/NCCL path, bf16, and §3.5's memory against the CUDA allocator.
+
+    python3 benchmarks/bench_gpu.py            # on a CUDA machine (prints why it stops elsewhere)
+    python3 benchmarks/bench_gpu.py --dry-run  # here, on CPU: the same code with a tiny model, gloo
+
+Made for the rare, short loans of a GPU machine (docs/device-check.md says what it printed):
+one command, a few minutes. Four parts, each a table:
+
+1. The device: torch, the GPU, a bf16 GEMM's TFLOP/s against the catalogue's peak
+   (instances/gpus.yaml) — the η that §3.1 would need on this GPU for plain matrix work.
+2. Activations per layer, §3.5: the runtime's own `StageModel` (a middle stage of n layers,
+   bf16), one micro-batch forward, bytes the allocator holds afterwards over n, against
+   a_full = s·b·h·(10 + 24/t) (34·s·b·h/t with sequence parallelism) and a_ckpt = 2·s·b·h(/t).
+   A TP-2 rank runs in this one process with its collectives replaced by local stand-ins of
+   the right shapes (benchmarks/bench_sp_share.py's), so t = 2 needs no second GPU.
+3. The runtime end to end over NCCL (a world of one: one GPU here): the layered worker's
+   `train` on a one-device plan, bf16 (fp32 master weights and moments), 1F1B or GPipe,
+   recompute on and off. Per case: the states held at a step's start (weights, masters,
+   moments; the gradients are dropped then) against (μ − γ)·P, the peak during the
+   micro-batches against §3.5's W_σ + Act_σ, and the step time against F/(peak·η).
+4. The local launcher (`launch_local`: a worker process, NCCL, bf16): the losses fall.
+
+Where §3.5 and the allocator differ, the ratio column says by how much; nothing here is
+fitted to the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_sp_share import LocalStandIn  # noqa: E402
+from planner.hardware import Cluster, GpuType, Machine, builtin_catalog  # noqa: E402
+from planner.layered.evaluate import iteration_time  # noqa: E402
+from planner.problem import Problem  # noqa: E402
+from planner.layered.cost import (StageShape, in_flight_micro_batches, layer_activation_bytes,  # noqa: E402
+                                  stage_activation_bytes, stage_params, stage_state_bytes)
+from planner.layered.plan import Pipeline, Plan, Stage  # noqa: E402
+from planner.workload import ModelSpec, TrainingSpec  # noqa: E402
+from runtime.communication.communicator import Communicator, RankPlace  # noqa: E402
+from runtime.config import Job, RunConfig  # noqa: E402
+from runtime.launch.launcher import launch_local  # noqa: E402
+from runtime.layered import worker as layered_worker  # noqa: E402
+from runtime.layered.layout import StageRanks  # noqa: E402
+from runtime.layered.schedule import StepRunner  # noqa: E402
+from runtime.layered.stage import StageModel  # noqa: E402
+from runtime.precision import SCHEMES  # noqa: E402
+
+GIB = 2**30
+# Llama-2 7B's layer (instances/models/llama2-7b.yaml) with few layers: a real layer's shapes,
+# a step of tens of milliseconds on an H200.
+LAYER_7B = dict(hidden=4096, heads=32, kv_heads=32, ffn_hidden=11008, vocab=32000)
+TINY = dict(hidden=64, heads=8, kv_heads=8, ffn_hidden=160, vocab=256)
+
+
+@dataclass(frozen=True)
+class Setup:
+    device: torch.device
+    backend: str
+    shape: dict  # the model's layer shape (LAYER_7B on a GPU)
+    seq_len: int  # longest s of the cases
+    layers: int  # n of the runs in part 3
+
+
+def setup_for(dry_run: bool) -> Setup:
+    if dry_run:
+        return Setup(torch.device("cpu"), "gloo", TINY, 64, 2)
+    return Setup(torch.device("cuda", 0), "nccl", LAYER_7B, 4096, 4)
+
+
+def allocated() -> float:
+    return torch.cuda.memory_allocated() if torch.cuda.is_available() else float("nan")
+
+
+def peak() -> float:
+    return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else float("nan")
+
+
+def reset_peak() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def ratio(measured: float, predicted: float) -> str:
+    return f"{measured / predicted:6.3f}" if predicted and measured == measured else "     —"
+
+
+# -- 1. the device ----------------------------------------------------------------------------
+
+
+def gemm_tflops(device: torch.device, size: int, repeats: int = 10) -> float:
+    """One size³ bf16 matrix product's rate, the mean of `repeats` after three warm-ups."""
+    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    synchronize()
+    return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e12
+
+
+def catalogue_entry(name: str) -> GpuType | None:
+    """The catalogue's type whose name the device's name contains (the longest such)."""
+    matches = [gpu for gpu in builtin_catalog().values() if gpu.name.lower() in name.lower()]
+    return max(matches, key=lambda gpu: len(gpu.name), default=None)
+
+
+def report_device(setup: Setup) -> GpuType | None:
+    name = torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda" else "CPU (dry run)"
+    print(f"torch {torch.__version__}, device {name}, backend {setup.backend}"
+          f"{', CUDA ' + str(torch.version.cuda) if setup.device.type == 'cuda' else ''}")
+    size = 8192 if setup.device.type == "cuda" else 256
+    rate = gemm_tflops(setup.device, size)
+    gpu = catalogue_entry(name)
+    if gpu is None:
+        print(f"bf16 GEMM {size}³: {rate:.1f} TFLOP/s; no catalogue entry for {name}\n")
+    else:
+        print(f"bf16 GEMM {size}³: {rate:.1f} TFLOP/s; catalogue {gpu.name}: peak {gpu.peak_tflops:g} TFLOP/s, "
+              f"η {gpu.efficiency:g}, η_att {gpu.attention_eta:g}; measured/peak {rate / gpu.peak_tflops:.3f}\n")
+    return gpu
+
+
+# -- 2. activations per layer -----------------------------------------------------------------
+
+
+def middle_stage(spec: ModelSpec, tp: int, sequence_parallel: bool, recompute: bool, seq_len: int,
+                 device: torch.device) -> StageModel:
+    ranks = tuple(range(tp))
+    layout = StageRanks(pipeline=0, stage=0, ranks=ranks, devices=ranks, layer_start=0, layer_end=spec.layers,
+                        first=False, last=False)
+    model = StageModel(spec, layout, 0, object() if tp > 1 else None, seq_len, seed=0, recompute=recompute,
+                       comm=LocalStandIn(), sequence_parallel=sequence_parallel)
+    return model.to(device).to(torch.bfloat16)
+
+
+def kept_activation_bytes(spec: ModelSpec, training: TrainingSpec, tp: int) -> float:
+    """What this runtime keeps of one layer and micro-batch without recompute, counted from its
+    code (docs/device-check.md): per token, β·(4h + (2h + 2h_kv + m·f)/t) with m = 4 (gated:
+    gate, up, silu, product) or 2 (up, activation) — the two norms' inputs and the two linear
+    inputs on every rank; q, k, v, the attention output and the MLP's intermediates split by t.
+    With sequence parallelism the norms' inputs are split too (2h/t), the gathered linear
+    inputs are not (2h). A candidate for §3.5, set beside it here, not used by the planner."""
+    h, kv, f, t = spec.hidden, spec.num_kv_heads * spec.head_dim, spec.ffn_hidden, tp
+    split = 2 * h + 2 * kv + (4 if spec.gated else 2) * f
+    kept = (2 * h / t + 2 * h) if training.sequence_parallel and t > 1 else 4 * h
+    return training.seq_len * training.micro_batch * training.act_bytes * (kept + split / t)
+
+
+def activation_row(setup: Setup, spec: ModelSpec, tp: int, sp: bool, recompute: bool, micro_batch: int) -> str:
+    """One micro-batch forward through a middle stage; (held after forward − before) / n."""
+    training = TrainingSpec(seq_len=setup.seq_len, global_batch=micro_batch, micro_batch=micro_batch,
+                            recompute=recompute, sequence_parallel=sp)
+    a_full, a_ckpt = layer_activation_bytes(spec, training, tp)
+    predicted = a_ckpt if recompute else a_full
+    candidate = a_ckpt if recompute else kept_activation_bytes(spec, training, tp)
+    model = middle_stage(spec, tp, sp, recompute, setup.seq_len, setup.device)
+    rows = setup.seq_len // tp if sp and tp > 1 else setup.seq_len
+    x = torch.randn(micro_batch, rows, spec.hidden, device=setup.device, dtype=torch.bfloat16, requires_grad=True)
+    synchronize()
+    before = allocated()
+    reset_peak()
+    out = model(x, None, 1.0)
+    synchronize()
+    held = (allocated() - before) / spec.layers
+    out.backward(torch.ones_like(out))
+    synchronize()
+    backward_peak = peak() - before
+    del model, x, out
+    torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    label = f"{spec.name} t={tp}{' SP' if sp else ''}{' recompute' if recompute else ''}"
+    return (f"{label:28s} b={micro_batch}  {held / 2**20:9.1f} {predicted / 2**20:9.1f} {ratio(held, predicted)}"
+            f"  {candidate / 2**20:9.1f} {ratio(held, candidate)}   {backward_peak / 2**20:9.1f}")
+
+
+def layer_models(shape: dict) -> list[ModelSpec]:
+    """Llama-2 7B's layer (MHA, SwiGLU f = 2.69h); Llama-3 8B's (GQA 32/8, f = 3.5h); a plain
+    two-matrix MLP of f = 4h (the layer §3.5's 10 + 24/t was counted on, less its dropout)."""
+    h = shape["hidden"]
+    gqa = {**shape, "kv_heads": shape["heads"] // 4, "ffn_hidden": 7 * h // 2}
+    return [ModelSpec(name="mha-swiglu", layers=2, **shape), ModelSpec(name="gqa-swiglu", layers=2, **gqa),
+            ModelSpec(name="mha-plain-4h", layers=2, gated=False, **{**shape, "ffn_hidden": 4 * h})]
+
+
+ACTIVATION_CASES = {  # (t, sequence parallel, recompute, b): all on the first model, three on the others
+    "all": ((1, False, False, 1), (1, False, False, 2), (1, False, True, 1), (2, False, False, 1), (2, True, False, 1),
+            (2, True, True, 1)),
+    "some": ((1, False, False, 1), (2, False, False, 1), (2, True, False, 1))}
+
+
+def report_activations(setup: Setup) -> None:
+    print(f"§3.5 activations per layer and micro-batch: a middle stage of 2 layers, s = {setup.seq_len}, bf16 "
+          f"(flash attention where the GPU has it); MiB held after one forward, per layer, against §3.5 and "
+          f"against what this runtime's code keeps (kept_activation_bytes)")
+    print(f"{'case':28s} {'':4s} {'held':>9s} {'§3.5':>9s} {'ratio':>6s}  {'kept':>9s} {'ratio':>6s}   "
+          f"{'bwd peak':>9s}")
+    for index, spec in enumerate(layer_models(setup.shape)):
+        for tp, sp, recompute, b in ACTIVATION_CASES["all" if index == 0 else "some"]:
+            print(activation_row(setup, spec, tp, sp, recompute, b), flush=True)
+    print()
+
+
+# -- 3. the runtime over NCCL ----------------------------------------------------------------
+
+
+class MeasuredRunner(StepRunner):
+    """The worker's StepRunner, noting the allocator around each step's micro-batches: the
+    bytes held at the start (states; gradients dropped) and the peak while they run."""
+
+    notes: list[tuple[float, float]] = []
+
+    def run(self, schedule) -> None:
+        reset_peak()
+        start = allocated()
+        super().run(schedule)
+        synchronize()
+        MeasuredRunner.notes.append((start, peak()))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_in_process(job: Job, device: torch.device) -> list[dict]:
+    """The layered worker's `train` in this process, a world of one over the job's backend."""
+    comm = Communicator.start(job.config.backend, "127.0.0.1", free_port(), 0, 1, (RankPlace(device=0),),
+                              job.config.timeout_s, device)
+    MeasuredRunner.notes = []
+    original, layered_worker.StepRunner = layered_worker.StepRunner, MeasuredRunner
+    try:
+        layered_worker.train(job, comm)
+    finally:
+        layered_worker.StepRunner = original
+        comm.close()
+    return list(MeasuredRunner.notes)
+
+
+def one_device_problem(spec: ModelSpec, training: TrainingSpec, gpu: GpuType | None) -> Problem:
+    """The problem of one device of the GPU's catalogue type (an H200 for the dry run too)."""
+    machine = Machine(name="gpu0", gpu=gpu.name if gpu else "H200", count=1, intra_bw_gbps=900)
+    return Problem(name="gpu-check", cluster=Cluster(machines=(machine,), inter_bw_gbps=50), model=spec,
+                   training=training)
+
+
+def runtime_row(setup: Setup, spec: ModelSpec, case: tuple, gpu: GpuType | None, steps: int = 5) -> str:
+    """One case run in-process: held states, the micro-batches' peak and the step time of its
+    last step, each beside what §3 prices."""
+    label, schedule, recompute, micro_batch, batch, seq_len = case
+    training = TrainingSpec(seq_len=seq_len, global_batch=batch, micro_batch=micro_batch, recompute=recompute,
+                            schedule=schedule)
+    q = int(in_flight_micro_batches(training, 1, 0, batch // micro_batch))
+    shape = StageShape(tp=1, layers=spec.layers, first=1, last=1, in_flight=q)
+    states, act = float(stage_state_bytes(spec, training, shape)), float(stage_activation_bytes(spec, training, shape))
+    scheme = SCHEMES["bf16"]
+    held_predicted = (scheme.param_state_bytes - scheme.grad_bytes) * float(stage_params(spec, shape))
+    out = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    config = RunConfig(model=spec, seq_len=seq_len, micro_batch=micro_batch, steps=steps, schedule=schedule,
+                       recompute=recompute, backend=setup.backend, precision="bf16", timeout_s=120,
+                       check_replicas=False, log_every=steps, out_dir=str(out))
+    plan = Plan(pipelines=[Pipeline(batch=batch, stages=[Stage(devices=[0], layers=spec.layers)])])
+    notes = run_in_process(Job(plan=plan, config=config), setup.device)
+    start_held, schedule_peak = notes[-1]  # the last step: the moments exist since step 1
+    step_s = min(step["step_s"] for step in json.loads((out / "metrics.json").read_text())["steps"][2:])
+    predicted_s = iteration_time(one_device_problem(spec, training, gpu), plan)
+    return (f"{label:20s} q={q}  {start_held / GIB:6.2f} {held_predicted / GIB:6.2f} {ratio(start_held, held_predicted)}"
+            f"  {schedule_peak / GIB:6.2f} {(states + act) / GIB:6.2f} {ratio(schedule_peak, states + act)}"
+            f"  {step_s * 1e3:8.1f} {predicted_s * 1e3:8.1f} {ratio(step_s, predicted_s)}")
+
+
+RUNTIME_CASES = (  # label, schedule, recompute, b, B, s as a fraction of the longest
+    ("1f1b b=1", "1f1b", False, 1, 2, 1), ("1f1b b=1 recompute", "1f1b", True, 1, 2, 1),
+    ("gpipe b=1 m=4", "gpipe", False, 1, 4, 2), ("1f1b b=2", "1f1b", False, 2, 2, 2))
+
+
+def report_runtime(setup: Setup, gpu: GpuType | None) -> None:
+    spec = ModelSpec(name="runtime-check", layers=setup.layers, **setup.shape)
+    print(f"the layered runtime over {setup.backend} (a world of one): {spec.layers} layers of h = {spec.hidden}, "
+          f"P = {spec.total_params / 1e9:.2f} B, bf16. GiB: states held at a step's start vs (μ − γ)·P; the "
+          f"micro-batches' peak vs §3.5's W_σ + Act_σ (R left out). ms: the fastest step after 2 warm-up vs "
+          f"evaluate()'s T on one {gpu.name if gpu else 'H200'} of the catalogue")
+    print(f"{'case':20s} {'':4s} {'held':>6s} {'(μ−γ)P':>6s} {'ratio':>6s}  {'peak':>6s} {'W+Act':>6s} "
+          f"{'ratio':>6s}  {'step ms':>8s} {'T ms':>8s} {'ratio':>6s}")
+    for label, schedule, recompute, b, batch, fraction in RUNTIME_CASES:
+        case = (label, schedule, recompute, b, batch, setup.seq_len // fraction)
+        print(runtime_row(setup, spec, case, gpu), flush=True)
+    print()
+
+
+# -- 4. the local launcher --------------------------------------------------------------------
+
+
+def report_launcher(setup: Setup) -> None:
+    spec = ModelSpec(name="launcher-check", layers=setup.layers, **setup.shape)
+    config = RunConfig(model=spec, seq_len=setup.seq_len // 4, micro_batch=1, steps=6, backend=setup.backend,
+                       precision="bf16", lr=3e-4, timeout_s=180, out_dir=tempfile.mkdtemp(prefix="gpu-check-"))
+    plan = Plan(pipelines=[Pipeline(batch=4, stages=[Stage(devices=[0], layers=spec.layers)])])
+    result = launch_local(Job(plan=plan, config=config), echo=False)
+    if not result.ok:
+        print("launch_local FAILED:\n" + result.failure_summary())
+        return
+    losses = " ".join(f"{step['loss']:.3f}" for step in result.steps)
+    step_ms = [step["step_s"] * 1e3 for step in result.steps[2:]]
+    print(f"launch_local, {setup.backend}, bf16, 6 steps: losses {losses}; step {min(step_ms):.1f}–"
+          f"{max(step_ms):.1f} ms after 2 warm-up; replicas identical: {result.replicas_identical}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="on CPU with a tiny model and gloo")
+    parser.add_argument("--parts", default="1234", help="which parts to run (digits 1–4)")
+    args = parser.parse_args()
+    if not args.dry_run and not torch.cuda.is_available():
+        print("bench_gpu: no CUDA device here (torch.cuda.is_available() is False); --dry-run runs the same code on CPU")
+        return
+    setup = setup_for(args.dry_run)
+    gpu = report_device(setup) if "1" in args.parts else catalogue_entry("H200")
+    for part, report in (("2", lambda: report_activations(setup)), ("3", lambda: report_runtime(setup, gpu)),
+                         ("4", lambda: report_launcher(setup))):
+        if part in args.parts:
+            started = time.perf_counter()
+            report()
+            print(f"(part {part}: {time.perf_counter() - started:.1f} s)\n", flush=True)
+
+
+if __name__ == "__main__":
+    main()
