@@ -19,6 +19,8 @@ one command, a few minutes. Four parts, each a table:
    moments; the gradients are dropped then) against (μ − γ)·P, the peak during the
    micro-batches against §3.5's W_σ + Act_σ, and the step time against F/(peak·η).
 4. The local launcher (`launch_local`: a worker process, NCCL, bf16): the losses fall.
+5. The command line: `hexiscale run` on a one-GPU problem file, as a user types it; on a GPU
+   its report has each stage's memory beside §3.5 (the worker's per-step peak).
 
 Where §3.5 and the allocator differ, the ratio column says by how much; nothing here is
 fitted to the other.
@@ -28,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import subprocess
 import socket
 import sys
 import tempfile
@@ -281,10 +285,13 @@ def runtime_row(setup: Setup, spec: ModelSpec, case: tuple, gpu: GpuType | None,
     plan = Plan(pipelines=[Pipeline(batch=batch, stages=[Stage(devices=[0], layers=spec.layers)])])
     notes = run_in_process(Job(plan=plan, config=config), setup.device)
     start_held, schedule_peak = notes[-1]  # the last step: the moments exist since step 1
-    step_s = min(step["step_s"] for step in json.loads((out / "metrics.json").read_text())["steps"][2:])
+    steps = json.loads((out / "metrics.json").read_text())["steps"]
+    step_s = min(step["step_s"] for step in steps[2:])
+    reported = steps[-1]["stages"][0].get("peak_mib", math.nan) * 2**20  # the worker's own, the whole step
     predicted_s = iteration_time(one_device_problem(spec, training, gpu), plan)
     return (f"{label:20s} q={q}  {start_held / GIB:6.2f} {held_predicted / GIB:6.2f} {ratio(start_held, held_predicted)}"
-            f"  {schedule_peak / GIB:6.2f} {(states + act) / GIB:6.2f} {ratio(schedule_peak, states + act)}"
+            f"  {schedule_peak / GIB:6.2f} {reported / GIB:6.2f} {(states + act) / GIB:6.2f} "
+            f"{ratio(schedule_peak, states + act)}"
             f"  {step_s * 1e3:8.1f} {predicted_s * 1e3:8.1f} {ratio(step_s, predicted_s)}")
 
 
@@ -297,9 +304,10 @@ def report_runtime(setup: Setup, gpu: GpuType | None) -> None:
     spec = ModelSpec(name="runtime-check", layers=setup.layers, **setup.shape)
     print(f"the layered runtime over {setup.backend} (a world of one): {spec.layers} layers of h = {spec.hidden}, "
           f"P = {spec.total_params / 1e9:.2f} B, bf16. GiB: states held at a step's start vs (μ − γ)·P; the "
-          f"micro-batches' peak vs §3.5's W_σ + Act_σ (R left out). ms: the fastest step after 2 warm-up vs "
+          f"micro-batches' peak (and the whole step's, as the worker reports it) vs §3.5's W_σ + Act_σ (R left "
+          f"out). ms: the fastest step after 2 warm-up vs "
           f"evaluate()'s T on one {gpu.name if gpu else 'H200'} of the catalogue")
-    print(f"{'case':20s} {'':4s} {'held':>6s} {'(μ−γ)P':>6s} {'ratio':>6s}  {'peak':>6s} {'W+Act':>6s} "
+    print(f"{'case':20s} {'':4s} {'held':>6s} {'(μ−γ)P':>6s} {'ratio':>6s}  {'peak':>6s} {'step':>6s} {'W+Act':>6s} "
           f"{'ratio':>6s}  {'step ms':>8s} {'T ms':>8s} {'ratio':>6s}")
     for label, schedule, recompute, b, batch, fraction in RUNTIME_CASES:
         case = (label, schedule, recompute, b, batch, setup.seq_len // fraction)
@@ -325,10 +333,39 @@ def report_launcher(setup: Setup) -> None:
           f"{max(step_ms):.1f} ms after 2 warm-up; replicas identical: {result.replicas_identical}")
 
 
+# -- 5. the command line ------------------------------------------------------------------------
+
+def one_gpu_problem_file(folder: Path, setup: Setup, gpu: GpuType | None) -> Path:
+    """A problem file of one device of the GPU's type and part 3's model, as a user writes one."""
+    model = {"name": "gpu-check", "layers": setup.layers, **setup.shape}
+    machine = {"name": "gpu0", "gpu": gpu.name if gpu else "H200", "count": 1, "intra_bw_gbps": 900}
+    problem = {"name": "gpu-check", "cluster": {"name": "one-gpu", "inter_bw_gbps": 50, "machines": [machine]},
+               "model": model, "training": {"seq_len": setup.seq_len, "global_batch": 4, "micro_batch": 1,
+                                            "recompute": False}}
+    (folder / "problem.json").write_text(json.dumps(problem))
+    plan = {"format": "hexiscale.plan/1", "problem": "gpu-check",
+            "pipelines": [{"batch": 4, "stages": [{"devices": [0], "layers": setup.layers}]}]}
+    (folder / "plan.json").write_text(json.dumps(plan))
+    return folder / "problem.json"
+
+
+def report_command_line(setup: Setup, gpu: GpuType | None) -> None:
+    """`hexiscale run PROBLEM PLAN --model problem --backend nccl --precision bf16` as a user
+    types it, with its whole output: times and (on a GPU) memory against the cost model."""
+    folder = Path(tempfile.mkdtemp(prefix="gpu-check-cli-"))
+    problem = one_gpu_problem_file(folder, setup, gpu)
+    command = ["run", str(problem), str(folder / "plan.json"), "--model", "problem", "--backend", setup.backend,
+               "--precision", "bf16", "--steps", "6", "--timeout", "180", "--out", str(folder / "out")]
+    print("hexiscale " + " ".join(command), flush=True)
+    done = subprocess.run([sys.executable, "-c", "from hexiscale.cli import main; main()", *command],
+                          capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[1])
+    print(done.stdout + done.stderr + f"(exit {done.returncode})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="on CPU with a tiny model and gloo")
-    parser.add_argument("--parts", default="1234", help="which parts to run (digits 1–4)")
+    parser.add_argument("--parts", default="12345", help="which parts to run (digits 1–5)")
     args = parser.parse_args()
     if not args.dry_run and not torch.cuda.is_available():
         print("bench_gpu: no CUDA device here (torch.cuda.is_available() is False); --dry-run runs the same code on CPU")
@@ -336,7 +373,7 @@ def main() -> None:
     setup = setup_for(args.dry_run)
     gpu = report_device(setup) if "1" in args.parts else catalogue_entry("H200")
     for part, report in (("2", lambda: report_activations(setup)), ("3", lambda: report_runtime(setup, gpu)),
-                         ("4", lambda: report_launcher(setup))):
+                         ("4", lambda: report_launcher(setup)), ("5", lambda: report_command_line(setup, gpu))):
         if part in args.parts:
             started = time.perf_counter()
             report()

@@ -59,3 +59,12 @@ def training_byte_notes(training: TrainingSpec, precision: str) -> list[str]:
     held = ", ".join(f"{name} = {value}" for name, _, value in differ)
     return [f"note: the problem's training prices {problem} bytes; this {precision} run holds {held}: "
             f"the plan's memory and times assumed other bytes (--precision, or the problem's training)"]
+
+
+def held_training(training: TrainingSpec, precision: str) -> TrainingSpec:
+    """`training` with the bytes the precision scheme holds and moves (μ, μ_w, μ_o, γ, β): what
+    a run of that scheme is priced at, whatever the problem assumed."""
+    scheme = SCHEMES[precision]
+    return training.model_copy(update={"param_state_bytes": scheme.param_state_bytes,
+                                       "weight_bytes": scheme.weight_bytes, "grad_bytes": scheme.grad_bytes,
+                                       "optimizer_bytes": scheme.optimizer_bytes, "act_bytes": scheme.act_bytes})

@@ -7,6 +7,8 @@ most of them (the constraint acts: a budget that rents half the cluster halves i
 
 from __future__ import annotations
 
+import math
+import time
 from functools import lru_cache
 
 import pytest
@@ -14,7 +16,8 @@ import pytest
 from instances.random_priced import random_priced
 from planner.problem import Objective
 from planner.solver_info import SolveStatus
-from solvers.layered.bound.budget_sets import BudgetBound, budget_bound
+from solvers.layered.bound.budget_sets import (BudgetBound, budget_bound, maximal_sets_or_none, on_usage_route,
+                                               set_tables)
 from solvers.layered.bound.integer import Rent
 from solvers.layered.bound.classes import class_types
 from solvers.layered.bound.search import RELATIVE_TOLERANCE, configuration_bound
@@ -89,3 +92,16 @@ def test_the_sets_raise_the_bound_where_the_whole_problems_route_is_weaker() -> 
     listed = [seed for seed in BUDGETED if _by_sets(seed).sets]
     raised = [seed for seed in listed if _by_sets(seed).by_sets > _by_sets(seed).whole.value * (1 + 1e-6)]
     assert len(listed) >= 30 and len(raised) >= 10, (len(listed), len(raised))  # 41 and 12 when written
+
+
+def test_sets_that_would_take_the_lp_route_leave_their_time_to_the_whole_problem() -> None:
+    """A set whose usage tables do not fit the sets' time would be bounded by the LP route, no
+    stronger than the whole menu's budgeted LP where measured: then the sets are skipped and
+    the whole problem's bound gets all the time (docs/bounds.md §4b)."""
+    seed = next(seed for seed in BUDGETED if _by_sets(seed).sets)
+    problem = random_priced(seed, "layered").model_copy(update={"objective": Objective.time})
+    per_set = [set_tables(problem, machines) for machines in maximal_sets_or_none(problem)]
+    assert any(t is not None for t in per_set)
+    assert on_usage_route(per_set, None, math.inf) and not on_usage_route(per_set, None, 0.0)
+    rushed = budget_bound(problem, None, time.perf_counter())
+    assert rushed.sets == () and rushed.value == rushed.whole.value

@@ -11,6 +11,7 @@ from rich.table import Table
 from hexiscale.cli.plan_summary import composition, composition_words, device_use_table, is_large, plural, shape_table
 from hexiscale.cli.price_views import beyond_budget, price_rows
 from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
+from planner.base import GIB
 from hexiscale.cli.vendor_views import bridge_table
 from planner.base import format_seconds
 from planner.layered.bridge import layered_bridge_traffic
@@ -203,6 +204,28 @@ def timed_units(plan: Plan) -> list[tuple[str, str, str]]:
     """(unit, devices, shape) of each unit a run record times: every stage (p pipeline, s stage)."""
     return [(f"p{p} s{k}", ",".join(map(str, stage.devices)), f"{plural(stage.layers, 'layer')}, TP {stage.tp}")
             for p, pipe in enumerate(plan.pipelines) for k, stage in enumerate(pipe.stages)]
+
+
+def memory_table(problem: Problem, plan: Plan, steps: list[dict]) -> Table | None:
+    """Per stage, the GPU allocator's peak over a step (the largest after the warm-up, of the
+    stage's ranks) against §3.5's W_σ + Act_σ for `problem` as run (R apart: the CUDA context
+    and NCCL's buffers are outside the allocator); None for a run that measured none (CPU)."""
+    steps = final_steps(steps, lambda step: len(step["stages"]))
+    if not steps or any("peak_mib" not in stage for stage in steps[-1]["stages"]):
+        return None
+    priced = {(p.index, k): stage for p in evaluate(problem, plan).pipelines for k, stage in enumerate(p.stages)}
+    table = Table(title="GPU memory per device: the allocator's peak over a step (largest after the warm-up) "
+                        "against docs/cost-model.md §3.5's W_σ + Act_σ")
+    for column in ("pipeline", "stage", "peak GiB", "W GiB", "Act GiB", "W+Act GiB", "ratio", "of GiB"):
+        table.add_column(column, justify="right")
+    for index, record in enumerate(steps[-1]["stages"]):
+        measured = max(step["stages"][index]["peak_mib"] for step in steps) * 2**20 / GIB
+        stage = priced[(record["pipeline"], record["stage"])]
+        both = stage.states_gib + stage.activations_gib
+        table.add_row(str(record["pipeline"]), str(record["stage"]),
+                      f"{measured:.2f}", f"{stage.states_gib:.2f}", f"{stage.activations_gib:.2f}", f"{both:.2f}",
+                      f"{measured / both:.3f}", f"{stage.capacity_gib:.0f}")
+    return table
 
 
 def run_table(result, plan: Plan) -> Table:

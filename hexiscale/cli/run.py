@@ -23,7 +23,8 @@ from runtime.checkpoints.manifest import CheckpointError
 from runtime.launch.elastic import run_elastic
 from runtime.launch.launcher import RunError, RunResult, launch_local, make_job
 from runtime.launch.resume import check_fresh_dir, resume_job
-from runtime.metrics.runlog import after_warmup
+from runtime.metrics.runlog import after_warmup, run_problem
+from runtime.precision import held_training
 from solvers.replan import ReplanError, replan
 from planner.base import plural
 
@@ -143,9 +144,22 @@ def report_run(prob, job, result: RunResult, the_plan, elastic: bool) -> None:
     print_summary(result, the_plan)
     write_loss_picture(result.out_dir, result.steps)
     if not elastic:
+        print_memory(prob, job, result, the_plan)
         print_prediction(prob, job, result)
         if line := mean_error_line(result.out_dir):
             console.print(line, highlight=False)
+
+
+def print_memory(prob, job, result: RunResult, plan) -> None:
+    """On a GPU, the plan kind's memory per device measured against its cost model, for the
+    problem as run (its model, settings and the precision's bytes); nothing on CPU."""
+    draw = getattr(views_for(plan), "memory_table", None)
+    if draw is None:
+        return
+    as_run = run_problem(prob, job.config.model, job.config)
+    as_run = as_run.model_copy(update={"training": held_training(as_run.training, job.config.precision)})
+    if (table := draw(as_run, plan, result.steps)) is not None:
+        console.print(table)
 
 
 def checkpoint_options(checkpoint_dir: Path | None, save_every: int, resume: Path | None, elastic: bool,

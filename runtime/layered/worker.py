@@ -6,6 +6,7 @@ communicator passed in.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ from runtime.precision import scheme_line
 from runtime.layered.stage import StageModel
 from runtime.communication.packing import PackBuffers
 from runtime.layered.clipping import clip_gradients
+from runtime.metrics.memory import peak_mib, reset_peak
 from runtime.metrics.progress import StepLines
 from runtime.metrics.timing import STAGE_PHASES, STEP, SYNC, TP, TP_KINDS, PhaseTimer, device_synchronizer
 from planner.base import plural
@@ -89,13 +91,15 @@ def micro_batches(job: Job, pipeline: int, step: int, loader: BatchLoader, devic
     return batches
 
 
-def step_metrics(comm: Communicator, runner: StepRunner, groups: RankGroups, bridge_bytes: int = 0) -> torch.Tensor:
+def step_metrics(comm: Communicator, runner: StepRunner, groups: RankGroups, bridge_bytes: int = 0,
+                 peak: float = math.nan) -> torch.Tensor:
     """[global loss, then each stage's seconds per phase (STAGE_PHASES), then each rank's step
-    seconds, then the bytes sent over the cross-vendor bridge in the step], summed over ranks:
-    each stage's leader contributes its own phases, every rank its step time and bridge bytes,
-    last-stage leaders their loss share."""
-    layout, stage, phases = groups.layout, groups.stage, len(STAGE_PHASES)
-    metrics = torch.zeros(1 + phases * len(layout.stages) + layout.world_size + 1, dtype=torch.float64)
+    seconds, then each rank's peak MiB (NaN off a GPU), then the bytes sent over the
+    cross-vendor bridge in the step], summed over ranks: each stage's leader contributes its
+    own phases, every rank its step time, peak and bridge bytes, last-stage leaders their loss
+    share."""
+    layout, stage, phases, world = groups.layout, groups.stage, len(STAGE_PHASES), groups.layout.world_size
+    metrics = torch.zeros(1 + phases * len(layout.stages) + 2 * world + 1, dtype=torch.float64)
     metrics[-1] = bridge_bytes
     if groups.is_leader:
         index = layout.stages.index(stage)
@@ -103,8 +107,16 @@ def step_metrics(comm: Communicator, runner: StepRunner, groups: RankGroups, bri
             [runner.timer.seconds(name) for name in STAGE_PHASES], dtype=torch.float64)
         if stage.last:
             metrics[0] = runner.loss_sum
-    metrics[1 + phases * len(layout.stages) + comm.rank] = runner.timer.seconds(STEP)
+    per_rank = 1 + phases * len(layout.stages)
+    metrics[per_rank + comm.rank] = runner.timer.seconds(STEP)
+    metrics[per_rank + world + comm.rank] = peak
     return comm.all_reduce(metrics.to(comm.device), comm.world).cpu()
+
+
+def step_peak_mib(device: torch.device) -> float:
+    """The GPU allocator's peak over the step (reset at its start, read after the optimizer):
+    what §3.5 prices; NaN on CPU, whose resident set holds torch too and cannot be reset."""
+    return peak_mib(device) if device.type == "cuda" else math.nan
 
 
 def build_stage(job: Job, comm: Communicator, groups: RankGroups) -> StageModel:
@@ -126,6 +138,7 @@ def train(job: Job, comm: Communicator) -> None:
     buffers = PackBuffers()  # the gradient sync's, kept between steps
     for step in range(first, config.steps):
         start = time.perf_counter()
+        reset_peak(comm.device)
         optimizer.zero_grad(set_to_none=True)
         timer = PhaseTimer(synchronize=device_synchronizer(comm.device))
         comm.time_collectives(timer, {TP: (groups.tp, TP_KINDS)})
@@ -141,7 +154,7 @@ def train(job: Job, comm: Communicator) -> None:
                 sync_gradients(comm, model, groups, buffers, optimizer)
         grad_norm = clip_gradients(comm, model, groups, config.clip_grad, optimizer)
         optimizer.step(comm, timer)  # ZeRO-1: its all-gather is timed in the step and its sync
-        metrics = step_metrics(comm, runner, groups, comm.meter.sent - bridge_start)
+        metrics = step_metrics(comm, runner, groups, comm.meter.sent - bridge_start, step_peak_mib(comm.device))
         wall_s = time.perf_counter() - start
         held_out = eval_loss(job, comm, model, groups, evaluator, shape) if eval_due(config, step) else None
         history.append(report_step(step, config, layout, metrics, wall_s, global_batch, rank, held_out,
@@ -171,15 +184,18 @@ def report_step(step: int, config: RunConfig, layout: RankLayout, metrics: torch
                 wall_s: float, global_batch: int, rank: int, held_out: float | None, grad_norm: float | None,
                 lines: StepLines) -> dict:
     tokens_s = global_batch * config.seq_len / wall_s
-    phases = len(STAGE_PHASES)
+    phases, world = len(STAGE_PHASES), layout.world_size
     per_stage = metrics[1: 1 + phases * len(layout.stages)].view(-1, phases).tolist()
     times = [(values[0], values[1]) for values in per_stage]
+    per_rank = 1 + phases * len(layout.stages)
+    peaks = metrics[per_rank + world: per_rank + 2 * world].tolist()
     record = {"step": step + 1, "loss": float(metrics[0]), "tokens_per_s": tokens_s, "wall_s": wall_s,
-              "step_s": float(metrics[1 + phases * len(layout.stages): -1].max()),
+              "step_s": float(metrics[per_rank: per_rank + world].max()),
               "bridge_bytes": float(metrics[-1]), **({"eval_loss": held_out} if held_out is not None else {}),
               **({"grad_norm": grad_norm} if grad_norm is not None else {}),
               "stages": [{"pipeline": s.pipeline, "stage": s.stage,
-                          **{f"{name}_s": value for name, value in zip(STAGE_PHASES, values)}}
+                          **{f"{name}_s": value for name, value in zip(STAGE_PHASES, values)},
+                          **stage_peak(s, peaks)}
                          for s, values in zip(layout.stages, per_stage)]}
     if rank == 0 and config.out_dir:  # as it goes: a run cut short still shows its steps
         with (Path(config.out_dir) / STEPS_FILE).open("a") as handle:
@@ -191,6 +207,12 @@ def report_step(step: int, config: RunConfig, layout: RankLayout, metrics: torch
         print(f"step {step + 1}/{config.steps}  loss {record['loss']:.5f}{note}  "
               f"| {per_stage}", flush=True)
     return record
+
+
+def stage_peak(stage, peaks: list[float]) -> dict:
+    """{"peak_mib": the largest of the stage's ranks' step peaks} on a GPU; {} on CPU."""
+    values = [peaks[rank] for rank in stage.ranks]
+    return {} if any(math.isnan(v) for v in values) else {"peak_mib": max(values)}
 
 
 def start_checkpoints(job: Job, comm: Communicator, model: StageModel,

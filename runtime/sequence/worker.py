@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import resource
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from runtime.communication.communicator import Communicator, RankPlace
 from runtime.config import Job, RunConfig
 from runtime.model.data import BatchLoader, eval_due, eval_loader, run_source
 from runtime.errors import ConfigError
+from runtime.metrics.memory import current_mib, peak_mib
 from runtime.failure import FailureInjection
 from runtime.communication.packing import PackBuffers
 from runtime.checkpoints.hf_weights import report_init, save_hf_folder
@@ -97,22 +97,6 @@ def make_attention(layout: SeqLayout, comm: Communicator, groups: SeqGroups):
     return functools.partial(sequence_attention, ctx=ctx)
 
 
-def current_mib(device: torch.device) -> float:
-    """Memory in use now, MiB (allocated on a GPU; resident set on CPU)."""
-    if device.type == "cuda":
-        return torch.cuda.memory_allocated(device) / 2**20
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def memory_mib(device: torch.device) -> float:
-    """This process's memory high-water mark, MiB: the CUDA allocator's peak on a GPU; on
-    CPU the peak resident set (getrusage max RSS, which includes torch itself)."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-
-
 class Member:
     """This rank's model, optimizer and data: what a step needs."""
 
@@ -182,7 +166,7 @@ class Member:
         step_s = time.perf_counter() - step_start
         self.grad_norm = clip_gradients(self.comm, self.states, self.record.replica, self.job.config.clip_grad)
         self.optimizer.step()
-        peak = memory_mib(self.comm.device) - self.setup_mib
+        peak = peak_mib(self.comm.device) - self.setup_mib
         bridge = self.comm.meter.sent - bridge_start
         return torch.tensor([loss_sum, forward_s, backward_s, peak, step_s, collectives.seconds(HP),
                              collectives.seconds(ZERO), bridge], dtype=torch.float64)

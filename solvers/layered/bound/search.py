@@ -244,13 +244,10 @@ class UsageRoute:
             self.used.update(built)
 
 
-def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: float, log,
-                 first_d: int | None) -> UsageRoute | None:
-    """The bare table of every D and the own tables of the D around `first_d` (one pass), on
-    the finest classes whose tables fit the time and memory left (identical machines, else
-    machines with the same GPU); None when neither fits."""
-    left = (deadline - time.perf_counter()) * TABLE_SHARE
-    own = set(range(first_d - OWN_AROUND, first_d + OWN_AROUND + 1)) & set(d_values) if first_d else set()
+def _route_classes(tables: Tables, d_values: list[int], top: float, seconds: float, own: set[int]):
+    """(classes per D, breakpoints) of the finest classes whose usage tables' first pass fits
+    `seconds` and the memory cap (identical machines, else machines with the same GPU); None
+    when neither does (the second pass is optional)."""
     for by_gpu in (False, True):
         by_d = {d: class_types(tables, d, by_gpu) for d in d_values}
         any_types = by_d[d_values[0]]
@@ -258,15 +255,33 @@ def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: floa
         cells = len(b) * (tables.layers + 1) * usage_size(any_types) * any_types.num_types * tables.layers / 2
         groups = len({t.caps.tobytes() for t in by_d.values()}) + len(own) + PENDING_TABLES
         memory = 4.0 * len(b) * usage_size(any_types) * groups
-        if cells * SECONDS_PER_CELL <= left and memory <= MAX_TABLE_BYTES:  # the first pass (the second is optional)
-            log(f"configuration bound: usage tables over classes {any_types.devices.tolist()}, {len(b)} breakpoints")
-            built = usage_tables(by_d, b, deadline, own=own)
-            if built is None:
-                return None
-            return UsageRoute(types=by_d, b=b, bare={d: t for d, t in built.items() if d not in own},
-                              own={d: built[d] for d in own})
-    log("configuration bound: usage tables too large, LP certificate over ranges of D")
+        if cells * SECONDS_PER_CELL <= seconds * TABLE_SHARE and memory <= MAX_TABLE_BYTES:
+            return by_d, b
     return None
+
+
+def usage_route_fits(tables: Tables, incumbent: float | None, seconds: float) -> bool:
+    """Whether `configuration_bound` given `seconds` would take the usage route (not the LP's)."""
+    top = incumbent if incumbent is not None else 2 * tables.trivial_bound
+    return _route_classes(tables, list(range(1, tables.max_pipelines + 1)), top, seconds, set()) is not None
+
+
+def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: float, log,
+                 first_d: int | None) -> UsageRoute | None:
+    """The bare table of every D and the own tables of the D around `first_d` (one pass), on
+    the classes `_route_classes` picks for the time left; None when none fits."""
+    own = set(range(first_d - OWN_AROUND, first_d + OWN_AROUND + 1)) & set(d_values) if first_d else set()
+    chosen = _route_classes(tables, d_values, top, deadline - time.perf_counter(), own)
+    if chosen is None:
+        log("configuration bound: usage tables too large, LP certificate over ranges of D")
+        return None
+    by_d, b = chosen
+    log(f"configuration bound: usage tables over classes {by_d[d_values[0]].devices.tolist()}, {len(b)} breakpoints")
+    built = usage_tables(by_d, b, deadline, own=own)
+    if built is None:
+        return None
+    return UsageRoute(types=by_d, b=b, bare={d: t for d, t in built.items() if d not in own},
+                      own={d: built[d] for d in own})
 
 
 def _bisect(refuted, entry: DBound, floor: float, top: float, deadline: float) -> None:
