@@ -161,6 +161,17 @@ def test_cli_nccl_without_cuda_says_use_gloo(monkeypatch):
     assert "nccl needs CUDA; this machine has none: use --backend gloo" in " ".join(result.output.split())
 
 
+def test_cli_nccl_with_fewer_gpus_than_processes_says_so_before_starting(monkeypatch):
+    """NCCL refuses two ranks on one GPU: a 4-device plan on a 1-GPU machine is one line, no run."""
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--backend", "nccl"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "running" not in text, text
+    assert "the plan runs 4 processes here, one per GPU, and this machine has 1 GPU" in text
+
+
 def test_cli_unwritable_out_fails_before_training(tmp_path):
     (tmp_path / "a-file").write_text("")
     result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--out", str(tmp_path / "a-file" / "run")])

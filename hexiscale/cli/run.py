@@ -55,13 +55,18 @@ def make_out_folder(out: Path | None) -> None:
             fail(f"--out: cannot create {out}: {exc.strerror or exc}")
 
 
-def check_backend(backend: str, torchrun: bool) -> None:
-    """A local NCCL run needs CUDA here (torchrun commands run elsewhere: not checked)."""
+def check_backend(backend: str, torchrun: bool, processes: int) -> None:
+    """A local NCCL run needs a GPU per process here: NCCL refuses two ranks on one GPU
+    (torchrun commands run elsewhere: not checked)."""
     if backend == "nccl" and not torchrun:
         import torch  # only for this check: the CLI starts without torch
 
         if not torch.cuda.is_available():
             fail("nccl needs CUDA; this machine has none: use --backend gloo")
+        if processes > torch.cuda.device_count():
+            fail(f"--backend nccl: the plan runs {processes} process{'es' if processes != 1 else ''} here, one per GPU, and this "
+                 f"machine has {plural(torch.cuda.device_count(), 'GPU')} (NCCL cannot put two ranks on one GPU): "
+                 f"run it on machines with as many GPUs (--torchrun), or with --backend gloo")
 
 
 def print_summary(result: RunResult, plan) -> None:
@@ -111,7 +116,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     prob, the_plan = load_problem(problem), load_plan(plan)
     check_plan_is_for(prob, the_plan, plan, force)
     model = checked_model(prob, model)
-    check_backend(backend, torchrun)
+    check_backend(backend, torchrun, len(the_plan.devices))
     settings = {"steps": steps, "lr": lr, "seed": seed, "weight_decay": weight_decay, **model_file_settings(
                     prob, steps, seq_len, data, eval_data, eval_every, init_from, save_hf, save_dtype),
                 "timeout_s": timeout, "wait": wait, "backend": backend, "out_dir": str(out) if out else "",
