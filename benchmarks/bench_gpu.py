@@ -21,6 +21,8 @@ one command, a few minutes. Four parts, each a table:
 4. The local launcher (`launch_local`: a worker process, NCCL, bf16): the losses fall.
 5. The command line: `hexiscale run` on a one-GPU problem file, as a user types it; on a GPU
    its report has each stage's memory beside §3.5 (the worker's per-step peak).
+6. §3.1's C_σ/t: a TP-2 rank's forward + backward (local stand-ins for its collectives)
+   against one device's, with and without sequence parallelism.
 
 Where §3.5 and the allocator differ, the ratio column says by how much; nothing here is
 fitted to the other.
@@ -223,6 +225,38 @@ def report_activations(setup: Setup) -> None:
     print()
 
 
+def pass_ms(model: StageModel, x: torch.Tensor, repeats: int) -> float:
+    """The least of `repeats` timed forward + backward passes of one micro-batch, ms."""
+    times = []
+    for _ in range(repeats + 2):  # two warm-ups
+        synchronize()
+        start = time.perf_counter()
+        out = model(x, None, 1.0)
+        out.backward(torch.ones_like(out))
+        synchronize()
+        times.append(time.perf_counter() - start)
+    return min(times[2:]) * 1e3
+
+
+def report_tp_share(setup: Setup, repeats: int = 10) -> None:
+    """§3.1 prices a TP-t rank's compute at 1/t of the stage's: a TP-2 rank's forward + backward
+    (collectives replaced by the local stand-ins, so only its own compute and copies count)
+    against one device's, on the 7B layer (the CPU measured 0.57–0.62 on a small one)."""
+    spec = layer_models(setup.shape)[0]
+    print(f"§3.1 compute of a TP-2 rank against one device: {spec.name}, {spec.layers} layers, s = {setup.seq_len}, "
+          f"b = 1, bf16, forward + backward, least of {repeats}")
+    one = None
+    for tp, sp in ((1, False), (2, False), (2, True)):
+        model = middle_stage(spec, tp, sp, False, setup.seq_len, setup.device)
+        rows = setup.seq_len // tp if sp else setup.seq_len
+        x = torch.randn(1, rows, spec.hidden, device=setup.device, dtype=torch.bfloat16, requires_grad=True)
+        ms = pass_ms(model, x, repeats)
+        one = one or ms
+        print(f"t={tp}{' SP' if sp else '   '}  {ms:8.2f} ms  share {ms / one:.3f}  (§3.1: {1 / tp:.3f})", flush=True)
+        del model, x
+    print()
+
+
 # -- 3. the runtime over NCCL ----------------------------------------------------------------
 
 
@@ -365,7 +399,7 @@ def report_command_line(setup: Setup, gpu: GpuType | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="on CPU with a tiny model and gloo")
-    parser.add_argument("--parts", default="12345", help="which parts to run (digits 1–5)")
+    parser.add_argument("--parts", default="123456", help="which parts to run (digits 1–6)")
     args = parser.parse_args()
     if not args.dry_run and not torch.cuda.is_available():
         print("bench_gpu: no CUDA device here (torch.cuda.is_available() is False); --dry-run runs the same code on CPU")
@@ -373,7 +407,8 @@ def main() -> None:
     setup = setup_for(args.dry_run)
     gpu = report_device(setup) if "1" in args.parts else catalogue_entry("H200")
     for part, report in (("2", lambda: report_activations(setup)), ("3", lambda: report_runtime(setup, gpu)),
-                         ("4", lambda: report_launcher(setup)), ("5", lambda: report_command_line(setup, gpu))):
+                         ("4", lambda: report_launcher(setup)), ("5", lambda: report_command_line(setup, gpu)),
+                         ("6", lambda: report_tp_share(setup))):
         if part in args.parts:
             started = time.perf_counter()
             report()
