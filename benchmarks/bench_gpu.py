@@ -4,7 +4,7 @@
     python3 benchmarks/bench_gpu.py --dry-run  # here, on CPU: the same code with a tiny model, gloo
 
 Made for the rare, short loans of a GPU machine (docs/device-check.md says what it printed):
-one command, a few minutes. Four parts, each a table:
+one command, a few minutes. Six parts (`--parts`), each a table:
 
 1. The device: torch, the GPU, a bf16 GEMM's TFLOP/s against the catalogue's peak
    (instances/gpus.yaml) — the η that §3.1 would need on this GPU for plain matrix work.
@@ -12,12 +12,14 @@ one command, a few minutes. Four parts, each a table:
    bf16), one micro-batch forward, bytes the allocator holds afterwards over n, against
    a_full = s·b·h·(10 + 24/t) (34·s·b·h/t with sequence parallelism) and a_ckpt = 2·s·b·h(/t).
    A TP-2 rank runs in this one process with its collectives replaced by local stand-ins of
-   the right shapes (benchmarks/bench_sp_share.py's), so t = 2 needs no second GPU.
+   the right shapes (benchmarks/bench_sp_share.py's), so t = 2 needs no second GPU. Beside
+   §3.5, the count of what this runtime keeps (`kept_activation_bytes`).
 3. The runtime end to end over NCCL (a world of one: one GPU here): the layered worker's
    `train` on a one-device plan, bf16 (fp32 master weights and moments), 1F1B or GPipe,
    recompute on and off. Per case: the states held at a step's start (weights, masters,
    moments; the gradients are dropped then) against (μ − γ)·P, the peak during the
-   micro-batches against §3.5's W_σ + Act_σ, and the step time against F/(peak·η).
+   micro-batches (and the whole step's, as the worker reports it) against §3.5's W_σ + Act_σ,
+   and the fastest step against `iteration_time` on one catalogue GPU of the device's type.
 4. The local launcher (`launch_local`: a worker process, NCCL, bf16): the losses fall.
 5. The command line: `hexiscale run` on a one-GPU problem file, as a user types it; on a GPU
    its report has each stage's memory beside §3.5 (the worker's per-step peak).
@@ -33,8 +35,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import socket
+import subprocess
 import sys
 import tempfile
 import time
