@@ -107,7 +107,7 @@ def main() -> None:
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {platform.python_version()}, 2 shared CPU cores",
         "time_limit": args.time_limit, "exact_time_limit": args.exact_time_limit,
-        "wall_s": time.perf_counter() - start, "quick": args.quick,
+        "wall_s": time.perf_counter() - start, "quick": args.quick, "render_only": args.render_only,
         "missing": [s for s in bench_compare.SOLVER_ORDER if s not in SOLVERS],
         "commit": args.commit or _git_head(),
     }
