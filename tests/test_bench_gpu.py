@@ -16,7 +16,7 @@ from planner.workload import ModelSpec, TrainingSpec
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_gpu import kept_activation_bytes  # noqa: E402
+from gpu_layers import kept_activation_bytes  # noqa: E402
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
