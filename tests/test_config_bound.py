@@ -10,6 +10,8 @@ the fast one does not, in quarters (about 10–15 s each on a shared core); half
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from instances.random_small import random_small
@@ -228,3 +230,20 @@ def test_the_lp_shortcut_refutes_exactly_what_the_integer_programme_does(seed: i
     monkeypatch.setattr(integer, "_most_micro", lambda *a, integral=True: full(*a) if integral else (np.inf, None))
     without = {(d, v): integer.refuted(own[d], d, tables.total_micro, v) for d in own for v in thresholds}
     assert with_lp == without
+
+
+def test_the_spread_floor_holds_for_every_plan_of_the_tiny_problems() -> None:
+    """[U7]: once D exceeds every machine's devices, T ≥ the trivial bound + the floor on T_dp of
+    holders across machines — checked against every plan brute force enumerates (the evaluator's
+    T), on the tiny problems where some D reaches it."""
+    checked = 0
+    for seed in range(0, 60):
+        problem = random_small(seed, tiny=True)
+        tables = Tables(problem)
+        for pipes in itertools.islice(brute.enumerate_plans(problem), 4000):
+            floor = tables.spread_floor(len(pipes))
+            if floor > 0:
+                checked += 1
+                plan = brute.make_plan(problem, pipes)
+                assert iteration_time(problem, plan) >= (tables.trivial_bound + floor) * (1 - 1e-9), seed
+    assert checked >= 1000, checked

@@ -222,6 +222,23 @@ class Tables:
             return per["layer"] + self.tied_bw_part(pipelines, t, *fast) + self.tied_lat_part(pipelines, *near)
         return max(per["layer"] + per["emb"], per["layer"] + per["head"])
 
+    def spread_floor(self, pipelines: int) -> float:
+        """[U7] A lower bound on T_dp once D exceeds every machine's device count (0 before): each
+        layer's D holders, on disjoint devices, then span machines, so its ring crosses the
+        fastest link between two machines at best; a stage of t devices and n layers syncs them
+        in n·(bandwidth part at t = 1)/t + n·(latency part) at least, and the pipeline with the
+        fewest devices (≤ ⌊N/D⌋) has a stage with n/t ≥ L/⌊N/D⌋ (the mediant of its n_k/t_k)."""
+        devices = len(self.cluster.machine_of_device)
+        if pipelines <= max(m.count for m in self.cluster.machines) or pipelines > devices:
+            return 0.0
+        bw, lat = self.cluster.bw_matrix, self.cluster.lat_matrix
+        between = ~np.eye(len(bw), dtype=bool)
+        fast = np.unravel_index(np.argmax(np.where(between, bw, -np.inf)), bw.shape)
+        near = np.unravel_index(np.argmin(np.where(between, lat, np.inf)), lat.shape)
+        per_device = self.layers / (devices // pipelines)
+        return (per_device * self.dp_bw_part(pipelines, self.pseudo_params["layer"], 1, *fast)
+                + self.dp_lat_part(pipelines, *near))
+
     def type_index(self, c: StageType) -> int:
         return self.types.index(c)
 

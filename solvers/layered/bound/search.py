@@ -73,11 +73,18 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
     table of its own is first tested with the bare table at the least refuted so far; the D it
     cannot refute there are bisected afterwards (`_bisect_pending`, docs/bounds.md [U5])."""
     floor = tables.trivial_bound
-    result = ConfigurationBound(per_d={d: DBound(d, floor) for d in d_values}, floor=floor)
+    # [U7]: once D outgrows every machine, T ≥ the trivial bound + a floor on T_dp; the D it
+    # lifts above the first threshold are refuted before any search, and the others' LP ranges
+    # and usage tables cover fewer D
+    result = ConfigurationBound(per_d={d: DBound(d, floor + tables.spread_floor(d)) for d in d_values}, floor=floor)
     top = incumbent if incumbent is not None else 2 * floor
+    d_values = _open_after_spread(result, d_values, top, incumbent, first_d, log)
+    if not d_values:
+        result.complete = True
+        return result
     route = _usage_route(tables, d_values, top, deadline, log, first_d)
     if route is None:
-        _lp_ranges(tables, result, top, deadline, log, incumbent, first_d)
+        _lp_ranges(tables, result, top, deadline, log, incumbent, first_d, d_values)
         return result
     result.usage, result.types = route.used, route.types
     result.rent = integer.Rent.of(route.types[d_values[0]], tables.budget)
@@ -88,8 +95,8 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
             return result
         entry, least = result.per_d[d], _least(result, top, floor)
         if d not in route.own:
-            if _test(tables, route, d, result.rent)(least):  # d's table is the bare one
-                entry.refuted, entry.done = least, True
+            if entry.refuted >= least or _test(tables, route, d, result.rent)(least):  # d's table is the bare one
+                entry.refuted, entry.done = max(entry.refuted, least), True
                 log(f"configuration bound D={d}: no plan with T ≤ {least:.6g} s (bare table)")
             else:
                 pending.append(d)
@@ -101,6 +108,19 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
         _bisect_pending(tables, route, result, pending, top, deadline, log)
     result.complete = all(e.done for e in result.per_d.values())
     return result
+
+
+def _open_after_spread(result: ConfigurationBound, d_values: list[int], top: float, incumbent: float | None,
+                       first_d: int | None, log) -> list[int]:
+    """The D that [U7]'s floor leaves open (the others, refuted above `top`, are done)."""
+    lifted = [d for d in d_values if result.per_d[d].refuted > top]
+    for d in lifted:
+        _check_incumbent([d], result.per_d[d].refuted, incumbent, first_d)
+        result.per_d[d].done = True
+    if lifted:
+        log(f"configuration bound D={lifted[0]}..{lifted[-1]}: refuted above {top:.6g} s by the trivial bound and "
+            f"the T_dp of holders across machines ([U7])")
+    return [d for d in d_values if d not in lifted]
 
 
 def _least(result: ConfigurationBound, top: float, floor: float) -> float:
@@ -135,12 +155,12 @@ class DRange:
 
 
 def _lp_ranges(tables: Tables, result: ConfigurationBound, top: float, deadline: float, log, incumbent: float | None,
-               first_d: int | None) -> None:
+               first_d: int | None, d_values: list[int]) -> None:
     """The LP route over ranges of D (docs/bounds.md [P6]): D = 1 (no sync) alone and every other D
     as one range, each bisected; then the range that sets the bound is split in two and each half
     bisected from where it stood, until that range is one D whose bisection finished (the bound
-    cannot rise) or the time runs out. Every D is covered once the first pass finishes."""
-    d_values = sorted(result.per_d)
+    cannot rise) or the time runs out. Every D of `d_values` (consecutive, from 1) is covered
+    once the first pass finishes."""
     leaves = [DRange(0, 0, DBound(0))] + ([DRange(1, len(d_values) - 1, DBound(0))] if len(d_values) > 1 else [])
     todo = list(leaves)
     while todo:
@@ -150,8 +170,8 @@ def _lp_ranges(tables: Tables, result: ConfigurationBound, top: float, deadline:
         leaf = todo.pop(0)
         _bisect(leaf.test(tables, d_values), leaf.bound, result.floor, top, deadline)
         _cover(result, leaf, d_values, incumbent, first_d, log)
-        if not todo:
-            least = min(leaves, key=lambda r: r.bound.refuted)
+        if not todo:  # the range whose D hold the least: what each D holds counts [U7]'s floor too
+            least = min(leaves, key=lambda r: min(result.per_d[d].refuted for d in d_values[r.lo:r.hi + 1]))
             if least.lo == least.hi:
                 break  # one D, bisected: no split can raise the bound
             leaves.remove(least)
@@ -288,7 +308,7 @@ def _bisect(refuted, entry: DBound, floor: float, top: float, deadline: float) -
     """Raise entry.refuted from `floor` towards `top`: first `top` itself, then bisection
     (`refuted(v)`: no plan of this D has T ≤ v)."""
     if refuted(top):
-        entry.refuted, entry.done = top, True
+        entry.refuted, entry.done = max(entry.refuted, top), True
         return
     lo, hi = max(floor, entry.refuted), top
     entry.feasible_at = top
