@@ -16,7 +16,8 @@ Part 2 — `hexiscale frontier` (the installed command, so start-up counts) with
 on a generated 1,024-GPU priced cluster, -t 60: the whole command's wall time.
 
     .venv/bin/python benchmarks/bench_frontier.py [--levels 6] [--heuristic-s 20] [--exact-s 60] [--bound-s 120]
-        [--problems offers-llama2-13b,gen64-s0,gen64-s1] [--skip-large] [--reuse] [--redo-bound] [--redo-levels 48.03,24.99]
+        [--problems offers-llama2-13b,gen64-s0,gen64-s1] [--skip-large] [--reuse] [--redo-bound]
+        [--redo-levels 48.03,24.99]
         [--out benchmarks/report/frontier.md]
 """
 

@@ -54,6 +54,7 @@ from planner.layered.evaluate import iteration_time  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 from planner.layered.cost import (StageShape, in_flight_micro_batches, stage_activation_bytes,  # noqa: E402
                                   stage_params, stage_state_bytes)
+from planner.io import save_plan  # noqa: E402
 from planner.layered.plan import Pipeline, Plan, Stage  # noqa: E402
 from planner.workload import ModelSpec, TrainingSpec  # noqa: E402
 from runtime.communication.communicator import Communicator, RankPlace  # noqa: E402
@@ -124,7 +125,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_in_process(job: Job, device: torch.device) -> list[dict]:
+def run_in_process(job: Job, device: torch.device) -> list[tuple[float, float]]:
     """The layered worker's `train` in this process, a world of one over the job's backend."""
     comm = Communicator.start(job.config.backend, "127.0.0.1", free_port(), 0, 1, (RankPlace(device=0),),
                               job.config.timeout_s, device)
@@ -213,26 +214,24 @@ def report_launcher(setup: Setup) -> None:
 
 # -- 5. the command line ------------------------------------------------------------------------
 
-def one_gpu_problem_file(folder: Path, setup: Setup, gpu: GpuType | None) -> Path:
-    """A problem file of one device of the GPU's type and part 3's model, as a user writes one."""
-    model = {"name": "gpu-check", "layers": setup.layers, **setup.shape}
-    machine = {"name": "gpu0", "gpu": gpu.name if gpu else "H200", "count": 1, "intra_bw_gbps": 900}
-    problem = {"name": "gpu-check", "cluster": {"name": "one-gpu", "inter_bw_gbps": 50, "machines": [machine]},
-               "model": model, "training": {"seq_len": setup.seq_len, "global_batch": 4, "micro_batch": 1,
-                                            "recompute": False}}
-    (folder / "problem.json").write_text(json.dumps(problem))
-    plan = {"format": "hexiscale.plan/1", "problem": "gpu-check",
-            "pipelines": [{"batch": 4, "stages": [{"devices": [0], "layers": setup.layers}]}]}
-    (folder / "plan.json").write_text(json.dumps(plan))
-    return folder / "problem.json"
+def one_gpu_files(folder: Path, setup: Setup, gpu: GpuType | None) -> tuple[Path, Path]:
+    """A problem file and a plan file of part 3's model on one device of the GPU's type, as a
+    user would hand them to `hexiscale run`."""
+    spec = ModelSpec(name="gpu-check", layers=setup.layers, **setup.shape)
+    training = TrainingSpec(seq_len=setup.seq_len, global_batch=4, micro_batch=1, recompute=False)
+    problem, plan = folder / "problem.json", folder / "plan.json"
+    problem.write_text(json.dumps(one_device_problem(spec, training, gpu).model_dump(mode="json")))
+    save_plan(Plan(problem="gpu-check", pipelines=[Pipeline(batch=4, stages=[Stage(devices=[0], layers=spec.layers)])]),
+              plan)
+    return problem, plan
 
 
 def report_command_line(setup: Setup, gpu: GpuType | None) -> None:
     """`hexiscale run PROBLEM PLAN --model problem --backend nccl --precision bf16` as a user
     types it, with its whole output: times and (on a GPU) memory against the cost model."""
     folder = Path(tempfile.mkdtemp(prefix="gpu-check-cli-"))
-    problem = one_gpu_problem_file(folder, setup, gpu)
-    command = ["run", str(problem), str(folder / "plan.json"), "--model", "problem", "--backend", setup.backend,
+    problem, plan = one_gpu_files(folder, setup, gpu)
+    command = ["run", str(problem), str(plan), "--model", "problem", "--backend", setup.backend,
                "--precision", "bf16", "--steps", "6", "--timeout", "180", "--out", str(folder / "out")]
     print("hexiscale " + " ".join(command), flush=True)
     done = subprocess.run([sys.executable, "-c", "from hexiscale.cli import main; main()", *command],

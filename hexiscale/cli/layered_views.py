@@ -11,9 +11,8 @@ from rich.table import Table
 from hexiscale.cli.plan_summary import composition, composition_words, device_use_table, is_large, plural, shape_table
 from hexiscale.cli.price_views import beyond_budget, price_rows
 from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
-from planner.base import GIB
 from hexiscale.cli.vendor_views import bridge_table
-from planner.base import format_seconds
+from planner.base import GIB, format_seconds
 from planner.layered.bridge import layered_bridge_traffic
 from planner.layered.evaluate import evaluate
 from planner.layered.estimate import Estimate

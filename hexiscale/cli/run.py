@@ -64,8 +64,9 @@ def check_backend(backend: str, torchrun: bool, processes: int) -> None:
         if not torch.cuda.is_available():
             fail("nccl needs CUDA; this machine has none: use --backend gloo")
         if processes > torch.cuda.device_count():
-            fail(f"--backend nccl: the plan runs {processes} process{'es' if processes != 1 else ''} here, one per GPU, and this "
-                 f"machine has {plural(torch.cuda.device_count(), 'GPU')} (NCCL cannot put two ranks on one GPU): "
+            runs = f"{processes} process{'es' if processes != 1 else ''}"  # plural() would say "processs"
+            fail(f"--backend nccl: the plan runs {runs} here, one per GPU, and this machine has "
+                 f"{plural(torch.cuda.device_count(), 'GPU')} (NCCL cannot put two ranks on one GPU): "
                  f"run it on machines with as many GPUs (--torchrun), or with --backend gloo")
 
 

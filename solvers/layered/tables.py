@@ -228,16 +228,21 @@ class Tables:
         fastest link between two machines at best; a stage of t devices and n layers syncs them
         in n·(bandwidth part at t = 1)/t + n·(latency part) at least, and the pipeline with the
         fewest devices (≤ ⌊N/D⌋) has a stage with n/t ≥ L/⌊N/D⌋ (the mediant of its n_k/t_k)."""
-        devices = len(self.cluster.machine_of_device)
+        devices = self.cluster.num_devices
         if pipelines <= max(m.count for m in self.cluster.machines) or pipelines > devices:
             return 0.0
-        bw, lat = self.cluster.bw_matrix, self.cluster.lat_matrix
-        between = ~np.eye(len(bw), dtype=bool)
-        fast = np.unravel_index(np.argmax(np.where(between, bw, -np.inf)), bw.shape)
-        near = np.unravel_index(np.argmin(np.where(between, lat, np.inf)), lat.shape)
+        fast, near = self._between_machines
         per_device = self.layers / (devices // pipelines)
         return (per_device * self.dp_bw_part(pipelines, self.pseudo_params["layer"], 1, *fast)
                 + self.dp_lat_part(pipelines, *near))
+
+    @cached_property
+    def _between_machines(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The machine pairs (two different machines) of the fastest link and the least latency."""
+        bw, lat = self.cluster.bw_matrix, self.cluster.lat_matrix
+        between = ~np.eye(len(bw), dtype=bool)
+        return (np.unravel_index(np.argmax(np.where(between, bw, -np.inf)), bw.shape),
+                np.unravel_index(np.argmin(np.where(between, lat, np.inf)), lat.shape))
 
     def type_index(self, c: StageType) -> int:
         return self.types.index(c)
