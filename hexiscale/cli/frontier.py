@@ -52,8 +52,10 @@ def frontier(
     threads: int = typer.Option(2, "--threads", min=1, help="worker threads"),
     seed: int = typer.Option(0, "--seed", help="random seed"),
 ) -> None:
-    """List the Pareto-optimal plans by rent per hour and iteration time, with their cost per
-    million tokens: no other plan is at most as dear and at most as slow, and better in one."""
+    """List the Pareto-optimal plans by rent per hour and iteration time.
+
+    Each comes with its cost per million tokens: no other plan is at most as
+    dear and at most as slow, and better in one."""
     budget = CommandBudget(time_limit)
     writable_folder(out, "--out")
     prob = load_problem(problem)

@@ -66,8 +66,10 @@ def replan(problem: str = typer.Argument(..., help="problem file or bundled name
                                        "the survivors' problem that it names beside it"),
            problem_out: Path = typer.Option(None, help="write the survivors' problem here instead (its ids)"),
            force: bool = typer.Option(False, help="use a plan made for another problem")) -> None:
-    """Re-plan after losing devices: the new plan is written in the survivors' device ids, the
-    survivors' problem beside it (the plan names it)."""
+    """Re-plan after losing devices.
+
+    The new plan is written in the survivors' device ids, and the survivors'
+    problem beside it (the plan names it)."""
     budget = CommandBudget(time_limit)
     writable_file(output, "--output")
     writable_file(problem_out, "--problem-out")

@@ -23,13 +23,20 @@ def show(problem: str = typer.Argument(..., help="problem file or bundled name; 
                                   "folder; for a run folder, the run folder)"),
          prefix: str = typer.Option("", help="prefix of the file names: PREFIX-cluster.png, ..."),
          force: bool = typer.Option(False, "--force", help="draw a plan made for another problem")) -> None:
-    """Draw a plan. Layered: cluster.png (pipelines and stages on the cluster), schedule.png
-    (the cost model's §3.3 flow line per stage: forward, backward, communication, bubble; its
-    span is T_pipe — not a trace of the order that runs) and memory.png (per device vs
-    capacity). Sequence (§7): ring.png (each replica's ring: groups by token share, members by
-    tokens with heads, the mirrored token layout) and devices.png (per device, the iteration's
-    time by term up to T, and memory by part against capacity). A run folder: loss.png (train
-    loss per step, eval losses, the warm-up steps, the gradient norm under --clip-grad)."""
+    """Draw a plan (or a run's losses) as PNG pictures.
+
+    Layered plans: cluster.png (pipelines and stages on the cluster);
+    schedule.png (the cost model's §3.3 flow line per stage: forward, backward,
+    communication, bubble; its span is T_pipe, not a trace of the order that
+    runs); memory.png (per device, against capacity).
+
+    Sequence plans (§7): ring.png (each replica's ring: groups by token share,
+    members by tokens with heads, the mirrored token layout); devices.png (per
+    device, the iteration's time by term up to T, and memory by part against
+    capacity).
+
+    A run's folder: loss.png (train loss per step, eval losses, the warm-up
+    steps, the gradient norm under --clip-grad)."""
     from hexiscale.viz import draw_plan  # matplotlib only when drawing
 
     if show_run(problem, plan, out):

@@ -16,7 +16,7 @@ from runtime.testbed import PREFIX, Testbed, TestbedError, TestbedLayout, leftov
 EXIT_NO_TESTBED = 1
 CLI_PREFIX = f"{PREFIX}cli"  # the command's own testbed; tests' testbeds have prefixes of their own
 
-testbed_app = typer.Typer(no_args_is_help=True, help="an emulated cluster on this host: up CLUSTER | down")
+testbed_app = typer.Typer(no_args_is_help=True, help="Emulate a cluster on this host (network namespaces): up CLUSTER | down.")
 app.add_typer(testbed_app, name="testbed")
 
 
@@ -56,8 +56,10 @@ def up(cluster: str = typer.Argument(..., help="cluster file or bundled name"),
                                    "(default: the fastest link at 800 Mbit/s, all links within 2.4 Gbit/s)"),
        loopback_own_name: bool = typer.Option(False, help="map each machine's own name to 127.0.1.1 in its hosts "
                                               "file, as Debian and Ubuntu do")) -> None:
-    """Create the emulated cluster of CLUSTER and leave it up; print its namespaces, addresses,
-    link rates and the commands that run inside each machine."""
+    """Create the emulated cluster of CLUSTER and leave it up.
+
+    Prints its namespaces, addresses, link rates and the commands that run inside
+    each machine."""
     checked_host()
     if leftovers(CLI_PREFIX):
         fail(f"a testbed is already up ({', '.join(leftovers(CLI_PREFIX))}): `hexiscale testbed down` first")
