@@ -201,7 +201,11 @@ class Tables:
         total = float(fastest.sum())
         if self.budget is not None:  # only the machines a plan can rent compute (docs/prices.md §13)
             total = min(total, most_compute_within(self.problem, self.budget))
-        whole = StageShape(tp=1, layers=self.layers, last=1, flops=total, attention_flops=total)
+        return self._all_work_at(total)
+
+    def _all_work_at(self, flops: float) -> float:
+        """Every micro-batch's compute at `flops` FLOP/s (matrices and attention alike)."""
+        whole = StageShape(tp=1, layers=self.layers, last=1, flops=flops, attention_flops=flops)
         return self.total_micro * float(cost.stage_compute_time(self.model, self.training, whole))
 
     def dp_floor(self, pipelines: int) -> float:
@@ -231,10 +235,33 @@ class Tables:
         devices = self.cluster.num_devices
         if pipelines <= max(m.count for m in self.cluster.machines) or pipelines > devices:
             return 0.0
+        return self._crossing_sync(pipelines, devices // pipelines)
+
+    def _crossing_sync(self, pipelines: int, most_devices: int) -> float:
+        """The least sync of a stage whose layers' rings all cross two machines, in a pipeline of
+        at most `most_devices` devices: (L/most)·(bandwidth part at t = 1, the fastest link
+        between machines) + the latency part at the least latency between two ([U7], [U8])."""
         fast, near = self._between_machines
-        per_device = self.layers / (devices // pipelines)
-        return (per_device * self.dp_bw_part(pipelines, self.pseudo_params["layer"], 1, *fast)
+        return (self.layers / most_devices * self.dp_bw_part(pipelines, self.pseudo_params["layer"], 1, *fast)
                 + self.dp_lat_part(pipelines, *near))
+
+    def one_machine_floor(self, pipelines: int) -> float:
+        """[U8] A lower bound on T of the plans whose D pipelines all sit on one machine: it then
+        computes every micro-batch alone, T ≥ (B/b)·C(whole model, that machine's Σπ'); the
+        least over the machines with at least D devices (inf if none has)."""
+        flops = np.maximum(self.cluster.machine_flops, self.cluster.machine_attention_flops)
+        return min((self._all_work_at(f * m.count) for f, m in zip(flops, self.cluster.machines)
+                    if m.count >= pipelines), default=float("inf"))
+
+    def crossing_sync_floor(self, pipelines: int) -> float:
+        """[U8] A lower bound on T_dp of the plans whose D pipelines each sit inside one machine,
+        on two machines at least (inf where there are none: D = 1 or one machine): every layer's
+        D holders then include two on different machines, so each ring crosses a link between
+        machines, and a pipeline inside a machine of at most M_max devices has a stage with
+        n/t ≥ L/M_max (as in `spread_floor`)."""
+        if pipelines < 2 or len(self.cluster.machines) < 2:
+            return float("inf")
+        return self._crossing_sync(pipelines, max(m.count for m in self.cluster.machines))
 
     @cached_property
     def _between_machines(self) -> tuple[tuple[int, int], tuple[int, int]]:

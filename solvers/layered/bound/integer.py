@@ -22,7 +22,7 @@ import numpy as np
 from planner.prices import spendable
 from solvers.layered.bound.classes import ClassTypes
 from solvers.layered.bound.pricing import SLACK
-from solvers.layered.bound.usage import UsageTable
+from solvers.layered.bound.usage import UsageTable, machines_spanned
 from solvers.milp_backend import quiet_highs
 
 MILP_SECONDS = 20.0  # per test; past it HiGHS's dual bound decides (still a valid certificate)
@@ -50,16 +50,30 @@ class Rent:
 
 def capacities(table: UsageTable, threshold: float, most: int) -> np.ndarray:
     """[*usage] F(u): the most micro-batches a pipeline of usage ≤ u runs within `threshold`."""
-    best = np.minimum(_most_runs(table, threshold), most).reshape(table.dims)
+    return _closed(np.minimum(_most_runs(table, threshold), most).reshape(table.dims))
+
+
+def _closed(best: np.ndarray) -> np.ndarray:
+    """The least array above `best` that does not fall along any axis: devices may stay idle."""
     for axis in range(best.ndim):
-        best = np.maximum.accumulate(best, axis=axis)  # devices may stay idle
+        best = np.maximum.accumulate(best, axis=axis)
     return best
+
+
+def spanning_capacities(table: UsageTable, types: ClassTypes, threshold: float, most: int) -> np.ndarray:
+    """[*usage] F_S(u) [U8]: the most micro-batches a pipeline of usage ≤ u that spans two machines
+    or more runs within `threshold`. A usage that fits one machine (Σ_k ⌈u_k/size_k⌉ = 1) was
+    priced with no hop ([U3]); spanning, it pays one more, so it runs F at threshold − hop."""
+    spans = machines_spanned(types).ravel()
+    own = np.minimum(_most_runs(table, threshold), most)
+    hopped = np.minimum(_most_runs(table, threshold - types.hop), most)
+    return _closed(np.where(spans >= 2, own, hopped).reshape(table.dims))
 
 
 def _most_runs(table: UsageTable, threshold: float) -> np.ndarray:
     """[U] max over breakpoints of ⌊(v − least[b, u])/b⌋ + 1 (0 where none fits), in blocks of
-    breakpoints (a [K, U] float64 temporary is 150 MB on hetero-2); the last answer is kept on
-    the table, since the search asks the same of one bare table for D after D."""
+    breakpoints (a [K, U] float64 temporary is 150 MB on hetero-2); the last few answers are kept
+    on the table, since the search asks the same of one bare table for D after D."""
     if threshold in table.runs:
         return table.runs[threshold]
     runs = np.zeros(table.least.shape[1])
@@ -68,12 +82,14 @@ def _most_runs(table: UsageTable, threshold: float) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             block = np.where(room >= 0, np.floor(room / table.b[lo:lo + RUN_BLOCK, None] * (1 + SLACK)) + 1, 0)
         np.maximum(runs, block.max(axis=0), out=runs)
-    table.runs.clear()
+    while len(table.runs) >= RUNS_KEPT:
+        table.runs.pop(next(iter(table.runs)))
     table.runs[threshold] = runs
     return runs
 
 
 RUN_BLOCK = 64  # breakpoints per block of `_most_runs`
+RUNS_KEPT = 4  # thresholds whose runs a table keeps: [U8] asks at v, v − hop and v − the crossing floor
 
 
 def columns(best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -101,6 +117,26 @@ def refuted(table: UsageTable, pipelines: int, micro: int, threshold: float, ren
     return np.floor(_most_micro(usage, cap, devices, pipelines, rent)[0] + 1e-6) < micro
 
 
+def refuted_spanning(table: UsageTable, types: ClassTypes, pipelines: int, micro: int, threshold: float,
+                     rent: Rent | None = None) -> bool:
+    """True when no D pipelines of this table, one of them spanning two machines or more, fit
+    the classes (and the budget) with Σ F ≥ B/b [U8]: `refuted`'s programme with columns of
+    F_S (`spanning_capacities`) beside those of F, at least one of them chosen."""
+    most = micro - pipelines + 1
+    usage, cap = columns(capacities(table, threshold, most))
+    spanning_usage, spanning_cap = columns(spanning_capacities(table, types, threshold, most))
+    if not len(spanning_cap):
+        return True
+    every_usage = np.concatenate([usage, spanning_usage]) if len(cap) else spanning_usage
+    every_cap = np.concatenate([cap, spanning_cap])
+    devices = np.array(table.dims) - 1
+    chosen = np.arange(len(cap), len(every_cap))
+    if np.floor(_most_micro(every_usage, every_cap, devices, pipelines, rent, integral=False, chosen=chosen)[0]
+                + 1e-6) < micro:
+        return True
+    return np.floor(_most_micro(every_usage, every_cap, devices, pipelines, rent, chosen=chosen)[0] + 1e-6) < micro
+
+
 def chosen_usages(table: UsageTable, pipelines: int, micro: int, threshold: float,
                   rent: Rent | None = None) -> list[tuple[int, ...]]:
     """The usages of the D pipelines HiGHS's best solution picks at `threshold` (one entry per
@@ -116,15 +152,16 @@ def chosen_usages(table: UsageTable, pipelines: int, micro: int, threshold: floa
 
 
 def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelines: int, rent: Rent | None = None,
-                integral: bool = True) -> tuple[float, np.ndarray | None]:
+                integral: bool = True, chosen: np.ndarray | None = None) -> tuple[float, np.ndarray | None]:
     """HiGHS's proven upper bound on the integer programme's optimum (its optimum when solved)
     and its best solution (None: none found; its first len(cap) entries are x); with
     `integral` False, of its LP relaxation (solved in milliseconds where the integer programme
-    takes about a second on 700 columns: it refutes most D on its own)."""
+    takes about a second on 700 columns: it refutes most D on its own). `chosen`: columns of
+    which at least one must be used."""
     h = quiet_highs(threads=1)
     h.setOptionValue("time_limit", MILP_SECONDS)
     h.setOptionValue("mip_rel_gap", 0.0)
-    h.passModel(_model(usage, cap, devices, pipelines, rent, integral))
+    h.passModel(_model(usage, cap, devices, pipelines, rent, integral, chosen))
     h.run()
     status, info = h.getModelStatus(), h.getInfo()
     if status == highspy.HighsModelStatus.kInfeasible:
@@ -137,17 +174,20 @@ def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelin
 
 
 def _model(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelines: int, rent: Rent | None,
-           integral: bool) -> highspy.HighsLp:
-    """max Σ F·x: x_j pipelines of usage column j (rows: devices per class, Σ x = D); with a
-    budget also y_k machines rented per class (rows: Σ_j u_jk·x_j − size_k·y_k ≤ 0, Σ rent·y ≤
-    budget) [U6]."""
+           integral: bool, chosen: np.ndarray | None = None) -> highspy.HighsLp:
+    """max Σ F·x: x_j pipelines of usage column j (rows: devices per class, Σ x = D; with
+    `chosen`, Σ of those columns' x ≥ 1 [U8]); with a budget also y_k machines rented per class
+    (rows: Σ_j u_jk·x_j − size_k·y_k ≤ 0, Σ rent·y ≤ budget) [U6]."""
     inf, n, classes = highspy.kHighsInf, len(cap), len(devices)
     matrix = np.concatenate([usage.T, np.ones((1, n))]).astype(float)  # [classes + 1, n]
     upper = np.concatenate([devices.astype(float), [float(pipelines)]])
     lower = np.concatenate([np.full(classes, -inf), [float(pipelines)]])
+    if chosen is not None:
+        matrix = np.concatenate([matrix, np.isin(np.arange(n), chosen)[None, :].astype(float)])
+        upper, lower = np.concatenate([upper, [inf]]), np.concatenate([lower, [1.0]])
     cost, col_upper = cap.astype(float), np.full(n, float(pipelines))
     if rent is not None:
-        y = np.concatenate([np.zeros((classes + 1, classes)), -np.diag(rent.size.astype(float)),
+        y = np.concatenate([np.zeros((matrix.shape[0], classes)), -np.diag(rent.size.astype(float)),
                             rent.least_rent[None, :]])
         matrix = np.concatenate([np.concatenate([matrix, usage.T.astype(float), np.zeros((1, n))]), y], axis=1)
         upper = np.concatenate([upper, np.zeros(classes), [rent.budget]])

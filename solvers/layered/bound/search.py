@@ -129,8 +129,26 @@ def _least(result: ConfigurationBound, top: float, floor: float) -> float:
 
 
 def _test(tables: Tables, route: UsageRoute, d: int, rent: integer.Rent | None = None):
-    """`refuted(v)` of one D: its usage table's integer test (under the budget: [U6])."""
-    return lambda v: integer.refuted(route.used[d], d, tables.total_micro, v, rent)
+    """`refuted(v)` of one D: its usage table's integer test (under the budget: [U6]); where it
+    does not refute v, [U8]'s three cases may: no pipeline spans two machines and all sit on one
+    (`one_machine_floor`), or on several (T_dp ≥ `crossing_sync_floor`, above the trivial
+    bound or a bare table's T_pipe without any sync), or some pipeline spans two machines (the
+    test with one such pipeline, `integer.refuted_spanning`)."""
+    table, types, micro, bare = route.used[d], route.types[d], tables.total_micro, route.bare_for(d)
+    alone, crossing = tables.one_machine_floor(d), tables.crossing_sync_floor(d)
+
+    def no_crossing_plan(v: float) -> bool:
+        if v < tables.trivial_bound + crossing:
+            return True
+        return bare is not None and integer.refuted(bare, d, micro, v - crossing, rent)
+
+    def refuted(v: float) -> bool:
+        if integer.refuted(table, d, micro, v, rent):
+            return True
+        if types.hop <= 0 or v >= alone or not no_crossing_plan(v):
+            return False
+        return integer.refuted_spanning(table, types, d, micro, v, rent)
+    return refuted
 
 
 @dataclass
@@ -255,6 +273,11 @@ class UsageRoute:
     def __post_init__(self) -> None:
         self.used.update(self.bare)
         self.used.update(self.own)
+
+    def bare_for(self, d: int) -> UsageTable | None:
+        """A bare table (no sync floor) valid for D: one built for a D of the same memory caps."""
+        caps = self.types[d].caps.tobytes()
+        return next((t for e, t in self.bare.items() if self.types[e].caps.tobytes() == caps), None)
 
     def build(self, ds: list[int], deadline: float) -> None:
         """Own tables for `ds` (none when the deadline passes first)."""

@@ -29,7 +29,7 @@ class UsageTable:
     b: np.ndarray  # [K] breakpoints
     least: np.ndarray  # [K, U] float32, deflated (U = Π (N_k + 1), C order over classes)
     dims: tuple[int, ...]  # N_k + 1 per class
-    runs: dict = field(default_factory=dict, compare=False, repr=False)  # threshold → `integer._most_runs`, the last one
+    runs: dict = field(default_factory=dict, compare=False, repr=False)  # threshold → `integer._most_runs`, the last few
 
 
 def usage_size(types: ClassTypes) -> int:
@@ -123,10 +123,14 @@ def widest_stage_sync(types: ClassTypes, b: np.ndarray) -> np.ndarray:
 
 
 def hop_floor(types: ClassTypes) -> np.ndarray:
-    """[*usage]: (machines spanned − 1)·hop, machines spanned ≥ Σ_k ⌈u_k / machine size_k⌉ [U3]."""
+    """[*usage]: (machines spanned − 1)·hop [U3]."""
+    return np.maximum(machines_spanned(types) - 1, 0) * types.hop
+
+
+def machines_spanned(types: ClassTypes) -> np.ndarray:
+    """[*usage] the fewest machines a pipeline of usage u spans: Σ_k ⌈u_k / machine size_k⌉."""
     grids = np.meshgrid(*[np.arange(int(d) + 1) for d in types.devices], indexing="ij")
-    spans = sum(np.ceil(g / int(s)) for g, s in zip(grids, types.machine_size))
-    return np.maximum(spans - 1, 0) * types.hop
+    return sum(np.ceil(g / int(s)) for g, s in zip(grids, types.machine_size)).astype(int)
 
 
 def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray, deadline: float = float("inf"),
