@@ -96,10 +96,12 @@ def rows_for(problems: list[tuple[str, callable]], args) -> list[dict]:
     rows = []
     for name, make in problems:
         key = f"{CACHE_VERSION}/{name}/{args.heuristic_limit:g}/{args.bound_limit:g}"
+        # `store` hands back the whole cache on disk; only this key's row is taken from it, so that
+        # under --fresh the next problems are measured again rather than read back
         if key not in cache:
-            cache = store(key, measure(make(), args.heuristic_limit, args.bound_limit))
+            cache[key] = store(key, measure(make(), args.heuristic_limit, args.bound_limit))[key]
         elif args.redo_heuristic:
-            cache = store(key, with_heuristic(cache[key], make(), args.heuristic_limit))
+            cache[key] = store(key, with_heuristic(cache[key], make(), args.heuristic_limit))[key]
         row = cache[key]
         print(f"{name}: T {row['T']:.5g} s, best {row.get('best', row['T']):.5g} s, bound {row['bound']:.5g} s, "
               f"gap {row['gap']:.2%}, {row['bound_s']:.0f} s", flush=True)
