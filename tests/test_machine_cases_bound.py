@@ -49,7 +49,7 @@ def test_the_floors_of_pipelines_inside_machines_hold_for_every_plan() -> None:
             floor = tables.crossing_sync_floor(d)
             assert breakdown(problem, stage_table(problem, plan)).dp_time >= floor * (1 - 1e-9), seed
             assert t >= (tables.trivial_bound + floor) * (1 - 1e-9), seed
-    assert alone >= 1000 and crossing >= 200, (alone, crossing)
+    assert alone >= 1000 and crossing >= 1000, (alone, crossing)  # 1,315 and 1,276
 
 
 def _tables_by_d(problem):
