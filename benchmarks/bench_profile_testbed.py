@@ -12,7 +12,8 @@ conditions: after the compute gap, the other rank computing), and, measured righ
 processes of their own (`runtime.profiling.round_trip`), a 4-byte gloo all-reduce's α back to
 back and a raw TCP one-way time (what the network takes without gloo). Medians over the
 repetitions in the summary: the host's 2 cores are shared with other work. Writes
-benchmarks/report/profile_testbed.json and .md.
+benchmarks/report/profile_testbed.json and .md, and profile_testbed_sizes.md (the first profile's
+all-reduce times by message size against x/rate).
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rich.console import Console  # noqa: E402
 
-from planner.calibration import CalibrationError  # noqa: E402
+from planner.calibration import CalibrationError, term_regressors  # noqa: E402
 from planner.io import load_cluster, load_model  # noqa: E402
-from runtime.profiling.fit import drift, profiled_cluster  # noqa: E402
+from runtime.profiling.fit import drift, priced_term, profiled_cluster  # noqa: E402
 from runtime.profiling.launcher import ProfileSpec  # noqa: E402
 from runtime.profiling.testbed import direct_latencies, profile_on_testbed  # noqa: E402
 from runtime.testbed import Testbed, unavailable_reason  # noqa: E402
@@ -42,7 +43,7 @@ SPEC = ProfileSpec(machines=(2, 1), model=load_model("tiny"), seq_len=128, micro
 
 def one_profile(bed: Testbed, folder: Path, statistic: str) -> dict:
     result = profile_on_testbed(bed, SPEC, folder)
-    row = {"drift": drift(result)}
+    row = {"drift": drift(result), "sizes": by_size(result, statistic)}
     try:
         _, reports, _ = profiled_cluster(result, name="tb", gpu_name="cpu", statistic=statistic)
     except CalibrationError as exc:
@@ -54,6 +55,34 @@ def one_profile(bed: Testbed, folder: Path, statistic: str) -> dict:
     beside = direct_latencies(bed, SPEC)
     return row | {"beside_all_reduce_us": beside["all_reduce"]["median_us"], "tcp_us": beside["tcp"]["median_us"],
                   "beside_p2p_us": beside["p2p"]["median_us"]}
+
+
+def by_size(result, statistic: str) -> list[dict]:
+    """The inter-machine all-reduce of every message size: its time and the bytes its cost term
+    moves (2(n − 1)/n·x), from which x/rate follows for any rate."""
+    timings = sorted((t for t in result.links if t.link_class == "inter" and t.op == "all_reduce"),
+                     key=lambda t: t.nbytes)
+    return [{"bytes": t.nbytes, "moved_bytes": float(term_regressors(priced_term(t))[0]) * 1e9,
+             "time_s": t.summary(statistic)} for t in timings]
+
+
+def sizes_markdown(data: dict) -> str:
+    """Per rate, the first profile's all-reduce times against x/rate (docs/calibration.md §9: a message
+    costs max(2α, x/rate) on a token-bucket link)."""
+    lines = ["# Inter-machine all-reduce times by message size on the shaped testbed link\n",
+             f"`benchmarks/bench_profile_testbed.py` (statistic {data['statistic']}), the first profile at each "
+             "rate: a 2-rank all-reduce across the link; x/rate is the bytes its cost term moves over the shaped "
+             "rate. What it shows: docs/calibration.md §9.\n"]
+    for rate, s in data["rates"].items():
+        first = next((r for r in s["runs"] if r.get("sizes")), None)
+        if first is None:
+            continue
+        bytes_per_s = float(rate) * 1e6 / 8
+        lines += [f"## {rate} Mbit/s\n", "| bytes | time ms | x/rate ms | ratio |", "|---:|---:|---:|---:|"]
+        lines += [f"| {z['bytes']} | {z['time_s'] * 1e3:.3f} | {z['moved_bytes'] / bytes_per_s * 1e3:.3f} | "
+                  f"{z['time_s'] * bytes_per_s / z['moved_bytes']:.2f} |" for z in first["sizes"]]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def summary(rows: list[dict], shaped_gbps: float) -> dict:
@@ -102,12 +131,13 @@ def main() -> None:
     for rate in args.rates:
         with Testbed(cluster, scale=rate / (cluster.inter_bw_gbps * MBIT_PER_GBPS)) as bed:
             rows = [one_profile(bed, folder / f"{rate:.0f}-{i}", args.statistic) for i in range(args.repeats)]
-        data[f"{rate:.0f}"] = {"profiles": rows, **summary(rows, rate / MBIT_PER_GBPS)}
+        data[f"{rate:.0f}"] = {"runs": rows, **summary(rows, rate / MBIT_PER_GBPS)}  # summary's "profiles" is a count
         console.print(f"{rate:.0f} Mbit/s: " + json.dumps({k: v for k, v in data[f'{rate:.0f}'].items()
-                                                          if k != "profiles"}), highlight=False)
+                                                          if k != "runs"}), highlight=False)
     out = {"repeats": args.repeats, "statistic": args.statistic, "rates": data}
     args.out.write_text(json.dumps(out, indent=1))
     args.out.with_suffix(".md").write_text(markdown(out))
+    args.out.with_name(args.out.stem + "_sizes.md").write_text(sizes_markdown(out))
     console.print(markdown(out), highlight=False)
 
 
