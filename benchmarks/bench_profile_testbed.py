@@ -12,8 +12,8 @@ conditions: after the compute gap, the other rank computing), and, measured righ
 processes of their own (`runtime.profiling.round_trip`), a 4-byte gloo all-reduce's α back to
 back and a raw TCP one-way time (what the network takes without gloo). Medians over the
 repetitions in the summary: the host's 2 cores are shared with other work. Writes
-benchmarks/report/profile_testbed.json and .md, and profile_testbed_sizes.md (the first profile's
-all-reduce times by message size against x/rate).
+benchmarks/report/profile_testbed.json and .md, and benchmarks/report/profile_testbed_sizes.md
+(the first profile's all-reduce times by message size against x/rate).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def main() -> None:
     out = {"repeats": args.repeats, "statistic": args.statistic, "rates": data}
     args.out.write_text(json.dumps(out, indent=1))
     args.out.with_suffix(".md").write_text(markdown(out))
-    args.out.with_name(args.out.stem + "_sizes.md").write_text(sizes_markdown(out))
+    args.out.with_name(args.out.stem + "_sizes").with_suffix(".md").write_text(sizes_markdown(out))
     console.print(markdown(out), highlight=False)
 
 
