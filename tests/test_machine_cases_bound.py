@@ -91,7 +91,7 @@ def test_the_spanning_test_never_refutes_a_spanning_plans_time(make) -> None:
     assert checked >= 12, checked  # 19 (tiny) and 13 (priced) of the 40 seeds have a D with a spanning plan
 
 
-def test_a_pipeline_inside_one_machine_pays_a_hop_to_span_two() -> None:
+def test_a_pipeline_inside_one_machine_pays_a_hop_to_span_two(monkeypatch) -> None:
     """On 3×8 A800 (7B), D = 8 pipelines of three one-device stages fit a machine each; the
     relaxed plan at the heuristic's D keeps them there, and [U8] lifts that D's bound."""
     from planner.io import load_problem
@@ -104,11 +104,7 @@ def test_a_pipeline_inside_one_machine_pays_a_hop_to_span_two() -> None:
     problem = Problem.model_validate({**base.model_dump(), "name": "homo-3x8", "cluster": cluster.model_dump()})
     tables = Tables(problem)
     with_cases = configuration_bound(tables, 9.5346, [8], float("inf"))
-    monkey = integer.refuted_spanning
-    try:
-        integer.refuted_spanning = lambda *a, **k: False
-        without = configuration_bound(tables, 9.5346, [8], float("inf"))
-    finally:
-        integer.refuted_spanning = monkey
+    monkeypatch.setattr(integer, "refuted_spanning", lambda *a, **k: False)
+    without = configuration_bound(tables, 9.5346, [8], float("inf"))
     assert with_cases.value > without.value * (1 + 3e-3), (with_cases.value, without.value)
     assert with_cases.value <= 9.5346  # the heuristic's plan at D = 8 (benchmarks/report/bounds.md)
