@@ -9,9 +9,10 @@ its measurement), so 1 KiB and 256 MiB messages count alike — unless each meas
 with its own standard error (in seconds): then each row is divided by that error (weighted
 least squares), so a repeatable measurement counts more than a scattered one.
 
-A figure outside physical sense (bandwidth ≤ 0, negative latency, η > 1) and a fit that
-cannot determine a figure (too few points, columns that cannot be told apart) raise
-`CalibrationError`, and nothing is written.
+A figure outside physical sense (bandwidth ≤ 0, η > 1) and a fit that cannot determine a
+figure (too few points, columns that cannot be told apart) raise `CalibrationError`, and
+nothing is written. A link fit whose free latency comes out negative is refitted with α = 0,
+the least-squares optimum under α ≥ 0 (`LinkFit.latency_at_zero`).
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ class LinkFit(Frozen):
 
     bw_gbps: float = Field(gt=0, description="fitted bandwidth, GB/s")
     latency_us: float = Field(ge=0, description="fitted latency, µs")
+    latency_at_zero: bool = Field(
+        default=False, description="the free fit put α below 0, so it was refitted with α = 0 (the least-squares "
+                                   "optimum under α ≥ 0): the messages show no latency beside their transfer")
     points: int = Field(ge=2, description="measurements the fit used")
     rms_rel_error: float = Field(ge=0, description="root-mean-square relative residual of the fit")
 
@@ -151,7 +155,8 @@ def fit_link(inv_bw_coef, lat_coef, measured, what: str = "link", sigma=None, re
     """Fit one link class's bw and α to measured times, each row priced by a cost term whose
     regressors `term_regressors` gave. Weights, if known: `sigma`, each time's standard error
     in seconds; or `relative_error`, each time's standard error as a fraction of its true
-    time (`reweighted_least_squares`). Refuses bw ≤ 0, α < 0 and a bandwidth the messages do
+    time (`reweighted_least_squares`). A negative free α is refitted at α = 0 (the optimum under
+    α ≥ 0). Refuses bw ≤ 0 and a bandwidth the messages do
     not determine (messages so small that their transfer is lost in the latency's scatter:
     a standard error above UNDETERMINED of its value). The latency is not held to that: on a
     fast link it is a few µs that the smallest messages may scatter about, and it is the
@@ -160,26 +165,38 @@ def fit_link(inv_bw_coef, lat_coef, measured, what: str = "link", sigma=None, re
     measured = np.ravel(np.asarray(measured, dtype=float))
     if len(np.unique(columns[:, 0])) < 2:
         raise BandwidthError(f"{what}: one message size cannot separate bandwidth from latency")
-    if relative_error is not None:
-        theta, sigma = reweighted_least_squares(columns, measured, what, relative_error)
-    else:
-        theta = least_squares(columns, measured, what, sigma=sigma)
+    theta, used_sigma = _weighted_fit(columns, measured, what, sigma, relative_error)
+    at_zero = bool(theta[1] < 0)
+    if at_zero:
+        # α ≥ 0: the fit is convex and its free optimum lies outside, so the optimum under the bound
+        # lies on it. A link whose latency overlaps the transfer (a token-bucket shaper credits the
+        # idle time before a message, docs/calibration.md §9) puts the free intercept about 0,
+        # a few µs either side; refusing the whole profile for that made it fail at random.
+        theta, used_sigma = _weighted_fit(columns[:, :1], measured, what, sigma, relative_error)
+        theta = np.array([theta[0], 0.0])
     inv_bw, lat = theta
     if inv_bw <= 0:
         raise BandwidthError(f"{what}: fitted bandwidth {1 / inv_bw if inv_bw else float('inf'):g} GB/s "
                              f"is not positive")
-    if lat < 0:
-        raise CalibrationError(f"{what}: fitted latency {lat / US:.3g} µs is negative")
-    scale = row_scales(measured, sigma)
-    weighted = columns / scale[:, None]
-    error = relative_standard_errors(weighted, np.linalg.inv(weighted.T @ weighted), theta, measured / scale,
-                                     least_noise=0.0 if sigma is None else 1.0)[0]
+    free = columns[:, :1] if at_zero else columns
+    scale = row_scales(measured, used_sigma)
+    weighted = free / scale[:, None]
+    error = relative_standard_errors(weighted, np.linalg.inv(weighted.T @ weighted), theta[:free.shape[1]],
+                                     measured / scale, least_noise=0.0 if used_sigma is None else 1.0)[0]
     if error > UNDETERMINED:
         raise BandwidthError(f"{what}: fitted bandwidth {1 / inv_bw:.3g} GB/s has a standard error of "
                              f"±{error:.0%} of its value: these message sizes cannot determine it "
                              f"(measure larger messages)")
-    return LinkFit(bw_gbps=1.0 / inv_bw, latency_us=lat / US, points=len(measured),
+    return LinkFit(bw_gbps=1.0 / inv_bw, latency_us=lat / US, latency_at_zero=at_zero, points=len(measured),
                    rms_rel_error=rms_relative_error(columns, theta, measured))
+
+
+def _weighted_fit(columns: np.ndarray, measured: np.ndarray, what: str, sigma,
+                  relative_error) -> tuple[np.ndarray, np.ndarray | None]:
+    """(θ, each row's standard error in seconds, None for relative weights): `fit_link`'s weighting."""
+    if relative_error is not None:
+        return reweighted_least_squares(columns, measured, what, relative_error)
+    return least_squares(columns, measured, what, sigma=sigma), sigma
 
 
 def fit_efficiency(ideal_s, measured_s, what: str = "efficiency") -> float:

@@ -101,13 +101,26 @@ def test_efficiency_fit_recovers_eta():
     assert fit_efficiency(ideal, noisy) == pytest.approx(0.37, rel=0.01)
 
 
+def test_a_negative_intercept_is_refitted_at_zero_latency():
+    """x/bw − 0.2 µs: positive times whose free fit puts α below 0. The least-squares optimum
+    under α ≥ 0 lies at α = 0, and its bandwidth is the fit through the origin: here the
+    relative residuals' one-column least squares, computed directly."""
+    inv_bw, lat, _ = link_rows(2.0, 10 * US, noise=0.0)
+    p2p = slice(0, len(SIZES))
+    times = inv_bw[p2p] / 2.0 - 0.2 * US * lat[p2p]
+    fit = fit_link(inv_bw[p2p], lat[p2p], times)
+    ratio = inv_bw[p2p] / times  # min Σ (c·ratio − 1)²: c = Σ ratio / Σ ratio²
+    assert fit.latency_at_zero and fit.latency_us == 0.0
+    assert 1.0 / fit.bw_gbps == pytest.approx(ratio.sum() / (ratio ** 2).sum(), rel=1e-9)
+    clean = fit_link(inv_bw[p2p], lat[p2p], inv_bw[p2p] / 2.0 + 10 * US * lat[p2p])
+    assert not clean.latency_at_zero and clean.latency_us == pytest.approx(10.0, rel=1e-6)
+
+
 def test_refusals():
     inv_bw, lat, times = link_rows(2.0, 10 * US, noise=0.0)
     with pytest.raises(CalibrationError, match="one message size"):
         fit_link(inv_bw[:1], lat[:1], times[:1])
-    p2p = slice(0, len(SIZES))  # x/bw − 0.2 µs: positive times, a negative intercept
-    with pytest.raises(CalibrationError, match="negative"):
-        fit_link(inv_bw[p2p], lat[p2p], inv_bw[p2p] / 2.0 - 0.2 * US * lat[p2p])
+    p2p = slice(0, len(SIZES))
     with pytest.raises(CalibrationError, match="not positive"):
         fit_link(inv_bw[p2p], lat[p2p], 1e-3 * (1.0 - inv_bw[p2p]))  # longer messages faster
     with pytest.raises(CalibrationError, match=r"outside \(0, 1\]"):

@@ -243,8 +243,8 @@ def links_table(reports: dict) -> Table:
             if isinstance(fit, str):  # that operation's own fit was refused: say why
                 table.add_row(link_class, label, "—", "—", fit.split(": ")[-1], "")
                 continue
-            table.add_row(link_class, label, f"{fit.bw_gbps:.3f}", f"{fit.latency_us:.1f}",
-                          f"{fit.rms_rel_error:.1%}", str(fit.points))
+            alpha = "0 (α ≥ 0)" if fit.latency_at_zero else f"{fit.latency_us:.1f}"  # the free fit's was < 0
+            table.add_row(link_class, label, f"{fit.bw_gbps:.3f}", alpha, f"{fit.rms_rel_error:.1%}", str(fit.points))
         for op, (bw, nbytes) in report.direct.items():
             table.add_row(link_class, f"direct {op} {nbytes} B", f"{bw:.3f}", "", "", "1")
         for op, alpha_us in report.direct_latency_us.items():
