@@ -168,3 +168,12 @@ def test_a_merge_at_the_same_place_in_every_pipeline_is_a_neighbour():
     assert list(_merges_everywhere(problem, (two, across))) == []
     result = solve_with(problem, SolverOptions(time_limit_s=10, threads=1), HeuristicOptions())
     assert result.objective_s < 36.667
+
+
+def test_the_structure_moves_work_grows_with_the_time_limit():
+    """The default work limit is 160 structures per second of the time limit, never under 400;
+    an explicit `move_evaluations` wins at any limit (0 turns the moves' search off)."""
+    default = HeuristicOptions()
+    assert [default.evaluations_for(t) for t in (0.5, 2.5, 10, 60)] == [400, 400, 1600, 9600]
+    assert HeuristicOptions(move_evaluations=0).evaluations_for(60) == 0
+    assert HeuristicOptions(move_evaluations=50).evaluations_for(10) == 50

@@ -14,6 +14,14 @@ from pydantic import Field, field_validator
 from planner.base import Frozen
 
 
+# The structure moves' default work: proportional to the time the user grants, so that a longer
+# limit searches further while the plan still does not depend on the machine's speed. 400 in
+# all stopped the 64-GPU generated clusters 3-6 % above where the same moves reach with 1,600
+# (benchmarks/report/bounds.md); one evaluation there takes about 3 ms on one core.
+MOVE_EVALUATIONS_PER_S = 160
+MIN_MOVE_EVALUATIONS = 400
+
+
 class HeuristicOptions(Frozen):
     partitioner: Literal["metis", "random"] = Field(
         default="metis", description="phase 1: METIS multilevel k-way, or a random balanced split")
@@ -51,15 +59,23 @@ class HeuristicOptions(Frozen):
         description="clusters of at most this many devices get the structure moves (moves.py: "
                     "drop/add/move stages, split/merge pipelines, change TP) after the polish; 0: off")
     move_rounds: int = Field(default=50, ge=0, description="limit on accepted structure moves")
-    move_evaluations: int = Field(
-        default=400, ge=0, description="the structure moves assemble and price at most this many "
-                                       "structures (a work limit: the plan does not depend on the "
-                                       "machine's speed), shared by the polished starts")
+    move_evaluations: int | None = Field(
+        default=None, ge=0, description="the structure moves assemble and price at most this many "
+                                        "structures (a work limit: the plan does not depend on the "
+                                        "machine's speed), shared by the polished starts; None: "
+                                        f"{MOVE_EVALUATIONS_PER_S} per second of the time limit, "
+                                        f"at least {MIN_MOVE_EVALUATIONS}")
     exact_devices: int = Field(
         default=8, ge=0,
         description="clusters of at most this many devices spend the time left on the exact CP-SAT "
                     "model warm-started from the heuristic's plan (read by the registry's "
                     "heuristic, solvers/layered/composed.py; this package's own search ignores it); 0: off")
+
+    def evaluations_for(self, time_limit_s: float) -> int:
+        """The structure moves' work limit under a time limit (the field, else the default)."""
+        if self.move_evaluations is not None:
+            return self.move_evaluations
+        return max(MIN_MOVE_EVALUATIONS, int(MOVE_EVALUATIONS_PER_S * time_limit_s))
 
     @property
     def is_plain(self) -> bool:

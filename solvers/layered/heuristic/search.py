@@ -220,7 +220,8 @@ class Search:
             priced: dict = {}  # shapes priced once across the starts
             deadline, improved = self.move_deadline(), []
             for i, (_, _, plan) in enumerate(sorted(starts)):  # each start an equal share of the work
-                share = (self.heuristic.move_evaluations - len(priced)) // (len(starts) - i)
+                work = self.heuristic.evaluations_for(self.options.time_limit_s)
+                share = (work - len(priced)) // (len(starts) - i)
                 plan = improve(self.problem, plan, polish=self.polish_one, deadline=deadline,
                                max_rounds=self.heuristic.move_rounds, max_stages=self.options.max_stages,
                                max_pipelines=self.options.max_pipelines, priced=priced, max_evaluations=share)
@@ -241,7 +242,7 @@ class Search:
 
     def move_deadline(self) -> float:
         """The structure moves may use the budget (their work is bounded by
-        `move_evaluations`), less `reserve_share` of what is left (for a solver that follows
+        `evaluations_for`), less `reserve_share` of what is left (for a solver that follows
         this search, e.g. the composite's exact refinement)."""
         now = time.perf_counter()
         return now + (self.deadline - now) * (1 - self.reserve_share)
