@@ -17,7 +17,10 @@ machine); the devices of no slot are idle. Its neighbours (`neighbours`):
 
 Each neighbour is assembled like phase 2 (memory-bounded water-filling, batches by speed,
 memory repair) and priced by the evaluator; the best few are polished (layers and
-micro-batches) and the best of those replaces the current plan while T drops. Devices of a
+micro-batches) and the best of those replaces the current plan while T drops. At a local
+optimum two pipelines may exchange their tails (`crossovers`), then two moves at once are tried
+(the lookahead); the crossovers are kept out of the ordinary neighbours because, tried every
+round, they spent the work limit that the 64-GPU clusters needed for ordinary moves. Devices of a
 machine are interchangeable (docs/formulation.md [R1]), so neighbours that differ only by
 device ids are priced once. Deterministic: neighbours are listed in a fixed order and ties
 keep the first.
@@ -152,6 +155,21 @@ def _transfers(structure: Structure) -> Iterator[Structure]:
             yield _replace(structure, p, pipe[::-1])
 
 
+def crossovers(structure: Structure) -> list[Structure]:
+    """Two pipelines exchange their tails after any cut of each: several stages change pipeline
+    at once, as when a fast stage should change partners (gen-40 seed 4)."""
+    out = []
+    for p, pipe in enumerate(structure):
+        for q in range(p + 1, len(structure)):
+            other = structure[q]
+            for i in range(1, len(pipe)):
+                for j in range(1, len(other)):
+                    swapped = list(structure)
+                    swapped[p], swapped[q] = pipe[:i] + other[j:], other[:j] + pipe[i:]
+                    out.append(tuple(swapped))
+    return out
+
+
 def _additions(problem: Problem, structure: Structure, idle: dict[int, list[int]]) -> Iterator[Structure]:
     """A stage of idle devices: a new pipeline, or inserted anywhere in a pipeline."""
     for m, free in idle.items():
@@ -254,6 +272,9 @@ def improve(problem: Problem, plan: Plan, *, polish: Callable[[Plan], Plan], dea
     for _ in range(max_rounds):
         ranked = limits.ranked(neighbours(problem, structure_of(problem, current)))
         step = _best_polished(problem, ranked[:POLISHED_PER_ROUND], polish, best_t, deadline)
+        if step is None:
+            crossed = limits.ranked(crossovers(structure_of(problem, current)))
+            step = _best_polished(problem, crossed[:POLISHED_PER_ROUND], polish, best_t, deadline)
         if step is None:
             second = [c for _, _, p in ranked[:LOOKAHEAD] for c in neighbours(problem, structure_of(problem, p))]
             step = _best_polished(problem, limits.ranked(second)[:POLISHED_PER_ROUND], polish, best_t, deadline)
