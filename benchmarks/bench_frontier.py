@@ -113,7 +113,8 @@ def with_configuration_bound(problem, row: dict, limit_s: float) -> dict:
     bound = max(b for b in (cpsat, config.value) if b is not None)
     return judged(row | {"cpsat_bound_s": cpsat, "config_bound_s": config.value, "config_complete": config.complete,
                          "whole_bound_s": config.whole.value, "sets_bound_s": config.by_sets,
-                         "bounded_sets": len(config.sets), "config_s": time.perf_counter() - start, "bound_s": bound})
+                         "bounded_sets": len(config.sets), "config_s": time.perf_counter() - start,
+                         "config_limit_s": limit_s, "bound_s": bound})
 
 
 def best_over_all_sets(problem, budget: float, per_set_s: float) -> float | None:
@@ -185,6 +186,11 @@ def report(rows: list[dict], large: dict | None, offers: dict, args) -> str:
                 "from that plan)." if any(r.get("exact_stale") for r in rows) else ""), "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(rows)]
+    longer = [f"{r['problem']} at {r['budget']:.2f}/h ({r['config_limit_s']:g} s)" for r in rows
+              if r.get("config_limit_s", args.bound_s) != args.bound_s]
+    if longer:
+        lines += ["", "The configuration bound had another time limit than `--bound-s` at (`--redo-bound "
+                      "--redo-levels` with another `--bound-s`): " + "; ".join(longer) + "."]
     lines += ["", "## The offers problem's frontier", "",
               f"`hexiscale frontier offers-llama2-13b` (heuristic, 10 budget levels, {offers['wall_s']:.0f} s):", "",
               "| rent/h | T s | cost per Mtok | rents |", "|---:|---:|---:|---|"]

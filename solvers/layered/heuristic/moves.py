@@ -7,7 +7,8 @@ machine); the devices of no slot are idle. Its neighbours (`neighbours`):
 - detach a stage as a pipeline of its own; move a stage into another pipeline at any place;
 - split a pipeline in two at any cut; merge two pipelines (either order);
 - swap two neighbouring stages; reverse a pipeline;
-- add idle devices as a stage (at any place of any pipeline) or as a new pipeline;
+- add idle devices as a stage (at any place of any pipeline) or as a new pipeline; add a stage
+  of idle devices of one GPU type at the same place in every pipeline;
 - replace a stage by idle devices; move a whole pipeline onto one machine's idle devices;
 - explode a pipeline (or the whole plan) into single-stage pipelines; split a pipeline (or
   every pipeline) into two at half the TP size;
@@ -181,6 +182,21 @@ def _additions(problem: Problem, structure: Structure, idle: dict[int, list[int]
                     yield _replace(structure, p, pipe[:at] + (slot,) + pipe[at:])
 
 
+def _additions_everywhere(problem: Problem, structure: Structure, idle: dict[int, list[int]]) -> Iterator[Structure]:
+    """A stage of idle devices of one GPU type (TP size t, each inside one machine) inserted at
+    the same place in every pipeline: alike pipelines gain from more devices only together."""
+    machines = problem.cluster.machines
+    for gpu in dict.fromkeys(m.gpu for m in machines):
+        free_of = {m: free for m, free in idle.items() if machines[m].gpu == gpu and free}
+        for t in problem.model.tp_sizes(max(map(len, free_of.values()), default=0)):
+            slots = [StageSlot(machine=m, devices=tuple(free[i * t:(i + 1) * t]))
+                     for m, free in free_of.items() for i in range(len(free) // t)]
+            if len(slots) < len(structure):
+                continue
+            for at in range(min(map(len, structure)) + 1):
+                yield tuple(pipe[:at] + (slot,) + pipe[at:] for pipe, slot in zip(structure, slots))
+
+
 def _relocations(problem: Problem, structure: Structure, idle: dict[int, list[int]]) -> Iterator[Structure]:
     """A stage replaced by a stage of idle devices (any machine, any TP size); a whole
     pipeline moved onto one machine's idle devices, stage by stage at the same TP sizes."""
@@ -247,7 +263,7 @@ def neighbours(problem: Problem, structure: Structure) -> list[Structure]:
     idle = idle_devices(problem, structure)
     seen, out = {shape_key(structure)}, []
     for cand in (*_merges_everywhere(problem, structure), *_removals(structure), *_transfers(structure),
-                 *_additions(problem, structure, idle),
+                 *_additions(problem, structure, idle), *_additions_everywhere(problem, structure, idle),
                  *_relocations(problem, structure, idle), *_tp_to_dp(problem, structure), *_tp_changes(problem, structure, idle)):
         key = shape_key(cand)
         if cand and key not in seen:
