@@ -165,3 +165,22 @@ def test_sequence_solvers_minimize_the_cost_per_token(seed, name):
     assert cost >= least * (1 - 1e-9)
     if name == "cpsat":
         assert result.status == SolveStatus.optimal and math.isclose(cost, least, rel_tol=1e-6)
+
+
+def test_a_heuristic_s_candidate_sets_may_rent_a_type_s_small_machines_without_its_large_one():
+    """Offers are split by machine size too. On this generated 64-GPU priced cluster at 16.54/h,
+    the best maximal set (found by trying the heuristic on every one: 11.5 s) rents one 4-GPU H800
+    box beside both RTX 4090 boxes; when the H800 offer's prefix had to start with its 8-GPU box,
+    no candidate held it and the heuristic's plan took 18.4 s."""
+    from instances.generate import generate_cluster, generated_problem
+    from instances.price_table import priced
+    from solvers.rental import candidate_sets
+
+    cluster = priced(generate_cluster(64, "A100-80G:0.25,H800:0.25,RTX4090:0.25,H20:0.25", 3))
+    problem = generated_problem(cluster, "llama2-13b")
+    names = {m.name for m in cluster.machines}
+    assert {"h800-0", "h800-2", "rtx4090-0", "rtx4090-1"} <= names
+    count = {m.name: m.count for m in cluster.machines}
+    assert count["h800-0"] == 8 and count["h800-2"] == 4
+    sets = [{cluster.machines[m].name for m in s} for s in candidate_sets(problem, 16.54)]
+    assert {"h800-2", "rtx4090-0", "rtx4090-1"} in sets
