@@ -165,20 +165,21 @@ def fit_link(inv_bw_coef, lat_coef, measured, what: str = "link", sigma=None, re
     measured = np.ravel(np.asarray(measured, dtype=float))
     if len(np.unique(columns[:, 0])) < 2:
         raise BandwidthError(f"{what}: one message size cannot separate bandwidth from latency")
-    theta, used_sigma = _weighted_fit(columns, measured, what, sigma, relative_error)
+    free = columns  # the columns whose coefficients are fitted
+    theta, used_sigma = _weighted_fit(free, measured, what, sigma, relative_error)
     at_zero = bool(theta[1] < 0)
     if at_zero:
         # α ≥ 0: the fit is convex and its free optimum lies outside, so the optimum under the bound
         # lies on it. A link whose latency overlaps the transfer (a token-bucket shaper credits the
         # idle time before a message, docs/calibration.md §9) puts the free intercept about 0,
         # a few µs either side; refusing the whole profile for that made it fail at random.
-        theta, used_sigma = _weighted_fit(columns[:, :1], measured, what, sigma, relative_error)
+        free = columns[:, :1]
+        theta, used_sigma = _weighted_fit(free, measured, what, sigma, relative_error)
         theta = np.array([theta[0], 0.0])
     inv_bw, lat = theta
     if inv_bw <= 0:
         raise BandwidthError(f"{what}: fitted bandwidth {1 / inv_bw if inv_bw else float('inf'):g} GB/s "
                              f"is not positive")
-    free = columns[:, :1] if at_zero else columns
     scale = row_scales(measured, used_sigma)
     weighted = free / scale[:, None]
     error = relative_standard_errors(weighted, np.linalg.inv(weighted.T @ weighted), theta[:free.shape[1]],

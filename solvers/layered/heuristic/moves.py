@@ -286,10 +286,11 @@ def improve(problem: Problem, plan: Plan, *, polish: Callable[[Plan], Plan], dea
     current, best_t = plan, iteration_time(problem, plan, check=False)
     limits = _Limits(problem, deadline, max_stages, max_pipelines, {} if priced is None else priced, max_evaluations)
     for _ in range(max_rounds):
-        ranked = limits.ranked(neighbours(problem, structure_of(problem, current)))
+        structure = structure_of(problem, current)
+        ranked = limits.ranked(neighbours(problem, structure))
         step = _best_polished(problem, ranked[:POLISHED_PER_ROUND], polish, best_t, deadline)
         if step is None:
-            crossed = limits.ranked(crossovers(structure_of(problem, current)))
+            crossed = limits.ranked(crossovers(structure))
             step = _best_polished(problem, crossed[:POLISHED_PER_ROUND], polish, best_t, deadline)
         if step is None:
             second = [c for _, _, p in ranked[:LOOKAHEAD] for c in neighbours(problem, structure_of(problem, p))]

@@ -219,8 +219,8 @@ class Search:
         if self.moves_on():
             priced: dict = {}  # shapes priced once across the starts
             deadline, improved = self.move_deadline(), []
+            work = self.heuristic.evaluations_for(self.options.time_limit_s)
             for i, (_, _, plan) in enumerate(sorted(starts)):  # each start an equal share of the work
-                work = self.heuristic.evaluations_for(self.options.time_limit_s)
                 share = (work - len(priced)) // (len(starts) - i)
                 plan = improve(self.problem, plan, polish=self.polish_one, deadline=deadline,
                                max_rounds=self.heuristic.move_rounds, max_stages=self.options.max_stages,
