@@ -34,6 +34,8 @@ class ClassTypes:
     receive: np.ndarray  # [i] least T_pp into the type (any sender, [B1])
     sync_layer: np.ndarray  # [i] floor of τ_dp(layer) when the type is a last stage ([B3]; 0 when D = 1)
     sync_head: np.ndarray  # [i] floor of τ_dp(head) (or the tied sync) on a last stage
+    crossing_layer: np.ndarray  # [i] floor of τ_dp(layer) of a holder whose ring leaves its machine ([U9]; 0 when D = 1)
+    crossing_head: np.ndarray  # [i] the same of the head (or the tied matrix)
     caps: np.ndarray  # [i, first, last] most layers that fit at q = 1 with D's memory
     layers: int  # L
     micro_batches: int  # B/b
@@ -65,6 +67,7 @@ def class_types(tables: Tables, pipelines: int, by_gpu: bool = False) -> ClassTy
     types ([K1]); the floors of a last stage's sync are PipelineFloors' [B3] at D."""
     floors = PipelineFloors(tables, pipelines)
     sync_layer, sync_head = _cross_machine_sync(tables, pipelines, *floors._last_stage_sync())
+    crossing_layer, crossing_head = crossing_sync(tables, pipelines)
     receive = floors._receive_floor()
     n_max = tables.n_max_for(pipelines)
     of_machine = machine_classes(tables, by_gpu)
@@ -84,6 +87,8 @@ def class_types(tables: Tables, pipelines: int, by_gpu: bool = False) -> ClassTy
         cls=np.array([k[0] for k in keys], dtype=int), tp=np.array([k[1] for k in keys], dtype=int),
         per_layer=pick(tables.tau_layer, np.min), head=pick(tables.tau_head, np.min),
         receive=pick(receive, np.min), sync_layer=pick(sync_layer, np.min), sync_head=pick(sync_head, np.min),
+        crossing_layer=pick(np.maximum(sync_layer, crossing_layer), np.min),
+        crossing_head=pick(np.maximum(sync_head, crossing_head), np.min),
         caps=np.array([n_max[rows[k], :, :, 1].max(axis=0) for k in keys], dtype=int),
         layers=tables.layers, micro_batches=tables.total_micro,
         machine_size=size, hop=_hop(tables, receive), machines=machines, least_rent=least_rent,
@@ -98,6 +103,7 @@ def range_types(tables: Tables, fewest: int, most: int, by_gpu: bool = False) ->
     low = lambda name: np.min([getattr(t, name) for t in each], axis=0)  # noqa: E731
     return replace(each[-1], pipelines=most, per_layer=low("per_layer"), head=low("head"),
                    receive=low("receive"), sync_layer=low("sync_layer"), sync_head=low("sync_head"),
+                   crossing_layer=low("crossing_layer"), crossing_head=low("crossing_head"),
                    caps=np.max([t.caps for t in each], axis=0), hop=min(t.hop for t in each))
 
 
@@ -121,22 +127,32 @@ def _cross_machine_sync(tables: Tables, pipelines: int, layer: np.ndarray,
     cl = tables.cluster
     if pipelines < 2 or len(cl.machines) < 2:
         return layer, head
-    layer, head = layer.copy(), head.copy()
+    outgrown = np.array([pipelines - 1 > cl.machines[c.machine].count - c.tp for c in tables.types])
+    cross_layer, cross_head = crossing_sync(tables, pipelines)
+    return (np.where(outgrown, np.maximum(layer, cross_layer), layer),
+            np.where(outgrown, np.maximum(head, cross_head), head))
+
+
+def crossing_sync(tables: Tables, pipelines: int) -> tuple[np.ndarray, np.ndarray]:
+    """[c]: the all-reduce of one layer (and of the head, or the tied matrix) among D holders
+    at the best link from c's machine to *another* and the least latency to another: the floor
+    of a holder whose ring is known to leave its machine (0 with one machine or D = 1)."""
+    cl = tables.cluster
+    layer, head = np.zeros(len(tables.types)), np.zeros(len(tables.types))
+    if pipelines < 2 or len(cl.machines) < 2:
+        return layer, head
     bw, lat = cl.bw_matrix, cl.lat_matrix
     for i, c in enumerate(tables.types):
-        if pipelines - 1 <= cl.machines[c.machine].count - c.tp:
-            continue
         others = np.delete(np.arange(len(cl.machines)), c.machine)
         fast = int(others[np.argmax(bw[c.machine, others])])
         close = int(others[np.argmin(lat[c.machine, others])])
-        layer[i] = max(layer[i], tables.dp_bw_part(pipelines, tables.pseudo_params["layer"], c.tp, c.machine, fast)
-                       + tables.dp_lat_part(pipelines, c.machine, close))
+        layer[i] = (tables.dp_bw_part(pipelines, tables.pseudo_params["layer"], c.tp, c.machine, fast)
+                    + tables.dp_lat_part(pipelines, c.machine, close))
         if tables.tied:
-            cross = tables.tied_bw_part(pipelines, c.tp, c.machine, fast) + tables.tied_lat_part(pipelines, c.machine, close)
+            head[i] = tables.tied_bw_part(pipelines, c.tp, c.machine, fast) + tables.tied_lat_part(pipelines, c.machine, close)
         else:
-            cross = (tables.dp_bw_part(pipelines, tables.pseudo_params["head"], c.tp, c.machine, fast)
-                     + tables.dp_lat_part(pipelines, c.machine, close))
-        head[i] = max(head[i], cross)
+            head[i] = (tables.dp_bw_part(pipelines, tables.pseudo_params["head"], c.tp, c.machine, fast)
+                       + tables.dp_lat_part(pipelines, c.machine, close))
     return layer, head
 
 

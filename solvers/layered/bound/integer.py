@@ -14,6 +14,7 @@ and only the usages where it steps up (the least devices for each capacity) are 
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import highspy
@@ -74,22 +75,31 @@ def _most_runs(table: UsageTable, threshold: float) -> np.ndarray:
     """[U] max over breakpoints of ⌊(v − least[b, u])/b⌋ + 1 (0 where none fits), in blocks of
     breakpoints (a [K, U] float64 temporary is 150 MB on hetero-2); the last few answers are kept
     on the table, since the search asks the same of one bare table for D after D."""
-    if threshold in table.runs:
-        return table.runs[threshold]
-    runs = np.zeros(table.least.shape[1])
-    for lo in range(0, int(np.searchsorted(table.b, threshold, side="right")), RUN_BLOCK):
-        room = threshold - table.least[lo:lo + RUN_BLOCK].astype(np.float64)
+    if threshold not in table.runs:
+        _keep(table, threshold, _runs_within(table.b, table.least, threshold))
+    return table.runs[threshold]
+
+
+def _runs_within(b: np.ndarray, least: np.ndarray, threshold: float) -> np.ndarray:
+    """[U] max over the breakpoints `b` of ⌊(v − least[b, u])/b⌋ + 1 (0 where none fits)."""
+    runs = np.zeros(least.shape[1])
+    for lo in range(0, int(np.searchsorted(b, threshold, side="right")), RUN_BLOCK):
+        room = threshold - least[lo:lo + RUN_BLOCK].astype(np.float64)
         with np.errstate(invalid="ignore"):
-            block = np.where(room >= 0, np.floor(room / table.b[lo:lo + RUN_BLOCK, None] * (1 + SLACK)) + 1, 0)
+            block = np.where(room >= 0, np.floor(room / b[lo:lo + RUN_BLOCK, None] * (1 + SLACK)) + 1, 0)
         np.maximum(runs, block.max(axis=0), out=runs)
-    while len(table.runs) >= RUNS_KEPT:
-        table.runs.pop(next(iter(table.runs)))
-    table.runs[threshold] = runs
     return runs
 
 
+def _keep(table: UsageTable, key, value) -> None:
+    """Keep an answer on the table, dropping the oldest beyond RUNS_KEPT."""
+    while len(table.runs) >= RUNS_KEPT:
+        table.runs.pop(next(iter(table.runs)))
+    table.runs[key] = value
+
+
 RUN_BLOCK = 64  # breakpoints per block of `_most_runs`
-RUNS_KEPT = 4  # thresholds whose runs a table keeps: [U8] asks at v, v − hop and v − the crossing floor
+RUNS_KEPT = 6  # answers a table keeps: [U8] asks at v, v − hop and v − the crossing floor; [U9] by setting class at v
 
 
 def columns(best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -104,8 +114,18 @@ def columns(best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def refuted(table: UsageTable, pipelines: int, micro: int, threshold: float, rent: Rent | None = None) -> bool:
-    """True when no D pipelines of this table fit the classes (and the budget) with Σ F ≥ B/b [U2]."""
-    best = capacities(table, threshold, micro - pipelines + 1)
+    """True when no D pipelines of this table fit the classes (and the budget) with Σ F ≥ B/b [U2];
+    with a crossing table, also when that holds for every set Z of classes all pipelines may use [U9]."""
+    most = micro - pipelines + 1
+    if _refutes(capacities(table, threshold, most), table, pipelines, micro, rent):
+        return True
+    sets = class_sets(table, pipelines)  # each F_Z ≤ F: a threshold F refutes needs no split
+    return sets is not None and all(
+        _refutes(used_class_capacities(table, z, threshold, most), table, pipelines, micro, rent) for z in sets)
+
+
+def _refutes(best: np.ndarray, table: UsageTable, pipelines: int, micro: int, rent: Rent | None) -> bool:
+    """[U2] on capacities F: no D columns within the classes (and the budget) reach B/b."""
     usage, cap = columns(best)
     if not len(cap):
         return True
@@ -115,6 +135,52 @@ def refuted(table: UsageTable, pipelines: int, micro: int, threshold: float, ren
     if np.floor(_most_micro(usage, cap, devices, pipelines, rent, integral=False)[0] + 1e-6) < micro:
         return True  # the LP relaxation's optimum is at least the integer one's
     return np.floor(_most_micro(usage, cap, devices, pipelines, rent)[0] + 1e-6) < micro
+
+
+MAX_CLASS_SETS = 64  # [U9] tests one integer programme per set Z; more classes than 6: no split
+
+
+def class_sets(table: UsageTable, pipelines: int) -> list[tuple[int, ...]] | None:
+    """The sets Z of classes that every one of D pipelines can use (each such class has ≥ D
+    devices), or None when the table has no crossing part or the sets are too many [U9]."""
+    if table.crossing is None:
+        return None
+    room = [k for k, size in enumerate(table.dims) if size - 1 >= pipelines]
+    if 2 ** len(room) > MAX_CLASS_SETS:
+        return None
+    return [z for r in range(len(room) + 1) for z in itertools.combinations(room, r)]
+
+
+def used_class_capacities(table: UsageTable, used: tuple[int, ...], threshold: float, most: int) -> np.ndarray:
+    """[*usage] F_Z(u) [U9]: F when Z = `used` is the set of classes every pipeline uses. A usage
+    without a device of some class in Z is no pipeline of such a plan (F = 0); at a breakpoint
+    none of whose setting classes is in Z, the stage that sets b is in a class some pipeline
+    lacks, so its layers' rings leave its machine: the crossing table prices it."""
+    signatures, runs = _runs_by_setting_class(table, threshold)
+    best = np.zeros(table.least.shape[1])
+    for signature, (own, crossing) in zip(signatures, runs):
+        np.maximum(best, own if signature[list(used)].any() else crossing, out=best)
+    best = np.minimum(best, most).reshape(table.dims)
+    for k in used:
+        none = [slice(None)] * best.ndim
+        none[k] = 0
+        best[tuple(none)] = 0  # usages with no device of class k
+    return _closed(best)
+
+
+def _runs_by_setting_class(table: UsageTable, threshold: float) -> tuple[np.ndarray, list]:
+    """The distinct rows of `table.set_by` and, per row, the runs of the plain and the crossing
+    table over the breakpoints with that row (kept like `_most_runs`'s)."""
+    key = ("by setting class", threshold)
+    if key not in table.runs:
+        signatures, which = np.unique(table.set_by, axis=0, return_inverse=True)
+        runs = []
+        for s in range(len(signatures)):
+            rows = np.flatnonzero((which.ravel() == s) & (table.b <= threshold))
+            runs.append((_runs_within(table.b[rows], table.least[rows], threshold),
+                         _runs_within(table.b[rows], table.crossing[rows], threshold)))
+        _keep(table, key, (signatures, runs))
+    return table.runs[key]
 
 
 def refuted_spanning(table: UsageTable, types: ClassTypes, pipelines: int, micro: int, threshold: float,

@@ -296,7 +296,8 @@ def _route_classes(tables: Tables, d_values: list[int], top: float, seconds: flo
         any_types = by_d[d_values[0]]
         b = breakpoints(any_types, top)
         cells = len(b) * (tables.layers + 1) * usage_size(any_types) * any_types.num_types * tables.layers / 2
-        groups = len({t.caps.tobytes() for t in by_d.values()}) + len(own) + PENDING_TABLES
+        # an own table of D ≥ 2 carries its crossing part too ([U9]): twice the memory of a bare one
+        groups = len({t.caps.tobytes() for t in by_d.values()}) + 2 * (len(own) + PENDING_TABLES)
         memory = 4.0 * len(b) * usage_size(any_types) * groups
         if cells * SECONDS_PER_CELL <= seconds * TABLE_SHARE and memory <= MAX_TABLE_BYTES:
             return by_d, b

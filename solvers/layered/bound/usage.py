@@ -29,6 +29,8 @@ class UsageTable:
     b: np.ndarray  # [K] breakpoints
     least: np.ndarray  # [K, U] float32, deflated (U = Π (N_k + 1), C order over classes)
     dims: tuple[int, ...]  # N_k + 1 per class
+    crossing: np.ndarray | None = None  # [K, U] the same where the stage that sets b syncs across machines ([U9])
+    set_by: np.ndarray | None = None  # [K, classes] the classes of the stages whose τ can equal b[k]
     runs: dict = field(default_factory=dict, compare=False, repr=False)  # threshold → `integer._most_runs`, the last few
 
 
@@ -102,6 +104,26 @@ def _closed(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
     return np.minimum(whole, _lone_stage(types, layer_limits(types, b, "single"), "single", types.layers, dims))
 
 
+def crossing_bubble(types: ClassTypes, b: np.ndarray, prefix: np.ndarray, least: np.ndarray) -> np.ndarray:
+    """[K, *usage]: `least` (D's own table) where the stage that sets b syncs across machines:
+    the bare bubble plus the least crossing floor of a stage whose τ equals b ([U9])."""
+    crossing = replace(types, sync_layer=types.crossing_layer, sync_head=types.crossing_head)
+    widest = widest_stage_sync(crossing, b).astype(np.float32).reshape((-1,) + (1,) * (prefix.ndim - 2))
+    return np.maximum(least, bare_bubble(types, b, prefix) + widest)
+
+
+def setting_classes(types: ClassTypes, b: np.ndarray) -> np.ndarray:
+    """[K, classes] bool: the classes with a stage (type i, n layers, last or not) whose τ equals
+    b[k] to 10⁻⁶ relative — the stage that sets a pipeline's b is in one of them ([U9])."""
+    n = np.arange(1, types.layers + 1)[None, :]
+    out = np.zeros((len(b), len(types.devices)), dtype=bool)
+    for taus in (n * types.per_layer[:, None], n * types.per_layer[:, None] + types.head[:, None]):
+        for i in range(types.num_types):
+            match = np.abs(taus[i][None, :] - b[:, None]) <= 1e-6 * b[:, None]
+            out[:, types.cls[i]] |= match.any(axis=1)
+    return out
+
+
 def widest_stage_sync(types: ClassTypes, b: np.ndarray) -> np.ndarray:
     """[K]: the least sync floor of a stage whose τ equals b: a type i with n layers (n·τ_layer,
     sync ≥ n·sync_layer) or a last stage (n·τ_layer + τ_head, sync ≥ n·sync_layer + sync_head);
@@ -148,21 +170,33 @@ def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray, deadline: float = f
     own = set(ds) if own is None else own
     key_of = {d: (by_d[d].caps.tobytes(), d if d in own else None) for d in ds}  # the D that share a table
     parts: dict[tuple, list[np.ndarray]] = {key: [] for key in key_of.values()}
+    crossing = {key: [] for key in key_of.values() if key[1] is not None and by_d[key[1]].pipelines >= 2}
     for lo in range(0, len(b), CHUNK):
         if time.perf_counter() > deadline:
             return None
         block, prefixes = b[lo:lo + CHUNK], {}
         for d in ds:
-            caps = by_d[d].caps.tobytes()
+            caps, key = by_d[d].caps.tobytes(), key_of[d]
             if caps not in prefixes:
                 prefixes[caps] = prefix_table(by_d[d], block)
-            if len(parts[key_of[d]]) * CHUNK <= lo:  # this block not closed yet for d's table
-                close = least_bubble if d in own else bare_bubble
-                parts[key_of[d]].append(close(by_d[d], block, prefixes[caps]) + hops)
-    tables = {key: UsageTable(b=b, least=(np.concatenate(part).reshape(len(b), -1).astype(np.float64)
-                                          * (1 - TABLE_SLACK)).astype(np.float32), dims=dims)
+            if len(parts[key]) * CHUNK > lo:  # this block already closed for d's table
+                continue
+            close = least_bubble if d in own else bare_bubble
+            parts[key].append(close(by_d[d], block, prefixes[caps]))
+            if key in crossing:
+                crossing[key].append(crossing_bubble(by_d[d], block, prefixes[caps], parts[key][-1]) + hops)
+            parts[key][-1] += hops
+    tables = {key: UsageTable(b=b, least=_deflated(part), dims=dims,
+                              crossing=_deflated(crossing[key]) if key in crossing else None,
+                              set_by=setting_classes(any_types, b) if key in crossing else None)
               for key, part in parts.items()}
     return {d: tables[key_of[d]] for d in ds}
+
+
+def _deflated(blocks: list[np.ndarray]) -> np.ndarray:
+    """[K, U] a table's blocks, deflated by TABLE_SLACK below the float64 truth (float32)."""
+    return (np.concatenate(blocks).reshape(sum(len(x) for x in blocks), -1).astype(np.float64)
+            * (1 - TABLE_SLACK)).astype(np.float32)
 
 
 def bare_bubble(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
