@@ -80,3 +80,20 @@ def test_a_set_of_classes_with_fewer_devices_than_pipelines_is_not_tested(cases)
     for table, d, _, _ in cases:
         for z in integer.class_sets(table, d) or []:
             assert all(table.dims[k] - 1 >= d for k in z)
+
+
+def test_crossing_parts_are_left_out_rather_than_coarser_classes_taken(monkeypatch) -> None:
+    """Where the memory holds the tables the route needs but not their crossing parts too, the
+    route keeps its classes of like machines and builds no crossing part."""
+    from solvers.layered.bound import search
+    from solvers.layered.bound.usage import usage_size
+
+    tables = Tables(random_small(1, tiny=True))  # three machines of one GPU, unlike in size or links
+    ds, own = list(range(1, tables.max_pipelines + 1)), {1, 2}
+    by_d, b, crossing = search._route_classes(tables, ds, 3 * tables.trivial_bound, 60.0, own)
+    assert crossing
+    groups = len({t.caps.tobytes() for t in by_d.values()}) + len(own) + search.PENDING_TABLES
+    monkeypatch.setattr(search, "MAX_TABLE_BYTES", 4.0 * len(b) * usage_size(by_d[1]) * (groups + 0.5))
+    tighter, _, crossing = search._route_classes(tables, ds, 3 * tables.trivial_bound, 60.0, own)
+    assert not crossing
+    assert tighter[1].class_of_machine.tolist() == by_d[1].class_of_machine.tolist() == [0, 1, 2]

@@ -120,12 +120,23 @@ def refuted(table: UsageTable, pipelines: int, micro: int, threshold: float, ren
     if _refutes(capacities(table, threshold, most), table, pipelines, micro, rent):
         return True
     sets = class_sets(table, pipelines)  # each F_Z ≤ F: a threshold F refutes needs no split
-    return sets is not None and all(
-        _refutes(used_class_capacities(table, z, threshold, most), table, pipelines, micro, rent) for z in sets)
+    if sets is None:
+        return False
+    for z in sorted(sets, key=lambda z: z != table.hints.get("open set")):  # the set that held last, first
+        if not _refutes(used_class_capacities(table, z, threshold, most), table, pipelines, micro, rent,
+                        seconds=SPLIT_MILP_SECONDS):
+            table.hints["open set"] = z
+            return False
+    return True
 
 
-def _refutes(best: np.ndarray, table: UsageTable, pipelines: int, micro: int, rent: Rent | None) -> bool:
-    """[U2] on capacities F: no D columns within the classes (and the budget) reach B/b."""
+SPLIT_MILP_SECONDS = 2.0  # per set Z: past it HiGHS's dual bound decides (valid, if weaker); 16 sets on hetero-2
+
+
+def _refutes(best: np.ndarray, table: UsageTable, pipelines: int, micro: int, rent: Rent | None,
+             seconds: float | None = None) -> bool:
+    """[U2] on capacities F: no D columns within the classes (and the budget) reach B/b (the
+    integer programme stopped after `seconds`, MILP_SECONDS if None)."""
     usage, cap = columns(best)
     if not len(cap):
         return True
@@ -134,7 +145,7 @@ def _refutes(best: np.ndarray, table: UsageTable, pipelines: int, micro: int, re
         return True
     if np.floor(_most_micro(usage, cap, devices, pipelines, rent, integral=False)[0] + 1e-6) < micro:
         return True  # the LP relaxation's optimum is at least the integer one's
-    return np.floor(_most_micro(usage, cap, devices, pipelines, rent)[0] + 1e-6) < micro
+    return np.floor(_most_micro(usage, cap, devices, pipelines, rent, seconds=seconds)[0] + 1e-6) < micro
 
 
 MAX_CLASS_SETS = 64  # [U9] tests one integer programme per set Z; more classes than 6: no split
@@ -218,14 +229,15 @@ def chosen_usages(table: UsageTable, pipelines: int, micro: int, threshold: floa
 
 
 def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelines: int, rent: Rent | None = None,
-                integral: bool = True, chosen: np.ndarray | None = None) -> tuple[float, np.ndarray | None]:
+                integral: bool = True, chosen: np.ndarray | None = None,
+                seconds: float | None = None) -> tuple[float, np.ndarray | None]:
     """HiGHS's proven upper bound on the integer programme's optimum (its optimum when solved)
     and its best solution (None: none found; its first len(cap) entries are x); with
     `integral` False, of its LP relaxation (solved in milliseconds where the integer programme
     takes about a second on 700 columns: it refutes most D on its own). `chosen`: columns of
-    which at least one must be used."""
+    which at least one must be used. `seconds`: HiGHS's time limit (MILP_SECONDS if None)."""
     h = quiet_highs(threads=1)
-    h.setOptionValue("time_limit", MILP_SECONDS)
+    h.setOptionValue("time_limit", MILP_SECONDS if seconds is None else seconds)
     h.setOptionValue("mip_rel_gap", 0.0)
     h.passModel(_model(usage, cap, devices, pipelines, rent, integral, chosen))
     h.run()

@@ -269,6 +269,7 @@ class UsageRoute:
     bare: dict[int, UsageTable]
     own: dict[int, UsageTable] = field(default_factory=dict)
     used: dict[int, UsageTable] = field(default_factory=dict)
+    crossing: bool = True  # own tables carry their crossing part ([U9]; off where the memory would not fit)
 
     def __post_init__(self) -> None:
         self.used.update(self.bare)
@@ -281,26 +282,27 @@ class UsageRoute:
 
     def build(self, ds: list[int], deadline: float) -> None:
         """Own tables for `ds` (none when the deadline passes first)."""
-        built = usage_tables({d: self.types[d] for d in ds}, self.b, deadline)
+        built = usage_tables({d: self.types[d] for d in ds}, self.b, deadline, crossing=self.crossing)
         if built is not None:
             self.own.update(built)
             self.used.update(built)
 
 
 def _route_classes(tables: Tables, d_values: list[int], top: float, seconds: float, own: set[int]):
-    """(classes per D, breakpoints) of the finest classes whose usage tables' first pass fits
-    `seconds` and the memory cap (identical machines, else machines with the same GPU); None
-    when neither does (the second pass is optional)."""
+    """(classes per D, breakpoints, whether own tables carry their crossing part) of the finest
+    classes whose usage tables' first pass fits `seconds` and the memory cap (identical
+    machines, else machines with the same GPU); None when neither does (the second pass is
+    optional)."""
     for by_gpu in (False, True):
         by_d = {d: class_types(tables, d, by_gpu) for d in d_values}
         any_types = by_d[d_values[0]]
         b = breakpoints(any_types, top)
         cells = len(b) * (tables.layers + 1) * usage_size(any_types) * any_types.num_types * tables.layers / 2
-        # an own table of D ≥ 2 carries its crossing part too ([U9]): twice the memory of a bare one
-        groups = len({t.caps.tobytes() for t in by_d.values()}) + 2 * (len(own) + PENDING_TABLES)
-        memory = 4.0 * len(b) * usage_size(any_types) * groups
-        if cells * SECONDS_PER_CELL <= seconds * TABLE_SHARE and memory <= MAX_TABLE_BYTES:
-            return by_d, b
+        groups = len({t.caps.tobytes() for t in by_d.values()}) + len(own) + PENDING_TABLES
+        table_bytes = 4.0 * len(b) * usage_size(any_types)
+        if cells * SECONDS_PER_CELL <= seconds * TABLE_SHARE and table_bytes * groups <= MAX_TABLE_BYTES:
+            # own tables carry their crossing part ([U9]) where the memory allows: never a coarser route for it
+            return by_d, b, table_bytes * (groups + len(own) + PENDING_TABLES) <= MAX_TABLE_BYTES
     return None
 
 
@@ -319,13 +321,14 @@ def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: floa
     if chosen is None:
         log("configuration bound: usage tables too large, LP certificate over ranges of D")
         return None
-    by_d, b = chosen
-    log(f"configuration bound: usage tables over classes {by_d[d_values[0]].devices.tolist()}, {len(b)} breakpoints")
-    built = usage_tables(by_d, b, deadline, own=own)
+    by_d, b, crossing = chosen
+    log(f"configuration bound: usage tables over classes {by_d[d_values[0]].devices.tolist()}, {len(b)} breakpoints"
+        + ("" if crossing else " (no crossing parts: memory)"))
+    built = usage_tables(by_d, b, deadline, own=own, crossing=crossing)
     if built is None:
         return None
     return UsageRoute(types=by_d, b=b, bare={d: t for d, t in built.items() if d not in own},
-                      own={d: built[d] for d in own})
+                      own={d: built[d] for d in own}, crossing=crossing)
 
 
 def _bisect(refuted, entry: DBound, floor: float, top: float, deadline: float) -> None:

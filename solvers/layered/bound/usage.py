@@ -31,6 +31,7 @@ class UsageTable:
     dims: tuple[int, ...]  # N_k + 1 per class
     crossing: np.ndarray | None = None  # [K, U] the same where the stage that sets b syncs across machines ([U9])
     set_by: np.ndarray | None = None  # [K, classes] the classes of the stages whose τ can equal b[k]
+    hints: dict = field(default_factory=dict, compare=False, repr=False)  # [U9]: the set Z that held last
     runs: dict = field(default_factory=dict, compare=False, repr=False)  # threshold → `integer._most_runs`, the last few
 
 
@@ -90,11 +91,23 @@ def least_bubble(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.nda
     """[K, *usage]: least bubble of a whole relaxed pipeline (prefix + last stage, or one
     single stage) with usage exactly u and every τ ≤ b, with D's last-stage sync floors, or
     without them plus the sync floor of the stage that sets b, whichever is larger [U4]."""
+    return own_bubbles(types, b, prefix, crossing=False)[0]
+
+
+def own_bubbles(types: ClassTypes, b: np.ndarray, prefix: np.ndarray,
+                crossing: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """(`least_bubble`, and with `crossing` the same where the stage that sets b syncs across
+    machines: the bare bubble plus the least crossing floor of a stage whose τ equals b, [U9]);
+    the bare closing is shared."""
     with_last = _closed(types, b, prefix)
     if types.pipelines < 2:
-        return with_last
-    widest = widest_stage_sync(types, b).astype(np.float32)
-    return np.maximum(with_last, bare_bubble(types, b, prefix) + widest.reshape((-1,) + (1,) * (prefix.ndim - 2)))
+        return with_last, None  # one pipeline: nothing syncs
+    bare, per_b = bare_bubble(types, b, prefix), (-1,) + (1,) * (prefix.ndim - 2)
+    least = np.maximum(with_last, bare + widest_stage_sync(types, b).astype(np.float32).reshape(per_b))
+    if not crossing:
+        return least, None
+    across = replace(types, sync_layer=types.crossing_layer, sync_head=types.crossing_head)
+    return least, np.maximum(least, bare + widest_stage_sync(across, b).astype(np.float32).reshape(per_b))
 
 
 def _closed(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
@@ -102,14 +115,6 @@ def _closed(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
     dims = prefix.shape[2:]
     whole = _add_stage(types, prefix, layer_limits(types, b, "last"), "last", types.layers)
     return np.minimum(whole, _lone_stage(types, layer_limits(types, b, "single"), "single", types.layers, dims))
-
-
-def crossing_bubble(types: ClassTypes, b: np.ndarray, prefix: np.ndarray, least: np.ndarray) -> np.ndarray:
-    """[K, *usage]: `least` (D's own table) where the stage that sets b syncs across machines:
-    the bare bubble plus the least crossing floor of a stage whose τ equals b ([U9])."""
-    crossing = replace(types, sync_layer=types.crossing_layer, sync_head=types.crossing_head)
-    widest = widest_stage_sync(crossing, b).astype(np.float32).reshape((-1,) + (1,) * (prefix.ndim - 2))
-    return np.maximum(least, bare_bubble(types, b, prefix) + widest)
 
 
 def setting_classes(types: ClassTypes, b: np.ndarray) -> np.ndarray:
@@ -156,12 +161,13 @@ def machines_spanned(types: ClassTypes) -> np.ndarray:
 
 
 def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray, deadline: float = float("inf"),
-                 own: set[int] | None = None) -> dict[int, UsageTable] | None:
+                 own: set[int] | None = None, crossing: bool = True) -> dict[int, UsageTable] | None:
     """A table for every D in `by_d` (same classes): D's own (`least_bubble`) for the D in
     `own` (None: all), the *bare* table (`bare_bubble`, no sync floor) for the others — one
     per group of D with the same memory caps (all of them without ZeRO-1), below each one's
     own, so it refutes for all of them at the cost of one table. The prefix is built once per
-    block of breakpoints and shared by the D whose caps agree. None when `deadline`
+    block of breakpoints and shared by the D whose caps agree. With `crossing`, an own table of
+    D ≥ 2 also carries its crossing part and its breakpoints' setting classes ([U9]). None when `deadline`
     (perf_counter) passes before every block is built: a partial table would not be a bound."""
     ds = sorted(by_d)
     any_types = by_d[ds[0]]
@@ -170,7 +176,8 @@ def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray, deadline: float = f
     own = set(ds) if own is None else own
     key_of = {d: (by_d[d].caps.tobytes(), d if d in own else None) for d in ds}  # the D that share a table
     parts: dict[tuple, list[np.ndarray]] = {key: [] for key in key_of.values()}
-    crossing = {key: [] for key in key_of.values() if key[1] is not None and by_d[key[1]].pipelines >= 2}
+    crossing_parts = {key: [] for key in key_of.values()
+                      if crossing and key[1] is not None and by_d[key[1]].pipelines >= 2}
     for lo in range(0, len(b), CHUNK):
         if time.perf_counter() > deadline:
             return None
@@ -181,14 +188,16 @@ def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray, deadline: float = f
                 prefixes[caps] = prefix_table(by_d[d], block)
             if len(parts[key]) * CHUNK > lo:  # this block already closed for d's table
                 continue
-            close = least_bubble if d in own else bare_bubble
-            parts[key].append(close(by_d[d], block, prefixes[caps]))
-            if key in crossing:
-                crossing[key].append(crossing_bubble(by_d[d], block, prefixes[caps], parts[key][-1]) + hops)
-            parts[key][-1] += hops
+            if d not in own:
+                parts[key].append(bare_bubble(by_d[d], block, prefixes[caps]) + hops)
+                continue
+            least, across = own_bubbles(by_d[d], block, prefixes[caps], crossing=key in crossing_parts)
+            parts[key].append(least + hops)
+            if across is not None:
+                crossing_parts[key].append(across + hops)
     tables = {key: UsageTable(b=b, least=_deflated(part), dims=dims,
-                              crossing=_deflated(crossing[key]) if key in crossing else None,
-                              set_by=setting_classes(any_types, b) if key in crossing else None)
+                              crossing=_deflated(crossing_parts[key]) if key in crossing_parts else None,
+                              set_by=setting_classes(any_types, b) if key in crossing_parts else None)
               for key, part in parts.items()}
     return {d: tables[key_of[d]] for d in ds}
 
