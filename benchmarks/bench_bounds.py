@@ -136,7 +136,8 @@ def markdown(rows: list[dict], args) -> str:
     if any(r.get("bound_version") != BOUND_VERSION for r in rows):
         lines += ["", f"† bound measured before the split on the classes every pipeline uses (docs/bounds.md [U9]); "
                       "it refutes every threshold the test before it did, so given the time to finish, these bounds are at "
-                      "least what the table shows."]
+                      "least what the table shows. It cannot change a cluster of one class (the homogeneous rows: every "
+                      "pipeline uses that class) nor the LP route (the 128-GPU rows)."]
     return "\n".join(lines) + "\n"
 
 

@@ -227,7 +227,8 @@ def test_the_lp_shortcut_refutes_exactly_what_the_integer_programme_does(seed: i
     thresholds = np.linspace(tables.trivial_bound, 2 * tables.trivial_bound, 9)
     with_lp = {(d, v): integer.refuted(own[d], d, tables.total_micro, v) for d in own for v in thresholds}
     full = integer._most_micro
-    monkeypatch.setattr(integer, "_most_micro", lambda *a, integral=True: full(*a) if integral else (np.inf, None))
+    monkeypatch.setattr(integer, "_most_micro",
+                        lambda *a, integral=True, **kw: full(*a, **kw) if integral else (np.inf, None))
     without = {(d, v): integer.refuted(own[d], d, tables.total_micro, v) for d in own for v in thresholds}
     assert with_lp == without
 
