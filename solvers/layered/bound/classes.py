@@ -66,8 +66,9 @@ def class_types(tables: Tables, pipelines: int, by_gpu: bool = False) -> ClassTy
     """The class-level types of D = `pipelines`: each the most favourable of its machine-level
     types ([K1]); the floors of a last stage's sync are PipelineFloors' [B3] at D."""
     floors = PipelineFloors(tables, pipelines)
-    sync_layer, sync_head = _cross_machine_sync(tables, pipelines, *floors._last_stage_sync())
     crossing_layer, crossing_head = crossing_sync(tables, pipelines)
+    sync_layer, sync_head = _cross_machine_sync(tables, pipelines, *floors._last_stage_sync(),
+                                                crossing_layer, crossing_head)
     receive = floors._receive_floor()
     n_max = tables.n_max_for(pipelines)
     of_machine = machine_classes(tables, by_gpu)
@@ -118,17 +119,16 @@ def _affordable(total: np.ndarray, size: np.ndarray, machines: np.ndarray, least
     return np.minimum(total, (size * affordable).astype(int))
 
 
-def _cross_machine_sync(tables: Tables, pipelines: int, layer: np.ndarray,
-                        head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _cross_machine_sync(tables: Tables, pipelines: int, layer: np.ndarray, head: np.ndarray,
+                        cross_layer: np.ndarray, cross_head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """[c]: the sync floors of [B3] raised to the best *other* machine's link where the D
     holders cannot all sit on c's machine: they are D stages of D pipelines, c's takes t_c of
     its devices and every other ≥ 1, so D − 1 > count − t_c puts one on another machine M',
-    and the ring's bw_min ≤ bw[M_c, M'], α_max ≥ lat[M_c, M'] [U4]."""
+    and the ring's bw_min ≤ bw[M_c, M'], α_max ≥ lat[M_c, M'] [U4]; `cross_*` are `crossing_sync`'s."""
     cl = tables.cluster
     if pipelines < 2 or len(cl.machines) < 2:
         return layer, head
     outgrown = np.array([pipelines - 1 > cl.machines[c.machine].count - c.tp for c in tables.types])
-    cross_layer, cross_head = crossing_sync(tables, pipelines)
     return (np.where(outgrown, np.maximum(layer, cross_layer), layer),
             np.where(outgrown, np.maximum(head, cross_head), head))
 

@@ -120,12 +120,11 @@ def _closed(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
 def setting_classes(types: ClassTypes, b: np.ndarray) -> np.ndarray:
     """[K, classes] bool: the classes with a stage (type i, n layers, last or not) whose τ equals
     b[k] to 10⁻⁶ relative — the stage that sets a pipeline's b is in one of them ([U9])."""
-    n = np.arange(1, types.layers + 1)[None, :]
+    _, of_type = _stage_times(types)
     out = np.zeros((len(b), len(types.devices)), dtype=bool)
-    for taus in (n * types.per_layer[:, None], n * types.per_layer[:, None] + types.head[:, None]):
-        for i in range(types.num_types):
-            match = np.abs(taus[i][None, :] - b[:, None]) <= 1e-6 * b[:, None]
-            out[:, types.cls[i]] |= match.any(axis=1)
+    for lo, match in _matching_stages(types, b):
+        for k in range(len(types.devices)):
+            out[lo:lo + CHUNK, k] = match[:, types.cls[of_type] == k].any(axis=1)
     return out
 
 
@@ -135,18 +134,31 @@ def widest_stage_sync(types: ClassTypes, b: np.ndarray) -> np.ndarray:
     the least over every (i, n, role) whose τ matches b to 10⁻⁶ relative (more matches only
     lower it). T_dp ≥ that stage's sync [U4]."""
     n = np.arange(1, types.layers + 1)[None, :]
-    plain = (n * types.per_layer[:, None]).ravel()
-    headed = (n * types.per_layer[:, None] + types.head[:, None]).ravel()
-    taus = np.concatenate([plain, headed])
     syncs = np.concatenate([(n * types.sync_layer[:, None]).ravel(),
                             (n * types.sync_layer[:, None] + types.sync_head[:, None]).ravel()])
     out = np.zeros(len(b))
-    for lo in range(0, len(b), CHUNK):
-        block = b[lo:lo + CHUNK, None]
-        match = np.abs(taus[None, :] - block) <= 1e-6 * block
+    for lo, match in _matching_stages(types, b):
         least = np.where(match, syncs[None, :], np.inf).min(axis=1)
         out[lo:lo + CHUNK] = np.where(np.isfinite(least), least, 0.0)
     return out
+
+
+def _stage_times(types: ClassTypes) -> tuple[np.ndarray, np.ndarray]:
+    """(τ, type index) of every stage (i, n, headed or not), in the order (headed, i, n)."""
+    n = np.arange(1, types.layers + 1)[None, :]
+    plain = (n * types.per_layer[:, None]).ravel()
+    headed = (n * types.per_layer[:, None] + types.head[:, None]).ravel()
+    of_type = np.repeat(np.arange(types.num_types), types.layers)
+    return np.concatenate([plain, headed]), np.concatenate([of_type, of_type])
+
+
+def _matching_stages(types: ClassTypes, b: np.ndarray):
+    """(first breakpoint index, [CHUNK, stages] bool) per block of breakpoints: the stages of
+    `_stage_times` whose τ equals the breakpoint to 10⁻⁶ relative."""
+    taus, _ = _stage_times(types)
+    for lo in range(0, len(b), CHUNK):
+        block = b[lo:lo + CHUNK, None]
+        yield lo, np.abs(taus[None, :] - block) <= 1e-6 * block
 
 
 def hop_floor(types: ClassTypes) -> np.ndarray:
