@@ -44,6 +44,7 @@ class ClassTypes:
     machines: np.ndarray  # [class] machines in the class
     least_rent: np.ndarray  # [class] least rent per hour of one of its machines (NaN: unpriced) ([U6])
     device_price: np.ndarray  # [class] least price per device-hour of its machines (NaN: unpriced) ([P5])
+    room: np.ndarray  # [class, z] Σ (count − D) over its z largest machines of ≥ D devices; −1 past them ([U10])
 
     @property
     def num_types(self) -> int:
@@ -93,7 +94,19 @@ def class_types(tables: Tables, pipelines: int, by_gpu: bool = False) -> ClassTy
         caps=np.array([n_max[rows[k], :, :, 1].max(axis=0) for k in keys], dtype=int),
         layers=tables.layers, micro_batches=tables.total_micro,
         machine_size=size, hop=_hop(tables, receive), machines=machines, least_rent=least_rent,
-        device_price=device_price)
+        device_price=device_price, room=_room(counts, of_machine, pipelines))
+
+
+def _room(counts: np.ndarray, of_machine: np.ndarray, pipelines: int) -> np.ndarray:
+    """[class, z]: the most devices beyond one per pipeline on z machines of the class that every
+    one of D pipelines has a device of — Σ (count − D) over its z largest machines of ≥ D devices
+    (z = 0 … the machines in the largest class; −1 past the class's machines of ≥ D devices) [U10]."""
+    classes = int(of_machine.max()) + 1
+    room = np.full((classes, np.bincount(of_machine).max() + 1), -1, dtype=int)
+    for k in range(classes):
+        spare = np.sort(counts[(of_machine == k) & (counts >= pipelines)] - pipelines)[::-1]
+        room[k, :len(spare) + 1] = np.concatenate([[0], np.cumsum(spare)])
+    return room
 
 
 def range_types(tables: Tables, fewest: int, most: int, by_gpu: bool = False) -> ClassTypes:

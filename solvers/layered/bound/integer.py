@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import highspy
 import numpy as np
@@ -27,6 +28,14 @@ from solvers.layered.bound.usage import UsageTable, machines_spanned
 from solvers.milp_backend import quiet_highs
 
 MILP_SECONDS = 20.0  # per test; past it HiGHS's dual bound decides (still a valid certificate)
+
+
+class Rows(NamedTuple):
+    """More rows of the integer programme over its columns: lower ≤ matrix·x ≤ upper."""
+
+    matrix: np.ndarray  # [rows, columns]
+    lower: np.ndarray  # [rows] (−inf: none)
+    upper: np.ndarray  # [rows] (inf: none)
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,8 @@ def columns(best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def refuted(table: UsageTable, pipelines: int, micro: int, threshold: float, rent: Rent | None = None) -> bool:
     """True when no D pipelines of this table fit the classes (and the budget) with Σ F ≥ B/b [U2];
-    with a crossing table, also when that holds for every set Z of classes all pipelines may use [U9]."""
+    with a crossing table, also when that holds for every set Z of classes with a machine all
+    pipelines use [U9], [U10]."""
     most = micro - pipelines + 1
     if _refutes(capacities(table, threshold, most), table, pipelines, micro, rent):
         return True
@@ -123,11 +133,20 @@ def refuted(table: UsageTable, pipelines: int, micro: int, threshold: float, ren
     if sets is None:
         return False
     for z in sorted(sets, key=lambda z: z != table.hints.get("open set")):  # the set that held last, first
-        if not _refutes(used_class_capacities(table, z, threshold, most), table, pipelines, micro, rent,
-                        seconds=SPLIT_MILP_SECONDS):
+        if not _refutes_split(used_class_families(table, z, threshold, most), z.room, table, pipelines, micro, rent):
             table.hints["open set"] = z
             return False
     return True
+
+
+def refuted_in_case(table: UsageTable, case: Shared, pipelines: int, micro: int, threshold: float,
+                    rent: Rent | None = None) -> bool:
+    """True when no D pipelines of this table in one case of [U10] reach Σ F ≥ B/b: [U2] (which
+    holds for every case) or the case's own split."""
+    most = micro - pipelines + 1
+    if _refutes(capacities(table, threshold, most), table, pipelines, micro, rent):
+        return True
+    return _refutes_split(used_class_families(table, case, threshold, most), case.room, table, pipelines, micro, rent)
 
 
 SPLIT_MILP_SECONDS = 2.0  # per set Z: past it HiGHS's dual bound decides (valid, if weaker); 16 sets on hetero-2
@@ -138,45 +157,119 @@ def _refutes(best: np.ndarray, table: UsageTable, pipelines: int, micro: int, re
     """[U2] on capacities F: no D columns within the classes (and the budget) reach B/b (the
     integer programme stopped after `seconds`, MILP_SECONDS if None)."""
     usage, cap = columns(best)
+    return _no_d_columns_reach(usage, cap, table, pipelines, micro, rent, seconds=seconds)
+
+
+def _no_d_columns_reach(usage: np.ndarray, cap: np.ndarray, table: UsageTable, pipelines: int, micro: int,
+                        rent: Rent | None, rows: Rows | None = None, seconds: float | None = None) -> bool:
+    """[U2] on columns (usage, F) and extra `rows`: the LP relaxation first, then the integer programme."""
     if not len(cap):
         return True
     devices = np.array(table.dims) - 1
     if cap.max() * pipelines < micro - 1e-9:
         return True
-    if np.floor(_most_micro(usage, cap, devices, pipelines, rent, integral=False)[0] + 1e-6) < micro:
+    if np.floor(_most_micro(usage, cap, devices, pipelines, rent, integral=False, rows=rows)[0] + 1e-6) < micro:
         return True  # the LP relaxation's optimum is at least the integer one's
-    return np.floor(_most_micro(usage, cap, devices, pipelines, rent, seconds=seconds)[0] + 1e-6) < micro
+    return np.floor(_most_micro(usage, cap, devices, pipelines, rent, rows=rows, seconds=seconds)[0] + 1e-6) < micro
 
 
-MAX_CLASS_SETS = 64  # [U9] tests one integer programme per set Z; more classes than 6: no split
+MAX_CLASS_SETS = 64  # [U9] tests one integer programme per set Z
 
 
-def class_sets(table: UsageTable, pipelines: int) -> list[tuple[int, ...]] | None:
-    """The sets Z of classes that every one of D pipelines can use (each such class has ≥ D
-    devices), or None when the table has no crossing part or the sets are too many [U9]."""
+class Shared(NamedTuple):
+    """A case of [U9]/[U10]: per class, how many of its machines every pipeline has a device of
+    (0: none, so the class is not in Z), and the most room beyond one device per pipeline there."""
+
+    count: tuple[int, ...]
+    room: tuple[int, ...]
+
+
+def class_sets(table: UsageTable, pipelines: int) -> list[Shared] | None:
+    """Every case of machines all D pipelines use: per class 0 … its machines of ≥ D devices, the
+    largest count standing for 'at least that many' (room: all of them) where the cases would
+    exceed MAX_CLASS_SETS; None when the table has no crossing part or even 0/≥ 1 are too many."""
     if table.crossing is None:
         return None
-    room = [k for k, size in enumerate(table.dims) if size - 1 >= pipelines]
-    if 2 ** len(room) > MAX_CLASS_SETS:
-        return None
-    return [z for r in range(len(room) + 1) for z in itertools.combinations(room, r)]
+    eligible = (table.room >= 0).sum(axis=1) - 1  # [class] machines of ≥ D devices
+    for cut in range(int(eligible.max(initial=0)), 0, -1):
+        levels = [range(min(int(e), cut) + 1) for e in eligible]
+        if np.prod([len(r) for r in levels]) <= MAX_CLASS_SETS:
+            top = [int(table.room[k, e]) for k, e in enumerate(eligible)]
+            return [Shared(count, tuple(int(table.room[k, c]) if c < cut else top[k] for k, c in enumerate(count)))
+                    for count in itertools.product(*levels)]
+    return None if eligible.max(initial=0) > 0 else [Shared((0,) * len(eligible), (0,) * len(eligible))]
 
 
-def used_class_capacities(table: UsageTable, used: tuple[int, ...], threshold: float, most: int) -> np.ndarray:
-    """[*usage] F_Z(u) [U9]: F when Z = `used` is the set of classes every pipeline uses. A usage
-    without a device of some class in Z is no pipeline of such a plan (F = 0); at a breakpoint
-    none of whose setting classes is in Z, the stage that sets b is in a class some pipeline
-    lacks, so its layers' rings leave its machine: the crossing table prices it."""
+@dataclass(frozen=True)
+class Family:
+    """Capacities F [*usage] of the pipelines whose stage that sets b sits as one kind [U10]: with
+    `charge` > 0, on a machine of class `cls` that every pipeline uses, holding ≥ charge + 1 of its
+    devices (the other pipelines hold ≥ 1 each there); with `charge` 0, anywhere else."""
+
+    best: np.ndarray
+    cls: int = -1
+    charge: int = 0
+
+
+def used_class_families(table: UsageTable, shared: Shared, threshold: float, most: int) -> list[Family]:
+    """F_Z [U9] split by the width of the stage that sets b [U10] (docs/bounds.md §6).
+
+    Z: the classes with a machine every pipeline uses (`shared.count` of them, each ≥ 1). A usage
+    with fewer devices of a class than its shared machines is no pipeline of such a plan (F = 0).
+    At a breakpoint none of whose setting classes is in Z, the stage that sets b is on a machine
+    some pipeline lacks, so its layers' rings leave that machine: the crossing table prices it.
+    Where it does not cross, it is on a shared machine of a class k in Z, on ≥ t devices (t = the
+    least width of class k's stages whose τ equals b): the free family holds t = 1 and the
+    crossing entries, a family (k, t ≥ 2) the rest, charged t − 1 of k's room."""
+    used = [k for k, c in enumerate(shared.count) if c]
     signatures, runs = _runs_by_setting_class(table, threshold)
-    best = np.zeros(table.least.shape[1])
+    free = np.zeros(table.least.shape[1])
+    wide: dict[tuple[int, int], np.ndarray] = {}
     for signature, (own, crossing) in zip(signatures, runs):
-        np.maximum(best, own if signature[list(used)].any() else crossing, out=best)
-    best = np.minimum(best, most).reshape(table.dims)
-    for k in used:
-        none = [slice(None)] * best.ndim
-        none[k] = 0
-        best[tuple(none)] = 0  # usages with no device of class k
+        np.maximum(free, own if (signature[used] == 1).any() else crossing, out=free)
+        for k in used:
+            if signature[k] >= 2:
+                key = (k, int(signature[k]))
+                np.maximum(wide.setdefault(key, np.zeros_like(free)), own, out=wide[key])
+    fewest = np.array(shared.count)
+    families = [Family(_at_least(free, table.dims, fewest, most))]
+    for (k, t), best in sorted(wide.items()):
+        local = fewest.copy()
+        local[k] += t - 1  # t on its own shared machine, ≥ 1 on each other
+        families.append(Family(_at_least(best, table.dims, local, most), cls=k, charge=t - 1))
+    return families
+
+
+def _at_least(best: np.ndarray, dims: tuple[int, ...], fewest: np.ndarray, most: int) -> np.ndarray:
+    """[*usage] capacities capped at `most`, 0 on usages with fewer than `fewest` devices of a
+    class, then closed (devices may stay idle)."""
+    best = np.minimum(best, most).reshape(dims)
+    for k, n in enumerate(fewest):
+        below = [slice(None)] * best.ndim
+        below[k] = slice(0, int(n))
+        best[tuple(below)] = 0
     return _closed(best)
+
+
+def _refutes_split(families: list[Family], room: tuple[int, ...], table: UsageTable, pipelines: int, micro: int,
+                   rent: Rent | None) -> bool:
+    """[U2] over the columns of every family [U10]: a charged family's column counts only where it
+    beats the free family at its usage, and takes its charge from its class's room row."""
+    free = families[0].best
+    usages, caps, charges, classes = [], [], [], []
+    for family in families:
+        usage, cap = columns(family.best)
+        if family.charge:
+            keep = cap > free[tuple(usage.T)]
+            usage, cap = usage[keep], cap[keep]
+        usages.append(usage), caps.append(cap)
+        charges.append(np.full(len(cap), family.charge)), classes.append(np.full(len(cap), family.cls))
+    charge, of_class = np.concatenate(charges), np.concatenate(classes)
+    charged = np.unique(of_class[charge > 0])
+    rows = Rows(np.where(of_class[None, :] == charged[:, None], charge[None, :], 0).astype(float),
+                np.full(len(charged), -np.inf), np.array(room, dtype=float)[charged]) if len(charged) else None
+    return _no_d_columns_reach(np.concatenate(usages), np.concatenate(caps), table, pipelines, micro, rent,
+                               rows=rows, seconds=SPLIT_MILP_SECONDS)
 
 
 def _runs_by_setting_class(table: UsageTable, threshold: float) -> tuple[np.ndarray, list]:
@@ -206,12 +299,9 @@ def refuted_spanning(table: UsageTable, types: ClassTypes, pipelines: int, micro
         return True
     every_usage = np.concatenate([usage, spanning_usage]) if len(cap) else spanning_usage
     every_cap = np.concatenate([cap, spanning_cap])
-    devices = np.array(table.dims) - 1
-    chosen = np.arange(len(cap), len(every_cap))
-    if np.floor(_most_micro(every_usage, every_cap, devices, pipelines, rent, integral=False, chosen=chosen)[0]
-                + 1e-6) < micro:
-        return True
-    return np.floor(_most_micro(every_usage, every_cap, devices, pipelines, rent, chosen=chosen)[0] + 1e-6) < micro
+    spanning = (np.arange(len(every_cap)) >= len(cap)).astype(float)[None, :]
+    return _no_d_columns_reach(every_usage, every_cap, table, pipelines, micro, rent,
+                               rows=Rows(spanning, np.ones(1), np.full(1, np.inf)))
 
 
 def chosen_usages(table: UsageTable, pipelines: int, micro: int, threshold: float,
@@ -229,17 +319,17 @@ def chosen_usages(table: UsageTable, pipelines: int, micro: int, threshold: floa
 
 
 def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelines: int, rent: Rent | None = None,
-                integral: bool = True, chosen: np.ndarray | None = None,
+                integral: bool = True, rows: Rows | None = None,
                 seconds: float | None = None) -> tuple[float, np.ndarray | None]:
     """HiGHS's proven upper bound on the integer programme's optimum (its optimum when solved)
     and its best solution (None: none found; its first len(cap) entries are x); with
     `integral` False, of its LP relaxation (solved in milliseconds where the integer programme
-    takes about a second on 700 columns: it refutes most D on its own). `chosen`: columns of
-    which at least one must be used. `seconds`: HiGHS's time limit (MILP_SECONDS if None)."""
+    takes about a second on 700 columns: it refutes most D on its own). `rows`: more rows over the columns
+    ([U8], [U10]). `seconds`: HiGHS's time limit (MILP_SECONDS if None)."""
     h = quiet_highs(threads=1)
     h.setOptionValue("time_limit", MILP_SECONDS if seconds is None else seconds)
     h.setOptionValue("mip_rel_gap", 0.0)
-    h.passModel(_model(usage, cap, devices, pipelines, rent, integral, chosen))
+    h.passModel(_model(usage, cap, devices, pipelines, rent, integral, rows))
     h.run()
     status, info = h.getModelStatus(), h.getInfo()
     if status == highspy.HighsModelStatus.kInfeasible:
@@ -252,17 +342,17 @@ def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelin
 
 
 def _model(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelines: int, rent: Rent | None,
-           integral: bool, chosen: np.ndarray | None = None) -> highspy.HighsLp:
-    """max Σ F·x: x_j pipelines of usage column j (rows: devices per class, Σ x = D; with
-    `chosen`, Σ of those columns' x ≥ 1 [U8]); with a budget also y_k machines rented per class
+           integral: bool, rows: Rows | None = None) -> highspy.HighsLp:
+    """max Σ F·x: x_j pipelines of usage column j (rows: devices per class, Σ x = D, and `rows`:
+    [U8]'s Σ of the spanning columns ≥ 1, [U10]'s charges within the room); with a budget also y_k machines rented per class
     (rows: Σ_j u_jk·x_j − size_k·y_k ≤ 0, Σ rent·y ≤ budget) [U6]."""
     inf, n, classes = highspy.kHighsInf, len(cap), len(devices)
     matrix = np.concatenate([usage.T, np.ones((1, n))]).astype(float)  # [classes + 1, n]
     upper = np.concatenate([devices.astype(float), [float(pipelines)]])
     lower = np.concatenate([np.full(classes, -inf), [float(pipelines)]])
-    if chosen is not None:
-        matrix = np.concatenate([matrix, np.isin(np.arange(n), chosen)[None, :].astype(float)])
-        upper, lower = np.concatenate([upper, [inf]]), np.concatenate([lower, [1.0]])
+    if rows is not None:
+        matrix = np.concatenate([matrix, rows.matrix])
+        upper, lower = np.concatenate([upper, rows.upper]), np.concatenate([lower, rows.lower])
     cost, col_upper = cap.astype(float), np.full(n, float(pipelines))
     if rent is not None:
         y = np.concatenate([np.zeros((matrix.shape[0], classes)), -np.diag(rent.size.astype(float)),

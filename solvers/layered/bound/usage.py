@@ -30,7 +30,8 @@ class UsageTable:
     least: np.ndarray  # [K, U] float32, deflated (U = Π (N_k + 1), C order over classes)
     dims: tuple[int, ...]  # N_k + 1 per class
     crossing: np.ndarray | None = None  # [K, U] the same where the stage that sets b syncs across machines ([U9])
-    set_by: np.ndarray | None = None  # [K, classes] the classes of the stages whose τ can equal b[k]
+    set_by: np.ndarray | None = None  # [K, classes] least t of a class's stage whose τ can equal b[k] (0: none)
+    room: np.ndarray | None = None  # [class, z] ClassTypes.room of the table's D ([U10])
     hints: dict = field(default_factory=dict, compare=False, repr=False)  # [U9]: the set Z that held last
     runs: dict = field(default_factory=dict, compare=False, repr=False)  # threshold → `integer._most_runs`, the last few
 
@@ -118,13 +119,16 @@ def _closed(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
 
 
 def setting_classes(types: ClassTypes, b: np.ndarray) -> np.ndarray:
-    """[K, classes] bool: the classes with a stage (type i, n layers, last or not) whose τ equals
-    b[k] to 10⁻⁶ relative — the stage that sets a pipeline's b is in one of them ([U9])."""
+    """[K, classes] int: per class, the least t of its stages (type i, n layers, last or not) whose
+    τ equals b[k] to 10⁻⁶ relative, 0 where it has none — the stage that sets a pipeline's b is
+    in a class with a positive entry ([U9]), on at least that many devices ([U10])."""
     _, of_type = _stage_times(types)
-    out = np.zeros((len(b), len(types.devices)), dtype=bool)
+    out = np.zeros((len(b), len(types.devices)), dtype=int)
+    width = types.tp[of_type]
     for lo, match in _matching_stages(types, b):
         for k in range(len(types.devices)):
-            out[lo:lo + CHUNK, k] = match[:, types.cls[of_type] == k].any(axis=1)
+            least = np.where(match & (types.cls[of_type] == k)[None, :], width[None, :], np.iinfo(int).max).min(axis=1)
+            out[lo:lo + CHUNK, k] = np.where(least < np.iinfo(int).max, least, 0)
     return out
 
 
@@ -209,7 +213,8 @@ def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray, deadline: float = f
                 crossing_parts[key].append(across + hops)
     tables = {key: UsageTable(b=b, least=_deflated(part), dims=dims,
                               crossing=_deflated(crossing_parts[key]) if key in crossing_parts else None,
-                              set_by=setting_classes(any_types, b) if key in crossing_parts else None)
+                              set_by=setting_classes(any_types, b) if key in crossing_parts else None,
+                              room=by_d[key[1]].room if key in crossing_parts else None)
               for key, part in parts.items()}
     return {d: tables[key_of[d]] for d in ds}
 
