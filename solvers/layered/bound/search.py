@@ -109,19 +109,19 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
         _bisect_pending(tables, route, result, pending, top, deadline, log)
     result.complete = all(e.done for e in result.per_d.values())
     if result.complete:
-        _raise_by_levels(tables, route, result, top, deadline, log)
+        _raise_by_levels(tables, route, result, (top, deadline), log, incumbent, first_d)
     return result
 
 
-def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBound, top: float,
-                     deadline: float, log) -> None:
+def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBound, limits: tuple[float, float],
+                     log, incumbent: float | None, first_d: int | None) -> None:
     """With the time left once every D is examined, the D that sets the bound is bisected again
     from what it refuted up to the next D's value — with [U11]'s split on T_dp's level where it
     has its own table, on its bare table where the first pass only tested it at the least bound —
     until one stops below that value: a refinement, so the bound is never weaker than without it
     when the time runs out. (Building own tables here for the bare D cost gen-40 seed 2 300 s for
-    0.04 %.)"""
-    tests, settled = {}, set()
+    0.04 %.) `limits`: (the first threshold, the deadline)."""
+    (top, deadline), tests, settled = limits, {}, set()
     while time.perf_counter() < deadline:
         ranked = sorted((e.refuted, d) for d, e in result.per_d.items())
         before, d = ranked[0]
@@ -134,6 +134,7 @@ def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBou
             tests[d] = _test(tables, route, d, result.rent, deadline)
         entry = result.per_d[d]
         _bisect(tests[d], entry, before, ceiling, deadline)
+        _check_incumbent([d], entry.refuted, incumbent, first_d)
         entry.done = True  # examined before: a bisection the deadline cut keeps what it proved
         log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s (again, [U11])")
         if entry.refuted < ceiling:
@@ -167,10 +168,10 @@ def _test(tables: Tables, route: UsageRoute, d: int, rent: integer.Rent | None =
     on T_dp's level (own tables with crossing parts only)."""
     table, types, micro, bare = route.used[d], route.types[d], tables.total_micro, route.bare_for(d)
     alone, crossing = tables.one_machine_floor(d), tables.crossing_sync_floor(d)
-    levels = None
+    by_level = None
     if deadline is not None and d in route.own and table.crossing is not None and bare is not None:
-        levels = SyncLevelSplit(types=types, b=route.b, own=table, bare=bare, micro=micro, rent=rent, deadline=deadline,
-                                levels=tuple(share * tables.trivial_bound for share in LEVEL_SHARES))
+        by_level = SyncLevelSplit(types=types, b=route.b, own=table, bare=bare, micro=micro, rent=rent, deadline=deadline,
+                                  levels=tuple(share * tables.trivial_bound for share in LEVEL_SHARES))
 
     def no_crossing_plan(v: float) -> bool:
         if v < tables.trivial_bound + crossing:
@@ -183,7 +184,7 @@ def _test(tables: Tables, route: UsageRoute, d: int, rent: integer.Rent | None =
 
     def refuted(v: float) -> bool:
         return (integer.refuted(table, d, micro, v, rent) or spanning_refuted(v)
-                or (levels is not None and levels.refuted(v)))
+                or (by_level is not None and by_level.refuted(v)))
     return refuted
 
 
