@@ -97,7 +97,8 @@ def main() -> None:
         # proven gaps of layered plans (configuration bound, docs/bounds.md): report/bounds.md
         bench_bounds.main(["--heuristic-limit", "10", "--bound-limit", "60" if args.quick else "600",
                            "--problems", ",".join(problems), "--generated", "" if args.quick else "24,40,64",
-                           "--big", "" if args.quick else "128", "--big-seeds", "5"])
+                           "--big", "" if args.quick else "128", "--big-seeds", "5",
+                           "--default-limit", "0" if args.quick else "60"])
     figures = {
         "speedups": draw_speedups(rows, args.out / "speedup.png"),
         "scaling": draw_scaling(scaling, args.out / "scaling.png"),

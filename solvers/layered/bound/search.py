@@ -116,8 +116,8 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
 def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBound, limits: tuple[float, float],
                      log, incumbent: float | None, first_d: int | None) -> None:
     """With the time left once every D is examined, the D that sets the bound is bisected again
-    from what it refuted up to the next D's value — with [U11]'s split on T_dp's level where it
-    has its own table, on its bare table where the first pass only tested it at the least bound —
+    from what it refuted up to the next D's value — with [U11]'s split on T_dp's level and [U12]
+    (a D the first pass only tested at the least bound, on its bare table: with [U12] alone) —
     until one stops below that value: a refinement, so the bound is never weaker than without it
     when the time runs out. (Building own tables here for the bare D cost gen-40 seed 2 300 s for
     0.04 %.) `limits`: (the first threshold, the deadline)."""
@@ -165,12 +165,13 @@ def _test(tables: Tables, route: UsageRoute, d: int, rent: integer.Rent | None =
     (`one_machine_floor`), or on several (T_dp ≥ `crossing_sync_floor`, above the trivial
     bound or a bare table's T_pipe without any sync), or some pipeline spans two machines (the
     test with one such pipeline, `integer.refuted_spanning`); with a `deadline`, also [U11]'s split
-    on T_dp's level (own tables with crossing parts only)."""
+    on T_dp's level with [U12] (a D with only the bare table: the split with [U12] alone)."""
     table, types, micro, bare = route.used[d], route.types[d], tables.total_micro, route.bare_for(d)
     alone, crossing = tables.one_machine_floor(d), tables.crossing_sync_floor(d)
     by_level = None
-    if deadline is not None and d in route.own and table.crossing is not None and bare is not None:
-        by_level = SyncLevelSplit(types=types, b=route.b, own=table, bare=bare, micro=micro, rent=rent, deadline=deadline,
+    if deadline is not None and d >= 2 and bare is not None:
+        by_level = SyncLevelSplit(types=types, b=route.b, own=table if d in route.own else None, bare=bare, micro=micro,
+                                  rent=rent, deadline=deadline,
                                   levels=tuple(share * tables.trivial_bound for share in LEVEL_SHARES))
 
     def no_crossing_plan(v: float) -> bool:

@@ -14,7 +14,10 @@ level ω every plan with D pipelines is in one of two cases:
 
 A threshold is refuted when, at the least level ω whose first case refutes, every case of the
 second refutes. Levels are a few fixed shares of the trivial bound, so that a bisection reuses
-the capped tables it built.
+the capped tables it built. The second case may also be refuted level by level with [U12]
+(`aligned.py`): T_dp in [ω_i, ω_{i+1}) for the levels below ω (and 0), each with the lift ω_i
+and the crossing layers ω_{i+1} allows; it needs no table of its own, so it runs first, and for
+a D with only the bare table ([U5]) it is the only second case.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from solvers.layered.bound import integer
+from solvers.layered.bound.aligned import AlignedTest
 from solvers.layered.bound.classes import ClassTypes
 from solvers.layered.bound.usage import UsageTable, usage_tables
 
@@ -32,34 +36,48 @@ LEVEL_SHARES = (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16)  # levels ω, as sh
 
 @dataclass
 class SyncLevelSplit:
-    """[U11] for one D on the usage route: its own table (with crossing parts) and a bare table."""
+    """[U11] for one D on the usage route: its own table (None: the bare table alone; without
+    crossing parts: no [U10] cases) and a bare table; [U12] beside it."""
 
     types: ClassTypes
     b: np.ndarray
-    own: UsageTable
+    own: UsageTable | None
     bare: UsageTable
     micro: int
     levels: tuple[float, ...]
     deadline: float
     rent: integer.Rent | None = None
     capped: dict[tuple[float, int], UsageTable] = field(default_factory=dict, repr=False)  # one level's, by class
+    combined: dict[tuple[float, tuple[int, ...]], UsageTable] = field(default_factory=dict, repr=False)  # by unshared set
     hint: integer.Shared | None = None  # the case that held last
+    aligned: AlignedTest | None = field(default=None, repr=False)  # [U12], built at its first use
 
     def refuted(self, threshold: float) -> bool:
         """True when no plan with D pipelines has T ≤ `threshold` by the split on T_dp's level."""
         for omega in self.levels:
             if integer.refuted(self._above(omega), self.types.pipelines, self.micro, threshold, self.rent):
-                return self._below_refuted(omega, threshold)
+                return self._aligned_below(omega, threshold) or self._below_refuted(omega, threshold)
         return False
 
     def _above(self, omega: float) -> UsageTable:
         """The own table where T_dp ≥ ω: no usage's bubble below the bare one's + ω."""
         lifted = self.bare.least + np.float32(omega)
-        return replace(self.own, least=np.maximum(self.own.least, lifted),
-                       crossing=np.maximum(self.own.crossing, lifted), runs={}, hints={})
+        if self.own is None:
+            return replace(self.bare, least=lifted, runs={}, hints={})
+        crossing = None if self.own.crossing is None else np.maximum(self.own.crossing, lifted)
+        return replace(self.own, least=np.maximum(self.own.least, lifted), crossing=crossing, runs={}, hints={})
+
+    def _aligned_below(self, omega: float, threshold: float) -> bool:
+        """[U12] on every interval [ω_i, ω_{i+1}) of the levels below ω, from 0."""
+        if self.aligned is None:
+            self.aligned = AlignedTest.of(self.types, self.b, self.micro, self.deadline)
+        edges = [0.0] + [w for w in self.levels if w < omega] + [omega]
+        return all(self.aligned.refuted(threshold, lo, hi) for lo, hi in zip(edges, edges[1:]))
 
     def _below_refuted(self, omega: float, threshold: float) -> bool:
         """Every case of [U10] refuted where T_dp < ω (layers capped on the classes it does not share)."""
+        if self.own is None or self.own.crossing is None:
+            return False  # no crossing parts to split by
         d = self.types.pipelines
         for case in sorted(integer.class_sets(self.own, d), key=lambda case: case != self.hint):
             table = self._capped_table(omega, [k for k, c in enumerate(case.count) if c == 0])
@@ -73,18 +91,22 @@ class SyncLevelSplit:
         sync: the largest of the tables capped one class at a time (None: past the deadline)."""
         if not unshared:
             return self.own
-        each = [self._capped_one(omega, k) for k in unshared]
-        if any(t is None for t in each):
-            return None
-        return replace(each[0], least=np.max([t.least for t in each], axis=0),
-                       crossing=np.max([t.crossing for t in each], axis=0), runs={}, hints={})
+        key = (omega, tuple(unshared))
+        if key not in self.combined:  # many cases share an unshared set; a bisection tests each often
+            each = [self._capped_one(omega, k) for k in unshared]
+            if any(t is None for t in each):
+                return None
+            self.combined[key] = replace(each[0], least=np.max([t.least for t in each], axis=0),
+                                         crossing=np.max([t.crossing for t in each], axis=0), runs={}, hints={})
+        return self.combined[key]
 
     def _capped_one(self, omega: float, k: int) -> UsageTable | None:
         """The own table of types whose class-k stages sync below ω across machines (kept for one
         level at a time: a bisection mostly stays at one)."""
         if (omega, k) not in self.capped:
-            for key in [key for key in self.capped if key[0] != omega]:
-                del self.capped[key]
+            for store in (self.capped, self.combined):
+                for key in [key for key in store if key[0] != omega]:
+                    del store[key]
             d = self.types.pipelines
             built = usage_tables({d: capped_types(self.types, k, omega)}, self.b, self.deadline, own={d})
             if built is None:

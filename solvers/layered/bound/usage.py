@@ -118,7 +118,7 @@ def _closed(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
     return np.minimum(whole, _lone_stage(types, layer_limits(types, b, "single"), "single", types.layers, dims))
 
 
-def setting_classes(types: ClassTypes, b: np.ndarray) -> np.ndarray:
+def setting_widths(types: ClassTypes, b: np.ndarray) -> np.ndarray:
     """[K, classes] int: per class, the least t of its stages (type i, n layers, last or not) whose
     τ equals b[k] to 10⁻⁶ relative, 0 where it has none — the stage that sets a pipeline's b is
     in a class with a positive entry ([U9]), on at least that many devices ([U10])."""
@@ -213,7 +213,7 @@ def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray, deadline: float = f
                 crossing_parts[key].append(across + hops)
     tables = {key: UsageTable(b=b, least=_deflated(part), dims=dims,
                               crossing=_deflated(crossing_parts[key]) if key in crossing_parts else None,
-                              set_by=setting_classes(any_types, b) if key in crossing_parts else None,
+                              set_by=setting_widths(any_types, b) if key in crossing_parts else None,
                               room=by_d[key[1]].room if key in crossing_parts else None)
               for key, part in parts.items()}
     return {d: tables[key_of[d]] for d in ds}

@@ -1,0 +1,191 @@
+"""[U12] Layers aligned across the pipelines, below a level of T_dp (docs/bounds.md §6).
+
+A layer whose D holders do not all sit on one machine *crosses*: each holder's ring leaves its
+machine, so it syncs that layer at least at its type's crossing floor ([U9]), and T_dp, the
+largest sum of syncs of any stage, is at least that floor times the crossing layers the stage
+holds. So where T_dp < ω every stage σ holds at most c_σ = ⌊ω / crossing_layer(σ)⌋ crossing
+layers (n·floor < ω, to 10⁻⁹ lenient), and every pipeline holds the same crossing layers, at most x = ⌊⌊N/D⌋ · max c/t⌋ of them
+(the pipeline with the fewest devices has at most ⌊N/D⌋, each holding at most c/t).
+
+Every other layer is *local*: its D holders share one machine, so in every pipeline it sits on a
+stage of that machine's class. The local layers per class, λ_k, are therefore the same for all
+pipelines, and pipeline p holds λ_k + x_{p,k} layers on class k with Σ_k x_{p,k} = x. A relaxed
+pipeline is then a set of stages per class (each stage is on one machine, so in one class),
+whose bubble is the sum of the classes' parts: the DP of [U1] run per class on the layers of
+that class alone, with the first and the last stage in one of them. Where T_dp lies in
+[ω_lo, ω_hi), the bubble is at least max(its own, the bare one + ω_lo) (T ≥ T_pipe + T_dp), the
+stages hold at most c_σ(ω_hi) crossing layers, and for every λ with Σ λ_k = L − x the integer
+programme of [U2] over the capacities of such pipelines must fail to reach B/b. (More crossing
+layers only loosen the pipelines, so x at its largest covers every smaller count.)
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
+
+import numpy as np
+
+from solvers.layered.bound import integer
+from solvers.layered.bound.classes import ClassTypes
+from solvers.layered.bound.pricing import layer_limits, stage_contribution
+from solvers.layered.bound.usage import TABLE_SLACK, hop_floor
+
+# role → (holds the first stage, holds the last stage); "both" also covers a single stage
+ROLES = {"middle": (False, False), "first": (True, False), "last": (False, True), "both": (True, True)}
+MAX_CROSSING = 6  # more crossing layers than this: not tried (the λ and their spreads grow fast)
+
+Parts = list[dict[str, np.ndarray]]  # per class, per role: [K, L+1, N_k+1] least bubble share
+
+
+@dataclass
+class AlignedTest:
+    """[U12] for one D: per class and role, the least bubble share of its stages (with D's
+    last-stage sync floors, and bare)."""
+
+    types: ClassTypes
+    b: np.ndarray
+    micro: int
+    own: Parts
+    bare: Parts
+    hops: np.ndarray  # [*usage] (machines spanned − 1)·hop, as the usage tables add ([U3])
+    deadline: float = float("inf")  # perf_counter: past it a test refutes nothing (still a bound)
+    hint: dict = field(default_factory=dict)  # interval → the λ that held last
+
+    @classmethod
+    def of(cls, types: ClassTypes, b: np.ndarray, micro: int, deadline: float = float("inf")) -> AlignedTest:
+        bare = replace(types, sync_layer=np.zeros_like(types.sync_layer), sync_head=np.zeros_like(types.sync_head))
+        return cls(types=types, b=b, micro=micro, own=class_parts(types, b), bare=class_parts(bare, b),
+                   hops=hop_floor(types).astype(np.float32), deadline=deadline)
+
+    def crossing_allowance(self, ceiling: float) -> int:
+        """x: the most crossing layers a plan with T_dp < `ceiling` has (module docstring)."""
+        t = self.types
+        # no crossing floor (one machine): no layer can cross
+        held = [int(np.floor(ceiling / c * (1 + 1e-9))) / tp if c > 0 else 0.0  # [U11]'s caps, as lenient
+                for c, tp in zip(t.crossing_layer, t.tp)]
+        fewest = int(t.devices.sum()) // t.pipelines
+        return int(min(t.layers, np.floor(fewest * max(held) + 1e-9)))
+
+    def refuted(self, threshold: float, floor: float, ceiling: float) -> bool:
+        """True when no plan with D pipelines, T ≤ threshold and T_dp in [floor, ceiling) exists."""
+        t = self.types
+        extra = self.crossing_allowance(ceiling)
+        if t.pipelines < 2 or extra > MAX_CROSSING:
+            return False
+        open_counts = [[n for n in range(t.layers + 1) if self._class_open(k, n, extra, threshold, floor)]
+                       for k in range(len(t.devices))]
+        layouts = [lam for lam in itertools.product(*open_counts) if sum(lam) == t.layers - extra]
+        key = (floor, ceiling)
+        layouts.sort(key=lambda lam: lam != self.hint.get(key))  # the layout that held last, first
+        for lam in layouts:
+            if time.perf_counter() > self.deadline or not self._layout_refuted(lam, extra, threshold, floor):
+                self.hint[key] = lam
+                return False
+        return True
+
+    def _class_open(self, k: int, local: int, extra: int, threshold: float, floor: float) -> bool:
+        """Whether class k alone (the others' bubble taken as 0) leaves λ_k = `local` open: a
+        necessary condition of every layout with it, and cheap (one class's usage axis)."""
+        span = slice(local, local + extra + 1)
+        own = np.min([part[:, span, :].min(axis=1) for part in self.own[k].values()], axis=0)
+        bare = np.min([part[:, span, :].min(axis=1) for part in self.bare[k].values()], axis=0)
+        dims = (int(self.types.devices[k]) + 1,)
+        return not self._reach_refuted(own, bare, dims, threshold, floor)
+
+    def _layout_refuted(self, local: tuple[int, ...], extra: int, threshold: float, floor: float) -> bool:
+        own, bare = _bubbles(self.own, local, extra), _bubbles(self.bare, local, extra)
+        dims = tuple(int(n) + 1 for n in self.types.devices)
+        return self._reach_refuted(own + self.hops[None], bare + self.hops[None], dims, threshold, floor)
+
+    def _reach_refuted(self, own: np.ndarray, bare: np.ndarray, dims: tuple[int, ...], threshold: float,
+                       floor: float) -> bool:
+        """[U2] on the capacities of bubbles [K, *usage]: max(own, bare + floor) + (m − 1)·b ≤ threshold."""
+        least = np.maximum(own, bare + np.float32(floor)).reshape(len(self.b), -1) * np.float32(1 - TABLE_SLACK)
+        runs = integer._runs_within(self.b, least, threshold)  # float32 sums deflated like the usage tables
+        most = self.micro - self.types.pipelines + 1
+        usage, cap = integer.columns(integer._closed(np.minimum(runs, most).reshape(dims)))
+        return integer._no_d_columns_reach(usage, cap, SimpleNamespace(dims=dims), self.types.pipelines,
+                                           self.micro, None)
+
+
+def _bubbles(parts: Parts, local: tuple[int, ...], extra: int) -> np.ndarray:
+    """[K, *usage]: the least bubble of a pipeline holding local[k] + x_k layers on class k
+    (Σ x_k = extra), with exactly one first and one last stage: a DP over the classes whose
+    state is (first placed, last placed, crossing layers placed)."""
+    states = {(False, False, 0): np.zeros(parts[0]["middle"].shape[:1], dtype=np.float32)}
+    for k, part in enumerate(parts):
+        grown: dict[tuple[bool, bool, int], np.ndarray] = {}
+        for (first, last, placed), acc in states.items():
+            for role, (has_first, has_last) in ROLES.items():
+                if (first and has_first) or (last and has_last):
+                    continue
+                for x in range(min(extra - placed, part[role].shape[1] - 1 - local[k]) + 1):
+                    share = part[role][:, local[k] + x, :]
+                    total = acc[..., None] + share.reshape(share.shape[:1] + (1,) * (acc.ndim - 1) + share.shape[1:])
+                    key = (first or has_first, last or has_last, placed + x)
+                    grown[key] = total if key not in grown else np.minimum(grown[key], total)
+        states = grown
+    dims = tuple(part["middle"].shape[2] for part in parts)
+    return states.get((True, True, extra), np.full(parts[0]["middle"].shape[:1] + dims, np.inf, dtype=np.float32))
+
+
+def class_parts(types: ClassTypes, b: np.ndarray) -> Parts:
+    """Per class, per role: [K, L+1, N_k+1] the least bubble share of a set of that class's stages
+    covering n layers with exactly u devices, every τ ≤ b (inf: none); "middle" holds the empty
+    set (0 layers, 0 devices, 0), "both" a first and a last stage or one single stage."""
+    out = []
+    for k in range(len(types.devices)):
+        middle = _middles(types, b, k)
+        first, last = _with_stage(types, b, k, middle, "first"), _with_stage(types, b, k, middle, "last")
+        both = np.minimum(_with_stage(types, b, k, first, "last"), _single(types, b, k))
+        out.append({"middle": middle, "first": first, "last": last, "both": both})
+    return out
+
+
+def _class_types(types: ClassTypes, k: int) -> list[int]:
+    return [int(i) for i in np.flatnonzero(types.cls == k) if types.tp[i] <= types.devices[k]]
+
+
+def _middles(types: ClassTypes, b: np.ndarray, k: int) -> np.ndarray:
+    """Middle stages only: the DP of [U1] over (layers, devices) on class k."""
+    size, big_l = int(types.devices[k]) + 1, types.layers
+    table = np.full((len(b), big_l + 1, size), np.inf, dtype=np.float32)
+    table[:, 0, 0] = 0.0
+    limit, cost = layer_limits(types, b, "middle"), stage_contribution(types, "middle")
+    for ell in range(1, big_l + 1):
+        for i in _class_types(types, k):
+            t = int(types.tp[i])
+            for n in range(1, min(ell, int(limit[:, i].max())) + 1):
+                step = np.where((n <= limit[:, i])[:, None], table[:, ell - n, :size - t] + np.float32(cost[i, n]),
+                                np.inf)
+                np.minimum(table[:, ell, t:], step, out=table[:, ell, t:])
+    return table
+
+
+def _with_stage(types: ClassTypes, b: np.ndarray, k: int, base: np.ndarray, role: str) -> np.ndarray:
+    """`base` with one more class-k stage in `role` ("first" or "last")."""
+    out = np.full_like(base, np.inf)
+    limit, cost = layer_limits(types, b, role), stage_contribution(types, role)
+    size, big_l = base.shape[2], types.layers
+    for i in _class_types(types, k):
+        t = int(types.tp[i])
+        for n in range(1, min(big_l, int(limit[:, i].max())) + 1):
+            step = np.where((n <= limit[:, i])[:, None, None],
+                            base[:, :big_l + 1 - n, :size - t] + np.float32(cost[i, n]), np.inf)
+            np.minimum(out[:, n:, t:], step, out=out[:, n:, t:])
+    return out
+
+
+def _single(types: ClassTypes, b: np.ndarray, k: int) -> np.ndarray:
+    """One stage that is both first and last (a pipeline of one stage)."""
+    size, big_l = int(types.devices[k]) + 1, types.layers
+    out = np.full((len(b), big_l + 1, size), np.inf, dtype=np.float32)
+    limit, cost = layer_limits(types, b, "single"), stage_contribution(types, "single")
+    for i in _class_types(types, k):
+        t = int(types.tp[i])
+        for n in range(1, min(big_l, int(limit[:, i].max())) + 1):
+            out[:, n, t] = np.where(n <= limit[:, i], np.minimum(out[:, n, t], np.float32(cost[i, n])), out[:, n, t])
+    return out
