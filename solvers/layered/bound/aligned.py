@@ -73,7 +73,7 @@ class AlignedTest:
         """True when no plan with D pipelines, T ≤ threshold and T_dp in [floor, ceiling) exists."""
         t = self.types
         extra = self.crossing_allowance(ceiling)
-        if t.pipelines < 2 or extra > MAX_CROSSING:
+        if t.pipelines < 2 or extra > MAX_CROSSING or time.perf_counter() > self.deadline:
             return False
         open_counts = [[n for n in range(t.layers + 1) if self._class_open(k, n, extra, threshold, floor)]
                        for k in range(len(t.devices))]

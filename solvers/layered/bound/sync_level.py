@@ -22,6 +22,7 @@ a D with only the bare table ([U5]) it is the only second case.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -55,6 +56,8 @@ class SyncLevelSplit:
     def refuted(self, threshold: float) -> bool:
         """True when no plan with D pipelines has T ≤ `threshold` by the split on T_dp's level."""
         for omega in self.levels:
+            if time.perf_counter() > self.deadline:
+                return False  # refutes nothing more (each level is an integer programme or more)
             if integer.refuted(self._above(omega), self.types.pipelines, self.micro, threshold, self.rent):
                 return self._aligned_below(omega, threshold) or self._below_refuted(omega, threshold)
         return False
