@@ -4,8 +4,9 @@ A layer whose D holders do not all sit on one machine *crosses*: each holder's r
 machine, so it syncs that layer at least at its type's crossing floor ([U9]), and T_dp, the
 largest sum of syncs of any stage, is at least that floor times the crossing layers the stage
 holds. So where T_dp < ω every stage σ holds at most c_σ = ⌊ω / crossing_layer(σ)⌋ crossing
-layers (n·floor < ω, to 10⁻⁹ lenient), and every pipeline holds the same crossing layers, at most x = ⌊⌊N/D⌋ · max c/t⌋ of them
-(the pipeline with the fewest devices has at most ⌊N/D⌋, each holding at most c/t).
+layers (n·floor < ω, to 10⁻⁹ lenient), and every pipeline holds the same crossing layers, at
+most x = ⌊⌊N/D⌋ · max c/t⌋ of them (the pipeline with the fewest devices has at most ⌊N/D⌋,
+each holding at most c/t).
 
 Every other layer is *local*: its D holders share one machine, so in every pipeline it sits on a
 stage of that machine's class. The local layers per class, λ_k, are therefore the same for all
@@ -24,7 +25,6 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field, replace
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -103,12 +103,9 @@ class AlignedTest:
     def _reach_refuted(self, own: np.ndarray, bare: np.ndarray, dims: tuple[int, ...], threshold: float,
                        floor: float) -> bool:
         """[U2] on the capacities of bubbles [K, *usage]: max(own, bare + floor) + (m − 1)·b ≤ threshold."""
+        # float32 sums, deflated like the usage tables
         least = np.maximum(own, bare + np.float32(floor)).reshape(len(self.b), -1) * np.float32(1 - TABLE_SLACK)
-        runs = integer._runs_within(self.b, least, threshold)  # float32 sums deflated like the usage tables
-        most = self.micro - self.types.pipelines + 1
-        usage, cap = integer.columns(integer._closed(np.minimum(runs, most).reshape(dims)))
-        return integer._no_d_columns_reach(usage, cap, SimpleNamespace(dims=dims), self.types.pipelines,
-                                           self.micro, None)
+        return integer.runs_refuted(self.b, least, dims, threshold, self.types.pipelines, self.micro)
 
 
 def _bubbles(parts: Parts, local: tuple[int, ...], extra: int) -> np.ndarray:

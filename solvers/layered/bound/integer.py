@@ -157,15 +157,28 @@ def _refutes(best: np.ndarray, table: UsageTable, pipelines: int, micro: int, re
     """[U2] on capacities F: no D columns within the classes (and the budget) reach B/b (the
     integer programme stopped after `seconds`, MILP_SECONDS if None)."""
     usage, cap = columns(best)
-    return _no_d_columns_reach(usage, cap, table, pipelines, micro, rent, seconds=seconds)
+    return _no_d_columns_reach(usage, cap, _devices(table), pipelines, micro, rent, seconds=seconds)
 
 
-def _no_d_columns_reach(usage: np.ndarray, cap: np.ndarray, table: UsageTable, pipelines: int, micro: int,
+def _devices(table: UsageTable) -> np.ndarray:
+    return np.array(table.dims) - 1
+
+
+def runs_refuted(b: np.ndarray, least: np.ndarray, dims: tuple[int, ...], threshold: float, pipelines: int,
+                 micro: int) -> bool:
+    """[U2] on bubbles least [K, U] that are not a usage table's (one layout of [U12]): no D
+    pipelines of these usages (dims: N_k + 1 per class) reach B/b within `threshold`."""
+    most = micro - pipelines + 1
+    usage, cap = columns(_closed(np.minimum(_runs_within(b, least, threshold), most).reshape(dims)))
+    return _no_d_columns_reach(usage, cap, np.array(dims) - 1, pipelines, micro, None)
+
+
+def _no_d_columns_reach(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelines: int, micro: int,
                         rent: Rent | None, rows: Rows | None = None, seconds: float | None = None) -> bool:
-    """[U2] on columns (usage, F) and extra `rows`: the LP relaxation first, then the integer programme."""
+    """[U2] on columns (usage, F) within `devices` per class and extra `rows`: the LP relaxation
+    first, then the integer programme."""
     if not len(cap):
         return True
-    devices = np.array(table.dims) - 1
     if cap.max() * pipelines < micro - 1e-9:
         return True
     if np.floor(_most_micro(usage, cap, devices, pipelines, rent, integral=False, rows=rows)[0] + 1e-6) < micro:
@@ -268,7 +281,7 @@ def _refutes_split(families: list[Family], room: tuple[int, ...], table: UsageTa
     charged = np.unique(of_class[charge > 0])
     rows = Rows(np.where(of_class[None, :] == charged[:, None], charge[None, :], 0).astype(float),
                 np.full(len(charged), -np.inf), np.array(room, dtype=float)[charged]) if len(charged) else None
-    return _no_d_columns_reach(np.concatenate(usages), np.concatenate(caps), table, pipelines, micro, rent,
+    return _no_d_columns_reach(np.concatenate(usages), np.concatenate(caps), _devices(table), pipelines, micro, rent,
                                rows=rows, seconds=SPLIT_MILP_SECONDS)
 
 
@@ -300,7 +313,7 @@ def refuted_spanning(table: UsageTable, types: ClassTypes, pipelines: int, micro
     every_usage = np.concatenate([usage, spanning_usage]) if len(cap) else spanning_usage
     every_cap = np.concatenate([cap, spanning_cap])
     spanning = (np.arange(len(every_cap)) >= len(cap)).astype(float)[None, :]
-    return _no_d_columns_reach(every_usage, every_cap, table, pipelines, micro, rent,
+    return _no_d_columns_reach(every_usage, every_cap, _devices(table), pipelines, micro, rent,
                                rows=Rows(spanning, np.ones(1), np.full(1, np.inf)))
 
 
