@@ -29,9 +29,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from solvers.layered.bound import integer
-from solvers.layered.bound.classes import ClassTypes
-from solvers.layered.bound.pricing import layer_limits, stage_contribution
-from solvers.layered.bound.usage import TABLE_SLACK, hop_floor
+from solvers.layered.bound.classes import ClassTypes, one_class
+from solvers.layered.bound.usage import TABLE_SLACK, hop_floor, stage_sets
 
 # role → (holds the first stage, holds the last stage); "both" also covers a single stage
 ROLES = {"middle": (False, False), "first": (True, False), "last": (False, True), "both": (True, True)}
@@ -131,58 +130,6 @@ def _bubbles(parts: Parts, local: tuple[int, ...], extra: int) -> np.ndarray:
 
 def class_parts(types: ClassTypes, b: np.ndarray) -> Parts:
     """Per class, per role: [K, L+1, N_k+1] the least bubble share of a set of that class's stages
-    covering n layers with exactly u devices, every τ ≤ b (inf: none); "middle" holds the empty
-    set (0 layers, 0 devices, 0), "both" a first and a last stage or one single stage."""
-    out = []
-    for k in range(len(types.devices)):
-        middle = _middles(types, b, k)
-        first, last = _with_stage(types, b, k, middle, "first"), _with_stage(types, b, k, middle, "last")
-        both = np.minimum(_with_stage(types, b, k, first, "last"), _single(types, b, k))
-        out.append({"middle": middle, "first": first, "last": last, "both": both})
-    return out
-
-
-def _class_types(types: ClassTypes, k: int) -> list[int]:
-    return [int(i) for i in np.flatnonzero(types.cls == k) if types.tp[i] <= types.devices[k]]
-
-
-def _middles(types: ClassTypes, b: np.ndarray, k: int) -> np.ndarray:
-    """Middle stages only: the DP of [U1] over (layers, devices) on class k."""
-    size, big_l = int(types.devices[k]) + 1, types.layers
-    table = np.full((len(b), big_l + 1, size), np.inf, dtype=np.float32)
-    table[:, 0, 0] = 0.0
-    limit, cost = layer_limits(types, b, "middle"), stage_contribution(types, "middle")
-    for ell in range(1, big_l + 1):
-        for i in _class_types(types, k):
-            t = int(types.tp[i])
-            for n in range(1, min(ell, int(limit[:, i].max())) + 1):
-                step = np.where((n <= limit[:, i])[:, None], table[:, ell - n, :size - t] + np.float32(cost[i, n]),
-                                np.inf)
-                np.minimum(table[:, ell, t:], step, out=table[:, ell, t:])
-    return table
-
-
-def _with_stage(types: ClassTypes, b: np.ndarray, k: int, base: np.ndarray, role: str) -> np.ndarray:
-    """`base` with one more class-k stage in `role` ("first" or "last")."""
-    out = np.full_like(base, np.inf)
-    limit, cost = layer_limits(types, b, role), stage_contribution(types, role)
-    size, big_l = base.shape[2], types.layers
-    for i in _class_types(types, k):
-        t = int(types.tp[i])
-        for n in range(1, min(big_l, int(limit[:, i].max())) + 1):
-            step = np.where((n <= limit[:, i])[:, None, None],
-                            base[:, :big_l + 1 - n, :size - t] + np.float32(cost[i, n]), np.inf)
-            np.minimum(out[:, n:, t:], step, out=out[:, n:, t:])
-    return out
-
-
-def _single(types: ClassTypes, b: np.ndarray, k: int) -> np.ndarray:
-    """One stage that is both first and last (a pipeline of one stage)."""
-    size, big_l = int(types.devices[k]) + 1, types.layers
-    out = np.full((len(b), big_l + 1, size), np.inf, dtype=np.float32)
-    limit, cost = layer_limits(types, b, "single"), stage_contribution(types, "single")
-    for i in _class_types(types, k):
-        t = int(types.tp[i])
-        for n in range(1, min(big_l, int(limit[:, i].max())) + 1):
-            out[:, n, t] = np.where(n <= limit[:, i], np.minimum(out[:, n, t], np.float32(cost[i, n])), out[:, n, t])
-    return out
+    covering n layers with exactly u devices, every τ ≤ b (inf: none): `usage.stage_sets` on the
+    class alone."""
+    return [stage_sets(one_class(types, k), b) for k in range(len(types.devices))]

@@ -109,6 +109,21 @@ def _room(counts: np.ndarray, of_machine: np.ndarray, pipelines: int) -> np.ndar
     return room
 
 
+PER_TYPE = ("tp", "per_layer", "head", "receive", "sync_layer", "sync_head", "crossing_layer", "crossing_head",
+            "caps")
+PER_CLASS = ("devices", "machine_size", "machines", "least_rent", "device_price", "room")
+
+
+def one_class(types: ClassTypes, k: int) -> ClassTypes:
+    """`types` restricted to class k, renumbered as class 0 (its machines map to 0, the others
+    to −1): the types a DP over that class's devices alone reads ([U12])."""
+    keep = types.cls == k
+    per_type = {name: getattr(types, name)[keep] for name in PER_TYPE}
+    per_class = {name: getattr(types, name)[k:k + 1] for name in PER_CLASS}
+    return replace(types, **(per_type | per_class), cls=np.zeros(int(keep.sum()), dtype=int),
+                   class_of_machine=np.where(types.class_of_machine == k, 0, -1))
+
+
 def range_types(tables: Tables, fewest: int, most: int, by_gpu: bool = False) -> ClassTypes:
     """Types that hold for every D in [fewest, most] at once ([P6]): each coefficient at its
     most favourable over the range (times and sync floors: the least; memory caps: the

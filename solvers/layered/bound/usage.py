@@ -88,6 +88,31 @@ def prefix_table(types: ClassTypes, b: np.ndarray) -> np.ndarray:
     return table
 
 
+def stage_sets(types: ClassTypes, b: np.ndarray) -> dict[str, np.ndarray]:
+    """Per role, [K, L+1, *usage] the least bubble share of a set of stages covering ℓ layers with
+    usage u, every τ ≤ b — the DP of [U1] without its closing: "middle" middle stages only (the
+    empty set at 0 layers and no devices), "first" and "last" with one such stage more, "both"
+    with a first and a last stage or one single stage. [U12] runs it on one class at a time."""
+    big_l, dims = types.layers, tuple(int(d) + 1 for d in types.devices)
+    limits = {role: layer_limits(types, b, role) for role in ("first", "middle", "last", "single")}
+
+    def with_stage(base: np.ndarray, role: str) -> np.ndarray:
+        out = np.full_like(base, np.inf)
+        for ell in range(1, big_l + 1):
+            out[:, ell] = _add_stage(types, base, limits[role], role, ell)
+        return out
+
+    middle = np.full((len(b), big_l + 1) + dims, np.inf, dtype=np.float32)
+    middle[(slice(None), 0) + (0,) * len(dims)] = 0.0
+    for ell in range(1, big_l + 1):  # row ℓ from the rows below it
+        middle[:, ell] = _add_stage(types, middle, limits["middle"], "middle", ell)
+    first, last = with_stage(middle, "first"), with_stage(middle, "last")
+    both = with_stage(first, "last")
+    for ell in range(1, big_l + 1):
+        np.minimum(both[:, ell], _lone_stage(types, limits["single"], "single", ell, dims), out=both[:, ell])
+    return {"middle": middle, "first": first, "last": last, "both": both}
+
+
 def least_bubble(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
     """[K, *usage]: least bubble of a whole relaxed pipeline (prefix + last stage, or one
     single stage) with usage exactly u and every τ ≤ b, with D's last-stage sync floors, or
