@@ -110,22 +110,45 @@ class AlignedTest:
 def _bubbles(parts: Parts, local: tuple[int, ...], extra: int) -> np.ndarray:
     """[K, *usage]: the least bubble of a pipeline holding local[k] + x_k layers on class k
     (Σ x_k = extra), with exactly one first and one last stage: a DP over the classes whose
-    state is (first placed, last placed, crossing layers placed)."""
+    state is (first placed, last placed, crossing layers placed). The last class only closes
+    states (its role and x are then forced): the full-size arrays are built once per state."""
     states = {(False, False, 0): np.zeros(parts[0]["middle"].shape[:1], dtype=np.float32)}
-    for k, part in enumerate(parts):
+    for k, part in enumerate(parts[:-1]):
         grown: dict[tuple[bool, bool, int], np.ndarray] = {}
         for (first, last, placed), acc in states.items():
             for role, (has_first, has_last) in ROLES.items():
                 if (first and has_first) or (last and has_last):
                     continue
                 for x in range(min(extra - placed, part[role].shape[1] - 1 - local[k]) + 1):
-                    share = part[role][:, local[k] + x, :]
-                    total = acc[..., None] + share.reshape(share.shape[:1] + (1,) * (acc.ndim - 1) + share.shape[1:])
                     key = (first or has_first, last or has_last, placed + x)
+                    total = _outer(acc, part[role][:, local[k] + x, :])
                     grown[key] = total if key not in grown else np.minimum(grown[key], total)
         states = grown
-    dims = tuple(part["middle"].shape[2] for part in parts)
-    return states.get((True, True, extra), np.full(parts[0]["middle"].shape[:1] + dims, np.inf, dtype=np.float32))
+    return _closed(states, parts, local, extra)
+
+
+def _closed(states: dict[tuple[bool, bool, int], np.ndarray], parts: Parts, local: tuple[int, ...],
+            extra: int) -> np.ndarray:
+    """The last class's step of `_bubbles`, kept to the states it completes: the roles it still
+    lacks and the crossing layers still unplaced are its own."""
+    last_part, n = parts[-1], local[-1]
+    result = None
+    for (first, last, placed), acc in states.items():
+        role = next(r for r, has in ROLES.items() if has == (not first, not last))
+        x = extra - placed
+        if n + x > last_part[role].shape[1] - 1:
+            continue
+        total = _outer(acc, last_part[role][:, n + x, :])
+        result = total if result is None else np.minimum(result, total)
+    if result is None:
+        dims = tuple(part["middle"].shape[2] for part in parts)
+        return np.full(parts[0]["middle"].shape[:1] + dims, np.inf, dtype=np.float32)
+    return result
+
+
+def _outer(acc: np.ndarray, share: np.ndarray) -> np.ndarray:
+    """acc [K, *u] + share [K, u_k] as [K, *u, u_k]: one more class's usage axis."""
+    return acc[..., None] + share.reshape(share.shape[:1] + (1,) * (acc.ndim - 1) + share.shape[1:])
 
 
 def class_parts(types: ClassTypes, b: np.ndarray) -> Parts:
