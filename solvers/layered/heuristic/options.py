@@ -25,14 +25,16 @@ MIN_MOVE_EVALUATIONS = 400
 class HeuristicOptions(Frozen):
     partitioner: Literal["metis", "random"] = Field(
         default="metis", description="phase 1: METIS multilevel k-way, or a random balanced split")
-    protect: Literal["auto", "pipeline", "data", "machines", "tiered"] = Field(
+    protect: Literal["auto", "pipeline", "data", "machines", "tiered", "uneven"] = Field(
         default="auto",
         description="which traffic the pools keep on fast links: 'pipeline' = METIS min-cut "
                     "(DP crosses the slowest links), 'data' = striped pools (each machine dealt "
                     "across pools, so a layer's DP holders share machines), 'machines' = striped "
                     "but a group of like machines that D divides dealt whole, 'tiered' = pools of "
                     "unequal speed filled fastest device first (each holding 1, 1.5, 2 or 3 model "
-                    "replicas' states, the last the rest); 'auto' tries all of them up to 512 "
+                    "replicas' states, the last the rest), 'uneven' = machines of a group smaller "
+                    "than D dealt whole, the others cut 5/8 or 3/4 to the strongest pool; 'auto' "
+                    "tries all of them up to 512 "
                     "devices and 'pipeline' alone above")
     fixed_tp: int | None = Field(
         default=None, ge=1, description="ablation: one TP size for every stage (a power of two)")

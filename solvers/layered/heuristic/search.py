@@ -39,7 +39,7 @@ from solvers.layered.tables import Tables, explain_infeasible
 from solvers.layered.heuristic.assemble import build_plan, plan_from_table, with_split
 from solvers.layered.heuristic.moves import improve
 from solvers.layered.heuristic.options import HeuristicOptions
-from solvers.layered.heuristic.partition import TIERED_MODES, partition
+from solvers.layered.heuristic.partition import TIERED_MODES, UNEVEN_MODES, partition
 from solvers.layered.heuristic.polish import polish
 from planner.base import plural
 
@@ -111,10 +111,12 @@ def protect_modes(problem: Problem, heuristic: HeuristicOptions) -> list[str]:
     """The phase-1 splits tried for each D (`partition.partition`'s modes)."""
     if heuristic.protect == "tiered":
         return list(TIERED_MODES)
+    if heuristic.protect == "uneven":
+        return list(UNEVEN_MODES)
     if heuristic.protect != "auto":
         return [heuristic.protect]
     if problem.cluster.num_devices <= SMALL_CLUSTER:
-        return ["pipeline", "data", "machines", *TIERED_MODES]
+        return ["pipeline", "data", "machines", *TIERED_MODES, *UNEVEN_MODES]
     return ["pipeline"]
 
 
