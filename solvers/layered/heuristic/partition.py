@@ -301,8 +301,7 @@ def uneven_pools(problem: Problem, pools: int, share: float) -> list[np.ndarray]
         return [np.arange(cluster.num_devices)]
     weights = compute_weights(problem)
     groups = Counter((m.gpu, m.count) for m in cluster.machines)
-    lone = [m for m in range(len(cluster.machines))
-            if groups[(cluster.machines[m].gpu, cluster.machines[m].count)] < pools]
+    lone = {m for m in range(len(cluster.machines)) if groups[(cluster.machines[m].gpu, cluster.machines[m].count)] < pools}
     load = np.zeros(pools)
     members: list[list[int]] = [[] for _ in range(pools)]
     for m in sorted(lone, key=lambda m: (-weights[cluster.devices_of(m)].sum(), m)):
@@ -310,7 +309,7 @@ def uneven_pools(problem: Problem, pools: int, share: float) -> list[np.ndarray]
         members[p].extend(cluster.devices_of(m))
         load[p] += weights[cluster.devices_of(m)].sum()
     rank = np.argsort(-load, kind="stable")  # the strongest pool first
-    for m in (m for m in range(len(cluster.machines)) if m not in set(lone)):
+    for m in (m for m in range(len(cluster.machines)) if m not in lone):
         devices = list(cluster.devices_of(m))
         first = int(round(share * len(devices)))
         cuts = [first] + [first + round((len(devices) - first) * (j + 1) / (pools - 1)) for j in range(pools - 2)]
