@@ -1,6 +1,6 @@
 """The uneven pools of the heuristic's phase 1 (solvers/layered/heuristic/partition.py): machines
 of a group smaller than D dealt whole, every other machine cut with a share to the strongest
-pool. Every device dealt once, the lone machines whole and spread, the others cut as the share
+pool (no such machine: the "machines" split). Every device dealt once, the lone machines whole and spread, the others cut as the share
 says; and the heuristic finds with them the asymmetric D = 2 plan of hetero-1 that no even split
 comes near."""
 
@@ -15,7 +15,7 @@ from instances.generate import generate_cluster, generated_problem
 from planner.io import load_problem
 from solvers.common import SolverOptions
 from solvers.layered.heuristic import HeuristicOptions, solve_with
-from solvers.layered.heuristic.partition import UNEVEN_SHARES, compute_weights, uneven_pools
+from solvers.layered.heuristic.partition import UNEVEN_SHARES, compute_weights, striped_pools, uneven_pools
 
 MIX = "A100-80G:1,RTX4090:1,H20:1"
 
@@ -40,6 +40,10 @@ def test_lone_machines_go_whole_and_the_others_are_cut_by_the_share(share, pools
         pool_of = {int(d): p for p, pool in enumerate(dealt) for d in pool}
         groups = Counter((m.gpu, m.count) for m in cluster.machines)
         lone = [m for m, machine in enumerate(cluster.machines) if groups[(machine.gpu, machine.count)] < pools]
+        if not lone:  # nothing to build around: the "machines" split
+            whole = striped_pools(problem, pools, whole=True)
+            assert sorted(map(tuple, dealt)) == sorted(map(tuple, whole))
+            continue
         for m in lone:  # whole, in one pool
             assert len({pool_of[d] for d in cluster.devices_of(m)}) == 1
         weights = compute_weights(problem)

@@ -292,16 +292,19 @@ def uneven_pools(problem: Problem, pools: int, share: float) -> list[np.ndarray]
     fewer machines than D (so "machines" stripes them): each goes out whole, heaviest first, to
     the pool with the least compute so far; then every other machine is cut in D blocks, the
     pool the lone machines made the strongest taking `share` of it and the others the rest in
-    equal parts. On hetero-1 (a 3090 and a 3080 Ti machine beside three 4090 machines), D = 2
-    with the 3090 and 5 GPUs of each 4090 machine in one pipeline (77 micro-batches) and the
-    3080 Ti and 3 of each in the other (51) is 16.36 s against the even splits' 17.2–17.7 s:
-    the stronger pipeline's 4090 stages hold 2 layers each, the other's 3, both near one τ."""
+    equal parts (with no lone machine, the "machines" split stands in). On hetero-1 (a 3090 and
+    a 3080 Ti machine beside three 4090 machines), D = 2 with the 3090 and 5 GPUs of each 4090
+    machine in one pipeline (77 micro-batches) and the 3080 Ti and 3 of each in the other (51)
+    is 16.36 s against the even splits' 17.2–17.7 s: the stronger pipeline's 4090 stages hold
+    2 layers each, the other's 3, both near one τ."""
     cluster = problem.cluster
     if pools == 1:
         return [np.arange(cluster.num_devices)]
     weights = compute_weights(problem)
     groups = Counter((m.gpu, m.count) for m in cluster.machines)
     lone = {m for m in range(len(cluster.machines)) if groups[(cluster.machines[m].gpu, cluster.machines[m].count)] < pools}
+    if not lone:  # nothing to build the pools around: the "machines" split (the search skips it as a repeat)
+        return striped_pools(problem, pools, whole=True)
     load = np.zeros(pools)
     members: list[list[int]] = [[] for _ in range(pools)]
     for m in sorted(lone, key=lambda m: (-weights[cluster.devices_of(m)].sum(), m)):
