@@ -88,7 +88,7 @@ def test_on_hetero1_7b_alignment_refutes_what_the_tables_do_not_and_keeps_the_he
     """hetero-1 (10 GbE between machines) 7B, D = 4: the usage table's own test leaves 15.5 s
     open (it refutes up to 15.22 s; [U11], measured: 15.237 s); the aligned test refutes it for
     T_dp below 0.118 s (at most 0, 0 and 1 crossing layers in the three intervals). The
-    heuristic's plan (16.659 s, T_dp 0.190 s) is not refuted in its interval."""
+    heuristic's D = 4 plan (16.659 s, T_dp 0.190 s) is not refuted in its interval."""
     problem = load_problem("hetero1-llama2-7b")
     tables = Tables(problem)
     types = class_types(tables, 4)
@@ -100,7 +100,10 @@ def test_on_hetero1_7b_alignment_refutes_what_the_tables_do_not_and_keeps_the_he
     low = [(lo, hi) for lo, hi in zip(edges, edges[1:]) if hi < 0.12]
     assert [test.crossing_allowance(hi) for _, hi in low] == [0, 0, 1]
     assert all(test.refuted(15.5, lo, hi) for lo, hi in low)
-    estimate = evaluate(problem, solve_with(problem, SolverOptions(time_limit_s=10, threads=1), HeuristicOptions()).plan)
+    # the heuristic's own D = 4 plan: a D = 4 test says nothing about its D = 2 plans
+    four = HeuristicOptions(pipelines=(4,))
+    estimate = evaluate(problem, solve_with(problem, SolverOptions(time_limit_s=10, threads=1), four).plan)
+    assert len(estimate.pipelines) == 4
     lo = max(e for e in edges if e <= estimate.dp_s)
     hi = min(e for e in edges if e > estimate.dp_s)
     assert not test.refuted(estimate.iteration_s * (1 + 1e-9), lo, hi), (estimate.iteration_s, estimate.dp_s)

@@ -1,8 +1,8 @@
 """The uneven pools of the heuristic's phase 1 (solvers/layered/heuristic/partition.py): machines
 of a group smaller than D dealt whole, every other machine cut with a share to the strongest
-pool (no such machine: the "machines" split). Every device dealt once, the lone machines whole and spread, the others cut as the share
-says; and the heuristic finds with them the asymmetric D = 2 plan of hetero-1 that no even split
-comes near."""
+pool (no such machine: the "machines" split). Every device dealt once, the lone machines whole
+and spread, the others cut as the share says; and the heuristic finds with them the asymmetric
+D = 2 plan of hetero-1 that no even split comes near."""
 
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ def test_the_heuristic_finds_the_uneven_split_where_no_even_split_comes_close() 
     options = SolverOptions(time_limit_s=5)
 
     def solved(protect: str) -> float:
-        return solve_with(problem, options, HeuristicOptions(protect=protect, pipelines=(2,), move_devices=0)).objective_s
+        heuristic = HeuristicOptions(protect=protect, pipelines=(2,), move_devices=0)
+        return solve_with(problem, options, heuristic).objective_s
     uneven = solved("uneven")
     others = [solved(mode) for mode in ("pipeline", "data", "machines", "tiered")]
     assert uneven < 0.95 * min(others), (uneven, others)

@@ -124,10 +124,10 @@ def _bubbles(parts: Parts, local: tuple[int, ...], extra: int) -> np.ndarray:
                     total = _outer(acc, part[role][:, local[k] + x, :])
                     grown[key] = total if key not in grown else np.minimum(grown[key], total)
         states = grown
-    return _closed(states, parts, local, extra)
+    return _closed_by_last_class(states, parts, local, extra)
 
 
-def _closed(states: dict[tuple[bool, bool, int], np.ndarray], parts: Parts, local: tuple[int, ...],
+def _closed_by_last_class(states: dict[tuple[bool, bool, int], np.ndarray], parts: Parts, local: tuple[int, ...],
             extra: int) -> np.ndarray:
     """The last class's step of `_bubbles`, kept to the states it completes: the roles it still
     lacks and the crossing layers still unplaced are its own."""

@@ -302,7 +302,7 @@ def uneven_pools(problem: Problem, pools: int, share: float) -> list[np.ndarray]
         return [np.arange(cluster.num_devices)]
     weights = compute_weights(problem)
     groups = Counter((m.gpu, m.count) for m in cluster.machines)
-    lone = {m for m in range(len(cluster.machines)) if groups[(cluster.machines[m].gpu, cluster.machines[m].count)] < pools}
+    lone = {m for m, machine in enumerate(cluster.machines) if groups[(machine.gpu, machine.count)] < pools}
     if not lone:  # nothing to build the pools around: the "machines" split (the search skips it as a repeat)
         return striped_pools(problem, pools, whole=True)
     load = np.zeros(pools)
