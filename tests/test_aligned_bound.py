@@ -14,12 +14,13 @@ import itertools
 import numpy as np
 import pytest
 
+from instances.generate import generate_cluster, generated_problem
 from instances.random_small import random_small
 from planner.io import load_problem
 from planner.layered.evaluate import evaluate
 from solvers.common import SolverOptions
 from solvers.layered.heuristic import HeuristicOptions, solve_with
-from solvers.layered.bound import aligned, integer
+from solvers.layered.bound import aligned, integer, search, sync_level
 from solvers.layered.bound.aligned import AlignedTest
 from solvers.layered.bound.classes import class_types
 from solvers.layered.bound.pricing import breakpoints
@@ -116,3 +117,67 @@ def test_taking_every_layer_as_local_refutes_plans_that_exist(cases, monkeypatch
     wrong = sum(test.refuted(t * (1 + 1e-9), lo, hi) for test, by_interval, _ in cases
                 for (lo, hi), t in by_interval.items() if hi < np.inf)
     assert wrong >= 3, wrong
+
+
+def test_an_interval_never_refutes_the_fastest_plan_in_it(cases) -> None:
+    """[U13]: [U12], or every case of [U10] with the caps of `hi` and the lift of `lo` at once, or both
+    halves of the interval (each tested the same way)."""
+    tried = 0
+    for _, by_interval, split in cases:
+        if split.own.crossing is None:
+            continue
+        for (lo, hi), t in by_interval.items():
+            if hi < np.inf:
+                tried += 1
+                assert not split.interval_refuted(t * (1 + 1e-9), lo, hi), (split.types.pipelines, lo, hi, t)
+    assert tried >= 100, tried
+
+
+def test_lifting_by_the_top_of_the_interval_refutes_plans_that_exist(cases, monkeypatch) -> None:
+    """The lift is the interval's floor: lifting by its ceiling refutes real plans, so these
+    problems see where T_dp lies in an interval."""
+    lift_at_top = SyncLevelSplit._case_table
+    monkeypatch.setattr(SyncLevelSplit, "_case_table", lambda self, lo, hi, unshared: lift_at_top(self, hi, hi, unshared))
+    wrong = sum(split._cases_refuted(t * (1 + 1e-9), lo, hi) for _, by_interval, split in cases
+                if split.own.crossing is not None for (lo, hi), t in by_interval.items() if hi < np.inf)
+    assert wrong >= 3, wrong
+
+
+def _gen24(seed: int, d: int, top: float) -> tuple[SyncLevelSplit, int]:
+    """The split of D on the generated 24-GPU cluster of `seed` (Llama-2 13B), with B/b."""
+    problem = generated_problem(generate_cluster(24, "A100-80G:1,RTX4090:1,H20:1", seed), "llama2-13b")
+    tables = Tables(problem)
+    route = search._usage_route(tables, list(range(1, tables.max_pipelines + 1)), top, np.inf, lambda _: None, d)
+    split = SyncLevelSplit(types=route.types[d], b=route.b, own=route.own[d], bare=route.bare_for(d),
+                           micro=tables.total_micro, levels=(0.172, 0.344), deadline=np.inf)
+    return split, tables.total_micro
+
+
+@pytest.mark.slow
+def test_on_gen24_seed2_the_capped_and_lifted_cases_refute_what_neither_does_alone(monkeypatch) -> None:
+    """Generated 24 GPUs (A100-80G, RTX4090, H20 machines of 8), seed 2, D = 3: at 5.88 s every
+    case T_dp ≥ ω stays open below ω = 0.344 s, and [0.172, 0.344) with it, where [U12] allows all
+    40 layers to cross. The relaxed plan there has two one-stage pipelines of four A100s (40
+    crossing layers, 0.68 s of sync) beside one of H20 and 4090 stages: the lift alone keeps it,
+    the caps alone forget T_dp ≥ 0.172 s. Both at once refute the whole interval."""
+    split, micro = _gen24(2, 3, 6.0)
+    assert not integer.refuted(split._above(0.172), 3, micro, 5.88)
+    assert split.interval_refuted(5.88, 0.172, 0.344)
+    assert not split.aligned.refuted(5.88, 0.172, 0.344)  # all 40 layers may cross
+    capped = SyncLevelSplit._case_table
+    monkeypatch.setattr(SyncLevelSplit, "_case_table", lambda self, lo, hi, unshared: capped(self, 0.0, hi, unshared))
+    split.kept.clear()
+    assert not split.interval_refuted(5.88, 0.172, 0.344)  # the caps alone
+
+
+@pytest.mark.slow
+def test_on_gen24_seed0_the_own_sync_floors_cap_the_shared_classes_too(monkeypatch) -> None:
+    """Seed 0 (H20 machines of 4), D = 2, T_dp below 10.8 ms, 6.0 s: with the A100, 4090 and one
+    H20 machine shared, the relaxed plan's two pipelines each hold 11 layers on four H20s, whose
+    other holder cannot share their machine ([U4](b): 12.7 ms a layer, 0.14 s in all). Capped by
+    that own floor, the case is refuted; capped only on the classes nobody shares, it is not."""
+    split, _ = _gen24(0, 2, 6.2)
+    assert split._cases_refuted(6.0, 0.0, 0.0108)
+    monkeypatch.setattr(sync_level, "own_capped_types", lambda types, omega: types)
+    split.kept.clear()
+    assert not split._cases_refuted(6.0, 0.0, 0.0108)

@@ -16,7 +16,7 @@ from instances.random_small import random_small
 from solvers.layered.bound import integer, sync_level
 from solvers.layered.bound.classes import class_types
 from solvers.layered.bound.pricing import breakpoints
-from solvers.layered.bound.sync_level import LEVEL_SHARES, SyncLevelSplit, capped_types
+from solvers.layered.bound.sync_level import LEVEL_SHARES, SyncLevelSplit, capped_types, own_capped_types
 from solvers.layered.bound.usage import usage_tables
 from solvers.layered.tables import Tables
 from tests.test_used_classes_bound import SEEDS, _fastest_per_d
@@ -92,3 +92,19 @@ def test_a_class_stage_holds_fewer_layers_than_its_crossing_sync_allows_below_th
     of_class = types.cls == types.cls[0]
     assert (capped.caps[of_class, :, 0] == 3).all() and (capped.caps[of_class, :, 1] == 2).all()
     assert (capped.caps[~of_class] == 50).all()
+
+
+def test_below_the_level_every_stage_holds_fewer_layers_than_its_own_sync_floor_allows() -> None:
+    """[U4]'s floors hold for any stage of a type, so below ω they cap every class: per layer
+    0.2 s (0.1 s for the second type), the head 0.15 s, ω = 1 s: at most 5 layers, 4 on a last stage
+    (0.95 s); 10 and 8 for the second; a type that does not sync (D = 1) keeps its caps."""
+    tables = Tables(random_small(0, tiny=True))
+    types = class_types(tables, 2)
+    per_layer = np.full(types.num_types, 0.2)
+    per_layer[1], per_layer[2] = 0.1, 0.0
+    types = replace(types, sync_layer=per_layer, sync_head=np.full(types.num_types, 0.15),
+                    caps=np.full_like(types.caps, 50))
+    capped = own_capped_types(types, 1.0)
+    assert (capped.caps[0, :, 0] == 5).all() and (capped.caps[0, :, 1] == 4).all()
+    assert (capped.caps[1, :, 0] == 10).all() and (capped.caps[1, :, 1] == 8).all()
+    assert (capped.caps[2] == 50).all()

@@ -8,16 +8,18 @@ level ω every plan with D pipelines is in one of two cases:
   least max(its own table's, the bare table's + ω) — [U2] (with [U9]/[U10]) on that table;
 - T_dp < ω: every stage syncs below ω. In a case of [U10], a stage of a class with no shared
   machine crosses, so it holds fewer than n layers where n·crossing_layer (+ crossing_head if
-  last) reaches ω: the class's types get those layer caps. [U10]'s test of that case runs on a
-  table built with them (the largest of the tables capped one class at a time: each is below the
-  table capped on all, so their maximum is still a lower bound).
+  last) reaches ω: the class's types get those layer caps.
 
-A threshold is refuted when, at the least level ω whose first case refutes, every case of the
-second refutes. Levels are a few fixed shares of the trivial bound, so that a bisection reuses
-the capped tables it built. The second case may also be refuted level by level with [U12]
-(`aligned.py`): T_dp in [ω_i, ω_{i+1}) for the levels below ω (and 0), each with the lift ω_i
-and the crossing layers ω_{i+1} allows; it needs no table of its own, so it runs first, and for
-a D with only the bare table ([U5]) it is the only second case.
+A threshold is refuted when, at the least level ω whose first case refutes, the second case does,
+one interval [ω_i, ω_{i+1}) of the levels below ω (and 0) at a time ([U13]): there T_dp is below
+ω_{i+1} *and* at least ω_i, so [U10]'s test of each case runs on the own table with the caps of
+ω_{i+1} (the largest of the tables capped one class at a time: each is below the table capped on
+all, so their maximum is still a lower bound) lifted to the bare table's + ω_i. Where the caps
+alone (ω_i = 0, as [U11] first had it) or the lift alone (the first case at ω_i) leave a relaxed
+plan, both together may not. An interval may also be refuted by [U12] (`aligned.py`), which is
+tried first; it needs no table of its own, so for a D with only the bare table ([U5]) it is the
+only test below ω. Levels are a few fixed shares of the trivial bound, so that a bisection
+reuses the capped tables it built.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from solvers.layered.bound.classes import ClassTypes
 from solvers.layered.bound.usage import UsageTable, usage_tables
 
 LEVEL_SHARES = (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16)  # levels ω, as shares of the trivial bound, least first
+MIN_RATIO = 1.05  # an interval [lo, hi) left open is halved (at √(lo·hi)) while its halves span more than this
+CAPPED_BYTES = 1.0e9  # capped tables kept across levels (float32; one level's are kept whatever their size)
 
 
 @dataclass
@@ -48,9 +52,9 @@ class SyncLevelSplit:
     levels: tuple[float, ...]
     deadline: float
     rent: integer.Rent | None = None
-    capped: dict[tuple[float, int], UsageTable] = field(default_factory=dict, repr=False)  # one level's, by class
-    combined: dict[tuple[float, tuple[int, ...]], UsageTable] = field(default_factory=dict, repr=False)  # by unshared set
-    hint: integer.Shared | None = None  # the case that held last
+    kept: dict[tuple, UsageTable] = field(default_factory=dict, repr=False)  # capped tables, oldest first
+    hint: dict = field(default_factory=dict)  # interval → the case of [U10] that held there last
+    open_interval: tuple[float, float] | None = None  # the interval that held last
     aligned: AlignedTest | None = field(default=None, repr=False)  # [U12], built at its first use
 
     def refuted(self, threshold: float) -> bool:
@@ -59,73 +63,131 @@ class SyncLevelSplit:
             if time.perf_counter() > self.deadline:
                 return False  # refutes nothing more (each level is an integer programme or more)
             if integer.refuted(self._above(omega), self.types.pipelines, self.micro, threshold, self.rent):
-                return self._aligned_below(omega, threshold) or self._below_refuted(omega, threshold)
+                return self._below_refuted(omega, threshold)
         return False
 
     def _above(self, omega: float) -> UsageTable:
         """The own table where T_dp ≥ ω: no usage's bubble below the bare one's + ω."""
-        lifted = self.bare.least + np.float32(omega)
         if self.own is None:
-            return replace(self.bare, least=lifted, runs={}, hints={})
-        crossing = None if self.own.crossing is None else np.maximum(self.own.crossing, lifted)
-        return replace(self.own, least=np.maximum(self.own.least, lifted), crossing=crossing, runs={}, hints={})
+            return replace(self.bare, least=self.bare.least + np.float32(omega), runs={}, hints={})
+        return self._lifted(self.own, omega)
 
-    def _aligned_below(self, omega: float, threshold: float) -> bool:
-        """[U12] on every interval [ω_i, ω_{i+1}) of the levels below ω, from 0."""
-        if self.aligned is None:
-            self.aligned = AlignedTest.of(self.types, self.b, self.micro, self.deadline)
-        edges = [0.0] + [w for w in self.levels if w < omega] + [omega]
-        return all(self.aligned.refuted(threshold, lo, hi) for lo, hi in zip(edges, edges[1:]))
+    def _lifted(self, table: UsageTable, omega: float) -> UsageTable:
+        """`table` where T_dp ≥ ω: each entry at least the bare one's + ω (T ≥ T_pipe + T_dp)."""
+        lifted = self.bare.least + np.float32(omega)
+        crossing = None if table.crossing is None else np.maximum(table.crossing, lifted)
+        return replace(table, least=np.maximum(table.least, lifted), crossing=crossing, runs={}, hints={})
 
     def _below_refuted(self, omega: float, threshold: float) -> bool:
-        """Every case of [U10] refuted where T_dp < ω (layers capped on the classes it does not share)."""
+        """T_dp < ω: every interval [ω_i, ω_{i+1}) of the levels below ω, from 0, refuted (the one
+        left open last first: a threshold that is not refuted usually stops there)."""
+        edges = [0.0] + [w for w in self.levels if w < omega] + [omega]
+        for lo, hi in sorted(zip(edges, edges[1:]), key=lambda interval: interval != self.open_interval):
+            if not self.interval_refuted(threshold, lo, hi):
+                self.open_interval = (lo, hi)
+                return False
+        return True
+
+    def interval_refuted(self, threshold: float, lo: float, hi: float) -> bool:
+        """True when no plan with D pipelines, T ≤ `threshold` and T_dp in [lo, hi) exists: by
+        [U12]'s alignment, or by every case of [U10] on the own table with the layers of the
+        classes it does not share capped below `hi` and every entry lifted to the bare one's + `lo`
+        (both hold at once in the interval)."""
+        if self.aligned is None:
+            self.aligned = AlignedTest.of(self.types, self.b, self.micro, self.deadline)
+        if self.aligned.refuted(threshold, lo, hi) or self._cases_refuted(threshold, lo, hi):
+            return True
+        # the lift and the caps are an interval's two ends: halved (geometrically) they are nearer
+        mid = float(np.sqrt(lo * hi))
+        if lo <= 0 or mid / lo < MIN_RATIO or time.perf_counter() > self.deadline:
+            return False
+        return self.interval_refuted(threshold, mid, hi) and self.interval_refuted(threshold, lo, mid)
+
+    def _cases_refuted(self, threshold: float, lo: float, hi: float) -> bool:
+        """Every case of [U10] refuted where T_dp lies in [lo, hi)."""
         if self.own is None or self.own.crossing is None:
             return False  # no crossing parts to split by
         d = self.types.pipelines
-        for case in sorted(integer.class_sets(self.own, d), key=lambda case: case != self.hint):
-            table = self._capped_table(omega, [k for k, c in enumerate(case.count) if c == 0])
+        for case in sorted(integer.class_sets(self.own, d), key=lambda case: case != self.hint.get((lo, hi))):
+            table = self._case_table(lo, hi, [k for k, c in enumerate(case.count) if c == 0])
             if table is None or not integer.refuted_in_case(table, case, d, self.micro, threshold, self.rent):
-                self.hint = case
+                self.hint[(lo, hi)] = case
                 return False
         return True
+
+    def _case_table(self, lo: float, hi: float, unshared: list[int]) -> UsageTable | None:
+        """The capped table of `unshared` below `hi`, lifted by `lo` (None: past the deadline)."""
+        capped = self._capped_table(hi, unshared)
+        if capped is None or lo == 0:
+            return capped  # the capped own table is already above the bare one
+        key = ("lifted", hi, lo, tuple(unshared))
+        if key not in self.kept:  # a bisection tests each often
+            self._keep(key, hi, self._lifted(capped, lo))
+        return self.kept[key]
 
     def _capped_table(self, omega: float, unshared: list[int]) -> UsageTable | None:
         """The own table with the layers of every class in `unshared` capped below ω's crossing
         sync: the largest of the tables capped one class at a time (None: past the deadline)."""
         if not unshared:
-            return self.own
-        key = (omega, tuple(unshared))
-        if key not in self.combined:  # many cases share an unshared set; a bisection tests each often
+            return self._capped_one(omega, None)
+        key = ("combined", omega, tuple(unshared))
+        if key not in self.kept:  # many cases share an unshared set
             each = [self._capped_one(omega, k) for k in unshared]
             if any(t is None for t in each):
                 return None
-            self.combined[key] = replace(each[0], least=np.max([t.least for t in each], axis=0),
-                                         crossing=np.max([t.crossing for t in each], axis=0), runs={}, hints={})
-        return self.combined[key]
+            self._keep(key, omega, replace(each[0], least=np.max([t.least for t in each], axis=0),
+                                           crossing=np.max([t.crossing for t in each], axis=0), runs={}, hints={}))
+        return self.kept[key]
 
-    def _capped_one(self, omega: float, k: int) -> UsageTable | None:
-        """The own table of types whose class-k stages sync below ω across machines (kept for one
-        level at a time: a bisection mostly stays at one)."""
-        if (omega, k) not in self.capped:
-            for store in (self.capped, self.combined):
-                for key in [key for key in store if key[0] != omega]:
-                    del store[key]
+    def _capped_one(self, omega: float, k: int | None) -> UsageTable | None:
+        """The own table of types whose stages sync below ω, the class-k ones across machines
+        (None: no class crossing)."""
+        key = ("capped", omega, k)
+        if key not in self.kept:
             d = self.types.pipelines
-            built = usage_tables({d: capped_types(self.types, k, omega)}, self.b, self.deadline, own={d})
+            types = own_capped_types(self.types, omega)
+            types = types if k is None else capped_types(types, k, omega)
+            built = usage_tables({d: types}, self.b, self.deadline, own={d})
             if built is None:
                 return None
-            self.capped[(omega, k)] = built[d]
-        return self.capped[(omega, k)]
+            self._keep(key, omega, built[d])
+        return self.kept[key]
+
+    def _keep(self, key: tuple, omega: float, table: UsageTable) -> None:
+        """Keep a capped table; past CAPPED_BYTES, drop the oldest of other levels than ω (every
+        level's tables are reused while a threshold walks the intervals, but one level's are kept
+        whatever their size, as the bisection needs them)."""
+        self.kept[key] = table
+        for old in [key for key in self.kept if key[1] != omega]:
+            if sum(_bytes(t) for t in self.kept.values()) <= CAPPED_BYTES:
+                break
+            del self.kept[old]
+
+
+def _bytes(table: UsageTable) -> int:
+    return table.least.nbytes + (0 if table.crossing is None else table.crossing.nbytes)
 
 
 def capped_types(types: ClassTypes, k: int, omega: float) -> ClassTypes:
     """`types` with every class-k type's layers capped where its crossing sync reaches ω:
     n·crossing_layer (+ crossing_head on a last stage) < ω (to 10⁻⁹ relative, lenient)."""
+    return _capped(types, np.flatnonzero(types.cls == k), types.crossing_layer, types.crossing_head, omega)
+
+
+def own_capped_types(types: ClassTypes, omega: float) -> ClassTypes:
+    """`types` with every type's layers capped where its own sync floor reaches ω: n·sync_layer
+    (+ sync_head on a last stage) < ω. [U4]'s floors hold for any stage of the type, so below ω
+    they cap every class, shared or not."""
+    return _capped(types, np.arange(types.num_types), types.sync_layer, types.sync_head, omega)
+
+
+def _capped(types: ClassTypes, rows: np.ndarray, per_layer: np.ndarray, head: np.ndarray, omega: float) -> ClassTypes:
+    """`types` with the layers of the types `rows` capped at n·per_layer (+ head if last) < ω."""
     caps = types.caps.copy()
-    for i in np.flatnonzero(types.cls == k):
-        if types.crossing_layer[i] <= 0:
+    for i in rows:
+        if per_layer[i] <= 0:
             continue  # nothing syncs (D = 1)
         for last in (0, 1):
-            room = omega - (types.crossing_head[i] if last else 0.0)
-            caps[i, :, last] = np.minimum(caps[i, :, last], max(0, int(np.floor(room / types.crossing_layer[i] * (1 + 1e-9)))))
+            room = omega - (head[i] if last else 0.0)
+            caps[i, :, last] = np.minimum(caps[i, :, last], max(0, int(np.floor(room / per_layer[i] * (1 + 1e-9)))))
     return replace(types, caps=caps)
