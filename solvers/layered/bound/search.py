@@ -29,6 +29,7 @@ RELATIVE_TOLERANCE = 2e-4  # bisection stops when the bracket is this narrow
 FLOAT_SLACK = 1e-9  # relative: the bound is deflated by this against float noise (docs/bounds.md §5)
 SECONDS_PER_CELL = 7e-10  # measured: a usage table's DP costs 4–6e-10 s per (b, ℓ, u, type, n) on a shared core
 TABLE_SHARE = 0.5  # of the time left, the most the usage tables may take (estimated)
+RAISE_STEP = 0.002  # [U11]'s refinement raises a D at most this share above where it stands, then the next
 PENDING_TABLES = 4  # own tables the second pass is expected to build (memory estimate)
 OWN_AROUND = 2  # the first pass also builds the own tables of the D this close to the incumbent's
 # (closing a table costs a tenth of its prefix; on hetero-1 the D the bare table left were 5 and 6
@@ -119,7 +120,9 @@ def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBou
     from what it refuted up to the next D's value — with [U11]'s split on T_dp's level and [U12]
     (a D the first pass only tested at the least bound, on its bare table: with [U12] alone) —
     until one stops below that value: a refinement, so the bound is never weaker than without it
-    when the time runs out. (Building own tables here for the bare D cost gen-40 seed 2 300 s for
+    when the time runs out. Each bisection stops RAISE_STEP above where it started, so that D
+    tied at the least value are raised in turn (hetero-1 13B: D = 2 climbed 1.1 % above D = 3…8
+    in 530 s while they, which set the bound, waited). (Building own tables here for the bare D cost gen-40 seed 2 300 s for
     0.04 %.) `limits`: (the first threshold, the deadline)."""
     (top, deadline), tests, settled = limits, {}, set()
     while time.perf_counter() < deadline:
@@ -127,7 +130,8 @@ def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBou
         before, d = ranked[0]
         if d in settled or d not in route.used:
             return  # (a D outside the route: [U7] refuted it before any search)
-        ceiling = next((v for v, _ in ranked[1:] if v > before), top)  # D tied with it are raised in turn
+        # D tied with it are raised in turn, a step at a time: the bound is the least of them
+        ceiling = min(next((v for v, _ in ranked[1:] if v > before), top), before * (1 + RAISE_STEP))
         if ceiling <= before:
             return  # every D refuted at the first threshold already
         if d not in tests:

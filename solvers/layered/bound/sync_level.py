@@ -54,7 +54,7 @@ class SyncLevelSplit:
     rent: integer.Rent | None = None
     kept: dict[tuple, UsageTable] = field(default_factory=dict, repr=False)  # capped tables, oldest first
     hint: dict = field(default_factory=dict)  # interval → the case of [U10] that held there last
-    open_interval: tuple[float, float] | None = None  # the interval that held last
+    open_interval: tuple[float, float, bool] | None = None  # the interval that held last (lo, hi, with [U12])
     aligned: AlignedTest | None = field(default=None, repr=False)  # [U12], built at its first use
 
     def refuted(self, threshold: float) -> bool:
@@ -79,29 +79,36 @@ class SyncLevelSplit:
         return replace(table, least=np.maximum(table.least, lifted), crossing=crossing, runs={}, hints={})
 
     def _below_refuted(self, omega: float, threshold: float) -> bool:
-        """T_dp < ω: every interval [ω_i, ω_{i+1}) of the levels below ω, from 0, refuted (the one
-        left open last first: a threshold that is not refuted usually stops there)."""
+        """T_dp < ω: every interval [ω_i, ω_{i+1}) of the levels below ω, from 0, refuted. The
+        interval left open last is tried first: a threshold that is not refuted usually stops there."""
+        last = self.open_interval
+        if last is not None and last[1] <= omega and not self._interval_tests(threshold, *last):
+            return False
         edges = [0.0] + [w for w in self.levels if w < omega] + [omega]
-        for lo, hi in sorted(zip(edges, edges[1:]), key=lambda interval: interval != self.open_interval):
-            if not self.interval_refuted(threshold, lo, hi):
-                self.open_interval = (lo, hi)
-                return False
-        return True
+        return all(self.interval_refuted(threshold, lo, hi) for lo, hi in zip(edges, edges[1:]))
 
-    def interval_refuted(self, threshold: float, lo: float, hi: float) -> bool:
-        """True when no plan with D pipelines, T ≤ `threshold` and T_dp in [lo, hi) exists: by
-        [U12]'s alignment, or by every case of [U10] on the own table with the layers of the
-        classes it does not share capped below `hi` and every entry lifted to the bare one's + `lo`
-        (both hold at once in the interval)."""
-        if self.aligned is None:
-            self.aligned = AlignedTest.of(self.types, self.b, self.micro, self.deadline)
-        if self.aligned.refuted(threshold, lo, hi) or self._cases_refuted(threshold, lo, hi):
+    def interval_refuted(self, threshold: float, lo: float, hi: float, aligned: bool = True) -> bool:
+        """True when no plan with D pipelines, T ≤ `threshold` and T_dp in [lo, hi) exists: by the
+        tests of the interval, or of both its halves (at √(lo·hi): the lift and the caps, the
+        interval's two ends, are nearer in each) while they span more than MIN_RATIO. [U12] runs on
+        the levels' intervals only (`aligned`): its layouts cost seconds each on hetero-1."""
+        if self._interval_tests(threshold, lo, hi, aligned):
             return True
-        # the lift and the caps are an interval's two ends: halved (geometrically) they are nearer
         mid = float(np.sqrt(lo * hi))
         if lo <= 0 or mid / lo < MIN_RATIO or time.perf_counter() > self.deadline:
+            self.open_interval = (lo, hi, aligned)
             return False
-        return self.interval_refuted(threshold, mid, hi) and self.interval_refuted(threshold, lo, mid)
+        return (self.interval_refuted(threshold, mid, hi, aligned=False)
+                and self.interval_refuted(threshold, lo, mid, aligned=False))
+
+    def _interval_tests(self, threshold: float, lo: float, hi: float, aligned: bool = True) -> bool:
+        """[U12]'s alignment (where `aligned`), or every case of [U10] on the own table with every
+        type's layers capped below `hi` by its own sync floor (those of the classes the case does not
+        share by the crossing one) and every entry lifted to the bare one's + `lo` (both hold in the
+        interval)."""
+        if aligned and self.aligned is None:
+            self.aligned = AlignedTest.of(self.types, self.b, self.micro, self.deadline)
+        return (aligned and self.aligned.refuted(threshold, lo, hi)) or self._cases_refuted(threshold, lo, hi)
 
     def _cases_refuted(self, threshold: float, lo: float, hi: float) -> bool:
         """Every case of [U10] refuted where T_dp lies in [lo, hi)."""
