@@ -137,7 +137,8 @@ def test_lifting_by_the_top_of_the_interval_refutes_plans_that_exist(cases, monk
     """The lift is the interval's floor: lifting by its ceiling refutes real plans, so these
     problems see where T_dp lies in an interval."""
     lift_at_top = SyncLevelSplit._case_table
-    monkeypatch.setattr(SyncLevelSplit, "_case_table", lambda self, lo, hi, unshared: lift_at_top(self, hi, hi, unshared))
+    monkeypatch.setattr(SyncLevelSplit, "_case_table",
+                        lambda self, lo, hi, unshared: lift_at_top(self, hi, hi, unshared))
     wrong = sum(split._cases_refuted(t * (1 + 1e-9), lo, hi) for _, by_interval, split in cases
                 if split.own.crossing is not None for (lo, hi), t in by_interval.items() if hi < np.inf)
     assert wrong >= 3, wrong

@@ -122,8 +122,8 @@ def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBou
     until one stops below that value: a refinement, so the bound is never weaker than without it
     when the time runs out. Each bisection stops RAISE_STEP above where it started, so that D
     tied at the least value are raised in turn (hetero-1 13B: D = 2 climbed 1.1 % above D = 3…8
-    in 530 s while they, which set the bound, waited). (Building own tables here for the bare D cost gen-40 seed 2 300 s for
-    0.04 %.) `limits`: (the first threshold, the deadline)."""
+    in 530 s while they, which set the bound, waited). (Building own tables here for the bare D
+    cost gen-40 seed 2 300 s for 0.04 %.) `limits`: (the first threshold, the deadline)."""
     (top, deadline), tests, settled = limits, {}, set()
     while time.perf_counter() < deadline:
         ranked = sorted((e.refuted, d) for d, e in result.per_d.items())

@@ -13,13 +13,16 @@ level ω every plan with D pipelines is in one of two cases:
 A threshold is refuted when, at the least level ω whose first case refutes, the second case does,
 one interval [ω_i, ω_{i+1}) of the levels below ω (and 0) at a time ([U13]): there T_dp is below
 ω_{i+1} *and* at least ω_i, so [U10]'s test of each case runs on the own table with the caps of
-ω_{i+1} (the largest of the tables capped one class at a time: each is below the table capped on
-all, so their maximum is still a lower bound) lifted to the bare table's + ω_i. Where the caps
-alone (ω_i = 0, as [U11] first had it) or the lift alone (the first case at ω_i) leave a relaxed
-plan, both together may not. An interval may also be refuted by [U12] (`aligned.py`), which is
-tried first; it needs no table of its own, so for a D with only the bare table ([U5]) it is the
-only test below ω. Levels are a few fixed shares of the trivial bound, so that a bisection
-reuses the capped tables it built.
+ω_{i+1} lifted to the bare table's + ω_i. The caps: every type's by its own sync floor ([U4]
+holds for any stage of a type, shared class or not), and the crossing ones of the classes the
+case does not share (the largest of the tables capped one such class at a time: each is below
+the table capped on all, so their maximum is still a lower bound). Where the caps alone
+(ω_i = 0, as [U11] first had it) or the lift alone (the first case at ω_i) leave a relaxed plan,
+both together may not. An interval left open is halved at √(ω_i·ω_{i+1}) while its halves span
+more than MIN_RATIO: the lift and the caps, its two ends, are nearer in each half. On the levels'
+intervals [U12] (`aligned.py`) is tried first; it needs no table of its own, so for a D with only
+the bare table ([U5]) it is the only test below ω. Levels are a few fixed shares of the trivial
+bound, so that a bisection reuses the capped tables it built.
 """
 
 from __future__ import annotations
@@ -133,8 +136,9 @@ class SyncLevelSplit:
         return self.kept[key]
 
     def _capped_table(self, omega: float, unshared: list[int]) -> UsageTable | None:
-        """The own table with the layers of every class in `unshared` capped below ω's crossing
-        sync: the largest of the tables capped one class at a time (None: past the deadline)."""
+        """The own table with every type's layers capped below ω by its own sync floor, and those of
+        every class in `unshared` by the crossing one: the largest of the tables capped one such
+        class at a time (None: past the deadline)."""
         if not unshared:
             return self._capped_one(omega, None)
         key = ("combined", omega, tuple(unshared))
@@ -165,10 +169,10 @@ class SyncLevelSplit:
         level's tables are reused while a threshold walks the intervals, but one level's are kept
         whatever their size, as the bisection needs them)."""
         self.kept[key] = table
-        for old in [key for key in self.kept if key[1] != omega]:
+        for other in [other for other in self.kept if other[1] != omega]:
             if sum(_bytes(t) for t in self.kept.values()) <= CAPPED_BYTES:
                 break
-            del self.kept[old]
+            del self.kept[other]
 
 
 def _bytes(table: UsageTable) -> int:
