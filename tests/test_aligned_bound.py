@@ -23,6 +23,7 @@ from solvers.layered.heuristic import HeuristicOptions, solve_with
 from solvers.layered.bound import aligned, integer, search, sync_level
 from solvers.layered.bound.aligned import AlignedTest
 from solvers.layered.bound.classes import class_types
+from solvers.layered.bound.narrowest import case_widths
 from solvers.layered.bound.pricing import breakpoints
 from solvers.layered.bound.sync_level import LEVEL_SHARES, SyncLevelSplit
 from solvers.layered.bound.usage import usage_tables
@@ -59,7 +60,7 @@ def _cases():
         fastest = _fastest_by_interval(problem, edges)
         for d in sorted({d for d, _ in fastest}):
             split = SyncLevelSplit(types=by_d[d], b=b, own=own[d], bare=bare[d], micro=tables.total_micro,
-                                   levels=levels, deadline=np.inf)
+                                   levels=levels, deadline=np.inf, widths=case_widths(by_d[d]))
             yield (AlignedTest.of(by_d[d], b, tables.total_micro),
                    {(edges[i], edges[i + 1]): t for (e, i), t in fastest.items() if e == d}, split)
 
@@ -133,14 +134,41 @@ def test_an_interval_never_refutes_the_fastest_plan_in_it(cases) -> None:
     assert tried >= 100, tried
 
 
-def test_lifting_by_the_top_of_the_interval_refutes_plans_that_exist(cases, monkeypatch) -> None:
+@pytest.fixture
+def uncached(cases):
+    """The cases with their splits' kept tables and hints cleared before and after: a test that
+    changes how a table is built must not find, nor leave, tables built the other way."""
+    def clear():
+        for _, _, split in cases:
+            split.kept.clear()
+            split.hint.clear()
+    clear()
+    yield cases
+    clear()
+
+
+def test_lifting_by_the_top_of_the_interval_refutes_plans_that_exist(uncached, monkeypatch) -> None:
     """The lift is the interval's floor: lifting by its ceiling refutes real plans, so these
     problems see where T_dp lies in an interval."""
     lift_at_top = SyncLevelSplit._case_table
     monkeypatch.setattr(SyncLevelSplit, "_case_table",
-                        lambda self, lo, hi, unshared: lift_at_top(self, hi, hi, unshared))
-    wrong = sum(split._cases_refuted(t * (1 + 1e-9), lo, hi) for _, by_interval, split in cases
-                if split.own.crossing is not None for (lo, hi), t in by_interval.items() if hi < np.inf)
+                        lambda self, lo, hi, unshared, w, local=None: lift_at_top(self, hi, hi, unshared, w, local))
+    wrong = _wrongly_refuted(uncached)
+    assert wrong >= 3, wrong
+
+
+def _wrongly_refuted(cases) -> int:
+    """Intervals whose fastest plan `_cases_refuted` refutes (0 unless a test is mutated)."""
+    return sum(split._cases_refuted(t * (1 + 1e-9), lo, hi) for _, by_interval, split in cases
+               if split.own.crossing is not None for (lo, hi), t in by_interval.items() if hi < np.inf)
+
+
+def test_every_layer_of_a_shared_class_crossing_refutes_plans_that_exist(uncached, monkeypatch) -> None:
+    """[U15]: a shared class's stages hold up to μ_k local layers; with none allowed (μ_k taken
+    as 0 in every cell) the caps refute real plans."""
+    local = sync_level.local_capped_types
+    monkeypatch.setattr(sync_level, "local_capped_types", lambda types, k, most, omega: local(types, k, 0, omega))
+    wrong = _wrongly_refuted(uncached)
     assert wrong >= 3, wrong
 
 
@@ -166,7 +194,8 @@ def test_on_gen24_seed2_the_capped_and_lifted_cases_refute_what_neither_does_alo
     assert split.interval_refuted(5.88, 0.172, 0.344)
     assert not split.aligned.refuted(5.88, 0.172, 0.344)  # all 40 layers may cross
     capped = SyncLevelSplit._case_table
-    monkeypatch.setattr(SyncLevelSplit, "_case_table", lambda self, lo, hi, unshared: capped(self, 0.0, hi, unshared))
+    monkeypatch.setattr(SyncLevelSplit, "_case_table",
+                        lambda self, lo, hi, unshared, w, local=None: capped(self, 0.0, hi, unshared, w, local))
     split.kept.clear()
     assert not split.interval_refuted(5.88, 0.172, 0.344)  # the caps alone
 

@@ -114,13 +114,17 @@ PER_TYPE = ("tp", "per_layer", "head", "receive", "sync_layer", "sync_head", "cr
 PER_CLASS = ("devices", "machine_size", "machines", "least_rent", "device_price", "room")
 
 
+def types_where(types: ClassTypes, keep: np.ndarray) -> ClassTypes:
+    """`types` with only the types `keep` (a mask over types i); the classes stay as they are."""
+    return replace(types, **{name: getattr(types, name)[keep] for name in PER_TYPE + ("cls",)})
+
+
 def one_class(types: ClassTypes, k: int) -> ClassTypes:
     """`types` restricted to class k, renumbered as class 0 (its machines map to 0, the others
     to −1): the types a DP over that class's devices alone reads ([U12])."""
     keep = types.cls == k
-    per_type = {name: getattr(types, name)[keep] for name in PER_TYPE}
     per_class = {name: getattr(types, name)[k:k + 1] for name in PER_CLASS}
-    return replace(types, **(per_type | per_class), cls=np.zeros(int(keep.sum()), dtype=int),
+    return replace(types_where(types, keep), **per_class, cls=np.zeros(int(keep.sum()), dtype=int),
                    class_of_machine=np.where(types.class_of_machine == k, 0, -1))
 
 

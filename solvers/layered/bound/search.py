@@ -20,6 +20,7 @@ from planner.prices import spendable
 from solvers.layered.bound import integer
 from solvers.layered.bound.classes import ClassTypes, class_types, range_types
 from solvers.layered.bound.master import Master
+from solvers.layered.bound.narrowest import case_widths
 from solvers.layered.bound.pricing import breakpoints
 from solvers.layered.bound.sync_level import LEVEL_SHARES, SyncLevelSplit
 from solvers.layered.bound.usage import UsageTable, usage_size, usage_tables
@@ -176,7 +177,8 @@ def _test(tables: Tables, route: UsageRoute, d: int, rent: integer.Rent | None =
     if deadline is not None and d >= 2 and bare is not None:
         by_level = SyncLevelSplit(types=types, b=route.b, own=table if d in route.own else None, bare=bare, micro=micro,
                                   rent=rent, deadline=deadline,
-                                  levels=tuple(share * tables.trivial_bound for share in LEVEL_SHARES))
+                                  levels=tuple(share * tables.trivial_bound for share in LEVEL_SHARES),
+                                  widths=case_widths(types))
 
     def no_crossing_plan(v: float) -> bool:
         if v < tables.trivial_bound + crossing:

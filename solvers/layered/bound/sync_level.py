@@ -23,6 +23,11 @@ more than MIN_RATIO: the lift and the caps, its two ends, are nearer in each hal
 intervals [U12] (`aligned.py`) is tried first; it needs no table of its own, so for a D with only
 the bare table ([U5]) it is the only test below ω. Levels are a few fixed shares of the trivial
 bound, so that a bisection reuses the capped tables it built.
+
+Each interval's cases run once per case W = w of [U14] (`narrowest.py`: floors at the narrowest
+holder's width, only pipelines with a stage that wide), and a case they leave open is tried again
+per cell of μ_k, the fewest layers any pipeline holds on a class the case shares ([U15],
+`local_layers.py`).
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ import numpy as np
 from solvers.layered.bound import integer
 from solvers.layered.bound.aligned import AlignedTest
 from solvers.layered.bound.classes import ClassTypes
+from solvers.layered.bound.local_layers import cells, layers_per_device, local_capped_types, with_layers_on
+from solvers.layered.bound.narrowest import WidthCase, narrowed_types, width_case
 from solvers.layered.bound.usage import UsageTable, usage_tables
 
 LEVEL_SHARES = (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16)  # levels ω, as shares of the trivial bound, least first
@@ -59,6 +66,7 @@ class SyncLevelSplit:
     hint: dict = field(default_factory=dict)  # interval → the case of [U10] that held there last
     open_interval: tuple[float, float, bool] | None = None  # the interval that held last (lo, hi, with [U12])
     aligned: AlignedTest | None = field(default=None, repr=False)  # [U12], built at its first use
+    widths: tuple[int, ...] = ()  # the widths W of [U14] can take (`narrowest.case_widths`); empty: not split
 
     def refuted(self, threshold: float) -> bool:
         """True when no plan with D pipelines has T ≤ `threshold` by the split on T_dp's level."""
@@ -84,25 +92,29 @@ class SyncLevelSplit:
     def _below_refuted(self, omega: float, threshold: float) -> bool:
         """T_dp < ω: every interval [ω_i, ω_{i+1}) of the levels below ω, from 0, refuted. The
         interval left open last is tried first: a threshold that is not refuted usually stops there."""
-        last = self.open_interval
-        if last is not None and last[1] <= omega and not self._interval_tests(threshold, *last):
-            return False
+        last, done = self.open_interval, set()
+        if last is not None and last[1] <= omega:
+            if not self._interval_tests(threshold, *last):
+                return False
+            done.add(last[:2])  # refuted: the walk does not test it again
         edges = [0.0] + [w for w in self.levels if w < omega] + [omega]
-        return all(self.interval_refuted(threshold, lo, hi) for lo, hi in zip(edges, edges[1:]))
+        return all(self.interval_refuted(threshold, lo, hi, done=done) for lo, hi in zip(edges, edges[1:]))
 
-    def interval_refuted(self, threshold: float, lo: float, hi: float, aligned: bool = True) -> bool:
+    def interval_refuted(self, threshold: float, lo: float, hi: float, aligned: bool = True,
+                         done: frozenset | set = frozenset()) -> bool:
         """True when no plan with D pipelines, T ≤ `threshold` and T_dp in [lo, hi) exists: by the
         tests of the interval, or of both its halves (at √(lo·hi): the lift and the caps, the
         interval's two ends, are nearer in each) while they span more than MIN_RATIO. [U12] runs on
-        the levels' intervals only (`aligned`): its layouts cost seconds each on hetero-1."""
-        if self._interval_tests(threshold, lo, hi, aligned):
+        the levels' intervals only (`aligned`): its layouts cost seconds each on hetero-1. `done`:
+        intervals already refuted at this threshold."""
+        if (lo, hi) in done or self._interval_tests(threshold, lo, hi, aligned):
             return True
         mid = float(np.sqrt(lo * hi))
         if lo <= 0 or mid / lo < MIN_RATIO or time.perf_counter() > self.deadline:
             self.open_interval = (lo, hi, aligned)
             return False
-        return (self.interval_refuted(threshold, mid, hi, aligned=False)
-                and self.interval_refuted(threshold, lo, mid, aligned=False))
+        return (self.interval_refuted(threshold, mid, hi, aligned=False, done=done)
+                and self.interval_refuted(threshold, lo, mid, aligned=False, done=done))
 
     def _interval_tests(self, threshold: float, lo: float, hi: float, aligned: bool = True) -> bool:
         """[U12]'s alignment (where `aligned`), or every case of [U10] on the own table with every
@@ -114,51 +126,98 @@ class SyncLevelSplit:
         return (aligned and self.aligned.refuted(threshold, lo, hi)) or self._cases_refuted(threshold, lo, hi)
 
     def _cases_refuted(self, threshold: float, lo: float, hi: float) -> bool:
-        """Every case of [U10] refuted where T_dp lies in [lo, hi)."""
+        """Every case of [U10] refuted where T_dp lies in [lo, hi), for every W of [U14]. The run of
+        widths left open last is tried first: a threshold that stands costs one test."""
         if self.own is None or self.own.crossing is None:
             return False  # no crossing parts to split by
-        d = self.types.pipelines
-        for case in sorted(integer.class_sets(self.own, d), key=lambda case: case != self.hint.get((lo, hi))):
-            table = self._case_table(lo, hi, [k for k, c in enumerate(case.count) if c == 0])
-            if table is None or not integer.refuted_in_case(table, case, d, self.micro, threshold, self.rent):
-                self.hint[(lo, hi)] = case
+        last = self.hint.get((lo, hi, "width"))
+        if last is not None and not self._width_refuted(threshold, lo, hi, last):
+            return False
+        return self._widths_refuted(threshold, lo, hi, self.widths or (0,))
+
+    def _widths_refuted(self, threshold: float, lo: float, hi: float, widths: tuple[int, ...]) -> bool:
+        """The cases of W in `widths` (a run of the types' widths, least first) refuted: all at
+        once, else each half of the run (the half with the run left open last first)."""
+        if self._width_refuted(threshold, lo, hi, widths):
+            return True
+        if len(widths) < 2 or time.perf_counter() > self.deadline:
+            return False
+        last = set(self.hint.get((lo, hi, "width"), ()))
+        halves = sorted((widths[:len(widths) // 2], widths[len(widths) // 2:]), key=lambda h: not last & set(h))
+        return all(self._widths_refuted(threshold, lo, hi, half) for half in halves)
+
+    def _width_refuted(self, threshold: float, lo: float, hi: float, widths: tuple[int, ...]) -> bool:
+        """Every case of [U10] refuted where T_dp lies in [lo, hi) and W in `widths` ((0,): any W)."""
+        d, w = self.types.pipelines, width_case(self.types, widths)
+        for case in sorted(integer.class_sets(self.own, d), key=lambda case: case != self.hint.get((lo, hi, w))):
+            unshared = [k for k, c in enumerate(case.count) if c == 0]
+            table = self._case_table(lo, hi, unshared, w)
+            if table is None or not (integer.refuted_in_case(table, case, d, self.micro, threshold, self.rent)
+                                     or self._local_refuted(threshold, lo, hi, w, case)):
+                self.hint[(lo, hi, w)], self.hint[(lo, hi, "width")] = case, widths
                 return False
         return True
 
-    def _case_table(self, lo: float, hi: float, unshared: list[int]) -> UsageTable | None:
-        """The capped table of `unshared` below `hi`, lifted by `lo` (None: past the deadline)."""
-        capped = self._capped_table(hi, unshared)
+    def _local_refuted(self, threshold: float, lo: float, hi: float, w: WidthCase, case: integer.Shared) -> bool:
+        """[U15]: for some class the case shares, every cell of μ_k (the fewest layers any pipeline
+        holds on it) refuted, the cell that held last first."""
+        d, unshared = self.types.pipelines, [k for k, c in enumerate(case.count) if c == 0]
+        for k in (k for k, c in enumerate(case.count) if c > 0):
+            rho, key = layers_per_device(self.types, k), (lo, hi, w, case, k)
+            for m_lo, m_hi in sorted(cells(self.types.layers), key=lambda cell: cell != self.hint.get(key)):
+                table = self._case_table(lo, hi, unshared, w, local=(k, m_hi))
+                if table is None or not integer.refuted_in_case(with_layers_on(table, k, int(np.ceil(m_lo / rho))),
+                                                                case, d, self.micro, threshold, self.rent):
+                    self.hint[key] = (m_lo, m_hi)
+                    break
+            else:
+                return True
+        return False
+
+    def _case_table(self, lo: float, hi: float, unshared: list[int], w: WidthCase,
+                    local: tuple[int, int] | None = None) -> UsageTable | None:
+        """The capped table of `unshared` below `hi` where W = w (and [U15]'s `local`: class k with
+        μ_k ≤ m), lifted by `lo` (None: past the deadline)."""
+        capped = self._capped_table(hi, unshared, w, local)
         if capped is None or lo == 0:
             return capped  # the capped own table is already above the bare one
-        key = ("lifted", hi, lo, tuple(unshared))
+        key = ("lifted", hi, lo, tuple(unshared), w, local)
         if key not in self.kept:  # a bisection tests each often
             self._keep(key, hi, self._lifted(capped, lo))
         return self.kept[key]
 
-    def _capped_table(self, omega: float, unshared: list[int]) -> UsageTable | None:
-        """The own table with every type's layers capped below ω by its own sync floor, and those of
-        every class in `unshared` by the crossing one: the largest of the tables capped one such
-        class at a time (None: past the deadline)."""
+    def _capped_table(self, omega: float, unshared: list[int], w: WidthCase,
+                      local: tuple[int, int] | None = None) -> UsageTable | None:
+        """The own table where W = w with every type's layers capped below ω by its own sync floor,
+        and those of every class in `unshared` by the crossing one: the largest of the tables
+        capped one such class at a time (None: past the deadline)."""
         if not unshared:
-            return self._capped_one(omega, None)
-        key = ("combined", omega, tuple(unshared))
+            return self._capped_one(omega, None, w, local)
+        key = ("combined", omega, tuple(unshared), w, local)
         if key not in self.kept:  # many cases share an unshared set
-            each = [self._capped_one(omega, k) for k in unshared]
+            each = [self._capped_one(omega, k, w, local) for k in unshared]
             if any(t is None for t in each):
                 return None
             self._keep(key, omega, replace(each[0], least=np.max([t.least for t in each], axis=0),
                                            crossing=np.max([t.crossing for t in each], axis=0), runs={}, hints={}))
         return self.kept[key]
 
-    def _capped_one(self, omega: float, k: int | None) -> UsageTable | None:
+    def _capped_one(self, omega: float, k: int | None, w: WidthCase,
+                    local: tuple[int, int] | None = None) -> UsageTable | None:
         """The own table of types whose stages sync below ω, the class-k ones across machines
-        (None: no class crossing)."""
-        key = ("capped", omega, k)
+        (None: no class crossing), in [U14]'s case `w` (a stage of t ≥ w.wide_from in every
+        pipeline, floors at width w.narrow_to; 0: no condition), with [U15]'s `local` (class, most
+        local layers)."""
+        key = ("capped", omega, k, w, local)
         if key not in self.kept:
             d = self.types.pipelines
-            types = own_capped_types(self.types, omega)
+            types = own_capped_types(narrowed_types(self.types, w.narrow_to) if w.narrow_to else self.types, omega)
             types = types if k is None else capped_types(types, k, omega)
-            built = usage_tables({d: types}, self.b, self.deadline, own={d})
+            if local is not None:
+                if (local_capped_types(types, *local, omega).caps == types.caps).all():
+                    return self._capped_one(omega, k, w)  # no layer count changes: the table without it
+                types = local_capped_types(types, *local, omega)
+            built = usage_tables({d: types}, self.b, self.deadline, own={d}, wide_from=w.wide_from)
             if built is None:
                 return None
             self._keep(key, omega, built[d])

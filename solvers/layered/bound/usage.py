@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from solvers.layered.bound.classes import ClassTypes
+from solvers.layered.bound.classes import ClassTypes, types_where
 from solvers.layered.bound.pricing import layer_limits, stage_contribution
 
 TABLE_SLACK = 1e-5  # relative: float32 sums of ≤ 2L terms (each rounding ≤ 6e-8) deflated below the float64 truth
@@ -88,6 +88,21 @@ def prefix_table(types: ClassTypes, b: np.ndarray) -> np.ndarray:
     return table
 
 
+def wide_prefix_table(types: ClassTypes, b: np.ndarray, prefix: np.ndarray, wide_from: int) -> np.ndarray:
+    """`prefix_table` (its table `prefix`) over the prefixes with at least one stage of t ≥
+    `wide_from` ([U14]): a wide first stage, a wide stage after any prefix, or any middle stage
+    after a prefix that has one."""
+    wide, dims = types_where(types, types.tp >= wide_from), prefix.shape[2:]
+    middle, wide_first, wide_middle = (layer_limits(types, b, "middle"), layer_limits(wide, b, "first"),
+                                       layer_limits(wide, b, "middle"))
+    table = np.full_like(prefix, np.inf)
+    for ell in range(1, types.layers + 1):
+        start = _lone_stage(wide, wide_first, "first", ell, dims)
+        np.minimum(start, _add_stage(wide, prefix, wide_middle, "middle", ell), out=start)
+        table[:, ell] = np.minimum(start, _add_stage(types, table, middle, "middle", ell))
+    return table
+
+
 def stage_sets(types: ClassTypes, b: np.ndarray) -> dict[str, np.ndarray]:
     """Per role, [K, L+1, *usage] the least bubble share of a set of stages covering ℓ layers with
     usage u, every τ ≤ b — the DP of [U1] without its closing: "middle" middle stages only (the
@@ -113,6 +128,9 @@ def stage_sets(types: ClassTypes, b: np.ndarray) -> dict[str, np.ndarray]:
     return {"middle": middle, "first": first, "last": last, "both": both}
 
 
+Wide = tuple[int, np.ndarray]  # (t, `wide_prefix_table` from t): only pipelines with a stage of t or more ([U14])
+
+
 def least_bubble(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
     """[K, *usage]: least bubble of a whole relaxed pipeline (prefix + last stage, or one
     single stage) with usage exactly u and every τ ≤ b, with D's last-stage sync floors, or
@@ -120,15 +138,15 @@ def least_bubble(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.nda
     return own_bubbles(types, b, prefix, crossing=False)[0]
 
 
-def own_bubbles(types: ClassTypes, b: np.ndarray, prefix: np.ndarray,
-                crossing: bool) -> tuple[np.ndarray, np.ndarray | None]:
+def own_bubbles(types: ClassTypes, b: np.ndarray, prefix: np.ndarray, crossing: bool,
+                wide: Wide | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """(`least_bubble`, and with `crossing` the same where the stage that sets b syncs across
     machines: the bare bubble plus the least crossing floor of a stage whose τ equals b, [U9]);
-    the bare closing is shared."""
-    with_last = _closed(types, b, prefix)
+    the bare closing is shared. With `wide`: only pipelines with a stage that wide."""
+    with_last = _closed(types, b, prefix, wide)
     if types.pipelines < 2:
         return with_last, None  # one pipeline: nothing syncs
-    bare, per_b = bare_bubble(types, b, prefix), (-1,) + (1,) * (prefix.ndim - 2)
+    bare, per_b = bare_bubble(types, b, prefix, wide), (-1,) + (1,) * (prefix.ndim - 2)
     least = np.maximum(with_last, bare + widest_stage_sync(types, b).astype(np.float32).reshape(per_b))
     if not crossing:
         return least, None
@@ -136,11 +154,18 @@ def own_bubbles(types: ClassTypes, b: np.ndarray, prefix: np.ndarray,
     return least, np.maximum(least, bare + widest_stage_sync(across, b).astype(np.float32).reshape(per_b))
 
 
-def _closed(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
-    """[K, *usage]: the prefix closed by a last stage, or one single stage, priced by `types`."""
-    dims = prefix.shape[2:]
-    whole = _add_stage(types, prefix, layer_limits(types, b, "last"), "last", types.layers)
-    return np.minimum(whole, _lone_stage(types, layer_limits(types, b, "single"), "single", types.layers, dims))
+def _closed(types: ClassTypes, b: np.ndarray, prefix: np.ndarray, wide: Wide | None = None) -> np.ndarray:
+    """[K, *usage]: the prefix closed by a last stage, or one single stage, priced by `types`.
+    With `wide` (t, its prefix table): a wide prefix closed by any last stage, or any prefix by
+    a wide last stage, or one wide single stage."""
+    whole = _add_stage(types, prefix if wide is None else wide[1], layer_limits(types, b, "last"), "last",
+                       types.layers)
+    last = types if wide is None else types_where(types, types.tp >= wide[0])
+    np.minimum(whole, _lone_stage(last, layer_limits(last, b, "single"), "single", types.layers, prefix.shape[2:]),
+               out=whole)
+    if wide is not None:
+        np.minimum(whole, _add_stage(last, prefix, layer_limits(last, b, "last"), "last", types.layers), out=whole)
+    return whole
 
 
 def setting_widths(types: ClassTypes, b: np.ndarray) -> np.ndarray:
@@ -202,14 +227,15 @@ def machines_spanned(types: ClassTypes) -> np.ndarray:
 
 
 def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray, deadline: float = float("inf"),
-                 own: set[int] | None = None, crossing: bool = True) -> dict[int, UsageTable] | None:
+                 own: set[int] | None = None, crossing: bool = True, wide_from: int = 0) -> dict[int, UsageTable] | None:
     """A table for every D in `by_d` (same classes): D's own (`least_bubble`) for the D in
     `own` (None: all), the *bare* table (`bare_bubble`, no sync floor) for the others — one
     per group of D with the same memory caps (all of them without ZeRO-1), below each one's
     own, so it refutes for all of them at the cost of one table. The prefix is built once per
     block of breakpoints and shared by the D whose caps agree. With `crossing`, an own table of
     D ≥ 2 also carries its crossing part and its breakpoints' setting classes ([U9]). None when `deadline`
-    (perf_counter) passes before every block is built: a partial table would not be a bound."""
+    (perf_counter) passes before every block is built: a partial table would not be a bound.
+    `wide_from`: only pipelines with a stage of at least that many devices ([U14]; 0: any)."""
     ds = sorted(by_d)
     any_types = by_d[ds[0]]
     dims = tuple(int(d) + 1 for d in any_types.devices)
@@ -226,13 +252,14 @@ def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray, deadline: float = f
         for d in ds:
             caps, key = by_d[d].caps.tobytes(), key_of[d]
             if caps not in prefixes:
-                prefixes[caps] = prefix_table(by_d[d], block)
+                prefixes[caps] = _prefixes(by_d[d], block, wide_from)
             if len(parts[key]) * CHUNK > lo:  # this block already closed for d's table
                 continue
+            prefix, wide = prefixes[caps]
             if d not in own:
-                parts[key].append(bare_bubble(by_d[d], block, prefixes[caps]) + hops)
+                parts[key].append(bare_bubble(by_d[d], block, prefix, wide) + hops)
                 continue
-            least, across = own_bubbles(by_d[d], block, prefixes[caps], crossing=key in crossing_parts)
+            least, across = own_bubbles(by_d[d], block, prefix, crossing=key in crossing_parts, wide=wide)
             parts[key].append(least + hops)
             if across is not None:
                 crossing_parts[key].append(across + hops)
@@ -244,14 +271,22 @@ def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray, deadline: float = f
     return {d: tables[key_of[d]] for d in ds}
 
 
+def _prefixes(types: ClassTypes, b: np.ndarray, wide_from: int) -> tuple[np.ndarray, Wide | None]:
+    """The prefix table and, where some type is narrower than `wide_from`, the wide one."""
+    prefix = prefix_table(types, b)
+    if not (types.tp < wide_from).any():
+        return prefix, None  # every pipeline has a stage that wide
+    return prefix, (wide_from, wide_prefix_table(types, b, prefix, wide_from))
+
+
 def _deflated(blocks: list[np.ndarray]) -> np.ndarray:
     """[K, U] a table's blocks, deflated by TABLE_SLACK below the float64 truth (float32)."""
     return (np.concatenate(blocks).reshape(sum(len(x) for x in blocks), -1).astype(np.float64)
             * (1 - TABLE_SLACK)).astype(np.float32)
 
 
-def bare_bubble(types: ClassTypes, b: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+def bare_bubble(types: ClassTypes, b: np.ndarray, prefix: np.ndarray, wide: Wide | None = None) -> np.ndarray:
     """[K, *usage]: least bubble of a whole relaxed pipeline without any sync floor (T_dp ≥ 0):
     below `least_bubble` of every D with these caps, since every floor it adds is ≥ 0."""
     bare = replace(types, sync_layer=np.zeros_like(types.sync_layer), sync_head=np.zeros_like(types.sync_head))
-    return _closed(bare, b, prefix)
+    return _closed(bare, b, prefix, wide)

@@ -1,0 +1,165 @@
+"""[U14] the narrowest holder and [U15] local layers of a shared class (docs/bounds.md §6): the
+tables of pipelines with a wide stage, the floors raised to a narrower width, the caps of a class
+whose local layers are few, and the usage mask. The brute-force checks of both (no interval
+refutes the fastest plan in it) are in test_aligned_bound.py, whose splits run them."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from instances.random_small import random_small
+from planner.layered.evaluate import evaluate
+from solvers.layered.bound.classes import class_types, types_where
+from solvers.layered.bound.local_layers import cells, layers_per_device, local_capped_types, with_layers_on
+from solvers.layered.bound.narrowest import SYNC_FLOORS, case_widths, narrowed_types, width_case
+from solvers.layered.bound.pricing import breakpoints
+from solvers.layered.bound.usage import usage_tables
+from solvers.layered.exact import brute
+from solvers.layered.tables import Tables
+
+
+def _types(seed: int, d: int = 2):
+    """Class types of D on a small random problem with types of several widths, and breakpoints."""
+    tables = Tables(random_small(seed))
+    types = class_types(tables, min(d, tables.max_pipelines))
+    return types, breakpoints(types, 3 * tables.trivial_bound)
+
+
+def _several_widths() -> list:
+    found = [(seed, *_types(seed)) for seed in range(40)]
+    return [(seed, types, b) for seed, types, b in found if len(case_widths(types)) > 1 and types.pipelines > 1][:8]
+
+
+@pytest.fixture(scope="module")
+def several_widths():
+    cases = _several_widths()
+    assert len(cases) >= 5, len(cases)
+    return cases
+
+
+def test_pipelines_with_a_wide_stage_and_the_rest_make_the_whole_bare_table(several_widths) -> None:
+    """Every pipeline has a stage of t ≥ w or only narrower ones: the least bubble over both kinds
+    is the table's (exactly: the bare tables are minima over paths of the same sums). The own
+    tables of the wide ones are above the whole's (fewer pipelines, the same floors)."""
+    differ = 0
+    for seed, types, b in several_widths:
+        d = types.pipelines
+        whole, whole_own = usage_tables({d: types}, b, own=set())[d], usage_tables({d: types}, b)[d]
+        for w in case_widths(types)[1:]:
+            wide = usage_tables({d: types}, b, own=set(), wide_from=w)[d]
+            narrow = usage_tables({d: types_where(types, types.tp < w)}, b, own=set())[d]
+            np.testing.assert_array_equal(np.minimum(wide.least, narrow.least), whole.least, err_msg=f"seed {seed} w {w}")
+            differ += bool(np.isfinite(wide.least).any() and (wide.least > whole.least).any())
+            wide_own = usage_tables({d: types}, b, wide_from=w)[d]
+            assert (wide_own.least >= whole_own.least).all() and (wide_own.crossing >= whole_own.crossing).all()
+    assert differ >= 3, differ  # the flag restricts something
+
+
+def test_a_width_every_type_reaches_changes_nothing(several_widths) -> None:
+    seed, types, b = several_widths[0]
+    d, least = types.pipelines, int(types.tp.min())
+    np.testing.assert_array_equal(usage_tables({d: types}, b, wide_from=least)[d].least, usage_tables({d: types}, b)[d].least)
+
+
+def test_narrowed_floors_are_the_width_w_types_of_the_class(several_widths) -> None:
+    for _, types, _ in several_widths:
+        for w in case_widths(types):
+            narrow = narrowed_types(types, w)
+            for i in range(types.num_types):
+                same = np.flatnonzero((types.cls == types.cls[i]) & (types.tp == w))
+                for name in SYNC_FLOORS:
+                    own, got = getattr(types, name)[i], getattr(narrow, name)[i]
+                    want = max(own, getattr(types, name)[same[0]]) if types.tp[i] > w and len(same) else own
+                    assert got == want, (name, i, w)
+
+
+def test_local_caps_golden(several_widths) -> None:
+    """A class-k type with own floor s and crossing floor c holds n layers, at most m of them local:
+    it syncs n·s + max(0, n − m)·(c − s). Below ω it holds the largest such n."""
+    _, types, _ = several_widths[0]
+    k = int(types.cls[np.argmax(types.crossing_layer)])
+    i = int(np.flatnonzero(types.cls == k)[0])
+    s, c = types.sync_layer[i], max(types.crossing_layer[i], types.sync_layer[i])
+    omega = 2 * s + 1.5 * c  # two local layers and one crossing fit, not a fourth layer of either kind...
+    capped = local_capped_types(types, k, 2, omega)
+    want = max(n for n in range(types.layers + 1) if n * s + max(0, n - 2) * (c - s) < omega)
+    assert capped.caps[i, 0, 0] == min(types.caps[i, 0, 0], want)
+    assert (capped.caps[types.cls != k] == types.caps[types.cls != k]).all()
+    assert (local_capped_types(types, k, types.layers, omega).caps[i, 0, 0]
+            == min(types.caps[i, 0, 0], max(n for n in range(types.layers + 1) if n * s < omega)))
+
+
+def test_cells_cover_every_count_once() -> None:
+    for layers in (1, 2, 5, 40, 80):
+        got = [m for lo, hi in cells(layers) for m in range(lo, hi + 1)]
+        assert got == list(range(layers + 1)), layers
+
+
+def test_usages_with_too_few_devices_of_the_class_are_dropped(several_widths) -> None:
+    _, types, b = several_widths[0]
+    d = types.pipelines
+    table = usage_tables({d: types}, b)[d]
+    rho = layers_per_device(types, 0)
+    assert rho == max(types.caps[i].max() / types.tp[i] for i in np.flatnonzero(types.cls == 0))
+    masked = with_layers_on(table, 0, 2)
+    on_class = np.unravel_index(np.arange(int(np.prod(table.dims))), table.dims)[0]
+    assert np.isinf(masked.least[:, on_class < 2]).all()
+    np.testing.assert_array_equal(masked.least[:, on_class >= 2], table.least[:, on_class >= 2])
+    assert with_layers_on(table, 0, 0) is table
+
+
+def _priced_stages(problem, pipes) -> list[list[tuple[int, int, int, float, bool]]]:
+    """Per pipeline of the plan, per stage: (machine, t, layers, its sync τ_dp by the evaluator, last)."""
+    index = {m.name: i for i, m in enumerate(problem.cluster.machines)}
+    return [[(index[s.machine], s.tp, s.layers, s.dp_s, j == len(p.stages) - 1) for j, s in enumerate(p.stages)]
+            for p in evaluate(problem, brute.make_plan(problem, pipes)).pipelines]
+
+
+def _fewest_layers_per_class(pipelines, of_machine: np.ndarray) -> dict[int, int]:
+    """μ_k: the fewest layers any pipeline holds on class k (0 where some pipeline holds none)."""
+    held = [{} for _ in pipelines]
+    for mine, stages in zip(held, pipelines):
+        for machine, _, layers, _, _ in stages:
+            k = int(of_machine[machine])
+            mine[k] = mine.get(k, 0) + layers
+    return {k: min(h.get(k, 0) for h in held) for k in set().union(*held)}
+
+
+def test_every_real_stage_syncs_at_least_the_floors_of_the_narrowest_holder_and_of_few_local_layers() -> None:
+    """The premises of [U14] and [U15], against the evaluator on every plan brute force lists (the
+    first 2,000 per problem) on 40 tiny and 20 small problems: with W the least over pipelines of
+    their widest stage, every stage syncs at least n·s_W (+ the head's floor on a last stage), s_W
+    its class's width-W floor; and at least n·s + max(0, n − μ_k)·(c − s) on class k."""
+    raised = local = 0
+    for problem in [random_small(seed, tiny=True) for seed in range(40)] + [random_small(seed) for seed in range(20)]:
+        tables, by_d = Tables(problem), {}
+        for pipes in itertools.islice(brute.enumerate_plans(problem), 2000):
+            if len(pipes) < 2:
+                continue
+            types = by_d.setdefault(len(pipes), class_types(tables, len(pipes)))
+            pipelines = _priced_stages(problem, pipes)
+            narrow = narrowed_types(types, min(max(t for _, t, _, _, _ in stages) for stages in pipelines))
+            fewest = _fewest_layers_per_class(pipelines, types.class_of_machine)
+            for machine, t, n, synced, last in (stage for stages in pipelines for stage in stages):
+                k = int(types.class_of_machine[machine])
+                i = int(np.flatnonzero((types.cls == k) & (types.tp == t))[0])
+                head = narrow.sync_head[i] if last else 0.0
+                at_w = n * narrow.sync_layer[i] + head
+                s, c = narrow.sync_layer[i], max(narrow.crossing_layer[i], narrow.sync_layer[i])
+                with_local = n * s + max(0, n - fewest[k]) * (c - s) + head
+                assert synced >= at_w * (1 - 1e-9) and synced >= with_local * (1 - 1e-9), (problem.name, pipes, i)
+                raised += at_w > (n * types.sync_layer[i] + (types.sync_head[i] if last else 0.0)) * (1 + 1e-6)
+                local += with_local > at_w * (1 + 1e-6)
+    assert raised >= 50 and local >= 50, (raised, local)
+
+
+def test_a_run_of_widths_is_its_least_as_a_condition_and_its_largest_as_floors(several_widths) -> None:
+    _, types, _ = several_widths[0]
+    widths = case_widths(types)
+    assert width_case(types, (0,)) == width_case(types, widths) == (0, 0)  # the test without the split
+    assert width_case(types, widths[:1]) == (0, widths[0])
+    assert width_case(types, widths[-1:]) == (widths[-1], 0)
+    assert width_case(types, widths[1:]) == (widths[1], 0)
