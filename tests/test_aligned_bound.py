@@ -196,6 +196,7 @@ def test_on_gen24_seed2_the_capped_and_lifted_cases_refute_what_neither_does_alo
     capped = SyncLevelSplit._case_table
     monkeypatch.setattr(SyncLevelSplit, "_case_table",
                         lambda self, lo, hi, unshared, w, local=None: capped(self, 0.0, hi, unshared, w, local))
+    monkeypatch.setattr(SyncLevelSplit, "_local_refuted", lambda *args: False)  # [U13]'s parts only
     split.kept.clear()
     assert not split.interval_refuted(5.88, 0.172, 0.344)  # the caps alone
 
@@ -209,5 +210,6 @@ def test_on_gen24_seed0_the_own_sync_floors_cap_the_shared_classes_too(monkeypat
     split, _ = _gen24(0, 2, 6.2)
     assert split._cases_refuted(6.0, 0.0, 0.0108)
     monkeypatch.setattr(sync_level, "own_capped_types", lambda types, omega: types)
+    monkeypatch.setattr(SyncLevelSplit, "_local_refuted", lambda *args: False)  # [U13]'s parts only
     split.kept.clear()
     assert not split._cases_refuted(6.0, 0.0, 0.0108)
