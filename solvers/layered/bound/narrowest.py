@@ -61,7 +61,6 @@ def narrowed_types(types: ClassTypes, w: int) -> ClassTypes:
     floors = {name: getattr(types, name).copy() for name in SYNC_FLOORS}
     for i in np.flatnonzero(types.tp > w):
         same = np.flatnonzero((types.cls == types.cls[i]) & (types.tp == w))
-        for name, values in floors.items():
-            if len(same):
-                values[i] = max(values[i], values[same[0]])
+        for values in floors.values() if len(same) else ():
+            values[i] = max(values[i], values[same[0]])
     return replace(types, **floors)

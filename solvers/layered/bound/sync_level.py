@@ -24,10 +24,11 @@ intervals [U12] (`aligned.py`) is tried first; it needs no table of its own, so 
 the bare table ([U5]) it is the only test below ω. Levels are a few fixed shares of the trivial
 bound, so that a bisection reuses the capped tables it built.
 
-Each interval's cases run once per case W = w of [U14] (`narrowest.py`: floors at the narrowest
-holder's width, only pipelines with a stage that wide), and a case they leave open is tried again
-per cell of μ_k, the fewest layers any pipeline holds on a class the case shares ([U15],
-`local_layers.py`).
+Each interval's cases run for every W of [U14] (`narrowest.py`: floors at the narrowest holder's
+width, only pipelines with a stage that wide): first for the run of all widths (the test without
+the split), then for each half of a run left open, down to single widths. A case they leave open
+is tried again per cell of μ_k, the fewest layers any pipeline holds on a class the case shares
+([U15], `local_layers.py`).
 """
 
 from __future__ import annotations
@@ -166,8 +167,9 @@ class SyncLevelSplit:
             rho, key = layers_per_device(self.types, k), (lo, hi, w, case, k)
             for m_lo, m_hi in sorted(cells(self.types.layers), key=lambda cell: cell != self.hint.get(key)):
                 table = self._case_table(lo, hi, unshared, w, local=(k, m_hi))
-                if table is None or not integer.refuted_in_case(with_layers_on(table, k, int(np.ceil(m_lo / rho))),
-                                                                case, d, self.micro, threshold, self.rent):
+                fewest = int(np.ceil(m_lo / rho)) if rho > 0 else 0
+                if table is None or not integer.refuted_in_case(with_layers_on(table, k, fewest), case, d, self.micro,
+                                                                threshold, self.rent):
                     self.hint[key] = (m_lo, m_hi)
                     break
             else:
@@ -214,9 +216,10 @@ class SyncLevelSplit:
             types = own_capped_types(narrowed_types(self.types, w.narrow_to) if w.narrow_to else self.types, omega)
             types = types if k is None else capped_types(types, k, omega)
             if local is not None:
-                if (local_capped_types(types, *local, omega).caps == types.caps).all():
+                fewer = local_capped_types(types, *local, omega)
+                if (fewer.caps == types.caps).all():
                     return self._capped_one(omega, k, w)  # no layer count changes: the table without it
-                types = local_capped_types(types, *local, omega)
+                types = fewer
             built = usage_tables({d: types}, self.b, self.deadline, own={d}, wide_from=w.wide_from)
             if built is None:
                 return None
@@ -224,11 +227,14 @@ class SyncLevelSplit:
         return self.kept[key]
 
     def _keep(self, key: tuple, omega: float, table: UsageTable) -> None:
-        """Keep a capped table; past CAPPED_BYTES, drop the oldest of other levels than ω (every
-        level's tables are reused while a threshold walks the intervals, but one level's are kept
-        whatever their size, as the bisection needs them)."""
+        """Keep a capped table; past CAPPED_BYTES, drop the oldest of other levels than ω, then the
+        oldest [U15] tables of ω (every level's tables are reused while a threshold walks the
+        intervals, but one level's own cases are kept whatever their size, as the bisection needs
+        them; a cell of μ_k is built again where needed). Keys end with [U15]'s `local`."""
         self.kept[key] = table
-        for other in [other for other in self.kept if other[1] != omega]:
+        others = [other for other in self.kept if other[1] != omega]
+        cells_here = [other for other in self.kept if other[1] == omega and other[-1] is not None and other != key]
+        for other in others + cells_here:
             if sum(_bytes(t) for t in self.kept.values()) <= CAPPED_BYTES:
                 break
             del self.kept[other]
