@@ -23,7 +23,6 @@ from solvers.layered.heuristic import HeuristicOptions, solve_with
 from solvers.layered.bound import aligned, integer, search, sync_level
 from solvers.layered.bound.aligned import AlignedTest
 from solvers.layered.bound.classes import class_types
-from solvers.layered.bound.narrowest import case_widths
 from solvers.layered.bound.pricing import breakpoints
 from solvers.layered.bound.sync_level import LEVEL_SHARES, SyncLevelSplit
 from solvers.layered.bound.usage import usage_tables
@@ -60,7 +59,7 @@ def _cases():
         fastest = _fastest_by_interval(problem, edges)
         for d in sorted({d for d, _ in fastest}):
             split = SyncLevelSplit(types=by_d[d], b=b, own=own[d], bare=bare[d], micro=tables.total_micro,
-                                   levels=levels, deadline=np.inf, widths=case_widths(by_d[d]))
+                                   levels=levels, deadline=np.inf, extended=True)
             yield (AlignedTest.of(by_d[d], b, tables.total_micro),
                    {(edges[i], edges[i + 1]): t for (e, i), t in fastest.items() if e == d}, split)
 
@@ -196,7 +195,6 @@ def test_on_gen24_seed2_the_capped_and_lifted_cases_refute_what_neither_does_alo
     capped = SyncLevelSplit._case_table
     monkeypatch.setattr(SyncLevelSplit, "_case_table",
                         lambda self, lo, hi, unshared, w, local=None: capped(self, 0.0, hi, unshared, w, local))
-    monkeypatch.setattr(SyncLevelSplit, "_local_refuted", lambda *args: False)  # [U13]'s parts only
     split.kept.clear()
     assert not split.interval_refuted(5.88, 0.172, 0.344)  # the caps alone
 
@@ -210,6 +208,5 @@ def test_on_gen24_seed0_the_own_sync_floors_cap_the_shared_classes_too(monkeypat
     split, _ = _gen24(0, 2, 6.2)
     assert split._cases_refuted(6.0, 0.0, 0.0108)
     monkeypatch.setattr(sync_level, "own_capped_types", lambda types, omega: types)
-    monkeypatch.setattr(SyncLevelSplit, "_local_refuted", lambda *args: False)  # [U13]'s parts only
     split.kept.clear()
     assert not split._cases_refuted(6.0, 0.0, 0.0108)

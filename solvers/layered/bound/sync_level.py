@@ -24,7 +24,7 @@ intervals [U12] (`aligned.py`) is tried first; it needs no table of its own, so 
 the bare table ([U5]) it is the only test below ω. Levels are a few fixed shares of the trivial
 bound, so that a bisection reuses the capped tables it built.
 
-Each interval's cases run for every W of [U14] (`narrowest.py`: floors at the narrowest holder's
+With `extended`, each interval's cases run for every W of [U14] (`narrowest.py`: floors at the narrowest holder's
 width, only pipelines with a stage that wide): first for the run of all widths (the test without
 the split), then for each half of a run left open, down to single widths. A case they leave open
 is tried again per cell of μ_k, the fewest layers any pipeline holds on a class the case shares
@@ -42,7 +42,7 @@ from solvers.layered.bound import integer
 from solvers.layered.bound.aligned import AlignedTest
 from solvers.layered.bound.classes import ClassTypes
 from solvers.layered.bound.local_layers import cells, layers_per_device, local_capped_types, with_layers_on
-from solvers.layered.bound.narrowest import WidthCase, narrowed_types, width_case
+from solvers.layered.bound.narrowest import WidthCase, case_widths, narrowed_types, width_case
 from solvers.layered.bound.usage import UsageTable, usage_tables
 
 LEVEL_SHARES = (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16)  # levels ω, as shares of the trivial bound, least first
@@ -67,7 +67,7 @@ class SyncLevelSplit:
     hint: dict = field(default_factory=dict)  # interval → the case of [U10] that held there last
     open_interval: tuple[float, float, bool] | None = None  # the interval that held last (lo, hi, with [U12])
     aligned: AlignedTest | None = field(default=None, repr=False)  # [U12], built at its first use
-    widths: tuple[int, ...] = ()  # the widths W of [U14] can take (`narrowest.case_widths`); empty: not split
+    extended: bool = False  # [U14] and [U15] too (the search turns them on once [U13] alone has settled)
 
     def refuted(self, threshold: float) -> bool:
         """True when no plan with D pipelines has T ≤ `threshold` by the split on T_dp's level."""
@@ -89,6 +89,11 @@ class SyncLevelSplit:
         lifted = self.bare.least + np.float32(omega)
         crossing = None if table.crossing is None else np.maximum(table.crossing, lifted)
         return replace(table, least=np.maximum(table.least, lifted), crossing=crossing, runs={}, hints={})
+
+    def extend(self) -> None:
+        """Turn [U14] and [U15] on. The hints of [U13] alone are dropped: the case they name is the
+        test without the split, which held there and would stop the new one at once."""
+        self.extended, self.hint = True, {}
 
     def _below_refuted(self, omega: float, threshold: float) -> bool:
         """T_dp < ω: every interval [ω_i, ω_{i+1}) of the levels below ω, from 0, refuted. The
@@ -134,7 +139,7 @@ class SyncLevelSplit:
         last = self.hint.get((lo, hi, "width"))
         if last is not None and not self._width_refuted(threshold, lo, hi, last):
             return False
-        return self._widths_refuted(threshold, lo, hi, self.widths or (0,))
+        return self._widths_refuted(threshold, lo, hi, case_widths(self.types) if self.extended else (0,))
 
     def _widths_refuted(self, threshold: float, lo: float, hi: float, widths: tuple[int, ...]) -> bool:
         """The cases of W in `widths` (a run of the types' widths, least first) refuted: all at
@@ -154,7 +159,7 @@ class SyncLevelSplit:
             unshared = [k for k, c in enumerate(case.count) if c == 0]
             table = self._case_table(lo, hi, unshared, w)
             if table is None or not (integer.refuted_in_case(table, case, d, self.micro, threshold, self.rent)
-                                     or self._local_refuted(threshold, lo, hi, w, case)):
+                                     or (self.extended and self._local_refuted(threshold, lo, hi, w, case))):
                 self.hint[(lo, hi, w)], self.hint[(lo, hi, "width")] = case, widths
                 return False
         return True
