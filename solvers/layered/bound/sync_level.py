@@ -24,11 +24,11 @@ intervals [U12] (`aligned.py`) is tried first; it needs no table of its own, so 
 the bare table ([U5]) it is the only test below ω. Levels are a few fixed shares of the trivial
 bound, so that a bisection reuses the capped tables it built.
 
-With `extended`, each interval's cases run for every W of [U14] (`narrowest.py`: floors at the narrowest holder's
-width, only pipelines with a stage that wide): first for the run of all widths (the test without
-the split), then for each half of a run left open, down to single widths. A case they leave open
-is tried again per cell of μ_k, the fewest layers any pipeline holds on a class the case shares
-([U15], `local_layers.py`).
+With `extended`, each interval's cases run for every W of [U14] (`narrowest.py`: floors at the
+narrowest holder's width, only pipelines with a stage that wide): first for the run of all widths
+(the test without the split), then for each half of a run left open, down to single widths. A
+case they leave open is tried again per cell of μ_k, the fewest layers any pipeline holds on a
+class the case shares ([U15], `local_layers.py`).
 """
 
 from __future__ import annotations
