@@ -83,7 +83,7 @@ def test_local_caps_golden(several_widths) -> None:
     k = int(types.cls[np.argmax(types.crossing_layer)])
     i = int(np.flatnonzero(types.cls == k)[0])
     s, c = types.sync_layer[i], max(types.crossing_layer[i], types.sync_layer[i])
-    omega = 2 * s + 1.5 * c  # two local layers and one crossing fit, not a fourth layer of either kind...
+    omega = 2 * s + 1.5 * c  # with 2 local: 3 layers sync 2s + c (fit), 4 layers 2s + 2c (do not)
     capped = local_capped_types(types, k, 2, omega)
     want = max(n for n in range(types.layers + 1) if n * s + max(0, n - 2) * (c - s) < omega)
     assert capped.caps[i, 0, 0] == min(types.caps[i, 0, 0], want)

@@ -133,7 +133,8 @@ def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBou
         if d in settled:
             if extended:
                 return
-            extended = _extend(tests, settled, log)  # [U14] and [U15], in the time [U13] left
+            _extend(tests, settled, log)  # [U14] and [U15], in the time [U13] left
+            extended = True
             continue
         # D tied with it are raised in turn, a step at a time: the bound is the least of them
         ceiling = min(next((v for v, _ in ranked[1:] if v > before), top), before * (1 + RAISE_STEP))
@@ -152,8 +153,8 @@ def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBou
             settled.add(d)
 
 
-def _extend(tests: dict, settled: set[int], log) -> bool:
-    """Turn [U14] and [U15] on in every D's split and unsettle them (True). They refute more but
+def _extend(tests: dict, settled: set[int], log) -> None:
+    """Turn [U14] and [U15] on in every D's split and unsettle them. They refute more but
     cost more per threshold: run from the start, gen-24 seed 4 reached 5.853 s in 600 s against
     5.877 s with [U13] alone (357 s), so they only get the time [U13] leaves."""
     for test in tests.values():
@@ -161,7 +162,6 @@ def _extend(tests: dict, settled: set[int], log) -> bool:
             test.split.extend()
     settled.clear()
     log("configuration bound: [U11] again with [U14] and [U15]")
-    return True
 
 
 def _open_after_spread(result: ConfigurationBound, d_values: list[int], top: float, incumbent: float | None,
