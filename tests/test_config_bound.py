@@ -215,6 +215,54 @@ def test_the_bare_table_is_below_every_ds_own(seed: int) -> None:
     assert np.array_equal(bare[1].least, own[1].least)
 
 
+@pytest.mark.parametrize("seed", range(0, 40, 7))
+def test_one_pass_of_bare_and_own_tables_is_the_two_built_apart(seed: int) -> None:
+    """`route_tables` (every D's bare table beside the own tables of some D) builds exactly the
+    tables `usage_tables` builds for each kind alone."""
+    import numpy as np
+
+    from solvers.layered.bound.classes import class_types
+    from solvers.layered.bound.pricing import breakpoints
+    from solvers.layered.bound.usage import route_tables, usage_tables
+
+    tables = Tables(random_small(seed, tiny=True))
+    by_d = {d: class_types(tables, d) for d in range(1, tables.max_pipelines + 1)}
+    b = breakpoints(by_d[1], 2 * tables.trivial_bound)
+    own = set(list(by_d)[::2])
+    bare, built = route_tables(by_d, b, float("inf"), own, crossing=True)
+    alone_bare, alone_own = usage_tables(by_d, b, own=set()), usage_tables(by_d, b)
+    assert set(bare) == set(by_d) and set(built) == own
+    for d in by_d:
+        np.testing.assert_array_equal(bare[d].least, alone_bare[d].least)
+    for d in own:
+        np.testing.assert_array_equal(built[d].least, alone_own[d].least)
+        assert (built[d].crossing is None) == (alone_own[d].crossing is None)
+        if built[d].crossing is not None:
+            np.testing.assert_array_equal(built[d].crossing, alone_own[d].crossing)
+
+
+def test_the_bisection_never_claims_past_the_threshold_and_ends_within_its_tolerance() -> None:
+    """On a test that refutes exactly v < r: the value reached is ≤ r and within the tolerance
+    of r, plain or galloping; galloping from the top takes fewer tests where r lies within 1 %
+    of it (the case it is for)."""
+    import random
+
+    from solvers.layered.bound.search import RELATIVE_TOLERANCE, DBound, _bisect
+
+    rng, tests = random.Random(7), {False: [], True: []}
+    for _ in range(300):
+        floor, top = 1.0, rng.uniform(1.8, 3.0)  # r stays above the floor
+        r = top * (1 - rng.choice([rng.uniform(0, 0.01), rng.uniform(0, 0.4)]))
+        for gallop in (False, True):
+            asked = []
+            entry = DBound(1, floor)
+            _bisect(lambda v: asked.append(v) or v < r, entry, floor, top, float("inf"), gallop=gallop)
+            assert entry.done and r - 2 * RELATIVE_TOLERANCE * top <= entry.refuted <= r, (r, top, gallop)
+            tests[gallop].append((r >= 0.99 * top, len(asked)))
+    near = {g: [n for close, n in runs if close] for g, runs in tests.items()}
+    assert sum(near[True]) < 0.8 * sum(near[False]), {g: sum(n) / len(n) for g, n in near.items()}
+
+
 @pytest.mark.parametrize("seed", range(0, 40, 3))
 def test_the_lp_shortcut_refutes_exactly_what_the_integer_programme_does(seed: int, monkeypatch) -> None:
     """The LP relaxation only refutes where the integer programme also does: the test's answer

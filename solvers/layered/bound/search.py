@@ -11,6 +11,7 @@ tests ranges of D at once, split where the bound is set (`_lp_ranges`, docs/boun
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -22,18 +23,20 @@ from solvers.layered.bound.classes import ClassTypes, class_types, range_types
 from solvers.layered.bound.master import Master
 from solvers.layered.bound.pricing import breakpoints
 from solvers.layered.bound.sync_level import LEVEL_SHARES, SyncLevelSplit
-from solvers.layered.bound.usage import UsageTable, usage_size, usage_tables
+from solvers.layered.bound.usage import UsageTable, route_tables, usage_size, usage_tables
 from solvers.layered.tables import Tables
 
 RELATIVE_TOLERANCE = 2e-4  # bisection stops when the bracket is this narrow
 FLOAT_SLACK = 1e-9  # relative: the bound is deflated by this against float noise (docs/bounds.md §5)
 SECONDS_PER_CELL = 7e-10  # measured: a usage table's DP costs 4–6e-10 s per (b, ℓ, u, type, n) on a shared core
 TABLE_SHARE = 0.5  # of the time left, the most the usage tables may take (estimated)
+GALLOP_STEP = 0.0025  # `_bisect`'s first step down from another D's value (h2-7b: D = 3…8 within 0.7 % of each other)
 RAISE_STEP = 0.002  # [U11]'s refinement raises a D at most this share above where it stands, then the next
 PENDING_TABLES = 4  # own tables the second pass is expected to build (memory estimate)
 OWN_AROUND = 2  # the first pass also builds the own tables of the D this close to the incumbent's
 # (closing a table costs a tenth of its prefix; on hetero-1 the D the bare table left were 5 and 6
 # around the incumbent's 4, and a second pass costs a whole prefix again)
+CLOSE_SHARE = 0.1  # an own table's last stage and crossing part, as a share of the prefix's time
 MAX_TABLE_BYTES = 1.5e9  # every table together (float32)
 
 
@@ -103,7 +106,7 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
             else:
                 pending.append(d)
             continue
-        _bisect(_test(tables, route, d, result.rent), entry, floor, least, deadline)
+        _bisect(_test(tables, route, d, result.rent), entry, floor, least, deadline, gallop=least < top)
         _check_incumbent([d], entry.refuted, incumbent, first_d)
         log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s" + ("" if entry.done else " (open)"))
     if pending:
@@ -284,7 +287,8 @@ def _bisect_pending(tables: Tables, route: UsageRoute, result: ConfigurationBoun
             log(f"configuration bound: time limit before D={d}")
             return
         entry = result.per_d[d]
-        _bisect(_test(tables, route, d, result.rent), entry, result.floor, _least(result, top, result.floor), deadline)
+        least = _least(result, top, result.floor)
+        _bisect(_test(tables, route, d, result.rent), entry, result.floor, least, deadline, gallop=least < top)
         log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s (bare table)"
             + ("" if entry.done else " (open)"))
     lowering = [d for d in pending if result.per_d[d].refuted < others]
@@ -296,7 +300,7 @@ def _bisect_pending(tables: Tables, route: UsageRoute, result: ConfigurationBoun
         if time.perf_counter() > deadline:
             return
         entry = result.per_d[d]
-        _bisect(_test(tables, route, d, result.rent), entry, result.floor, others, deadline)
+        _bisect(_test(tables, route, d, result.rent), entry, result.floor, others, deadline, gallop=others < top)
         log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s" + ("" if entry.done else " (open)"))
 
 
@@ -350,21 +354,29 @@ class UsageRoute:
             self.used.update(built)
 
 
-def _route_classes(tables: Tables, d_values: list[int], top: float, seconds: float, own: set[int]):
-    """(classes per D, breakpoints, whether own tables carry their crossing part) of the finest
-    classes whose usage tables' first pass fits `seconds` and the memory cap (identical
-    machines, else machines with the same GPU); None when neither does (the second pass is
-    optional)."""
+def _route_classes(tables: Tables, d_values: list[int], top: float, seconds: float, near: set[int]):
+    """(classes per D, breakpoints, the D with own tables, whether those carry their crossing
+    part) of the finest classes whose usage tables' first pass fits `seconds` and the memory cap
+    (identical machines, else machines with the same GPU); None when neither does (the second
+    pass is optional). Every D gets its own table where that fits with the crossing parts (a
+    bare table left hetero-2 7B's D = 7 and 8 at 10.12 and 10.01 s, their own at 10.47 and
+    10.43); else the D in `near`."""
     for by_gpu in (False, True):
         by_d = {d: class_types(tables, d, by_gpu) for d in d_values}
         any_types = by_d[d_values[0]]
         b = breakpoints(any_types, top)
-        cells = len(b) * (tables.layers + 1) * usage_size(any_types) * any_types.num_types * tables.layers / 2
-        groups = len({t.caps.tobytes() for t in by_d.values()}) + len(own) + PENDING_TABLES
+        prefix_s = SECONDS_PER_CELL * len(b) * (tables.layers + 1) * usage_size(any_types) * any_types.num_types \
+            * tables.layers / 2
         table_bytes = 4.0 * len(b) * usage_size(any_types)
-        if cells * SECONDS_PER_CELL <= seconds * TABLE_SHARE and table_bytes * groups <= MAX_TABLE_BYTES:
+        bare = len({t.caps.tobytes() for t in by_d.values()})
+        fits = lambda own, pending, crossing: (  # noqa: E731 (time, memory) of one first pass
+            prefix_s * (1 + CLOSE_SHARE * len(set(own) - near)) <= seconds * TABLE_SHARE
+            and table_bytes * (bare + (len(own) + pending) * (2 if crossing else 1)) <= MAX_TABLE_BYTES)
+        if fits(d_values, 0, True):
+            return by_d, b, set(d_values), True
+        if fits(near, PENDING_TABLES, False):
             # own tables carry their crossing part ([U9]) where the memory allows: never a coarser route for it
-            return by_d, b, table_bytes * (groups + len(own) + PENDING_TABLES) <= MAX_TABLE_BYTES
+            return by_d, b, near, fits(near, PENDING_TABLES, True)
     return None
 
 
@@ -376,38 +388,42 @@ def usage_route_fits(tables: Tables, incumbent: float | None, seconds: float) ->
 
 def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: float, log,
                  first_d: int | None) -> UsageRoute | None:
-    """The bare table of every D and the own tables of the D around `first_d` (one pass), on
-    the classes `_route_classes` picks for the time left; None when none fits."""
-    own = set(range(first_d - OWN_AROUND, first_d + OWN_AROUND + 1)) & set(d_values) if first_d else set()
-    chosen = _route_classes(tables, d_values, top, deadline - time.perf_counter(), own)
+    """The bare table of every D and the own tables of every D, or of the D around `first_d`
+    (one pass), on the classes `_route_classes` picks for the time left; None when none fits."""
+    near = set(range(first_d - OWN_AROUND, first_d + OWN_AROUND + 1)) & set(d_values) if first_d else set()
+    chosen = _route_classes(tables, d_values, top, deadline - time.perf_counter(), near)
     if chosen is None:
         log("configuration bound: usage tables too large, LP certificate over ranges of D")
         return None
-    by_d, b, crossing = chosen
-    log(f"configuration bound: usage tables over classes {by_d[d_values[0]].devices.tolist()}, {len(b)} breakpoints"
+    by_d, b, own, crossing = chosen
+    log(f"configuration bound: usage tables over classes {by_d[d_values[0]].devices.tolist()}, {len(b)} breakpoints, "
+        + ("every D's own" if len(own) == len(d_values) else f"own for D={sorted(own)}")
         + ("" if crossing else " (no crossing parts: memory)"))
-    built = usage_tables(by_d, b, deadline, own=own, crossing=crossing)
+    built = route_tables(by_d, b, deadline, own, crossing)
     if built is None:
         return None
-    return UsageRoute(types=by_d, b=b, bare={d: t for d, t in built.items() if d not in own},
-                      own={d: built[d] for d in own}, crossing=crossing)
+    return UsageRoute(types=by_d, b=b, bare=built[0], own=built[1], crossing=crossing)
 
 
-def _bisect(refuted, entry: DBound, floor: float, top: float, deadline: float) -> None:
+def _bisect(refuted, entry: DBound, floor: float, top: float, deadline: float, gallop: bool = False) -> None:
     """Raise entry.refuted from `floor` towards `top`: first `top` itself, then bisection
-    (`refuted(v)`: no plan of this D has T ≤ v)."""
+    (`refuted(v)`: no plan of this D has T ≤ v). With `gallop` (`top` is another D's value,
+    which this D's usually lies just below), the bracket's lower end first steps down from
+    `top` by GALLOP_STEP, doubling, and the bisection starts from the first value refuted."""
     if refuted(top):
         entry.refuted, entry.done = max(entry.refuted, top), True
         return
     lo, hi = max(floor, entry.refuted), top
     entry.feasible_at = top
+    step = GALLOP_STEP * top if gallop else math.inf
     while hi - lo > RELATIVE_TOLERANCE * hi:
         if time.perf_counter() > deadline:
             entry.refuted = max(entry.refuted, lo)  # what is refuted so far stays proved
             return
-        mid = 0.5 * (lo + hi)
+        mid = hi - step if hi - step > lo + 0.5 * step else 0.5 * (lo + hi)
         if refuted(mid):
-            lo = mid
+            lo, step = mid, math.inf
         else:
             hi = entry.feasible_at = mid
+            step *= 2
     entry.refuted, entry.done = lo, True

@@ -236,39 +236,61 @@ def usage_tables(by_d: dict[int, ClassTypes], b: np.ndarray, deadline: float = f
     D ≥ 2 also carries its crossing part and its breakpoints' setting classes ([U9]). None when `deadline`
     (perf_counter) passes before every block is built: a partial table would not be a bound.
     `wide_from`: only pipelines with a stage of at least that many devices ([U14]; 0: any)."""
-    ds = sorted(by_d)
-    any_types = by_d[ds[0]]
-    dims = tuple(int(d) + 1 for d in any_types.devices)
+    own = set(by_d) if own is None else own
+    key_of = {d: _key(by_d[d], d if d in own else None) for d in by_d}
+    built = _tables(by_d, b, set(key_of.values()), deadline, crossing, wide_from)
+    return None if built is None else {d: built[key_of[d]] for d in by_d}
+
+
+def route_tables(by_d: dict[int, ClassTypes], b: np.ndarray, deadline: float, own: set[int],
+                 crossing: bool) -> tuple[dict[int, UsageTable], dict[int, UsageTable]] | None:
+    """(bare, own): the bare table of every D in `by_d` (one per group of D with the same caps,
+    also where every D of the group has its own: [U11]'s split lifts the bare one) and the own
+    tables of the D in `own`, in one pass; None when `deadline` passes first."""
+    bare_key = {d: _key(by_d[d], None) for d in by_d}
+    built = _tables(by_d, b, set(bare_key.values()) | {_key(by_d[d], d) for d in own}, deadline, crossing, 0)
+    if built is None:
+        return None
+    return {d: built[key] for d, key in bare_key.items()}, {d: built[_key(by_d[d], d)] for d in own}
+
+
+def _key(types: ClassTypes, d: int | None) -> tuple[bytes, int | None]:
+    """A table's key: its memory caps and its D (None: the bare table those caps share)."""
+    return types.caps.tobytes(), d
+
+
+def _tables(by_d: dict[int, ClassTypes], b: np.ndarray, keys: set[tuple], deadline: float, crossing: bool,
+            wide_from: int) -> dict[tuple, UsageTable] | None:
+    """The tables of `keys` (`_key`), block by block of breakpoints, one prefix per caps group."""
+    of_caps = {}
+    for d in sorted(by_d):
+        of_caps.setdefault(by_d[d].caps.tobytes(), d)  # the types a bare table is built from
+    any_types = by_d[min(by_d)]
+    dims = tuple(int(n) + 1 for n in any_types.devices)
     hops = hop_floor(any_types).astype(np.float32)
-    own = set(ds) if own is None else own
-    key_of = {d: (by_d[d].caps.tobytes(), d if d in own else None) for d in ds}  # the D that share a table
-    parts: dict[tuple, list[np.ndarray]] = {key: [] for key in key_of.values()}
-    crossing_parts = {key: [] for key in key_of.values()
-                      if crossing and key[1] is not None and by_d[key[1]].pipelines >= 2}
+    parts: dict[tuple, list[np.ndarray]] = {key: [] for key in keys}
+    crossing_parts = {key: [] for key in keys if crossing and key[1] is not None and by_d[key[1]].pipelines >= 2}
     for lo in range(0, len(b), CHUNK):
         if time.perf_counter() > deadline:
             return None
         block, prefixes = b[lo:lo + CHUNK], {}
-        for d in ds:
-            caps, key = by_d[d].caps.tobytes(), key_of[d]
+        for caps, d in sorted(keys, key=lambda key: (key[0], key[1] or 0)):
+            types = by_d[of_caps[caps] if d is None else d]
             if caps not in prefixes:
-                prefixes[caps] = _prefixes(by_d[d], block, wide_from)
-            if len(parts[key]) * CHUNK > lo:  # this block already closed for d's table
-                continue
+                prefixes[caps] = _prefixes(types, block, wide_from)
             prefix, wide = prefixes[caps]
-            if d not in own:
-                parts[key].append(bare_bubble(by_d[d], block, prefix, wide) + hops)
+            if d is None:
+                parts[caps, d].append(bare_bubble(types, block, prefix, wide) + hops)
                 continue
-            least, across = own_bubbles(by_d[d], block, prefix, crossing=key in crossing_parts, wide=wide)
-            parts[key].append(least + hops)
+            least, across = own_bubbles(types, block, prefix, crossing=(caps, d) in crossing_parts, wide=wide)
+            parts[caps, d].append(least + hops)
             if across is not None:
-                crossing_parts[key].append(across + hops)
-    tables = {key: UsageTable(b=b, least=_deflated(part), dims=dims,
-                              crossing=_deflated(crossing_parts[key]) if key in crossing_parts else None,
-                              set_by=setting_widths(any_types, b) if key in crossing_parts else None,
-                              room=by_d[key[1]].room if key in crossing_parts else None)
-              for key, part in parts.items()}
-    return {d: tables[key_of[d]] for d in ds}
+                crossing_parts[caps, d].append(across + hops)
+    return {key: UsageTable(b=b, least=_deflated(part), dims=dims,
+                            crossing=_deflated(crossing_parts[key]) if key in crossing_parts else None,
+                            set_by=setting_widths(any_types, b) if key in crossing_parts else None,
+                            room=by_d[key[1]].room if key in crossing_parts else None)
+            for key, part in parts.items()}
 
 
 def _prefixes(types: ClassTypes, b: np.ndarray, wide_from: int) -> tuple[np.ndarray, Wide | None]:
