@@ -105,3 +105,31 @@ def test_sets_that_would_take_the_lp_route_leave_their_time_to_the_whole_problem
     assert on_usage_route(per_set, None, math.inf) and not on_usage_route(per_set, None, 0.0)
     rushed = budget_bound(problem, None, time.perf_counter())
     assert rushed.sets == () and rushed.value == rushed.whole.value
+
+
+def test_a_set_the_deadline_cut_is_searched_again_and_one_that_ended_before_it_is_not(monkeypatch) -> None:
+    """`bound_sets`' second pass takes exactly the sets whose first search the deadline cut: a set
+    whose search ended by itself is settled (more time would not raise it)."""
+    from solvers.layered.bound import budget_sets
+
+    seed = next(seed for seed in BUDGETED if _by_sets(seed).sets)
+    problem = random_priced(seed, "layered").model_copy(update={"objective": Objective.time})
+    sets = maximal_sets_or_none(problem)
+    per_set = [set_tables(problem, machines) for machines in sets]
+    searched = []
+    real = budget_sets.set_bound
+
+    def counted(machines, tables, incumbent, deadline):
+        searched.append(real(machines, tables, incumbent, deadline))
+        return searched[-1]
+
+    monkeypatch.setattr(budget_sets, "set_bound", counted)
+    for end in (math.inf, time.perf_counter() + 0.02):
+        searched.clear()
+        budget_sets.bound_sets(sets, per_set, None, end)
+        first, second = searched[:len(sets)], searched[len(sets):]
+        assert [b.machines for b in first] == list(sets)
+        cut = sorted(b.machines for b in first if b.bound is not None and not b.settled)
+        assert sorted(b.machines for b in second) == cut
+        assert end < math.inf or not cut  # without a deadline every search ends by itself
+    assert not real(sets[0], per_set[0], None, time.perf_counter() - 1).settled or per_set[0] is None
