@@ -370,9 +370,14 @@ def _route_classes(tables: Tables, d_values: list[int], top: float, seconds: flo
             * tables.layers / 2
         table_bytes = 4.0 * len(b) * usage_size(any_types)
         bare = len({t.caps.tobytes() for t in by_d.values()})
-        fits = lambda own, pending, crossing: (  # noqa: E731 (time, memory) of one first pass
-            prefix_s * (1 + CLOSE_SHARE * len(set(own) - near)) <= seconds * TABLE_SHARE
-            and table_bytes * (bare + (len(own) + pending) * (2 if crossing else 1)) <= MAX_TABLE_BYTES)
+
+        def fits(own, pending: int, crossing: bool) -> bool:
+            """Whether a first pass with these own tables fits the time and, with `pending`
+            tables of a second pass, the memory (the own ones twice with crossing parts)."""
+            extra_s = prefix_s * CLOSE_SHARE * len(set(own) - near)  # closings beyond the near D's
+            tables_kept = bare + (len(own) + pending) * (2 if crossing else 1)
+            return prefix_s + extra_s <= seconds * TABLE_SHARE and table_bytes * tables_kept <= MAX_TABLE_BYTES
+
         if fits(d_values, 0, True):
             return by_d, b, set(d_values), True
         if fits(near, PENDING_TABLES, False):
