@@ -30,7 +30,8 @@ RELATIVE_TOLERANCE = 2e-4  # bisection stops when the bracket is this narrow
 FLOAT_SLACK = 1e-9  # relative: the bound is deflated by this against float noise (docs/bounds.md §5)
 SECONDS_PER_CELL = 7e-10  # measured: a usage table's DP costs 4–6e-10 s per (b, ℓ, u, type, n) on a shared core
 TABLE_SHARE = 0.5  # of the time left, the most the usage tables may take (estimated)
-GALLOP_STEP = 0.0025  # `_bisect`'s first step down from another D's value (hetero-2 7B: D = 1…8 within 0.7 % of each other)
+# `_bisect`'s first step down from another D's value (hetero-2 7B: D = 1…8 within 0.7 % of each other)
+GALLOP_STEP = 0.0025
 RAISE_STEP = 0.002  # [U11]'s refinement raises a D at most this share above where it stands, then the next
 PENDING_TABLES = 4  # own tables the second pass is expected to build (memory estimate)
 OWN_AROUND = 2  # the first pass also builds the own tables of the D this close to the incumbent's
