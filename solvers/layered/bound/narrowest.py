@@ -61,6 +61,8 @@ def narrowed_types(types: ClassTypes, w: int) -> ClassTypes:
     floors = {name: getattr(types, name).copy() for name in SYNC_FLOORS}
     for i in np.flatnonzero(types.tp > w):
         same = np.flatnonzero((types.cls == types.cls[i]) & (types.tp == w))
-        for values in floors.values() if len(same) else ():
+        if not len(same):
+            continue  # the class has no type of width w: nothing narrower to raise it to
+        for values in floors.values():
             values[i] = max(values[i], values[same[0]])
     return replace(types, **floors)

@@ -247,11 +247,11 @@ def route_tables(by_d: dict[int, ClassTypes], b: np.ndarray, deadline: float, ow
     """(bare, own): the bare table of every D in `by_d` (one per group of D with the same caps,
     also where every D of the group has its own: [U11]'s split lifts the bare one) and the own
     tables of the D in `own`, in one pass; None when `deadline` passes first."""
-    bare_key = {d: _key(by_d[d], None) for d in by_d}
-    built = _tables(by_d, b, set(bare_key.values()) | {_key(by_d[d], d) for d in own}, deadline, crossing, 0)
+    bare_key, own_key = {d: _key(by_d[d], None) for d in by_d}, {d: _key(by_d[d], d) for d in own}
+    built = _tables(by_d, b, set(bare_key.values()) | set(own_key.values()), deadline, crossing, 0)
     if built is None:
         return None
-    return {d: built[key] for d, key in bare_key.items()}, {d: built[_key(by_d[d], d)] for d in own}
+    return {d: built[key] for d, key in bare_key.items()}, {d: built[key] for d, key in own_key.items()}
 
 
 def _key(types: ClassTypes, d: int | None) -> tuple[bytes, int | None]:
