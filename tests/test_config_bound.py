@@ -244,23 +244,28 @@ def test_one_pass_of_bare_and_own_tables_is_the_two_built_apart(seed: int) -> No
 def test_the_bisection_never_claims_past_the_threshold_and_ends_within_its_tolerance() -> None:
     """On a test that refutes exactly v < r: the value reached is ≤ r and within the tolerance
     of r, plain or galloping; galloping from the top takes fewer tests where r lies within 1 %
-    of it (the case it is for)."""
+    of it (the case it is for); the first pass's wider tolerance takes fewer tests still."""
     import random
 
-    from solvers.layered.bound.search import RELATIVE_TOLERANCE, DBound, _bisect
+    from solvers.layered.bound.search import FIRST_PASS_TOLERANCE, RELATIVE_TOLERANCE, DBound, _bisect
 
-    rng, tests = random.Random(7), {False: [], True: []}
+    rng, tests = random.Random(7), {}
     for _ in range(300):
         floor, top = 1.0, rng.uniform(1.8, 3.0)  # r stays above the floor
         r = top * (1 - rng.choice([rng.uniform(0, 0.01), rng.uniform(0, 0.4)]))
         for gallop in (False, True):
-            asked = []
-            entry = DBound(1, floor)
-            _bisect(lambda v: asked.append(v) or v < r, entry, floor, top, float("inf"), gallop=gallop)
-            assert entry.done and r - 2 * RELATIVE_TOLERANCE * top <= entry.refuted <= r, (r, top, gallop)
-            tests[gallop].append((r >= 0.99 * top, len(asked)))
-    near = {g: [n for close, n in runs if close] for g, runs in tests.items()}
-    assert sum(near[True]) < 0.8 * sum(near[False]), {g: sum(n) / len(n) for g, n in near.items()}
+            for tolerance in (RELATIVE_TOLERANCE, FIRST_PASS_TOLERANCE):
+                asked = []
+                entry = DBound(1, floor)
+                _bisect(lambda v: asked.append(v) or v < r, entry, floor, top, float("inf"), gallop=gallop,
+                        tolerance=tolerance)
+                assert entry.done and r - 2 * tolerance * top <= entry.refuted <= r, (r, top, gallop, tolerance)
+                tests.setdefault((gallop, tolerance), []).append((r >= 0.99 * top, len(asked)))
+    near = {key: sum(n for close, n in runs if close) for key, runs in tests.items()}
+    assert near[True, RELATIVE_TOLERANCE] < 0.8 * near[False, RELATIVE_TOLERANCE], near
+    every = {key: sum(n for _, n in runs) for key, runs in tests.items()}
+    for gallop in (False, True):
+        assert every[gallop, FIRST_PASS_TOLERANCE] < 0.85 * every[gallop, RELATIVE_TOLERANCE], every
 
 
 @pytest.mark.parametrize("seed", range(0, 40, 3))
@@ -296,3 +301,23 @@ def test_the_spread_floor_holds_for_every_plan_of_the_tiny_problems() -> None:
                 plan = brute.make_plan(problem, pipes)
                 assert iteration_time(problem, plan) >= (tables.trivial_bound + floor) * (1 - 1e-9), seed
     assert checked >= 1000, checked
+
+
+def test_the_least_brackets_are_narrowed_least_first_and_never_past_their_thresholds(monkeypatch) -> None:
+    """After the first pass (brackets FIRST_PASS_TOLERANCE wide), `_narrow_least` narrows the D that
+    hold the least value to RELATIVE_TOLERANCE, in turn while they stay least, never claiming past
+    each D's true threshold; a D above the least, or one refuted at another D's value (no bracket),
+    is left as it was."""
+    from solvers.layered.bound import search
+    from solvers.layered.bound.search import RELATIVE_TOLERANCE, ConfigurationBound, DBound
+
+    truth = {1: 10.05, 2: 10.02, 3: 10.5}  # each D's test refutes exactly v < truth[d]
+    monkeypatch.setattr(search, "_test", lambda tables, route, d, rent=None, deadline=None: lambda v: v < truth[d])
+    result = ConfigurationBound(per_d={1: DBound(1, 10.0, True, None), 2: DBound(2, 10.0, True, 10.03),
+                                       3: DBound(3, 10.48, True, 10.5)}, floor=9.0, complete=True)
+    search._narrow_least(None, None, result, float("inf"), lambda s: None)
+    two = result.per_d[2]
+    assert two.refuted <= truth[2] <= two.feasible_at
+    assert two.feasible_at - two.refuted <= RELATIVE_TOLERANCE * two.feasible_at
+    assert (result.per_d[1].refuted, result.per_d[1].feasible_at) == (10.0, None)  # no bracket: [U11] raises it
+    assert (result.per_d[3].refuted, result.per_d[3].feasible_at) == (10.48, 10.5)  # not the least
