@@ -342,9 +342,9 @@ def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelin
     h = quiet_highs(threads=1)
     h.setOptionValue("time_limit", MILP_SECONDS if seconds is None else seconds)
     h.setOptionValue("mip_rel_gap", 0.0)
-    # HiGHS's presolve spent 3 of the 5.6 s of one test of gen-64 seed 1 (4 rows, 1,739 columns)
-    # and removed 16 columns; off, the programmes of whole bound runs solve 3.5–4× faster to the
-    # same optima (hetero-1 7B, gen-40 seed 2, h800-h20-16-24)
+    # HiGHS's presolve spent 3.6 of the 5.4 s of one programme of gen-64 seed 1 (4 rows, 1,739
+    # columns) and removed 16 columns; off, the programmes of whole bound runs solve 3.3–3.9×
+    # faster to the same optima (hetero-1 7B, gen-40 seed 2, h800-h20-16-24; docs/bounds.md [U2′])
     h.setOptionValue("presolve", "off")
     h.passModel(_model(usage, cap, devices, pipelines, rent, integral, rows))
     h.run()

@@ -28,8 +28,8 @@ from solvers.layered.tables import Tables
 
 RELATIVE_TOLERANCE = 2e-4  # bisection stops when the bracket is this narrow
 # the first pass's bisections stop this wide, so that every D is examined before any is refined:
-# at 2e-4 gen-64 seed 1 bisected D = 1…6 in 600 s and its bound was the trivial one ([U11]'s
-# refinement, whose test holds the plain one, then raises the least D in RAISE_STEP steps)
+# at 2e-4 gen-64 seed 1 bisected D = 1…6 in 600 s and its bound was the trivial one (the least D's
+# brackets are then narrowed to RELATIVE_TOLERANCE, `_narrow_least`, before [U11]'s refinement)
 FIRST_PASS_TOLERANCE = 2e-3
 FLOAT_SLACK = 1e-9  # relative: the bound is deflated by this against float noise (docs/bounds.md §5)
 SECONDS_PER_CELL = 7e-10  # measured: a usage table's DP costs 4–6e-10 s per (b, ℓ, u, type, n) on a shared core
