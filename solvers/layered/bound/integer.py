@@ -27,6 +27,7 @@ from solvers.layered.bound.pricing import SLACK
 from solvers.layered.bound.usage import UsageTable, machines_spanned
 from solvers.milp_backend import quiet_highs
 
+PRESOLVE_OFF_COLUMNS = 100  # HiGHS's presolve off from this many columns (`_most_micro`; docs/bounds.md [U2′])
 MILP_SECONDS = 20.0  # per test; past it HiGHS's dual bound decides (still a valid certificate)
 
 
@@ -344,8 +345,10 @@ def _most_micro(usage: np.ndarray, cap: np.ndarray, devices: np.ndarray, pipelin
     h.setOptionValue("mip_rel_gap", 0.0)
     # HiGHS's presolve spent 3.6 of the 5.4 s of one programme of gen-64 seed 1 (4 rows, 1,739
     # columns) and removed 16 columns; off, the programmes of whole bound runs solve 3.3–3.9×
-    # faster to the same optima (hetero-1 7B, gen-40 seed 2, h800-h20-16-24; docs/bounds.md [U2′])
-    h.setOptionValue("presolve", "off")
+    # faster to the same optima (hetero-1 7B, gen-40 seed 2, h800-h20-16-24; docs/bounds.md [U2′]).
+    # Below PRESOLVE_OFF_COLUMNS it pays: there presolve often solves the programme by itself
+    if len(cap) >= PRESOLVE_OFF_COLUMNS:
+        h.setOptionValue("presolve", "off")
     h.passModel(_model(usage, cap, devices, pipelines, rent, integral, rows))
     h.run()
     status, info = h.getModelStatus(), h.getInfo()
