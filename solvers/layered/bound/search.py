@@ -136,16 +136,10 @@ def _narrow_least(tables: Tables, route: UsageRoute, result: ConfigurationBound,
                  and e.feasible_at - e.refuted > RELATIVE_TOLERANCE * e.feasible_at]
         if not open_:
             return
-        entry, refuted = open_[0], _test(tables, route, open_[0].pipelines, result.rent)
-        while entry.feasible_at - entry.refuted > RELATIVE_TOLERANCE * entry.feasible_at:
-            if time.perf_counter() > deadline:
-                return
-            mid = 0.5 * (entry.refuted + entry.feasible_at)
-            if refuted(mid):
-                entry.refuted = mid
-            else:
-                entry.feasible_at = mid
-        log(f"configuration bound D={entry.pipelines}: no plan with T ≤ {entry.refuted:.6g} s (narrowed)")
+        entry = open_[0]
+        _narrow(_test(tables, route, entry.pipelines, result.rent), entry, entry.refuted, deadline)
+        if time.perf_counter() <= deadline:
+            log(f"configuration bound D={entry.pipelines}: no plan with T ≤ {entry.refuted:.6g} s (narrowed)")
 
 
 def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBound, limits: tuple[float, float],
@@ -453,9 +447,15 @@ def _bisect(refuted, entry: DBound, floor: float, top: float, deadline: float, g
     if refuted(top):
         entry.refuted, entry.done = max(entry.refuted, top), True
         return
-    lo, hi = max(floor, entry.refuted), top
     entry.feasible_at = top
-    step = GALLOP_STEP * top if gallop else math.inf
+    _narrow(refuted, entry, max(floor, entry.refuted), deadline, tolerance, GALLOP_STEP * top if gallop else math.inf)
+
+
+def _narrow(refuted, entry: DBound, lo: float, deadline: float, tolerance: float = RELATIVE_TOLERANCE,
+            step: float = math.inf) -> None:
+    """Bisect [lo, entry.feasible_at] (lo refuted or a floor, feasible_at tested and not refuted)
+    to a bracket `tolerance` wide; a finite `step` gallops down from feasible_at first (`_bisect`)."""
+    hi = entry.feasible_at
     while hi - lo > tolerance * hi:
         if time.perf_counter() > deadline:
             entry.refuted = max(entry.refuted, lo)  # what is refuted so far stays proved
