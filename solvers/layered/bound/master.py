@@ -2,7 +2,7 @@
 certificate (docs/bounds.md §3–§4).
 
 Master: max Σ_j m_j(v)·x_j over relaxed pipelines j, Σ_j usage_j·x_j ≤ devices per class,
-Σ_j x_j ≤ D, x ≥ 0, where m_j(v) is the most micro-batches pipeline j runs within v. Every
+Σ_j x_j = D (then, where that stalls, ≤ D), x ≥ 0, where m_j(v) is the most micro-batches pipeline j runs within v. Every
 plan with D pipelines and T ≤ v gives a solution of value B/b with Σ_j x_j = D. *Certificate*:
 for any prices π ≥ 0, that value is at most π·N + D·ρ̄ where ρ̄ (of either sign) bounds every
 column's reduced cost m_j(v) − π·usage_j; ρ̄ comes from the pricing's Lagrangian bound [P3],
@@ -32,6 +32,8 @@ THETAS = np.array([0.0, 0.5, 0.8, 0.9, 1.0, 1.2, 1.6])
 ALPHAS = np.array([0.0, 1.0, 4.0, 16.0])
 MAX_ROUNDS = 40  # column-generation rounds per threshold
 NEW_COLUMNS = 4  # breakpoints read back per round
+# the restricted master's artificial pipeline costs this many times its best column's micro-batches
+ARTIFICIAL = 10.0
 
 
 @dataclass
@@ -84,17 +86,33 @@ class Master:
             return True
         if self._too_many(bubbles):
             return True
+        for seated in (self.least_pipelines, 0):  # the pipeline row as the plan has it, then as Σ x ≤ D
+            outcome = self._generate(threshold, seated, bubbles, least_bubble)
+            if outcome is not None:
+                return outcome
+        return False
+
+    def _generate(self, threshold: float, seated: int, bubbles: Bubbles, least_bubble: np.ndarray) -> bool | None:
+        """Column generation with the master's pipeline row at `seated` ≤ Σ x ≤ D: True when the
+        certificate refutes the threshold, False when the LP reaches B/b (then no prices can:
+        the LP with Σ x ≥ `seated` lies inside the one with Σ x ≥ 0), None when it stalls.
+        The rows as a plan has them (Σ x ≥ D₁) steer the prices to charge the devices D
+        pipelines need; where the pool cannot seat them yet, the artificial pipeline can leave
+        prices no column read back answers (a class of one device priced at 0, the column it
+        reads back needing two), so a stall is retried with Σ x ≤ D, the prices of the LP the
+        certificate bounds (tiny seed 16: 0.0495 s by the first alone, 0.0561 s with both)."""
+        need = self.types.micro_batches
         for _ in range(MAX_ROUNDS):
-            value, prices, constant = self._solve_lp(threshold)
+            value, prices, constant = self._solve_lp(threshold, seated)
             if value >= need - 1e-9:
                 return False
             bound, best_k = self._certificate(threshold, bubbles, least_bubble, prices, constant)
             if bound < need - 1e-7:
                 return True
-            added = [self.add(self._column(b, k, prices)) for k in best_k]
+            added = [self.add(self._column(bubbles.b, k, prices)) for k in best_k]
             if not any(added):
-                return False
-        return False
+                return None
+        return None
 
     def _too_many(self, bubbles: Bubbles) -> bool:
         """Whether D pipelines cannot all be: each needs at least the fewest devices (and the
@@ -162,16 +180,17 @@ class Master:
         priced = price(self.types, b[k:k + 1], prices + alpha * unit, np.array([max(theta, 1e-3) / b[k]]))
         return read_column(self.types, priced, 0)
 
-    def _solve_lp(self, threshold: float) -> tuple[float, np.ndarray, float]:
-        """The restricted master's value, the prices per device π + μ·r (π ≥ 0 the class rows'
-        duals, μ ≥ 0 the budget row's) and the certificate's constant π·N + μ·budget."""
+    def _solve_lp(self, threshold: float, seated: int) -> tuple[float, np.ndarray, float]:
+        """The restricted master's value (pipeline row `seated` ≤ Σ x ≤ D), the prices per device
+        π + μ·r (π ≥ 0 the class rows' duals, μ ≥ 0 the budget row's) and the certificate's
+        constant π·N + μ·budget."""
         classes = len(self.types.devices)
         caps = [c.capacity(threshold, self.most_micro) for c in self.columns]
         kept = [(c, m) for c, m in zip(self.columns, caps) if m >= 1]
         if not kept:
             return 0.0, np.zeros(classes), 0.0
         rate = self.device_price
-        value, duals = _lp(kept, self.types.devices, self.types.pipelines, rate, self.budget)
+        value, duals = _lp(kept, self.types.devices, (seated, self.types.pipelines), rate, self.budget)
         prices, constant = duals[:classes], float(duals[:classes] @ self.types.devices)
         if rate is not None:
             prices, constant = prices + duals[classes] * rate, constant + duals[classes] * self.budget
@@ -217,24 +236,32 @@ class Bubbles:
                        self.widest[keep])
 
 
-def _lp(kept: list[tuple[Column, int]], devices: np.ndarray, pipelines: int, rate: np.ndarray | None,
+def _lp(kept: list[tuple[Column, int]], devices: np.ndarray, pipelines: tuple[int, int], rate: np.ndarray | None,
         budget: float | None) -> tuple[float, np.ndarray]:
     """max Σ m_j·x_j under the class rows, the budget row (where `rate` is given: Σ_j
-    (rate·usage_j)·x_j ≤ budget) and Σ x_j ≤ D; its value and its rows' duals (≥ 0), the
-    pipeline row's last."""
+    (rate·usage_j)·x_j ≤ budget) and D₁ ≤ Σ x_j ≤ D₂ (`pipelines`); its value and its rows'
+    duals (the class and budget rows' ≥ 0, the pipeline row's last, of either sign).
+
+    A plan has exactly D pipelines, and the pipeline row held as Σ x ≤ D left its dual at 0
+    wherever the pool's pipelines reach B/b with fewer: gen-128 seed 0 at D = 34 used 7.5 of
+    them, and the prices it gave certified only 5.48 s; held as an equality the prices charge
+    the devices the D pipelines need, 6.31 s. An artificial column (no devices, no
+    micro-batches, cost ARTIFICIAL per pipeline) keeps the master feasible while the pool
+    cannot yet seat D pipelines (phase 1 of the simplex's big-M): the certificate is computed
+    over every real pipeline whatever the duals, so it only steers π."""
     inf = highspy.kHighsInf
-    usage = np.array([c.usage for c, _ in kept], dtype=float)  # [n, classes]
+    usage = np.array([c.usage for c, _ in kept] + [np.zeros(len(devices))], dtype=float)  # [n, classes]
     limits = [devices.astype(float)]
     if rate is not None:
         usage = np.column_stack([usage, usage @ rate])
         limits.append([float(budget)])
-    n, rows = len(kept), usage.shape[1] + 1
+    n, rows = len(kept) + 1, usage.shape[1] + 1
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = n, rows
-    lp.col_cost_ = np.array([float(m) for _, m in kept])
+    lp.col_cost_ = np.array([float(m) for _, m in kept] + [-ARTIFICIAL * max(m for _, m in kept)])
     lp.col_lower_, lp.col_upper_ = np.zeros(n), np.full(n, inf)
-    lp.row_lower_ = np.full(rows, -inf)
-    lp.row_upper_ = np.concatenate(limits + [[float(pipelines)]])
+    lp.row_lower_ = np.concatenate([np.full(rows - 1, -inf), [float(pipelines[0])]])
+    lp.row_upper_ = np.concatenate(limits + [[float(pipelines[1])]])
     matrix = np.column_stack([usage, np.ones(n)]).T  # [rows, n]
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
     lp.a_matrix_.start_ = np.arange(0, rows * n + 1, rows)
@@ -244,5 +271,6 @@ def _lp(kept: list[tuple[Column, int]], devices: np.ndarray, pipelines: int, rat
     h = quiet_highs(threads=1)
     h.passModel(lp)
     h.run()
-    duals = np.abs(np.array(h.getSolution().row_dual))
+    duals = np.array(h.getSolution().row_dual)
+    duals[:-1] = np.abs(duals[:-1])
     return float(h.getInfo().objective_function_value), duals
