@@ -109,6 +109,8 @@ def with_configuration_bound(problem, row: dict, limit_s: float) -> dict:
     at = at_budget(problem, row["budget"])
     start = time.perf_counter()
     config = budget_bound(at, row["heuristic_s"], start + limit_s)
+    if config.value < row.get("config_bound_s", 0.0):
+        return row  # a bound holds whatever code proved it: a redo that proves less keeps the row
     cpsat = row.get("cpsat_bound_s", row["bound_s"])
     bound = max(b for b in (cpsat, config.value) if b is not None)
     return judged(row | {"cpsat_bound_s": cpsat, "config_bound_s": config.value, "config_complete": config.complete,
