@@ -4,6 +4,7 @@ deterministic per seed, and as good as brute force on problems small enough to e
 from __future__ import annotations
 
 from collections import Counter
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from solvers.layered.exact import brute
 from solvers.layered.composed import solve_heuristic as solve  # the registry's: search + exact refinement
 from solvers.layered.heuristic import HeuristicOptions, build_plan, partition, solve_with
 from solvers.layered.heuristic.assemble import plan_from_table
+from solvers.layered.heuristic.search import Search
 
 MIXES = ["A100-80G:1,RTX4090:1", "H800:1,H20:1", "RTX3090:2,RTX4090:1,L40S:1", "A800-80G:1",
          "V100:1,T4:1,A10:1"]
@@ -223,3 +225,23 @@ def test_idle_devices_of_one_type_join_every_pipeline_at_once():
         assert all(set(s.devices) <= set(idle[s.machine]) for s in added)
     result = solve_with(problem, SolverOptions(time_limit_s=60, threads=1), HeuristicOptions(move_evaluations=1600))
     assert result.objective_s < 31.0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 4, 5, 6])
+def test_the_other_ds_starts_come_after_and_never_cost_the_plan(seed):
+    """The best structure of each of the best few D that the best few structures leave out is
+    moved only after them, with work of its own: the plan is never slower than without those
+    starts, and (with the time to spare here) every start it adds is of a D the first ones lack."""
+    problem = random_problem(seed)
+    options, heuristic = SolverOptions(time_limit_s=30, threads=1), HeuristicOptions(move_evaluations=200)
+    with_others = solve_with(problem, options, heuristic)
+    search = Search(problem, options, heuristic)
+    search.explore(None)
+    first = {key[0] for key, _, _ in search.ranked()[: heuristic.polish_candidates]}
+    others = search.other_d_starts()
+    assert len(others) <= heuristic.polish_candidates
+    key_of = {id(plan): key for key, _, plan in search.ranked()}
+    assert all(key_of[id(plan)][0] not in first for plan in others)
+    with patch.object(Search, "other_d_starts", lambda self: []):
+        without = solve_with(problem, options, heuristic)
+    assert with_others.objective_s <= without.objective_s * (1 + 1e-12)
