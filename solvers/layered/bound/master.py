@@ -2,16 +2,16 @@
 certificate (docs/bounds.md §3–§4).
 
 Master: max Σ_j m_j(v)·x_j over relaxed pipelines j, Σ_j usage_j·x_j ≤ devices per class,
-Σ_j x_j = D (then, where that stalls, ≤ D), x ≥ 0, where m_j(v) is the most micro-batches pipeline j runs within v. Every
-plan with D pipelines and T ≤ v gives a solution of value B/b with Σ_j x_j = D. *Certificate*:
-for any prices π ≥ 0, that value is at most π·N + D·ρ̄ where ρ̄ (of either sign) bounds every
-column's reduced cost m_j(v) − π·usage_j; ρ̄ comes from the pricing's Lagrangian bound [P3],
-so when π·N + D·ρ̄ < B/b, no plan with D pipelines has T ≤ v — whatever columns the
-restricted master happened to hold. Under a budget the master has one more row,
-Σ_j (r·usage_j)·x_j ≤ budget (r: each class's least price per device-hour), and its dual μ
-moves into the prices (π + μ·r) and the constant (+ μ·budget) [P5]. One certificate may
-cover a range of D [P6], and D pipelines that need more devices (or rent) than there are
-are refuted before any LP [P7] (docs/bounds.md §4a).
+Σ_j x_j = D (then, where that stalls, ≤ D), x ≥ 0, where m_j(v) is the most micro-batches
+pipeline j runs within v. Every plan with D pipelines and T ≤ v gives a solution of value B/b
+with Σ_j x_j = D. *Certificate*: for any prices π ≥ 0, that value is at most π·N + D·ρ̄ where
+ρ̄ (of either sign) bounds every column's reduced cost m_j(v) − π·usage_j; ρ̄ comes from the
+pricing's Lagrangian bound [P3], so when π·N + D·ρ̄ < B/b, no plan with D pipelines has
+T ≤ v — whatever columns the restricted master happened to hold. Under a budget the master
+has one more row, Σ_j (r·usage_j)·x_j ≤ budget (r: each class's least price per device-hour),
+and its dual μ moves into the prices (π + μ·r) and the constant (+ μ·budget) [P5]. One
+certificate may cover a range of D [P6], and D pipelines that need more devices (or rent) than
+there are are refuted before any LP [P7] (docs/bounds.md §4a).
 """
 
 from __future__ import annotations
