@@ -146,8 +146,9 @@ def markdown(rows: list[dict], args) -> str:
              + (" 'was': the heuristic's T before its last change (solved again with `--redo-heuristic`; the "
                 "bound and the plans read back stay)." if any("T_before" in r for r in rows) else ""), "",
              (f"Default heuristic: the same search at {args.default_limit:g} s, the plan of `hexiscale solve "
-              "--kind layered` at its default time limit, against the same bound (without `--kind`, kind auto "
-              "gives the layered search half of the limit, solvers/choose.py)." if args.default_limit
+              "--kind layered` at its default time limit, against the same bound (plain `hexiscale solve` gives the "
+              "layered search the same limit less the sequence heuristic's seconds, 0.4 s on a 64-GPU cluster: "
+              "solvers/choose.py)." if args.default_limit
               else "Default heuristic: not solved in this run (`--default-limit 0`)."), "",
              "Best plan: the fastest of the two heuristics' and the plans read back from the bound's tables "
              f"(docs/bounds.md §8, at most {PLAN_LIMIT_S:g} s); its gap is (best − bound)/best.", "",

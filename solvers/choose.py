@@ -2,12 +2,16 @@
 `hexiscale.solve`; `hexiscale solve` chooses the same way).
 
 An explicit kind always wins. `auto` chooses by cost: every kind that has the solver is solved
-within the one time limit and the faster plan is kept, the reason saying both figures. The
-order (and the first kind's larger share of the time) follows the sequence length: each kind
-says from which seq_len on it is tried first (`SolverKind.auto_from_seq_len`: sequence plans
-from `solvers.sequence.LONG_CONTEXT_TOKENS` on, where activations and s² attention dominate,
-docs/sequence-plans.md §7). No threshold skips a kind: none of them can prove that the other
-kind cannot win. `choose_kind` names the kind tried first (what `compare` compares in).
+within the one time limit and the faster plan is kept, the reason saying both figures. Which
+kind is *expected* to win follows the sequence length: each kind says from which seq_len on it
+is preferred (`SolverKind.auto_from_seq_len`: sequence plans from
+`solvers.sequence.LONG_CONTEXT_TOKENS` on, where activations and s² attention dominate,
+docs/sequence-plans.md §7). The other kinds are solved first, within OTHERS_SHARE of the limit,
+and the preferred kind last, with all the time they leave: the kind that usually wins gets at
+least half of the limit, and all of it less the seconds the others took (the sequence heuristic
+on a 64-GPU cluster at 4K tokens stops after 0.4 s, which leaves the layered search 59.6 s of
+60). No threshold skips a kind: none of them can prove that the other kind cannot win.
+`choose_kind` names the preferred kind (what `compare` compares in).
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ def kind_for_seq_len(seq_len: int) -> tuple[str, str]:
     return ladder[i].name, "--kind auto: " + "; ".join(reasons)
 
 
-FIRST_SHARE = 0.5  # of the time limit, for the kind tried first; the rest (and what it left) for the next
+OTHERS_SHARE = 0.5  # of the time limit, at most, for the kinds not preferred; the rest (and what they left) for it
 MIN_KIND_S = 0.05  # a kind always gets this much, even when the time is spent
 
 
@@ -61,11 +65,12 @@ def solve(problem: Problem, solver: str = "heuristic", options: SolverOptions | 
     the one time limit and keeps the faster plan (`kind_reason` says why, `kinds_tried` has
     each kind's T)."""
     options = options or SolverOptions()
-    first, why = choose_kind(problem, kind, solver)
-    kinds = [first] + ([k for k in SOLVERS_BY_KIND if k != first and solver in SOLVERS_BY_KIND[k]]
-                       if kind == AUTO_KIND else [])
+    preferred, why = choose_kind(problem, kind, solver)
+    others = ([k for k in SOLVERS_BY_KIND if k != preferred and solver in SOLVERS_BY_KIND[k]]
+              if kind == AUTO_KIND else [])
+    kinds = others + [preferred]
     if len(kinds) == 1:
-        return with_prices(problem, solve_in_kind(problem, solver, options, kind=first).model_copy(
+        return with_prices(problem, solve_in_kind(problem, solver, options, kind=preferred).model_copy(
             update={"kind_reason": why}))
     return with_prices(problem, _fastest_of(problem, solver, options, kinds))
 
@@ -81,21 +86,25 @@ def with_prices(problem: Problem, result: SolveResult) -> SolveResult:
 
 
 def _fastest_of(problem: Problem, solver: str, options: SolverOptions, kinds: list[str]) -> SolveResult:
-    """Each kind solved in turn, the first with FIRST_SHARE of the time, the last with what is
-    left; the result with the smallest T (the first kind's when none has a plan)."""
+    """Each kind solved in turn, the preferred one (`kinds[-1]`) last: the others share
+    OTHERS_SHARE of the limit, the preferred one gets what is left. The result with the smallest
+    T (the preferred kind's when none has a plan)."""
     start, results = time.perf_counter(), {}
+    others_end = options.time_limit_s * OTHERS_SHARE
     for i, name in enumerate(kinds):
-        left = options.time_limit_s - (time.perf_counter() - start)
-        share = FIRST_SHARE if i == 0 else 1.0 / (len(kinds) - i)
-        budget = max(MIN_KIND_S, left * share)
+        spent = time.perf_counter() - start
+        last = i == len(kinds) - 1
+        budget = max(MIN_KIND_S, options.time_limit_s - spent if last
+                     else (others_end - spent) / (len(kinds) - 1 - i))
         hint = options.hint if options.hint is not None and kind_of(options.hint).name == name else None
         results[name] = solve_in_kind(problem, solver, options.model_copy(update={"time_limit_s": budget, "hint": hint}),
                                       kind=name)
+    results = {name: results[name] for name in kinds[::-1]}  # reported preferred kind first
     tried = {name: r.objective_s if r.plan is not None else None for name, r in results.items()}
-    found = [name for name in kinds if tried[name] is not None]
+    found = [name for name in results if tried[name] is not None]  # a tie goes to the preferred kind
     # the objective's figure: T, or the cost per token under objective cost (docs/prices.md §13)
     best = (min(found, key=lambda name: objective_value(problem, results[name].plan, tried[name])) if found
-            else kinds[0])
+            else kinds[-1])
     return results[best].model_copy(update={"kind_reason": _reason(best, results), "kinds_tried": tried})
 
 

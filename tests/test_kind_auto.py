@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,28 @@ def test_the_cli_says_which_kind_and_why(tmp_path):
 def test_an_explicit_kind_solves_that_kind_only():
     result = solve_auto(seqlen_problem(65536), "heuristic", OPTIONS, kind="layered")
     assert kind_of(result.plan).name == "layered" and result.kinds_tried == {} and result.kind_reason == ""
+
+
+def test_the_preferred_kind_is_solved_last_with_the_time_the_others_leave(monkeypatch):
+    """Short context prefers layered plans: the sequence kind is solved first within half of the
+    limit, and the layered search gets the rest — all of it less what the sequence kind took."""
+    import solvers.choose as choose
+
+    budgets, took, real = [], [], choose.solve_in_kind
+
+    def recording(problem, solver, options, *, kind):
+        budgets.append((kind, options.time_limit_s))
+        start = time.perf_counter()
+        result = real(problem, solver, options.model_copy(update={"time_limit_s": 2}), kind=kind)
+        took.append(time.perf_counter() - start)
+        return result
+
+    monkeypatch.setattr(choose, "solve_in_kind", recording)
+    problem = seqlen_problem(4096)
+    assert choose.choose_kind(problem)[0] == "layered"
+    result = solve_auto(problem, "heuristic", SolverOptions(time_limit_s=100, progress=False))
+    (first, first_s), (last, last_s) = budgets
+    assert (first, last) == ("sequence", "layered")
+    assert first_s == pytest.approx(100 * choose.OTHERS_SHARE, abs=0.5)
+    assert last_s == pytest.approx(100 - took[0], abs=0.5)  # not 50: what the sequence kind left
+    assert list(result.kinds_tried) == ["layered", "sequence"]  # reported preferred kind first
