@@ -163,9 +163,8 @@ def refine_least(problem: Problem, bounded: list[SetBound], exact: SetExactBound
     bound (below the incumbent, not yet refined) gets another solver's bound ([P8]: any valid
     bound of a set will do, and the larger of two holds), with an even share of the time among
     the sets still below the incumbent: the least rises only once every one of them has.
-    Gen-64 seed 3 at 14.24/h: two sets (4 H800 + 8 RTX 4090: their H800 machines differ in a link to a machine outside) settled at
-    12.793 s in the configuration bound; CP-SAT proves 12.869 s on one in 277 s (the
-    heuristic's plan: 13.238 s)."""
+    Gen-64 seed 3 at 14.24/h: the least set (4 H800 + 8 RTX 4090) settled at 12.793 s in the
+    configuration bound; CP-SAT proves 12.869 s there in 277 s (the heuristic's plan: 13.238 s)."""
     bounded = list(bounded)
     while time.perf_counter() < end:
         waiting = [j for j, b in enumerate(bounded) if b.exact is None and b.bound is not None
