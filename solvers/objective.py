@@ -123,8 +123,8 @@ def native_or_sets(fn: SolverFn, problem: Problem, options: SolverOptions, *, ex
 def machine_sets(problem: Problem, budget: float, exact: bool) -> tuple[list[tuple[int, ...]], bool]:
     """The machine sets to solve under `budget`, and whether they are every maximal affordable
     one (then the best of their optima is the optimum)."""
-    try:
-        every = rental.maximal_sets(problem, budget)
+    try:  # sets alike up to machine names have the same optimum: one of each is solved
+        every = rental.distinct_sets(problem, rental.maximal_sets(problem, budget))
     except ValueError:  # too many to list: a large cluster
         every = None
     if every is not None and (exact or len(every) <= EXACT_SETS):

@@ -23,6 +23,8 @@ Two ways to list sets:
 
 from __future__ import annotations
 
+import json
+
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -256,6 +258,34 @@ def restricted(problem: Problem, machines) -> tuple[Problem, np.ndarray]:
     smaller = plain.model_copy(update={"cluster": Cluster.model_validate(data)})
     new_to_old = np.concatenate([cluster.devices_of(m) for m in keep]).astype(np.int64)
     return smaller, new_to_old
+
+
+def distinct_sets(problem: Problem, sets: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """One set of each restricted problem that is the same up to machine names: such sets have
+    the same optimum, and a bound of one holds for the others. The listing keeps them apart
+    where a machine's link to one *outside* the set differs (interchangeable machines have no
+    link overrides, `exact_classes`); the restriction drops that link."""
+    seen, kept = set(), []
+    for machines in sets:
+        key = _renamed_key(restricted(problem, machines)[0])
+        if key not in seen:
+            seen.add(key)
+            kept.append(machines)
+    return kept
+
+
+def _renamed_key(problem: Problem) -> str:
+    """The restricted cluster with machines named by position (file order, which restriction
+    keeps): equal keys, equal problems up to names."""
+    data = problem.cluster.model_dump()
+    name = {m["name"]: f"m{i}" for i, m in enumerate(data["machines"])}
+    for m in data["machines"]:
+        m["name"] = name[m["name"]]
+    for link in data["links"]:
+        link["a"], link["b"] = name[link["a"]], name[link["b"]]
+    for rack in data["racks"]:
+        rack["machines"] = [name[n] for n in rack["machines"]]
+    return json.dumps(data, sort_keys=True)
 
 
 def lifted(plan, problem: Problem, new_to_old: np.ndarray):

@@ -181,15 +181,16 @@ def test_sets_alike_up_to_machine_names_are_bounded_once() -> None:
 
     from solvers import rental
     from solvers.frontier import at_budget
-    from solvers.layered.bound.budget_sets import distinct_sets
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from bench_frontier import problem_named
 
     problem = at_budget(problem_named("gen64-s3"), 14.24)
     listed = maximal_sets_or_none(problem)
-    kept = distinct_sets(problem, listed)
+    kept = rental.distinct_sets(problem, listed)
     assert (len(listed), len(kept)) == (13, 11)
+    from solvers.objective import machine_sets
+    assert machine_sets(problem, 14.24, exact=True) == (kept, True)  # the exact path solves the 11, complete
 
     def figures(machines):
         tables = Tables(rental.restricted(problem, machines)[0])

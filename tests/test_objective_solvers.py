@@ -184,3 +184,29 @@ def test_a_heuristic_s_candidate_sets_may_rent_a_type_s_small_machines_without_i
     assert count["h800-0"] == 8 and count["h800-2"] == 4
     sets = [{cluster.machines[m].name for m in s} for s in candidate_sets(problem, 16.54)]
     assert {"h800-2", "rtx4090-0", "rtx4090-1"} in sets
+
+
+def test_sets_alike_up_to_names_are_solved_once_and_the_answer_is_still_brute_forces():
+    """Two identical machines, one with its own link to a machine the budget cannot add: the
+    maximal sets {twin, other} are listed twice, `rental.distinct_sets` keeps one, and the
+    exact solvers' answer under the budget (every kept set solved) is brute force's, optimal."""
+    from planner.hardware import Link
+
+    base = random_priced(5, "layered")
+    gpu = base.cluster.gpu_types[0]
+    twin = base.cluster.machines[0].model_copy(update={"count": 1, "price_per_hour": 0.10})
+    machines = (twin.model_copy(update={"name": "a"}), twin.model_copy(update={"name": "b"}),
+                twin.model_copy(update={"name": "c", "price_per_hour": 0.05}),
+                twin.model_copy(update={"name": "dear", "price_per_hour": 9.0}))
+    cluster = base.cluster.model_copy(update={"machines": machines, "gpu_types": (gpu,),
+                                              "links": (Link(a="b", b="dear", bw_gbps=0.5, latency_us=200.0),)})
+    cluster = type(cluster).model_validate(cluster.model_dump())
+    problem = base.model_copy(update={"cluster": cluster, "objective": Objective.time, "budget_per_hour": 0.16})
+    listed = rental.maximal_sets(problem, 0.16)
+    assert sorted(listed) == [(0, 2), (1, 2)] and rental.distinct_sets(problem, listed) == [listed[0]]
+    truth = brute.solve(problem)
+    for name in ("cpsat", "milp"):
+        found = get(name)(problem, SolverOptions(time_limit_s=30))
+        assert found.status == truth.status == SolveStatus.optimal, (name, found.status, truth.status)
+        assert math.isclose(found.objective_s, truth.objective_s, rel_tol=1e-6), (name, found.objective_s)
+        _check_result(problem, found)

@@ -16,7 +16,6 @@ themselves and the whole menu's budgeted LP is the stronger.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -87,34 +86,6 @@ def maximal_sets_or_none(problem: Problem) -> list[tuple[int, ...]] | None:
     except ValueError:  # too many to list
         return None
     return sets if 0 < len(sets) <= MAX_SETS else None
-
-
-def distinct_sets(problem: Problem, sets: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """One set of each restricted problem that is the same up to machine names: such sets have
-    the same optimum, and a bound of one holds for the others. The listing keeps them apart
-    where a machine's link to one *outside* the set differs (rental's interchangeable machines
-    have no link overrides); the restriction drops that link."""
-    seen, kept = set(), []
-    for machines in sets:
-        key = _renamed_key(rental.restricted(problem, machines)[0])
-        if key not in seen:
-            seen.add(key)
-            kept.append(machines)
-    return kept
-
-
-def _renamed_key(problem: Problem) -> str:
-    """The restricted cluster with machines named by position (file order, which restriction
-    keeps): equal keys, equal problems up to names."""
-    data = problem.cluster.model_dump()
-    name = {m["name"]: f"m{i}" for i, m in enumerate(data["machines"])}
-    for m in data["machines"]:
-        m["name"] = name[m["name"]]
-    for link in data["links"]:
-        link["a"], link["b"] = name[link["a"]], name[link["b"]]
-    for rack in data["racks"]:
-        rack["machines"] = [name[n] for n in rack["machines"]]
-    return json.dumps(data, sort_keys=True)
 
 
 def set_tables(problem: Problem, machines: tuple[int, ...]) -> Tables | None:
@@ -195,7 +166,7 @@ def budget_bound(problem: Problem, incumbent: float | None, deadline: float, log
     problem's budgeted bound until `deadline`; `incumbent` (a plan within the budget) is every
     search's first threshold."""
     start = time.perf_counter()
-    sets = distinct_sets(problem, maximal_sets_or_none(problem) or [])
+    sets = rental.distinct_sets(problem, maximal_sets_or_none(problem) or [])
     per_set = [set_tables(problem, machines) for machines in sets]
     share_end = start + SETS_SHARE * (deadline - start)
     if sets and not on_usage_route(per_set, incumbent, share_end - time.perf_counter()):
