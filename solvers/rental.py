@@ -24,7 +24,6 @@ Two ways to list sets:
 from __future__ import annotations
 
 import json
-
 from collections import defaultdict
 from dataclasses import dataclass
 
