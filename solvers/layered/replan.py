@@ -111,12 +111,12 @@ def misfit_tp(plan: Plan, trained: ModelSpec | None) -> str:
 
 
 def _fresh_within_tp(problem: Problem, options: SolverOptions, trained: ModelSpec):
-    """The heuristic with every stage's TP capped at the largest power of two that splits the
-    trained model (its `tp_caps` knob; the exact solvers have no such cap)."""
+    """The heuristic with every stage's TP held to the largest power of two that splits the
+    trained model (its `max_tp` limit, kept by its moves too; the exact solvers have no such limit)."""
     cap = 1
     while not trained.tp_misfits(cap * 2) and cap * 2 <= problem.cluster.num_devices:
         cap *= 2
-    return solve_with(problem, options, HeuristicOptions(tp_caps=(cap,)), name=f"heuristic (TP ≤ {cap})")
+    return solve_with(problem, options, HeuristicOptions(max_tp=cap), name=f"heuristic (TP ≤ {cap})")
 
 
 def _layered_fresh(new: Problem, solver: str, options: SolverOptions, hint: Plan | None,

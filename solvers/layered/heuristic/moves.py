@@ -277,14 +277,15 @@ def neighbours(problem: Problem, structure: Structure) -> list[Structure]:
 
 def improve(problem: Problem, plan: Plan, *, polish: Callable[[Plan], Plan], deadline: float,
             max_rounds: int = 50, max_stages: int | None = None, max_pipelines: int | None = None,
-            priced: dict | None = None, max_evaluations: int = 400) -> Plan:
+            max_tp: int | None = None, priced: dict | None = None, max_evaluations: int = 400) -> Plan:
     """Hill-climb over structures from `plan` (polished already) while T drops. When no
     neighbour helps, two moves at once: the neighbours of the LOOKAHEAD best neighbours (a
     plan's T is a max over pipelines, so one pipeline's gain often shows only with another's).
     At most `max_evaluations` new shapes are assembled (a work limit, not a time limit, so
     the result does not depend on the machine's speed)."""
     current, best_t = plan, iteration_time(problem, plan, check=False)
-    limits = _Limits(problem, deadline, max_stages, max_pipelines, {} if priced is None else priced, max_evaluations)
+    limits = _Limits(problem, deadline, (max_stages, max_pipelines, max_tp), {} if priced is None else priced,
+                     max_evaluations)
     for _ in range(max_rounds):
         structure = structure_of(problem, current)
         ranked = limits.ranked(neighbours(problem, structure))
@@ -304,10 +305,10 @@ def improve(problem: Problem, plan: Plan, *, polish: Callable[[Plan], Plan], dea
 class _Limits:
     """The user's limits, the deadline and the shapes priced so far (unpolished T, plan)."""
 
-    def __init__(self, problem: Problem, deadline: float, max_stages, max_pipelines, priced: dict,
-                 evaluations: int):
+    def __init__(self, problem: Problem, deadline: float, sizes: tuple[int | None, int | None, int | None],
+                 priced: dict, evaluations: int):
         self.problem, self.deadline, self.priced = problem, deadline, priced
-        self.max_stages, self.max_pipelines = max_stages, max_pipelines
+        self.max_stages, self.max_pipelines, self.max_tp = sizes  # None: no limit
         self.last_new = len(priced) + evaluations  # no new shape once `priced` holds this many
 
     def ranked(self, candidates: list[Structure]) -> list[tuple[float, int, Plan]]:
@@ -317,7 +318,8 @@ class _Limits:
             if time.perf_counter() > self.deadline:
                 break
             if (self.max_pipelines and len(cand) > self.max_pipelines) or (
-                    self.max_stages and max(map(len, cand)) > self.max_stages):
+                    self.max_stages and max(map(len, cand)) > self.max_stages) or (
+                    self.max_tp and max(s.tp for pipe in cand for s in pipe) > self.max_tp):
                 continue
             key = shape_key(cand)
             if key not in self.priced and len(self.priced) >= self.last_new:

@@ -38,6 +38,10 @@ class HeuristicOptions(Frozen):
                     "devices and 'pipeline' alone above")
     fixed_tp: int | None = Field(
         default=None, ge=1, description="ablation: one TP size for every stage (a power of two)")
+    max_tp: int | None = Field(
+        default=None, ge=1, description="a hard limit on every stage's TP size (a power of two), kept by the "
+                                        "build, the hint and the structure moves alike (a replan keeps the TP "
+                                        "sizes that split a resumed model); the secondary splits are capped at it")
     equal_batch: bool = Field(
         default=False, description="ablation: equal batch per pipeline instead of by speed")
     pipelines: tuple[int, ...] | None = Field(
@@ -85,9 +89,9 @@ class HeuristicOptions(Frozen):
         phases only: no structure moves, no exact refinement)."""
         return self.partitioner == "metis" and self.fixed_tp is None and not self.equal_batch
 
-    @field_validator("fixed_tp")
+    @field_validator("fixed_tp", "max_tp")
     @classmethod
-    def _power_of_two(cls, t: int | None) -> int | None:
+    def _power_of_two(cls, t: int | None, info) -> int | None:
         if t is not None and t & (t - 1):
-            raise ValueError(f"fixed_tp must be a power of two, got {t}")
+            raise ValueError(f"{info.field_name} must be a power of two, got {t}")
         return t

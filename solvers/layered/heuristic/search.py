@@ -120,6 +120,11 @@ def protect_modes(problem: Problem, heuristic: HeuristicOptions) -> list[str]:
     return ["pipeline"]
 
 
+def within_tp(plan: Plan, max_tp: int | None) -> bool:
+    """Every stage of the plan within a hard TP limit (None: no limit)."""
+    return max_tp is None or all(s.tp <= max_tp for p in plan.pipelines for s in p.stages)
+
+
 class Search:
     def __init__(self, problem: Problem, options: SolverOptions, heuristic: HeuristicOptions,
                  reserve_share: float = 0.0):
@@ -132,7 +137,8 @@ class Search:
         self.found: dict[tuple, tuple[float, Plan]] = {}  # (D, mode, cap) -> (T, plan)
         self.seen_pools: dict[tuple, list] = {}
         self.pipelines: dict = {}  # phase-2 results by (pool, TP layout), shared by all candidates
-        self.hint = options.hint if options.hint is not None and not validate(problem, options.hint) else None
+        self.hint = options.hint if options.hint is not None and not validate(problem, options.hint) \
+            and within_tp(options.hint, heuristic.max_tp) else None
 
     @property
     def polish_deadline(self) -> float:
@@ -180,7 +186,12 @@ class Search:
         return t
 
     def caps(self) -> list[int | None]:
-        return [None] if self.heuristic.fixed_tp is not None else list(self.heuristic.tp_caps)
+        """The secondary splits' TP caps, each held to `max_tp` (a cap of None: the limit itself)."""
+        h = self.heuristic
+        caps = [None] if h.fixed_tp is not None else list(h.tp_caps)
+        if h.max_tp is None:
+            return caps
+        return list(dict.fromkeys(h.max_tp if c is None else min(c, h.max_tp) for c in caps))
 
     def ranked(self) -> list[tuple[tuple, float, Plan]]:
         found = [(k, t, p) for k, (t, p) in self.found.items() if p is not None]
@@ -248,7 +259,8 @@ class Search:
             share = (work - len(priced)) // (len(starts) - i)
             plan = improve(self.problem, plan, polish=self.polish_one, deadline=deadline,
                            max_rounds=self.heuristic.move_rounds, max_stages=self.options.max_stages,
-                           max_pipelines=self.options.max_pipelines, priced=priced, max_evaluations=share)
+                           max_pipelines=self.options.max_pipelines, max_tp=self.heuristic.max_tp, priced=priced,
+                           max_evaluations=share)
             improved.append((iteration_time(self.problem, plan, check=False), i, plan))
         return improved
 
