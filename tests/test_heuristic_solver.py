@@ -245,3 +245,26 @@ def test_the_other_ds_starts_come_after_and_never_cost_the_plan(seed):
     with patch.object(Search, "other_d_starts", lambda self: []):
         without = solve_with(problem, options, heuristic)
     assert with_others.objective_s <= without.objective_s * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("seed", [1, 4])
+def test_the_family_starts_are_one_per_family_of_a_best_d_and_never_cost_the_plan(seed):
+    """After the other D's starts, the best structure of each family of splits (the mode before
+    "×") at each of the best few D that no earlier start holds is moved too, sharing one
+    start's work: one start per (D, family), none an earlier start, and the plan never slower
+    than without them (ties keep the earlier start)."""
+    problem = random_problem(seed)
+    options, heuristic = SolverOptions(time_limit_s=30, threads=1), HeuristicOptions(move_evaluations=200)
+    search = Search(problem, options, heuristic)
+    search.explore(None)
+    ranked, count = search.ranked(), heuristic.polish_candidates
+    best_ds = list(dict.fromkeys(key[0] for key, _, _ in ranked))[:count]
+    key_of = {id(plan): key for key, _, plan in ranked}
+    families = [(key_of[id(p)][0], key_of[id(p)][1].split("×")[0]) for p in search.family_starts()]
+    assert families and len(set(families)) == len(families) and {d for d, _ in families} <= set(best_ds)
+    earlier = [id(p) for _, _, p in ranked[:count]] + [id(p) for p in search.other_d_starts()]
+    assert not {id(p) for p in search.family_starts()} & set(earlier)
+    with_families = solve_with(problem, options, heuristic)
+    with patch.object(Search, "family_starts", lambda self: []):
+        without = solve_with(problem, options, heuristic)
+    assert with_families.objective_s <= without.objective_s * (1 + 1e-12)
