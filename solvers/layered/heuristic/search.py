@@ -287,8 +287,8 @@ class Search:
     def family_starts(self) -> list[Plan]:
         """For each of the best few D, the best structure of each family of splits (its mode
         before "×") that no start before it holds: a structure's T as built says little of
-        where the moves take it (gen-40 seed 3: a tiered D = 3 structure built at 9.24 s moves
-        to 5.81 s, the D = 2 starts to 5.92 s)."""
+        where the moves take it (gen-40 seed 3: D = 2's best tiered one, built at 6.30 s and
+        sixth, moves to a D = 3 plan of 5.81 s; the three best starts end at 5.92 s)."""
         ranked, count = self.ranked(), self.heuristic.polish_candidates
         taken = [plan for _, _, plan in ranked[:count]] + self.other_d_starts()
         ds = list(dict.fromkeys(key[0] for key, _, _ in ranked))[:count]
