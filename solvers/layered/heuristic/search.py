@@ -274,29 +274,34 @@ class Search:
         found = [plan for _, _, plan in self.ranked()[: self.heuristic.polish_candidates]]
         return ([self.hint] if self.hint is not None else []) + found
 
+    def best_of_each(self, key) -> dict:
+        """The best structure found of each `key(found key)` (a found key is (D, mode, cap)),
+        in the order of their best T."""
+        best: dict = {}
+        for found, _, plan in self.ranked():
+            best.setdefault(key(found), plan)
+        return best
+
+    def best_ds(self) -> list[int]:
+        """The best few D (by their best structure)."""
+        return list(self.best_of_each(lambda found: found[0]))[: self.heuristic.polish_candidates]
+
     def other_d_starts(self) -> list[Plan]:
         """The best structure of each of the best few D, where the best few structures do not
         include it."""
-        ranked, count = self.ranked(), self.heuristic.polish_candidates
-        best_of_d: dict[int, Plan] = {}
-        for key, _, plan in ranked:
-            best_of_d.setdefault(key[0], plan)
-        return [plan for plan in list(best_of_d.values())[:count]
-                if all(plan is not other for _, _, other in ranked[:count])]
+        firsts = [plan for _, _, plan in self.ranked()[: self.heuristic.polish_candidates]]
+        best_of_d = self.best_of_each(lambda found: found[0])
+        return [best_of_d[d] for d in self.best_ds() if all(best_of_d[d] is not other for other in firsts)]
 
     def family_starts(self) -> list[Plan]:
         """For each of the best few D, the best structure of each family of splits (its mode
         before "×") that no start before it holds: a structure's T as built says little of
         where the moves take it (gen-40 seed 3: D = 2's best tiered one, built at 6.30 s and
         sixth, moves to a D = 3 plan of 5.81 s; the three best starts end at 5.92 s)."""
-        ranked, count = self.ranked(), self.heuristic.polish_candidates
-        taken = [plan for _, _, plan in ranked[:count]] + self.other_d_starts()
-        ds = list(dict.fromkeys(key[0] for key, _, _ in ranked))[:count]
-        best: dict[tuple[int, str], Plan] = {}
-        for key, _, plan in ranked:
-            if key[0] in ds:
-                best.setdefault((key[0], key[1].split("×")[0]), plan)
-        return [plan for plan in best.values() if all(plan is not other for other in taken)]
+        taken = [plan for _, _, plan in self.ranked()[: self.heuristic.polish_candidates]] + self.other_d_starts()
+        ds = self.best_ds()
+        best = self.best_of_each(lambda found: (found[0], found[1].split("×")[0]))
+        return [plan for (d, _), plan in best.items() if d in ds and all(plan is not other for other in taken)]
 
     def moves_on(self) -> bool:
         h = self.heuristic
