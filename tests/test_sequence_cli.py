@@ -23,6 +23,7 @@ from solvers.common import SolverOptions
 
 matplotlib.use("Agg")
 LONG = "longctx-h100-a100-llama3-8b-64k"
+QUICK = ["-t", "20"]  # both kinds' heuristics on LONG in 8 s instead of 10 at the default 60 s; the same kinds win
 
 
 def test_choose_kind_rule():
@@ -35,12 +36,12 @@ def test_choose_kind_rule():
 
 
 def test_solve_auto_picks_sequence_on_a_long_context_problem():
-    result = CliRunner().invoke(app, ["solve", LONG, "--json"])
+    result = CliRunner().invoke(app, ["solve", LONG, "--json", *QUICK])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["kind"] == "sequence" and "sequence is" in data["kind_reason"] and "faster" in data["kind_reason"]
     assert data["plan"]["format"] == "hexiscale.seqplan/1"
-    table = CliRunner().invoke(app, ["solve", LONG, "-s", "seq-uniform"])
+    table = CliRunner().invoke(app, ["solve", LONG, "-s", "seq-uniform", *QUICK])
     assert table.exit_code == 0 and "plan kind: sequence" in table.stderr
 
 
@@ -59,7 +60,7 @@ def test_compare_has_rows_of_both_kinds_on_a_long_context_problem():
     problem = load_problem(LONG)
     kind, solvers, why = solvers_for(problem, "auto", parse_solvers(None))
     assert kind == "sequence" and solvers == ["heuristic", "seq-uniform", "seq-roundrobin", "layered:heuristic"]
-    rows = compare_problem(problem, solvers, SolverOptions(time_limit_s=30), kind=kind)
+    rows = compare_problem(problem, solvers, SolverOptions(time_limit_s=20), kind=kind)
     assert [(r.kind, r.solver) for r in rows] == [("sequence", "heuristic"), ("sequence", "seq-uniform"),
                                                  ("sequence", "seq-roundrobin"), ("layered", "heuristic")]
     uniform = rows[1].iteration_s
@@ -70,11 +71,11 @@ def test_compare_has_rows_of_both_kinds_on_a_long_context_problem():
 
 
 def test_compare_cli_labels_the_kinds():
-    result = CliRunner().invoke(app, ["compare", LONG, "-s", "seq-uniform,layered:symmetric", "--json"])
+    result = CliRunner().invoke(app, ["compare", LONG, "-s", "seq-uniform,layered:symmetric", "--json", *QUICK])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert [(r["kind"], r["solver"]) for r in rows] == [("sequence", "seq-uniform"), ("layered", "symmetric")]
-    table = CliRunner().invoke(app, ["compare", LONG, "--kind", "sequence", "-s", "seq-uniform,seq-roundrobin"])
+    table = CliRunner().invoke(app, ["compare", LONG, "--kind", "sequence", "-s", "seq-uniform,seq-roundrobin", *QUICK])
     assert table.exit_code == 0, table.output
     assert "layered" in table.stdout and "×unif" in table.stdout  # the layered heuristic's row
     wrong = CliRunner().invoke(app, ["compare", LONG, "--kind", "sequence", "-s", "symmetric"])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import json
 import threading
-import time
 from pathlib import Path
 
 import typer
@@ -61,7 +60,7 @@ def solve(
     options = SolverOptions(time_limit_s=budget.for_solver(prob.cluster.num_devices), threads=threads, seed=seed,
                             hint=hint_plan, max_pipelines=max_pipelines, max_stages=max_stages,
                             progress=not as_json, verbose=verbose)
-    result = _run_with_spinner(prob, solver, kind, options, quiet=as_json)
+    result = _run_with_spinner(prob, solver, kind, options, budget, quiet=as_json)
     if result.kind_reason and not as_json:
         err_console.print(f"plan kind: {kind_of(result.plan).name if result.plan is not None else kind} "
                           f"({result.kind_reason})", highlight=False)
@@ -93,19 +92,21 @@ def check_kind_and_solver(kind: str, solver: str) -> None:
         fail(f"unknown solver {solver!r} for {' or '.join(kinds)} plans; available: {listed}")
 
 
-def _run_with_spinner(problem: Problem, solver: str, kind: str, options: SolverOptions, quiet: bool) -> SolveResult:
-    """Run the solver while a spinner shows the elapsed time (solvers log their own progress)."""
+def _run_with_spinner(problem: Problem, solver: str, kind: str, options: SolverOptions, budget: CommandBudget,
+                      quiet: bool) -> SolveResult:
+    """Run the solver while a spinner shows the command's time against its limit (`-t`, what the
+    user set; the solver's own limit is less by the output's share); solvers log their own progress."""
     run = functools.partial(solve_any_kind, solver=solver, kind=kind)
     if quiet:
         return run(problem, options=options)
-    start, box_ = time.perf_counter(), {}
+    box_ = {}
     with err_console.status(f"solving {problem.name} with {solver} …") as status:
         worker = threading.Thread(target=lambda: box_.update(result=_call(run, problem, options)), daemon=True)
         worker.start()
         while worker.is_alive():
             worker.join(0.25)
-            status.update(f"solving {problem.name} with {solver} … {time.perf_counter() - start:.0f} s "
-                          f"(limit {options.time_limit_s:g} s)")
+            status.update(f"solving {problem.name} with {solver} … {budget.elapsed():.0f} s "
+                          f"of the command's {budget.limit_s:g} s")
     outcome = box_["result"]
     if isinstance(outcome, BaseException):
         raise outcome

@@ -24,7 +24,7 @@ import time
 from contextlib import nullcontext
 
 import numpy as np
-from rich.progress import Progress
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from planner.layered.pricing import iteration_time
 from planner.cost import usable_memory_bytes
@@ -137,6 +137,7 @@ class Search:
         self.found: dict[tuple, tuple[float, Plan]] = {}  # (D, mode, cap) -> (T, plan)
         self.seen_pools: dict[tuple, list] = {}
         self.pipelines: dict = {}  # phase-2 results by (pool, TP layout), shared by all candidates
+        self.progress, self.moves_bar = None, None  # a rich Progress; the structure moves' (task, total) on it
         self.hint = options.hint if options.hint is not None and not validate(problem, options.hint) \
             and within_tp(options.hint, heuristic.max_tp) else None
 
@@ -205,12 +206,18 @@ class Search:
                                                          | set(aligned_candidates(self.problem, upper))))
         tried = [d for d in tried if 1 <= d <= upper] or [1]
         caps = self.caps()
+        self.progress = progress
         task = progress.add_task("heuristic: D search", total=len(tried) + 9) if progress else None
         self.sweep(tried if self.heuristic.pipelines else anytime_order(self.problem, tried), caps[:1], progress, task)
-        if not self.heuristic.pipelines and self.ranked():
-            self.sweep(refine_candidates(self.ranked()[0][0][0], tried, upper), caps[:1], progress, task)
+        refined = (refine_candidates(self.ranked()[0][0][0], tried, upper)
+                   if not self.heuristic.pipelines and self.ranked() else [])
+        self.sweep(refined, caps[:1], progress, task)
         best_d = list(dict.fromkeys(k[0] for k, _, _ in self.ranked()))[: self.heuristic.polish_candidates]
+        if progress:  # the refinement's and the secondary splits' D are known now: the bar's true length
+            progress.update(task, total=len(tried) + len(refined) + len(best_d))
         self.sweep(best_d, caps[1:], progress, task)
+        if progress:  # done, or stopped at its share of the time limit: either way the phase is over
+            progress.update(task, completed=len(tried) + len(refined) + len(best_d))
 
     def sweep(self, ds: list[int], caps: list[int | None], progress, task) -> None:
         for d in ds:
@@ -229,6 +236,7 @@ class Search:
         if self.moves_on():
             priced: dict = {}  # shapes priced once across the starts
             work = self.heuristic.evaluations_for(self.options.time_limit_s)
+            self.add_moves_bar(work)
             starts = self.moved(starts, priced, work)
             # the best few are often one D's protect modes, and the moves from another D's structure
             # reach plans theirs do not (generated 64 GPUs seed 1: a D = 3 start ends as a D = 2 plan
@@ -241,8 +249,25 @@ class Search:
             families = self.polished(self.family_starts(), every=False)
             if families:
                 starts += self.moved(families, priced, len(priced) + work // self.heuristic.polish_candidates)
+            self.moves_done(priced, final=True)
         t, _, plan = min(starts, key=lambda s: s[0])  # ties: the earlier start
         return t, plan
+
+    def add_moves_bar(self, work: int) -> None:
+        """A bar for the structure moves, measured in their work (shapes priced): the first starts'
+        `work`, a start's share for each other D's start and one for the family starts. Moves
+        that stop early (no neighbour helps) leave part of it unspent: the bar then jumps."""
+        if self.progress is None:
+            return
+        share = work // self.heuristic.polish_candidates
+        total = work + share * len(self.other_d_starts()) + (share if self.family_starts() else 0)
+        self.moves_bar = (self.progress.add_task("heuristic: structure moves", total=total), total)
+
+    def moves_done(self, priced: dict, final: bool = False) -> None:
+        """The moves' bar at the shapes priced so far (full once the moves are over)."""
+        if self.moves_bar is not None:
+            task, total = self.moves_bar
+            self.progress.update(task, completed=total if final else min(len(priced), total))
 
     def polished(self, plans: list[Plan], every: bool = True) -> list[tuple[float, int, Plan]]:
         """(T, index, plan) of each plan polished, until the polish deadline (the first is always
@@ -265,6 +290,7 @@ class Search:
                            max_rounds=self.heuristic.move_rounds, max_stages=self.options.max_stages,
                            max_pipelines=self.options.max_pipelines, max_tp=self.heuristic.max_tp, priced=priced,
                            max_evaluations=share)
+            self.moves_done(priced)
             improved.append((iteration_time(self.problem, plan, check=False), i, plan))
         return improved
 
@@ -328,7 +354,9 @@ def solve_with(problem: Problem, options: SolverOptions, heuristic: HeuristicOpt
     """The heuristic's own search (or one of its baseline/ablation settings, reported as
     `name`); its structure moves leave `reserve_share` of the time left to a follow-up."""
     search = Search(problem, options, heuristic, reserve_share)
-    bar = Progress(transient=True) if options.progress else nullcontext()
+    # elapsed, not rich's estimate of the time left: the moves often stop before their work limit
+    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
+    bar = Progress(*columns, transient=True) if options.progress else nullcontext()
     with bar as progress:
         search.explore(progress if options.progress else None)
         best = search.own_best()
