@@ -96,8 +96,14 @@ def at_budget(problem: Problem, budget: float) -> Problem:
     return problem.model_copy(update={"objective": Objective.time, "budget_per_hour": float(budget)})
 
 
+# called before each level is solved: (its budget per hour, levels solved so far, levels left — for the
+# exact descent at most that many: a point found drops every level above its rent)
+LevelStart = Callable[[float, int, int], None]
+
+
 def frontier(problem: Problem, solve: BudgetedFn, *, exact: bool, time_limit_s: float,
-             options: SolverOptions | None = None, levels: int = DEFAULT_LEVELS) -> Frontier:
+             options: SolverOptions | None = None, levels: int = DEFAULT_LEVELS,
+             on_level: LevelStart | None = None) -> Frontier:
     """The frontier of `problem` (under its budget, if any) by `solve` (module text)."""
     start = time.perf_counter()
     options = options or SolverOptions(time_limit_s=time_limit_s)
@@ -106,11 +112,11 @@ def frontier(problem: Problem, solve: BudgetedFn, *, exact: bool, time_limit_s: 
     rents = _exact_levels(problem) if exact else None
     front = Frontier(solver="", exact=rents is not None)
     if rents is not None:
-        _descend(problem, solve, rents, front, options, deadline)
+        _descend(problem, solve, rents, front, options, deadline, on_level)
         if not rents:
             front.message = "no machine set within the budget can hold the model states"
     else:
-        _sweep(problem, solve, budget_levels(problem, levels), front, options, deadline)
+        _sweep(problem, solve, budget_levels(problem, levels), front, options, deadline, on_level)
     front.points = pareto(front.points)
     front.cost_bound_per_mtok = cost_bound(problem, front, rents) if front.exact else None
     front.wall_s = time.perf_counter() - start
@@ -145,13 +151,15 @@ def _solve_level(problem: Problem, solve: BudgetedFn, budget: float, options: So
 
 
 def _descend(problem: Problem, solve: BudgetedFn, rents: list[float], front: Frontier,
-             options: SolverOptions, deadline: float) -> None:
+             options: SolverOptions, deadline: float, on_level: LevelStart | None = None) -> None:
     """The ε-constraint method from the top rent level down (module text)."""
     todo = list(rents)
     while todo:
         left = deadline - time.perf_counter()
         if left < MIN_LEVEL_S:
             return
+        if on_level:
+            on_level(todo[-1], len(front.solves), len(todo))
         result = _solve_level(problem, solve, todo[-1], options, left / min(len(todo), 3), front)
         if result.plan is None:
             front.complete = result.status == SolveStatus.infeasible
@@ -181,12 +189,14 @@ def budget_levels(problem: Problem, count: int) -> list[float]:
 
 
 def _sweep(problem: Problem, solve: BudgetedFn, budgets: list[float], front: Frontier,
-           options: SolverOptions, deadline: float) -> None:
+           options: SolverOptions, deadline: float, on_level: LevelStart | None = None) -> None:
     """Each budget level solved with an equal share of the time left."""
     for i, budget in enumerate(budgets):
         left = deadline - time.perf_counter()
         if left < MIN_LEVEL_S:
             return
+        if on_level:
+            on_level(budget, i, len(budgets) - i)
         _solve_level(problem, solve, budget, options, left / (len(budgets) - i), front)
     front.complete = bool(budgets)
     if not budgets:

@@ -33,7 +33,8 @@ def test_json_rows_are_brute_force_s_frontier(tiny_priced):
     path, problem = tiny_priced
     result = CliRunner().invoke(app, ["frontier", str(path), "--json", "-t", "120"])
     assert result.exit_code == 0, result.output
-    rows, expected = json.loads(result.output), brute.frontier(problem)
+    rows, expected = json.loads(result.stdout), brute.frontier(problem)  # progress lines go to stderr
+    assert "level 1 of at most" in result.stderr  # the exact descent: a point found drops the levels above it
     assert len(rows) == len(expected) == 4
     for row, point in zip(rows, expected):
         assert set(row) >= {"rent_per_hour", "iteration_s", "cost_per_mtok", "plan"} and row["proven"]
@@ -62,6 +63,8 @@ def test_heuristic_levels_say_so(tiny_priced):
     result = CliRunner().invoke(app, ["frontier", str(path), "--solver", "heuristic", "--levels", "3", "-t", "30"])
     assert result.exit_code == 0, result.output
     assert "heuristic over 3 budget levels" in result.output
+    levels = [line for line in result.stderr.splitlines() if " of 3 (rent ≤ " in line]  # one line per level in a log
+    assert [line.split(": level ")[1][:1] for line in levels] == ["1", "2", "3"]
 
 
 def test_unpriced_cluster_is_one_line_exit_2():

@@ -104,6 +104,14 @@ class WorkLog:
         self.started = now
 
 
+def progress_line(status, message: str) -> None:
+    """`message` on the spinner `status` on a terminal; a line on stderr otherwise (a log shows
+    where the work is)."""
+    status.update(message)
+    if not err_console.is_terminal:
+        err_console.print(message, highlight=False, soft_wrap=True)  # one line each in a log
+
+
 def check_plan_is_for(problem, plan, plan_path, force: bool) -> None:
     """A plan names the problem it was made for; using it for another one is probably a
     mistake (device ids mean other GPUs there), so it needs --force."""

@@ -24,7 +24,7 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.budget import CommandBudget
-from hexiscale.cli.app import app, console, err_console, fail, friendly_errors, writable_file, writable_folder
+from hexiscale.cli.app import app, console, err_console, fail, friendly_errors, progress_line, writable_file, writable_folder
 from planner.base import Frozen
 from planner.io import load_problem, save_plan
 from planner.kinds import evaluate, kind_of, validate
@@ -283,13 +283,6 @@ def solvers_for(problem: Problem, kind: str, names: list[str]) -> tuple[str, lis
     return kind, with_cross_kind(chosen, kind), why
 
 
-def _progress(status, message: str) -> None:
-    """The spinner on a terminal; a line on stderr otherwise (a log shows where the work is)."""
-    status.update(message)
-    if not err_console.is_terminal:
-        err_console.print(message, highlight=False)
-
-
 @app.command()
 @friendly_errors
 def compare(
@@ -327,7 +320,7 @@ def compare(
             err_console.print(f"{problem.name}: plan kind {problem_kind} ({why})", highlight=False)
         with err_console.status("") as status:  # stderr: stdout may carry JSON
             rows = compare_problem(problem, problem_solvers, options, exact_max_devices, plans_dir,
-                                   on_start=lambda p, s: _progress(status, f"solving {p} with {s} …"),
+                                   on_start=lambda p, s: progress_line(status, f"solving {p} with {s} …"),
                                    exact_options=exact, kind=problem_kind, shared=shared)
         if not as_json:
             console.print(comparison_table(problem, rows))

@@ -18,7 +18,8 @@ import typer
 from rich import box
 from rich.table import Table
 
-from hexiscale.cli.app import EXIT_INFEASIBLE, app, console, err_console, fail, friendly_errors, writable_folder
+from hexiscale.cli.app import (EXIT_INFEASIBLE, app, console, err_console, fail, friendly_errors, progress_line,
+                               writable_folder)
 from hexiscale.cli.budget import CommandBudget
 from planner.base import format_seconds, plural
 from planner.io import load_problem, save_plan
@@ -63,8 +64,15 @@ def frontier(
     name, plan_kind = _solver_and_kind(prob, solver, kind)
     options = SolverOptions(time_limit_s=1.0, threads=threads, seed=seed)
     exact = name in EXACT_SOLVERS
-    front = frontiers.frontier(prob, get(name, plan_kind), exact=exact, levels=levels, options=options,
-                               time_limit_s=budget.for_solver(prob.cluster.num_devices, explain=False))
+    with err_console.status("") as status:  # stderr: stdout may carry JSON
+        def on_level(rent: float, done: int, left: int) -> None:
+            count = f"{done + left}" if not exact else f"at most {done + left}"
+            progress_line(status, f"{prob.name}: level {done + 1} of {count} (rent ≤ {rent:.2f}/h) by {name} … "
+                                  f"{budget.elapsed():.0f} s of {budget.limit_s:g} s")
+
+        front = frontiers.frontier(prob, get(name, plan_kind), exact=exact, levels=levels, options=options,
+                                   time_limit_s=budget.for_solver(prob.cluster.num_devices, explain=False),
+                                   on_level=on_level)
     if not front.points:
         fail(f"no plan on the frontier ({front.status_when_empty.value}): "
              f"{front.message or 'no plan found in the time limit'}", code=EXIT_INFEASIBLE)
