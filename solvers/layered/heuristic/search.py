@@ -213,11 +213,12 @@ class Search:
                    if not self.heuristic.pipelines and self.ranked() else [])
         self.sweep(refined, caps[:1], progress, task)
         best_d = list(dict.fromkeys(k[0] for k, _, _ in self.ranked()))[: self.heuristic.polish_candidates]
-        if progress:  # the refinement's and the secondary splits' D are known now: the bar's true length
-            progress.update(task, total=len(tried) + len(refined) + len(best_d))
+        swept = len(tried) + len(refined) + len(best_d)  # the refinement's D are known now: the bar's length
+        if progress:
+            progress.update(task, total=swept)
         self.sweep(best_d, caps[1:], progress, task)
         if progress:  # done, or stopped at its share of the time limit: either way the phase is over
-            progress.update(task, completed=len(tried) + len(refined) + len(best_d))
+            progress.update(task, completed=swept)
 
     def sweep(self, ds: list[int], caps: list[int | None], progress, task) -> None:
         for d in ds:
