@@ -57,10 +57,12 @@ def solve(
     if hint and solver not in WARM_STARTED:
         err_console.print(f"note: --hint is ignored: {solver} takes no warm start "
                           f"(the exact solvers do: {', '.join(WARM_STARTED)})", highlight=False)
+    # with --json the spinner alone (drawn on a terminal, then gone): the solvers' progress includes the
+    # exact solvers' log lines, which would stay on stderr
     options = SolverOptions(time_limit_s=budget.for_solver(prob.cluster.num_devices), threads=threads, seed=seed,
                             hint=hint_plan, max_pipelines=max_pipelines, max_stages=max_stages,
                             progress=not as_json, verbose=verbose)
-    result = _run_with_spinner(prob, solver, kind, options, budget, quiet=as_json)
+    result = _run_with_spinner(prob, solver, kind, options, budget)
     if result.kind_reason and not as_json:
         err_console.print(f"plan kind: {kind_of(result.plan).name if result.plan is not None else kind} "
                           f"({result.kind_reason})", highlight=False)
@@ -92,13 +94,11 @@ def check_kind_and_solver(kind: str, solver: str) -> None:
         fail(f"unknown solver {solver!r} for {' or '.join(kinds)} plans; available: {listed}")
 
 
-def _run_with_spinner(problem: Problem, solver: str, kind: str, options: SolverOptions, budget: CommandBudget,
-                      quiet: bool) -> SolveResult:
+def _run_with_spinner(problem: Problem, solver: str, kind: str, options: SolverOptions,
+                      budget: CommandBudget) -> SolveResult:
     """Run the solver while a spinner shows the command's time against its limit (`-t`, what the
     user set; the solver's own limit is less by the output's share); solvers log their own progress."""
     run = functools.partial(solve_any_kind, solver=solver, kind=kind)
-    if quiet:
-        return run(problem, options=options)
     box_ = {}
     with err_console.status(f"solving {problem.name} with {solver} …") as status:
         worker = threading.Thread(target=lambda: box_.update(result=_call(run, problem, options)), daemon=True)

@@ -29,6 +29,7 @@ from contextlib import nullcontext
 from functools import cached_property
 
 import numpy as np
+from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from planner.problem import Problem
@@ -309,7 +310,8 @@ def _progress(options: SolverOptions):
     """A transient spinner naming the candidate being priced (when options.progress)."""
     if not options.progress:
         return nullcontext(None)
-    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True)
+    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True)  # stderr: stdout may carry the plan's JSON
     bar.add_task("sequence heuristic", total=None)
     return bar
 

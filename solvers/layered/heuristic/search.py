@@ -24,6 +24,7 @@ import time
 from contextlib import nullcontext
 
 import numpy as np
+from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from planner.layered.pricing import iteration_time
@@ -355,9 +356,10 @@ def solve_with(problem: Problem, options: SolverOptions, heuristic: HeuristicOpt
     """The heuristic's own search (or one of its baseline/ablation settings, reported as
     `name`); its structure moves leave `reserve_share` of the time left to a follow-up."""
     search = Search(problem, options, heuristic, reserve_share)
-    # elapsed, not rich's estimate of the time left: the moves often stop before their work limit
+    # elapsed, not rich's estimate of the time left: the moves often stop before their work limit;
+    # on stderr, as the CLI's spinner: stdout may carry the plan's JSON
     columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
-    bar = Progress(*columns, transient=True) if options.progress else nullcontext()
+    bar = Progress(*columns, console=Console(stderr=True), transient=True) if options.progress else nullcontext()
     with bar as progress:
         search.explore(progress if options.progress else None)
         best = search.own_best()
