@@ -22,6 +22,18 @@ def format_seconds(x: float, digits: int = 4) -> str:
     return f"{x / div:.{digits}g} {unit}"
 
 
+def format_runs(values) -> str:
+    """[0, 1, 2, 3, 8] → "0-3,8": runs of consecutive integers collapsed (device ids, D values)."""
+    runs, start = [], None
+    for i, v in enumerate(values):
+        if start is None:
+            start = v
+        if i + 1 == len(values) or values[i + 1] != v + 1:
+            runs.append(f"{start}" if start == v else f"{start}-{v}")
+            start = None
+    return ",".join(runs)
+
+
 class Frozen(BaseModel):
     """Base of every input type: immutable, unknown fields rejected."""
 

@@ -91,3 +91,14 @@ def test_generate_problem_and_bad_arguments(tmp_path):
     for args in (["--gpus", "30"], ["--gpus", "32", "--mix", "B200:1"], ["--gpus", "32", "--mix", "H20"]):
         result = runner.invoke(app, ["generate", "cluster", *args, "-o", str(out)])
         assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_runs_of_ids_are_collapsed_for_devices_and_d_values():
+    """One formatter for device ids in the tables and D values in the exact solvers' messages
+    (a note said "not proven for D in [1, 2, 3, …, 24]")."""
+    from planner.base import format_runs
+
+    assert format_runs([0, 1, 2, 3, 8]) == "0-3,8"
+    assert format_runs(list(range(1, 25))) == "1-24"
+    assert format_runs([2, 4, 5, 7]) == "2,4-5,7"
+    assert format_runs([5]) == "5" and format_runs([]) == ""

@@ -12,7 +12,7 @@ from hexiscale.cli.plan_summary import composition, composition_words, device_us
 from hexiscale.cli.price_views import beyond_budget, price_rows
 from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
 from hexiscale.cli.vendor_views import bridge_table
-from planner.base import GIB, format_seconds
+from planner.base import GIB, format_runs, format_seconds
 from planner.layered.bridge import layered_bridge_traffic
 from planner.layered.evaluate import evaluate
 from planner.layered.estimate import Estimate
@@ -20,18 +20,6 @@ from planner.layered.plan import Plan
 from planner.problem import Problem
 from solvers.layered.idle import MAX_MACHINES, explain_idle, idle_devices
 
-
-
-def format_devices(devices) -> str:
-    """[0, 1, 2, 3, 8] → "0-3,8": contiguous runs collapsed."""
-    runs, start = [], None
-    for i, d in enumerate(devices):
-        if start is None:
-            start = d
-        if i + 1 == len(devices) or devices[i + 1] != d + 1:
-            runs.append(f"{start}" if start == d else f"{start}-{d}")
-            start = None
-    return ",".join(runs)
 
 
 def time_unit(values) -> tuple[str, float]:
@@ -52,7 +40,7 @@ def stage_table_view(est: Estimate) -> Table:
     for s in est.stages:
         free = f"[red]{s.headroom_gib:.1f}[/]" if s.headroom_gib < 0 else f"{s.headroom_gib:.1f}"
         table.add_row(
-            f"{s.pipeline}.{s.index}", s.machine, format_devices(s.devices), str(s.tp),
+            f"{s.pipeline}.{s.index}", s.machine, format_runs(s.devices), str(s.tp),
             f"{s.first_layer}-{s.first_layer + s.layers - 1}",
             *(f"{x / div:.3g}" for x in (s.compute_s, s.tp_s, s.tau_s, s.pp_s, s.dp_s)),
             f"{s.memory_gib:.1f}/{s.capacity_gib:.0f}", free,
@@ -92,7 +80,7 @@ def plan_table(problem: Problem, plan: Plan, estimate: Estimate) -> Table:
         for k, st in enumerate(pe.stages):
             first = k == 0
             table.add_row(str(pe.index) if first else "", str(pipe.batch) if first else "", str(k),
-                          st.machine, format_devices(st.devices), str(st.tp),
+                          st.machine, format_runs(st.devices), str(st.tp),
                           f"{st.first_layer}–{st.first_layer + st.layers - 1}",
                           f"{st.tau_s / div:.4g}", f"{st.memory_gib:.1f}/{st.capacity_gib:.0f}")
     return table

@@ -8,13 +8,13 @@ from __future__ import annotations
 from rich import box
 from rich.table import Table
 
-from hexiscale.cli.layered_views import format_devices, time_unit
+from hexiscale.cli.layered_views import time_unit
 from hexiscale.cli.plan_summary import (composition, composition_words, device_use_table, idle_machine_rows,
                                         is_large, plural, shape_table)
 from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
 from hexiscale.cli.price_views import price_rows
 from hexiscale.cli.vendor_views import bridge_table
-from planner.base import format_seconds as seconds
+from planner.base import format_runs, format_seconds as seconds
 from planner.problem import Problem
 from planner.sequence.bridge import sequence_bridge_traffic
 from planner.sequence.estimate import SeqEstimate
@@ -111,7 +111,7 @@ def plan_table(problem: Problem, plan: SeqPlan, estimate: SeqEstimate) -> Table:
     for r, (rep, re) in enumerate(zip(plan.replicas, estimate.replicas)):
         for g, (grp, ge) in enumerate(zip(rep.ring, re.groups)):
             table.add_row(str(r) if g == 0 else "", str(rep.batch) if g == 0 else "", str(g),
-                          format_devices(grp.devices), ",".join(str(m.heads) for m in grp.members),
+                          format_runs(grp.devices), ",".join(str(m.heads) for m in grp.members),
                           ",".join(str(m.tokens) for m in grp.members), str(grp.tokens),
                           _free(min(m.headroom_gib for m in ge.members)))
     return table
@@ -133,7 +133,7 @@ def idle_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table | None
                   show_header=False, box=box.SIMPLE, title_justify="left")
     table.add_column()
     for name, devices in rows:
-        table.add_row(f"{name}: {len(devices)} idle ({format_devices(devices)})")
+        table.add_row(f"{name}: {len(devices)} idle ({format_runs(devices)})")
     if more:
         table.add_row(f"… and {plural(more, 'more machine')} with idle devices")
     return table

@@ -14,6 +14,7 @@ from typing import Callable, Literal
 import numpy as np
 from rich.console import Console
 
+from planner.base import format_runs
 from planner.layered.pricing import iteration_time
 from planner.layered.plan import Plan
 from planner.solver_info import SolverInfo, SolveStatus
@@ -403,9 +404,9 @@ def _message(error: float, by_bound: list[int], open_d: list[int], stopped: list
     """The rounding bound, the D proved by the combinatorial bound, the D left open and why."""
     parts = [f"time in integer units: model T within {error:.3g} s of the true T"] if error else []
     if by_bound:
-        parts.append(f"D in {by_bound} proved by the combinatorial bound")
+        parts.append(f"D in {format_runs(by_bound)} proved by the combinatorial bound")
     if open_d:
-        parts.append(f"not proven for D in {open_d}" + (f" ({stopped[-1]})" if stopped else ""))
+        parts.append(f"not proven for D in {format_runs(open_d)}" + (f" ({stopped[-1]})" if stopped else ""))
     return "; ".join(parts)
 
 
