@@ -321,3 +321,16 @@ def test_the_least_brackets_are_narrowed_least_first_and_never_past_their_thresh
     assert two.feasible_at - two.refuted <= RELATIVE_TOLERANCE * two.feasible_at
     assert (result.per_d[1].refuted, result.per_d[1].feasible_at) == (10.0, None)  # no bracket: [U11] raises it
     assert (result.per_d[3].refuted, result.per_d[3].feasible_at) == (10.48, 10.5)  # not the least
+
+
+def test_an_incomplete_bound_names_the_d_the_time_limit_stopped():
+    """The note of a bound cut short says which D were still being bisected (their refuted value
+    counts, the others are finished): 'D 2-3 stopped by the time limit', not only 'not every D'."""
+    from solvers.layered.bound.search import ConfigurationBound, DBound
+    from solvers.layered.bound.solver import _unexamined
+
+    config = ConfigurationBound(per_d={1: DBound(1, 5.0, done=True), 2: DBound(2, 4.0), 3: DBound(3, 4.5),
+                                       4: DBound(4, 9.0, done=True)}, floor=3.0)
+    assert config.unfinished == [2, 3] and config.value == pytest.approx(4.0, rel=1e-6)
+    assert "D 2-3 stopped by the time limit" in _unexamined(config)
+    assert _unexamined(ConfigurationBound(per_d=config.per_d, floor=3.0, complete=True)) == ""

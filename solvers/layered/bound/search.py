@@ -68,6 +68,11 @@ class ConfigurationBound:
     rent: integer.Rent | None = None  # the problem's budget over the usage route's classes ([U6])
 
     @property
+    def unfinished(self) -> list[int]:
+        """The D whose bisection the deadline stopped (what they refuted still counts)."""
+        return sorted(d for d, b in self.per_d.items() if not b.done)
+
+    @property
     def value(self) -> float:
         """min over D of what is refuted there (never below the floor), deflated by FLOAT_SLACK."""
         if not self.per_d:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 
+from planner.base import format_runs
 from planner.layered.pricing import iteration_time
 from planner.problem import Problem
 from planner.solver_info import SolverInfo, SolveStatus
@@ -34,6 +35,15 @@ BOUND_SHARE = 0.7  # of the time left after the heuristic, for the bound (the re
 LARGE_BOUND_SHARE = 0.9  # the same without CP-SAT (the rest: plans read back from the tables)
 CLOSED = 1e-9  # relative: a bound this close to T proves the plan optimal
 PLAN_SHARE = 0.5  # of the time after the bound's share, what reading plans back from its tables may take
+
+
+def _unexamined(config: ConfigurationBound) -> str:
+    """What the time limit left open, if anything: the D whose bisection it stopped."""
+    if config.complete:
+        return ""
+    open_d = config.unfinished
+    return (f" (not every D examined: D {format_runs(open_d)} stopped by the time limit; more time may raise the bound)"
+            if open_d else " (not every D examined)")
 
 
 def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult:
@@ -57,8 +67,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult
                                      first_d=len(plan.pipelines) if plan is not None else None)
     except CertificateContradiction as exc:  # never report a bound that a plan in hand disproves
         config, withheld = ConfigurationBound(floor=tables.trivial_bound), f" ({exc})"
-    bound, notes = config.value, [f"configuration bound {config.value:.6g} s"
-                                  + ("" if config.complete else " (not every D examined)") + withheld]
+    bound, notes = config.value, [f"configuration bound {config.value:.6g} s" + _unexamined(config) + withheld]
     read = plans_from_bound(problem, config, bound_deadline + PLAN_SHARE * (deadline - bound_deadline))
     if read and (best_t is None or iteration_time(problem, read[0]) < best_t):
         plan, best_t = read[0], iteration_time(problem, read[0])
