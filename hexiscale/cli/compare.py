@@ -24,7 +24,8 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.budget import CommandBudget
-from hexiscale.cli.app import app, console, err_console, fail, friendly_errors, progress_line, writable_file, writable_folder
+from hexiscale.cli.app import (app, console, err_console, fail, friendly_errors, progress_line, writable_file,
+                               writable_folder)
 from planner.base import Frozen
 from planner.io import load_problem, save_plan
 from planner.kinds import evaluate, kind_of, validate

@@ -21,7 +21,6 @@ from planner.problem import Problem
 from solvers.layered.idle import MAX_MACHINES, explain_idle, idle_devices
 
 
-
 def time_unit(values) -> tuple[str, float]:
     """One unit for a whole column set, so that numbers line up: (name, divisor)."""
     top = max(values, default=0.0)

@@ -42,8 +42,10 @@ def _unexamined(config: ConfigurationBound) -> str:
     if config.complete:
         return ""
     open_d = config.unfinished
-    return (f" (not every D examined: D {format_runs(open_d)} stopped by the time limit; more time may raise the bound)"
-            if open_d else " (not every D examined)")
+    if not open_d:
+        return " (not every D examined)"
+    return (f" (not every D examined: D {format_runs(open_d)} stopped by the time limit; "
+            "more time may raise the bound)")
 
 
 def solve(problem: Problem, options: SolverOptions | None = None) -> SolveResult:
