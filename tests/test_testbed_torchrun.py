@@ -12,6 +12,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -59,19 +60,38 @@ def run_everywhere(bed: Testbed, commands: list[str], plain_torchrun: bool = Fal
     same arguments given to torchrun itself, as a user without the wrapper would (stopped once the
     first machine has failed: plain torchrun's other agent went on for minutes in issue 32)."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = []
+    procs, outputs = [], []
     for machine, line in enumerate(commands):
         argv = [sys.executable, *shlex.split(line)[1:]]
         if plain_torchrun:
             argv[1:3] = ["-m", "torch.distributed.run"]
-        procs.append(bed.start(machine, argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        # a file, not a pipe read after the wait: a machine whose output filled a pipe nobody read
+        # would block, and the other with it (the suite once saw this test wait out its 180 s)
+        outputs.append(tempfile.TemporaryFile("w+"))
+        procs.append(bed.start(machine, argv, cwd=ROOT, env=env, stdout=outputs[-1], stderr=subprocess.STDOUT,
                                text=True))
     if plain_torchrun:
         while all(p.poll() is None for p in procs):
             time.sleep(0.1)
         for machine in range(len(procs)):
             bed.stop_machine(machine)
-    return [(p.wait(timeout=180), p.stdout.read()) for p in procs]
+    return [(_wait_or_kill(bed, machine, p), _read(out)) for machine, (p, out) in enumerate(zip(procs, outputs))]
+
+
+def _wait_or_kill(bed: Testbed, machine: int, proc: subprocess.Popen) -> int | None:
+    """The exit code, or None after 180 s (the machine's processes then killed: the output says why)."""
+    try:
+        return proc.wait(timeout=180)
+    except subprocess.TimeoutExpired:
+        bed.stop_machine(machine)
+        proc.wait(timeout=30)
+        return None
+
+
+def _read(output) -> str:
+    with output:
+        output.seek(0)
+        return output.read()
 
 
 def test_the_interface_toward_the_master_on_debian_hosts():
