@@ -44,7 +44,8 @@ def test_torchrun_prints_the_job_file_and_one_command_per_machine(tmp_path):
 @pytest.mark.slow
 def test_the_printed_torchrun_commands_train_like_the_local_launcher(tmp_path):
     _, commands = printed_torchrun_commands(tmp_path / "torchrun")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    (tmp_path / "tmp").mkdir()  # the agents' temporary folder: torchrun left a torchelastic_* there per run
+    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path / "tmp"))
     procs = [subprocess.Popen([sys.executable, *shlex.split(c)[1:]],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for c in commands]
@@ -54,6 +55,7 @@ def test_the_printed_torchrun_commands_train_like_the_local_launcher(tmp_path):
         for p in procs:
             p.kill()
     assert [p.returncode for p in procs] == [0, 0], outputs
+    assert not list((tmp_path / "tmp").glob("torchelastic_*"))
     torchrun_steps = json.loads((tmp_path / "torchrun" / "metrics.json").read_text())["steps"]
 
     job = make_job(load_problem("demo-tiny"), load_plan("demo-tiny"), "tiny", steps=2,

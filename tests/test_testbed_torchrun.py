@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -55,11 +56,13 @@ def plan_file(tmp_path):
     return path
 
 
-def run_everywhere(bed: Testbed, commands: list[str], plain_torchrun: bool = False) -> list[tuple[int, str]]:
-    """Each machine's line inside its namespace (the python of this venv); plain_torchrun: the
-    same arguments given to torchrun itself, as a user without the wrapper would (stopped once the
-    first machine has failed: plain torchrun's other agent went on for minutes in issue 32)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+def run_everywhere(bed: Testbed, commands: list[str], tmp: Path, plain_torchrun: bool = False) -> list[tuple[int, str]]:
+    """Each machine's line inside its namespace (the python of this venv), `tmp` its temporary
+    folder; plain_torchrun: the same arguments given to torchrun itself, as a user without the
+    wrapper would (stopped once the first machine has failed: plain torchrun's other agent went on
+    for minutes in issue 32)."""
+    tmp.mkdir()
+    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp))
     procs, outputs = [], []
     for machine, line in enumerate(commands):
         argv = [sys.executable, *shlex.split(line)[1:]]
@@ -114,13 +117,14 @@ def test_printed_commands_train_where_plain_torchrun_fails(tmp_path, plan_file):
     before = state(prefix)
     with Testbed(load_problem("tiny-2-tiny").cluster, prefix=prefix, **DEBIAN_200_MBIT) as bed:
         inodes = namespace_inodes(bed)
-        plain = run_everywhere(bed, commands, plain_torchrun=True)
+        plain = run_everywhere(bed, commands, tmp_path / "tmp-plain", plain_torchrun=True)
         assert any(code not in (None, 0) for code, _ in plain)
         assert any("Connection refused, remote=[127.0.1.1]" in out for _, out in plain), plain  # issue 32's failure
-        fixed = run_everywhere(bed, commands)
+        fixed = run_everywhere(bed, commands, tmp_path / "tmp-fixed")
         assert processes_in(inodes) == []  # every agent and rank gone before the testbed is
     assert state(prefix) == before
     assert [code for code, _ in fixed] == [0, 0], fixed
+    assert not list((tmp_path / "tmp-fixed").glob("torchelastic_*"))  # plain torchrun leaves one per machine
     assert "machine a100-0: ranks bind eth0 (10.77.0.1)" in fixed[0][1]
     assert "machine r4090-0: ranks bind eth0 (10.77.0.2)" in fixed[1][1]
     job = Job.model_validate_json((tmp_path / "run" / "job.json").read_text())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 # before torch is imported, here and in the ranks this agent starts (they inherit them)
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
@@ -73,7 +74,11 @@ def run_agent(args, where: str) -> int:
 
     quiet_agent_logs()
     try:
-        run(args)
+        # torchrun's own log folder (empty unless --redirects/--tee) is a fresh /tmp/torchelastic_*
+        # per run, never removed: here it lives as long as the agent, unless the user named one
+        with tempfile.TemporaryDirectory(prefix="torchelastic_") as logs:
+            args.log_dir = args.log_dir or logs
+            run(args)
     except ChildFailedError as exc:
         print(f"error: {where}: its ranks failed ({failed_ranks(exc)}); each said why above", file=sys.stderr,
               flush=True)
