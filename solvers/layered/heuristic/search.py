@@ -238,31 +238,33 @@ class Search:
         if self.moves_on():
             priced: dict = {}  # shapes priced once across the starts
             work = self.heuristic.evaluations_for(self.options.time_limit_s)
-            self.add_moves_bar(work)
+            # the later starts depend on the structures found only, not on the moves: listed once
+            other_plans, family_plans = self.other_d_starts(), self.family_starts()
+            self.add_moves_bar(work, len(other_plans), bool(family_plans))
             starts = self.moved(starts, priced, work)
             # the best few are often one D's protect modes, and the moves from another D's structure
             # reach plans theirs do not (generated 64 GPUs seed 1: a D = 3 start ends as a D = 2 plan
             # of 6.210 s, the D = 2 starts at 6.289 s); after them, so that they keep their work and time
-            others = self.polished(self.other_d_starts(), every=False)
+            others = self.polished(other_plans, every=False)
             if others:
                 extra = work // self.heuristic.polish_candidates * len(others)
                 starts += self.moved(others, priced, len(priced) + extra)
             # then one start's work, shared by the best structure of each other family of splits
-            families = self.polished(self.family_starts(), every=False)
+            families = self.polished(family_plans, every=False)
             if families:
                 starts += self.moved(families, priced, len(priced) + work // self.heuristic.polish_candidates)
             self.moves_done(priced, final=True)
         t, _, plan = min(starts, key=lambda s: s[0])  # ties: the earlier start
         return t, plan
 
-    def add_moves_bar(self, work: int) -> None:
+    def add_moves_bar(self, work: int, other_starts: int, family_starts: bool) -> None:
         """A bar for the structure moves, measured in their work (shapes priced): the first starts'
         `work`, a start's share for each other D's start and one for the family starts. Moves
         that stop early (no neighbour helps) leave part of it unspent: the bar then jumps."""
         if self.progress is None:
             return
         share = work // self.heuristic.polish_candidates
-        total = work + share * len(self.other_d_starts()) + (share if self.family_starts() else 0)
+        total = work + share * other_starts + (share if family_starts else 0)
         self.moves_bar = (self.progress.add_task("heuristic: structure moves", total=total), total)
 
     def moves_done(self, priced: dict, final: bool = False) -> None:
