@@ -146,7 +146,7 @@ def one_device_problem(spec: ModelSpec, training: TrainingSpec, gpu: GpuType | N
                    training=training)
 
 
-def runtime_row(setup: Setup, spec: ModelSpec, case: tuple, gpu: GpuType | None, steps: int = 5) -> str:
+def runtime_row(setup: Setup, spec: ModelSpec, case: tuple, gpu: GpuType | None, scratch: Path, steps: int = 5) -> str:
     """One case run in-process: held states, the micro-batches' peak and the step time of its
     last step, each beside what §3 prices."""
     label, schedule, recompute, micro_batch, batch, seq_len = case
@@ -157,7 +157,7 @@ def runtime_row(setup: Setup, spec: ModelSpec, case: tuple, gpu: GpuType | None,
     states, act = float(stage_state_bytes(spec, training, shape)), float(stage_activation_bytes(spec, training, shape))
     scheme = SCHEMES["bf16"]
     held_predicted = (scheme.param_state_bytes - scheme.grad_bytes) * float(stage_params(spec, shape))
-    out = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    out = Path(tempfile.mkdtemp(prefix="runtime-", dir=scratch))
     config = RunConfig(model=spec, seq_len=seq_len, micro_batch=micro_batch, steps=steps, schedule=schedule,
                        recompute=recompute, backend=setup.backend, precision="bf16", timeout_s=120,
                        check_replicas=False, log_every=steps, out_dir=str(out))
@@ -179,7 +179,7 @@ RUNTIME_CASES = (  # label, schedule, recompute, b, B, s as a fraction of the lo
     ("gpipe b=1 m=4", "gpipe", False, 1, 4, 2), ("1f1b b=2", "1f1b", False, 2, 2, 2))
 
 
-def report_runtime(setup: Setup, gpu: GpuType | None) -> None:
+def report_runtime(setup: Setup, gpu: GpuType | None, scratch: Path) -> None:
     spec = ModelSpec(name="runtime-check", layers=setup.layers, **setup.shape)
     print(f"the layered runtime over {setup.backend} (a world of one): {spec.layers} layers of h = {spec.hidden}, "
           f"P = {spec.total_params / 1e9:.2f} B, bf16. GiB: states held at a step's start vs (μ − γ)·P; the "
@@ -190,17 +190,17 @@ def report_runtime(setup: Setup, gpu: GpuType | None) -> None:
           f"{'ratio':>6s}  {'step ms':>8s} {'T ms':>8s} {'ratio':>6s}")
     for label, schedule, recompute, b, batch, fraction in RUNTIME_CASES:
         case = (label, schedule, recompute, b, batch, setup.seq_len // fraction)
-        print(runtime_row(setup, spec, case, gpu), flush=True)
+        print(runtime_row(setup, spec, case, gpu, scratch), flush=True)
     print()
 
 
 # -- 4. the local launcher --------------------------------------------------------------------
 
 
-def report_launcher(setup: Setup) -> None:
+def report_launcher(setup: Setup, scratch: Path) -> None:
     spec = ModelSpec(name="launcher-check", layers=setup.layers, **setup.shape)
     config = RunConfig(model=spec, seq_len=setup.seq_len // 4, micro_batch=1, steps=6, backend=setup.backend,
-                       precision="bf16", lr=3e-4, timeout_s=180, out_dir=tempfile.mkdtemp(prefix="gpu-check-"))
+                       precision="bf16", lr=3e-4, timeout_s=180, out_dir=str(scratch / "launcher"))
     plan = Plan(pipelines=[Pipeline(batch=4, stages=[Stage(devices=[0], layers=spec.layers)])])
     result = launch_local(Job(plan=plan, config=config), echo=False)
     if not result.ok:
@@ -226,10 +226,11 @@ def one_gpu_files(folder: Path, setup: Setup, gpu: GpuType | None) -> tuple[Path
     return problem, plan
 
 
-def report_command_line(setup: Setup, gpu: GpuType | None) -> None:
+def report_command_line(setup: Setup, gpu: GpuType | None, scratch: Path) -> None:
     """`hexiscale run PROBLEM PLAN --model problem --backend nccl --precision bf16` as a user
     types it, with its whole output: times and (on a GPU) memory against the cost model."""
-    folder = Path(tempfile.mkdtemp(prefix="gpu-check-cli-"))
+    folder = scratch / "command-line"
+    folder.mkdir()
     problem, plan = one_gpu_files(folder, setup, gpu)
     command = ["run", str(problem), str(plan), "--model", "problem", "--backend", setup.backend,
                "--precision", "bf16", "--steps", "6", "--timeout", "180", "--out", str(folder / "out")]
@@ -249,13 +250,16 @@ def main() -> None:
         return
     setup = setup_for(args.dry_run)
     gpu = report_device(setup) if "1" in args.parts else catalogue_entry("H200")
-    for part, report in (("2", lambda: report_activations(setup)), ("3", lambda: report_runtime(setup, gpu)),
-                         ("4", lambda: report_launcher(setup)), ("5", lambda: report_command_line(setup, gpu)),
-                         ("6", lambda: report_tp_share(setup))):
-        if part in args.parts:
-            started = time.perf_counter()
-            report()
-            print(f"(part {part}: {time.perf_counter() - started:.1f} s)\n", flush=True)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as folder:  # the runs' files, gone afterwards
+        scratch = Path(folder)
+        parts = {"2": lambda: report_activations(setup), "3": lambda: report_runtime(setup, gpu, scratch),
+                 "4": lambda: report_launcher(setup, scratch), "5": lambda: report_command_line(setup, gpu, scratch),
+                 "6": lambda: report_tp_share(setup)}
+        for part, report in parts.items():
+            if part in args.parts:
+                started = time.perf_counter()
+                report()
+                print(f"(part {part}: {time.perf_counter() - started:.1f} s)\n", flush=True)
 
 
 if __name__ == "__main__":

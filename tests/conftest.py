@@ -1,6 +1,26 @@
 """Fixtures shared by several test modules."""
 
+import os
+import tempfile
+
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def suite_temp_folder(tmp_path_factory):
+    """The suite's temporary files, and those of every process it starts, under pytest's own
+    folder (pytest keeps the last three runs' and removes older ones). A run without `--out`
+    keeps its logs in a temporary folder on purpose, as do agents that a fault test SIGKILLs
+    before they can clean up: in /tmp these piled up by the hundred over a day of suites."""
+    folder = tmp_path_factory.mktemp("tmp")
+    before_env, before_module = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = str(folder), str(folder)
+    yield folder
+    tempfile.tempdir = before_module
+    if before_env is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before_env
 
 
 @pytest.fixture

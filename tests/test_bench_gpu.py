@@ -5,6 +5,7 @@ GPU is lent."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -43,11 +44,13 @@ def test_kept_count_of_swiglu_gqa_and_sequence_parallelism():
 
 
 @pytest.mark.slow
-def test_dry_run_drives_every_part_on_cpu():
+def test_dry_run_drives_every_part_on_cpu(tmp_path):
     done = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--dry-run"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     for part in ("bf16 GEMM", "activations per layer", "the layered runtime over gloo", "launch_local, gloo"):
         assert part in out, out[-2000:]
     assert out.count("q=") == 4 and "replicas identical: True" in out
+    # the runs' folders are gone (97 had piled up in /tmp); torch keeps its compile cache there on purpose
+    assert not [p.name for p in tmp_path.iterdir() if not p.name.startswith("torchinductor_")]

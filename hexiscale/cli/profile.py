@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -151,6 +152,7 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
     result = measure(spec, folder, load_cluster(testbed)) if testbed else measure(spec, folder)
     write_profile(result, output, name or f"profiled-{socket.gethostname()}", gpu_type_name(device, gpu_name),
                   statistic, plans, raw=folder / "profile.json", honesty=TESTBED_NOTE if testbed else HONESTY)
+    shutil.rmtree(folder, ignore_errors=True)  # written: the raw measurements are kept only when a failure names them
 
 
 def _larger_messages_hint(result, exc: Exception) -> str:
