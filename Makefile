@@ -48,7 +48,7 @@ example-hf: $(STAMP)
 # The suite in two parts. First every test not marked `alone`, on one pytest-xdist worker per core
 # (worksteal: a worker that runs out takes queued tests from the other, so a long test at the end
 # does not idle a core for minutes). Then the `alone` tests by themselves: they measure rates or
-# speeds (shaped links carrying their rate) that a second busy worker bends. Both parts always run;
+# speeds (shaped links carrying their rate, the demo's profile) that a second busy worker bends. Both parts always run;
 # either failing fails. The `exhaustive` halves of the two largest oracles are left to
 # `make test-exhaustive` (4 tests, 1 CPU-minute: 36 s more on 2 cores).
 # $(call two_parts,MORE): both parts, each marker expression followed by MORE

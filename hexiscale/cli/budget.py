@@ -19,6 +19,9 @@ MIN_SOLVE_S = 0.05  # a solver always gets this much, even when the limit is alr
 AFTER_SOLVE_PER_DEVICE_S = 2.5e-5
 AFTER_SOLVE_FIXED_S = 0.15
 AFTER_SOLVE_SHARE = 0.2  # never more than this share of the limit is held back for it
+# a picture drawn after the solve: matplotlib's import and one figure (0.78 s measured for
+# `frontier -o`'s, 0.26 s once imported); `frontier -t 60` on 1,024 GPUs ended at 60.5 s without it
+PICTURE_S = 1.0
 EXPLAIN_SHARE, EXPLAIN_MAX_S = 0.1, 5.0  # the idle explanation's part of the limit, and its cap
 
 
@@ -66,15 +69,21 @@ class CommandBudget:
         """The end of the budget on `time.perf_counter`'s clock."""
         return self.started + self.limit_s
 
-    def for_solver(self, num_devices: int, share: float = 1.0, explain: bool = True) -> float:
+    def after_solve(self, num_devices: int, plans: int = 1, picture: bool = False) -> float:
+        """What the work after the solve is expected to take: `plans` plans of `num_devices`
+        priced, shown and written, and a picture drawn (capped at a share of the limit)."""
+        expected = AFTER_SOLVE_FIXED_S + plans * AFTER_SOLVE_PER_DEVICE_S * num_devices + PICTURE_S * picture
+        return min(AFTER_SOLVE_SHARE * self.limit_s, expected)
+
+    def for_solver(self, num_devices: int, share: float = 1.0, explain: bool = True, plans: int = 1,
+                   picture: bool = False) -> float:
         """A solver's time limit: `share` of what is left once the work after the solve (and, with
         `explain`, the idle explanation's part) is held back."""
-        after = min(AFTER_SOLVE_SHARE * self.limit_s, AFTER_SOLVE_FIXED_S + AFTER_SOLVE_PER_DEVICE_S * num_devices)
+        after = self.after_solve(num_devices, plans, picture)
         if explain:
             after += min(EXPLAIN_MAX_S, EXPLAIN_SHARE * self.limit_s)
         return max(MIN_SOLVE_S, (self.left() - after) * share)
 
     def output_deadline(self, num_devices: int) -> float:
         """Until when the explanations may run: the deadline less the writing of the output."""
-        return self.deadline - min(AFTER_SOLVE_SHARE * self.limit_s,
-                                   AFTER_SOLVE_FIXED_S + AFTER_SOLVE_PER_DEVICE_S * num_devices)
+        return self.deadline - self.after_solve(num_devices)

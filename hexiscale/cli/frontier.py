@@ -71,7 +71,8 @@ def frontier(
                                   f"{budget.elapsed():.0f} s of {budget.limit_s:g} s")
 
         front = frontiers.frontier(prob, get(name, plan_kind), exact=exact, levels=levels, options=options,
-                                   time_limit_s=budget.for_solver(prob.cluster.num_devices, explain=False),
+                                   time_limit_s=budget.for_solver(prob.cluster.num_devices, explain=False,
+                                                                  plans=levels, picture=out is not None),
                                    on_level=on_level)
     if not front.points:
         fail(f"no plan on the frontier ({front.status_when_empty.value}): "

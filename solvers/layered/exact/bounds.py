@@ -16,6 +16,8 @@ the structure fixed.
 from __future__ import annotations
 
 import itertools
+import math
+import time
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -175,6 +177,10 @@ class PipelineFloors:
         return (sums[:, None] + slowest[:, None] * micro[None, :]).min(axis=0)
 
 
+class OutOfTime(Exception):
+    """A D's bound was stopped at its deadline: that D is left to the models."""
+
+
 class DBounds:
     """The bound of each D from the pipeline floors. [B2]"""
 
@@ -199,9 +205,11 @@ class DBounds:
         return self._plain_d[d]
 
     @staticmethod
-    def fits(floors: PipelineFloors, d: int, threshold: float) -> bool:
+    def fits(floors: PipelineFloors, d: int, threshold: float, deadline: float = math.inf) -> bool:
         """Is there a choice of D allocations fitting the machines and m_p summing to B/b
-        with every pipe_floor[m_p, a_p] ≤ threshold? (Pipelines in non-increasing m [R2].)"""
+        with every pipe_floor[m_p, a_p] ≤ threshold? (Pipelines in non-increasing m [R2].)
+        The work grows with (B/b)²·D: past `deadline` (perf_counter) it raises OutOfTime (a
+        budget level of 8 GPUs and B/b = 1,024 took 50 s in a 6 s solve)."""
         fl, total = floors, floors.tb.total_micro
         ok = fl.table <= threshold  # [m, a]
         shape = tuple(reversed(fl.radix))
@@ -214,6 +222,8 @@ class DBounds:
         for _ in range(d - 1):
             nxt = np.zeros_like(reach)
             for m_prev in range(1, total + 1):
+                if time.perf_counter() > deadline:
+                    raise OutOfTime
                 for s in range(1, total + 1):
                     here = reach[m_prev, s]
                     if not here.any():
@@ -233,24 +243,25 @@ class DBounds:
         return [c for c in cells
                 if not any(c[k] > 0 and grid[c[:k] + (c[k] - 1,) + c[k + 1:]] for k in range(len(c)))]
 
-    def bound(self, d: int) -> float:
-        """[B2] with the D-aware floors (last-stage sync) where D pipelines fit at all."""
-        plain = self._bound(d, self.plain_for(d))
+    def bound(self, d: int, deadline: float = math.inf) -> float:
+        """[B2] with the D-aware floors (last-stage sync) where D pipelines fit at all (raises
+        OutOfTime past `deadline`)."""
+        plain = self._bound(d, self.plain_for(d), deadline)
         if d < 2 or plain == float("inf"):
             return plain
-        return max(plain, self._bound(d, self.floors_for(d)) - self.tb.dp_floor(d))
+        return max(plain, self._bound(d, self.floors_for(d), deadline) - self.tb.dp_floor(d))
 
-    def _bound(self, d: int, floors: PipelineFloors) -> float:
+    def _bound(self, d: int, floors: PipelineFloors, deadline: float) -> float:
         """The least pipe-floor value v such that D pipelines fit with every floor ≤ v (found
         by bisection over the table's values), plus T_dp's floor; +inf when no D pipelines
         fit at all."""
         values = np.unique(floors.table[np.isfinite(floors.table)])
-        if not len(values) or not self.fits(floors, d, values[-1]):
+        if not len(values) or not self.fits(floors, d, values[-1], deadline):
             return float("inf")
         lo, hi = 0, len(values) - 1
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.fits(floors, d, values[mid]):
+            if self.fits(floors, d, values[mid], deadline):
                 hi = mid
             else:
                 lo = mid + 1

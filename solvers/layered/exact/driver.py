@@ -22,7 +22,8 @@ from planner.prices import spendable
 from planner.problem import Objective, Problem
 from planner.layered.validate import validate
 from solvers.common import ModelSize, SolveResult, SolverOptions
-from solvers.layered.exact.bounds import Candidate, DBounds, PipelineFloors, ordered_structures, structures
+from solvers.layered.exact.bounds import (Candidate, DBounds, OutOfTime, PipelineFloors, ordered_structures,
+                                          structures)
 from solvers.layered.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
                                           specs_of_plan)
 from solvers.layered.exact.rent import over_budget
@@ -291,7 +292,11 @@ def _combinatorial_bounds(tables, d_values, best_t, deadline, log) -> tuple[_Flo
                                                          if left > 0 else "") + ": models only")
             break
         started = time.perf_counter()
-        floors[d] = d_bounds.bound(d)
+        try:
+            floors[d] = d_bounds.bound(d, deadline)
+        except OutOfTime:
+            log(f"D≥{d}: combinatorial bounds stopped by the time limit: models only")
+            break
         took.append(max(time.perf_counter() - started, 1e-3))
         floors.per_d[d] = d_bounds.floors_for(d)
         done = floors[d] == float("inf") or (best_t is not None and floors[d] >= best_t)
