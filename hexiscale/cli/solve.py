@@ -157,8 +157,9 @@ def status_table(result: SolveResult, estimate: Frozen, problem: Problem | None 
         gap = result.gap
         table.add_row("lower bound", format_seconds(result.bound_s, 6) + (f"  (gap {gap:.2%})" if gap is not None else ""))
     if result.model_size is not None:
-        table.add_row("model size", f"{result.model_size.variables:,} variables, "
-                                    f"{result.model_size.constraints:,} constraints")
+        size = result.model_size
+        table.add_row("model size", f"{size.variables:,} variables, {size.constraints:,} constraints"
+                      if size.variables else "no model was built in the time limit")
     for r in result.restrictions:
         table.add_row("restriction", f"[yellow]{r}[/]")
     if result.message:

@@ -70,7 +70,7 @@ class CpSatBuilder:
 
     def __init__(self, sub: SubProblem, scale: TimeScale):
         self.sub, self.tb, self.d, self.scale = sub, sub.tables, sub.pipelines, scale
-        self.P, self.L, self.C = range(self.d), range(self.tb.layers), range(len(self.tb.types))
+        self.P, self.L, self.C = sub.pipeline_range, range(self.tb.layers), range(len(self.tb.types))
         self.nk = self.tb.num_machines
         self.model = cp_model.CpModel()
 

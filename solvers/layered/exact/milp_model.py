@@ -78,7 +78,7 @@ class MilpBuilder:
         self.sub, self.tb, self.d = sub, sub.tables, sub.pipelines
         self.unit = self.tb.trivial_bound
         self.lp = pulp.LpProblem(f"hexiscale_D{self.d}", pulp.LpMinimize)
-        self.P, self.L, self.C = range(self.d), range(self.tb.layers), range(len(self.tb.types))
+        self.P, self.L, self.C = sub.pipeline_range, range(self.tb.layers), range(len(self.tb.types))
         self.K = range(self.tb.num_machines)
         self._count = 0
 
