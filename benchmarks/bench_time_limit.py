@@ -7,6 +7,12 @@ Targets (issue 29): 100,000 GPUs at -t 60 within 66 s and 2 GB; 16,384 at -t 10 
 4,096 at -t 5 within 5.5 s; under 200 lines of default output at every size.
 
     .venv/bin/python benchmarks/bench_time_limit.py [--sizes 4096,16384,100000] [--commands solve,compare,replan]
+    .venv/bin/python benchmarks/bench_time_limit.py --solvers
+
+`--solvers`: instead, the exact path and the frontier where their work does not shrink with the
+cluster: every exact layered solver at -t 5 on the 96-GPU offers problems (CP-SAT and MILP models
+of up to 178,000 variables) and on 8 GPUs with B/b = 1,024 (the per-D bound's sweep grows with
+(B/b)²), and `frontier -o` at -t 60 on a 1,024-GPU priced cluster (Llama-2 13B).
 """
 
 from __future__ import annotations
@@ -56,23 +62,44 @@ def command_args(command: str, problem: Path, limit: float, folder: Path) -> lis
             "-o", str(folder / f"{problem.stem}.replanned.json")]
 
 
+def solver_cases(folder: Path) -> list[tuple[str, str, float, list[str]]]:
+    """(problem label, command label, limit, arguments) of the `--solvers` runs."""
+    big_batch, priced = folder / "small8-bigB.yaml", folder / "priced1024.yaml"
+    subprocess.run([*HEXISCALE, "generate", "problem", "--gpus", "8", "--seed", "3", "--global-batch", "1024",
+                    "--model", "llama2-7b", "-o", str(big_batch)], check=True, capture_output=True, cwd=ROOT)
+    subprocess.run([*HEXISCALE, "generate", "problem", "--gpus", "1024", "--prices", "--model", "llama2-13b",
+                    "-o", str(priced)], check=True, capture_output=True, cwd=ROOT)
+    cases = [(name, f"solve -s {solver}", 5.0, [*HEXISCALE, "solve", problem, "--kind", "layered", "-s", solver,
+                                                 "-t", "5"])
+             for name, problem, solvers in (("offers (budget)", "offers-llama2-13b-budget", ("cpsat", "milp", "colgen")),
+                                            ("offers (cost)", "offers-llama2-13b-cost", ("cpsat", "milp")),
+                                            ("8 GPUs, B/b 1,024", str(big_batch), ("cpsat", "milp")))
+             for solver in solvers]
+    return cases + [("1,024 priced", "frontier -o", 60.0, [*HEXISCALE, "frontier", str(priced), "--levels", "10",
+                                                           "-t", "60", "-o", str(folder / "front")])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="4096,16384,100000")
     parser.add_argument("--commands", default="solve,compare,replan")
+    parser.add_argument("--solvers", action="store_true", help="the exact solvers and the frontier instead (text)")
     args = parser.parse_args()
     table = Table(title="--time-limit of the whole command (wall from the shell; peak RSS of the process)")
-    for col in ("GPUs", "command", "limit s", "wall s", "over", "peak MiB", "lines", "exit"):
-        table.add_column(col, justify="right" if col not in ("command",) else "left")
+    for col in ("problem", "command", "limit s", "wall s", "over", "peak MiB", "lines", "exit"):
+        table.add_column(col, justify="left" if col in ("problem", "command") else "right")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        for gpus in (int(x) for x in args.sizes.split(",")):
-            problem, limit = generate(gpus, folder), LIMITS.get(gpus, 10.0)
-            for command in args.commands.split(","):  # replan needs solve's plan: solve comes first
-                wall, peak, lines, code = timed(command_args(command, problem, limit, folder))
-                table.add_row(f"{gpus:,}", command, f"{limit:g}", f"{wall:.2f}", f"{wall / limit - 1:+.1%}",
-                              f"{peak:,.0f}", str(lines), str(code))
-                Console().print(f"{gpus:,} GPUs {command}: {wall:.2f} s of {limit:g} s", highlight=False)
+        runs = solver_cases(folder) if args.solvers else [
+            (f"{gpus:,} GPUs", command, limit, command_args(command, problem, limit, folder))
+            for gpus in (int(x) for x in args.sizes.split(","))
+            for problem, limit in [(generate(gpus, folder), LIMITS.get(gpus, 10.0))]
+            for command in args.commands.split(",")]  # replan needs solve's plan: solve comes first
+        for name, command, limit, arguments in runs:
+            wall, peak, lines, code = timed(arguments)
+            table.add_row(name, command, f"{limit:g}", f"{wall:.2f}", f"{wall / limit - 1:+.1%}",
+                          f"{peak:,.0f}", str(lines), str(code))
+            Console().print(f"{name} {command}: {wall:.2f} s of {limit:g} s", highlight=False)
     Console(width=120).print(table)
 
 

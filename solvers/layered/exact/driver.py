@@ -173,8 +173,10 @@ def _prove(search: _Search, floors: _Floors, open_d: list[int], deadline: float)
 
 
 def _pass(search: _Search, floors: _Floors, todo: list[int], deadline: float, proof: _Proof) -> int:
-    """One pass over the D still open; returns how many models ran."""
-    log, ran = search.setup.log, 0
+    """One pass over the D still open; returns how many models it built. The D passed over (too
+    big to build, or too little time for a model) are logged once per reason, as ranges: the
+    96-GPU offers problem printed 200 lines "D=k: open" at -t 5, one per D per pass."""
+    log, ran, passed_over = search.setup.log, 0, {}
     for i, d in enumerate(todo):
         left = deadline - time.perf_counter()
         if left <= 0.05:
@@ -185,12 +187,10 @@ def _pass(search: _Search, floors: _Floors, todo: list[int], deadline: float, pr
             continue
         if search.build_rate * d > left:  # this model could not even be built in time: leave D open
             proof.stopped.append(f"building the model for D={d} would take about {search.build_rate * d:.0f} s")
-            log(f"D={d}: skipped, building it would take about {search.build_rate * d:.0f} s")
+            passed_over.setdefault("skipped, building the model would take longer than the time left", []).append(d)
             continue
         done, d_bound, models = search.run(d, floors[d], floors.per_d[d], left / (len(todo) - i))
-        ran += 1
-        if d in search.stopped_builds:
-            proof.stopped.append(f"building the model for D={d} stopped at its share of the time")
+        ran += models  # a pass that built nothing ends the passes: the next would not either
         best = search.best_t
         if done:
             proof.proven.add(d)
@@ -199,8 +199,17 @@ def _pass(search: _Search, floors: _Floors, todo: list[int], deadline: float, pr
         bound = max(d_bound, min(floors[d], best or floors[d]))
         # every pass's bound is a true lower bound for D: keep the largest (at most the incumbent)
         proof.bounds[d] = bound if done else min(max(bound, proof.bounds.get(d, 0.0)), best or float("inf"))
+        if d in search.stopped_builds:
+            proof.stopped.append(f"building the model for D={d} stopped at its share of the time")
+            passed_over.setdefault("open, building the model stopped at its share of the time", []).append(d)
+            continue
+        if not done and not models:
+            passed_over.setdefault("open, too little time left for a model this pass", []).append(d)
+            continue
         log(f"D={d}: " + ("proved" if done else "open") + (f", bound {proof.bounds[d]:.6g} s"
                                                            if proof.bounds[d] != float("inf") else ""))
+    for reason, ds in passed_over.items():
+        log(f"D in {format_runs(sorted(ds))}: {reason}")
     return ran
 
 
@@ -259,7 +268,8 @@ class _Search:
             models += 1
             done = done and sub.status in ("optimal", "infeasible")
             d_bound = min(d_bound, max(_sub_bound(sub, self.best_t, self.setup.tables), combo_floor))
-            self.setup.log(f"D={d}" + (f", structure {j + 1}/{len(jobs)}" if combo else "") + f": {sub.status}")
+            if d not in self.stopped_builds:  # _pass logs the stopped builds together
+                self.setup.log(f"D={d}" + (f", structure {j + 1}/{len(jobs)}" if combo else "") + f": {sub.status}")
         return done, d_bound, models
 
     def _solve(self, d: int, *, budget: float, lower: float, floors, combo) -> SubResult:
@@ -273,10 +283,10 @@ class _Search:
                 tables=setup.tables, pipelines=d, options=setup.options, time_limit=budget, cutoff=self.best_t,
                 hint=hint, max_stages=min(setup.max_stages, setup.tables.num_devices - d + 1), log=setup.log,
                 lower_bound=lower, floors=floors, structure=combo, build_deadline=started + budget))
+            self.stopped_builds.discard(d)
         except BuildStopped:  # its build rate so far (a lower bound) keeps larger D from starting
             sub = SubResult(status="unknown", build_s=time.perf_counter() - started)
             self.stopped_builds.add(d)
-            setup.log(f"D={d}: building its model stopped at its share of the time ({budget:.2g} s)")
         self._record(d, sub)
         return sub
 
