@@ -277,7 +277,7 @@ class _Search:
         hint = setup.hint if setup.hint and len(setup.hint) == d else None
         if self.best_plan is not None and len(self.best_plan.pipelines) == d:  # the best plan so far
             hint = specs_of_plan(setup.problem, self.best_plan)
-        started = time.perf_counter()
+        started, rate = time.perf_counter(), self.build_rate
         try:
             sub = setup.backend(SubProblem(
                 tables=setup.tables, pipelines=d, options=setup.options, time_limit=budget, cutoff=self.best_t,
@@ -288,6 +288,8 @@ class _Search:
             sub = SubResult(status="unknown", build_s=time.perf_counter() - started)
             self.stopped_builds.add(d)
         self._record(d, sub)
+        if d in self.stopped_builds:  # a partial build's rate is a lower bound: never below one measured
+            self.build_rate = max(rate, self.build_rate)
         return sub
 
     def _record(self, d: int, sub: SubResult) -> None:
