@@ -5,7 +5,6 @@ a tiny real profile and run produce a cluster the planner reads and a log calibr
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -171,16 +170,16 @@ def test_profile_bad_options(tmp_path):
 
 
 @pytest.mark.slow
-def test_profile_then_run_then_calibrate(tmp_path, monkeypatch):
+def test_profile_then_run_then_calibrate(tmp_path, monkeypatch, suite_temp_folder):
     """A real, tiny profile (2 processes, 2 simulated machines, small messages) writes a cluster
     the planner reads; a run on it prints predicted against measured and writes its run log.
     Both say when their processes share cores (the CLI is told this host has 1)."""
     import runtime.host
 
     monkeypatch.setattr(runtime.host, "usable_cores", lambda: 1)
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    # (the suite's own temporary folder: pointing tempfile at a deeper one here once left
+    # multiprocessing's forkserver socket past the 107-character limit for the worker's later tests)
+    raw_before = set(suite_temp_folder.glob("hexiscale-profile-*"))
     out = tmp_path / "profiled.yaml"
     # messages up to 64 MiB: tens of milliseconds of transfer, so the bandwidth term stands out
     # of the latency even on loaded shared cores (the fastest repetition counts); at 4 MiB a
@@ -204,7 +203,8 @@ def test_profile_then_run_then_calibrate(tmp_path, monkeypatch):
     assert "2 processes of 1 thread share 1 core" in " ".join(result.output.split())
     assert len(raw["model_rounds"]) == 4 and "drift: the model pass's 4 rounds" in result.output
     assert raw["model"]["mean_s"] == pytest.approx(np.mean(raw["model_rounds"]))  # one repeat per round
-    assert not list(scratch.glob("hexiscale-profile-*"))  # written: its raw folder is gone (61 had piled up in /tmp)
+    assert set(suite_temp_folder.glob("hexiscale-profile-*")) == raw_before  # written: its raw folder is gone
+
     problem = tmp_path / "p.yaml"
     problem.write_text(f"name: p\ncluster: {out}\nmodel: tiny\ntraining: {{seq_len: 32, global_batch: 4, "
                        f"micro_batch: 1, recompute: false, act_bytes: 4, grad_bytes: 4, reserved_gib: 0}}\n")

@@ -81,6 +81,25 @@ def test_cli_runs_the_demo_plan_and_prints_a_summary(tmp_path):
     assert (tmp_path / "metrics.json").is_file()
 
 
+def test_a_temporary_folder_too_long_for_the_processes_socket_is_one_line(tmp_path):
+    """multiprocessing's forkserver binds a Unix socket under TMPDIR (107 characters at most):
+    a longer TMPDIR was "internal error (OSError: AF_UNIX path too long)". A fresh process,
+    so that its forkserver starts under that folder."""
+    import os
+    import subprocess
+    import sys
+
+    deep = tmp_path / ("x" * (100 - len(str(tmp_path))))
+    deep.mkdir()
+    done = subprocess.run([sys.executable, "-c", "from hexiscale.cli import main; main()", "run", "demo-tiny",
+                           "demo-tiny", "--steps", "1", "--out", str(tmp_path / "run")], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "TMPDIR": str(deep)})
+    errors = [line for line in done.stderr.splitlines() + done.stdout.splitlines() if line.startswith("error:")]
+    assert done.returncode == 1 and len(errors) == 1, done.stdout + done.stderr
+    assert "too long a path for the processes' Unix socket" in errors[0] and "set TMPDIR" in errors[0]
+    assert "Traceback" not in done.stderr
+
+
 def test_cli_torchrun_prints_one_command_per_machine(tmp_path):
     result = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--torchrun", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output

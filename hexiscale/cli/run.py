@@ -138,7 +138,10 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         return print_torchrun(job, prob, the_plan, master_addr, ifname, out, describe_job)
     count = len(the_plan.devices)
     console.print(f"running {count} process{'es' if count > 1 else ''}: {describe_job(job)}", highlight=False)
-    result, the_plan = run_elastically(prob, job, the_plan) if elastic else (launch_local(job), the_plan)
+    try:
+        result, the_plan = run_elastically(prob, job, the_plan) if elastic else (launch_local(job), the_plan)
+    except RunError as exc:  # the processes could not start (e.g. TMPDIR too long for their socket)
+        fail(str(exc), EXIT_RUN_FAILED)
     if not result.ok:
         fail(f"the run failed (logs in {result.out_dir}):\n" + escape(result.failure_summary()), EXIT_RUN_FAILED)
     report_run(prob, job, result, the_plan, elastic)

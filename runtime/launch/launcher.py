@@ -121,7 +121,15 @@ def _start_rank(ctx, rank: int, env: dict[str, str], job_path: Path, out: Path, 
         rank_env.update(failure.env())
     proc = ctx.Process(target=spawned_entry, daemon=True,
                        args=(str(job_path), rank_env, str(out / f"rank{rank}.log"), rank == 0 and echo_rank0, threads))
-    proc.start()
+    try:
+        proc.start()
+    except OSError as exc:  # the forkserver's socket lives in the temporary folder (107 characters at most)
+        if "AF_UNIX path too long" not in str(exc):
+            raise
+        folder = tempfile.gettempdir()
+        raise RunError(f"the temporary folder {folder} ({len(folder)} characters) is too long a path for the "
+                       f"processes' Unix socket (under it: pymp-…/listener-…, 107 characters at most): set "
+                       f"TMPDIR to a shorter folder") from exc
     return proc
 
 
