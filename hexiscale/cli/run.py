@@ -136,6 +136,13 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     print_run_notes(prob, job)
     if torchrun:
         return print_torchrun(job, prob, the_plan, master_addr, ifname, out, describe_job)
+    result, the_plan = launch(prob, job, the_plan, elastic)
+    report_run(prob, job, result, the_plan, elastic)
+
+
+def launch(prob, job, the_plan, elastic: bool) -> tuple[RunResult, object]:
+    """Run the job's processes here (elastically: re-planned when a rank is lost); a run that
+    fails or cannot start is one error."""
     count = len(the_plan.devices)
     console.print(f"running {count} process{'es' if count > 1 else ''}: {describe_job(job)}", highlight=False)
     try:
@@ -144,7 +151,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         fail(str(exc), EXIT_RUN_FAILED)
     if not result.ok:
         fail(f"the run failed (logs in {result.out_dir}):\n" + escape(result.failure_summary()), EXIT_RUN_FAILED)
-    report_run(prob, job, result, the_plan, elastic)
+    return result, the_plan
 
 
 def report_run(prob, job, result: RunResult, the_plan, elastic: bool) -> None:
