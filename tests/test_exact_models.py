@@ -14,7 +14,7 @@ from exact_problems import random_problem
 from solvers.common import SolverOptions
 from solvers.layered.exact import brute, cpsat, milp
 from solvers.layered.exact.bounds import DBounds, ordered_structures, structures
-from solvers.layered.exact.driver import SubProblem
+from solvers.layered.exact.subproblem import SubProblem
 from solvers.layered.tables import Tables, specs_of_plan
 
 SEEDS = (2, 5, 8, 11, 14)
@@ -83,9 +83,10 @@ def test_a_build_past_its_deadline_stops_and_leaves_its_d_open(backend, monkeypa
     import time
 
     from solvers.layered.exact import driver
+    from solvers.layered.exact.subproblem import BuildStopped
 
     sub = next(_subproblems(2))
-    with pytest.raises(driver.BuildStopped):
+    with pytest.raises(BuildStopped):
         backend.solve_fixed_d(dataclasses.replace(sub, build_deadline=time.perf_counter() - 1.0))
     problem = random_problem(2, max_devices=5, max_layers=5, max_micro=4)
     real = SubProblem.__init__

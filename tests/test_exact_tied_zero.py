@@ -27,7 +27,7 @@ from planner.workload import ModelSpec, TrainingSpec
 from solvers.common import SolverOptions
 from solvers.layered.exact import brute, cpsat, milp
 from solvers.layered.exact.bounds import DBounds, ordered_floor
-from solvers.layered.exact.driver import SubProblem
+from solvers.layered.exact.subproblem import SubProblem
 from solvers.layered.tables import StageType, Tables, specs_of_plan
 
 VARIANTS = ("tied", "zero", "both")

@@ -24,7 +24,8 @@ from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
 from solvers.layered.exact.cpsat_model import CpSatBuilder, LayoutVars, MemoryVars, SyncVars, TimeVars
 from solvers.layered.exact.cpsat_units import TimeScale, time_scale
-from solvers.layered.exact.driver import SubProblem, SubResult, solve_exact, solver_time
+from solvers.layered.exact.driver import solve_exact, solver_time
+from solvers.layered.exact.subproblem import SubProblem, SubResult
 from solvers.layered.exact.rent import cpsat_rent
 from solvers.layered.exact.spec import read_specs
 from solvers.layered.exact.warm_start import WarmStartFn

@@ -11,7 +11,7 @@ from ortools.sat.python import cp_model
 
 from solvers.layered.exact.cpsat_tied import TiedVars, tied_at_last, tied_sync
 from solvers.layered.exact.cpsat_units import TimeScale
-from solvers.layered.exact.driver import SubProblem
+from solvers.layered.exact.subproblem import SubProblem
 from solvers.layered.exact.spec import in_flight_rule
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from solvers.layered.exact.driver import SubProblem
+from solvers.layered.exact.subproblem import SubProblem
 
 FINEST_ROUNDING = 1e-8  # rounding error of T relative to the trivial lower bound, at best
 # CP-SAT misjudged optimality (claimed a worse plan optimal) when T's domain reached 2^33 units

@@ -21,7 +21,8 @@ import pulp
 
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
-from solvers.layered.exact.driver import SubProblem, SubResult, solve_exact, solver_time
+from solvers.layered.exact.driver import solve_exact, solver_time
+from solvers.layered.exact.subproblem import SubProblem, SubResult
 from solvers.layered.exact.rent import milp_rent
 from solvers.layered.exact.milp_cuts import CutVars, MilpCutBuilder
 from solvers.layered.exact.milp_model import BatchVars, LayoutVars, MemoryVars, SyncVars, TimeVars

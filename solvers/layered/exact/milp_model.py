@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pulp
 
-from solvers.layered.exact.driver import SubProblem
+from solvers.layered.exact.subproblem import SubProblem
 from solvers.layered.exact.milp_tied import TiedVars, tied_sync
 from solvers.layered.exact.spec import in_flight_rule
 
