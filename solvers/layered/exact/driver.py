@@ -213,7 +213,7 @@ class _Search:
         hint = setup.hint if setup.hint and len(setup.hint) == d else None
         if self.best_plan is not None and len(self.best_plan.pipelines) == d:  # the best plan so far
             hint = specs_of_plan(setup.problem, self.best_plan)
-        started, rate = time.perf_counter(), self.build_rate
+        started = time.perf_counter()
         try:
             sub = setup.backend(SubProblem(
                 tables=setup.tables, pipelines=d, options=setup.options, time_limit=budget, cutoff=self.best_t,
@@ -223,14 +223,13 @@ class _Search:
         except BuildStopped:  # its build rate so far (a lower bound) keeps larger D from starting
             sub = SubResult(status="unknown", build_s=time.perf_counter() - started)
             self.stopped_builds.add(d)
-        self._record(d, sub)
-        if d in self.stopped_builds:  # a partial build's rate is a lower bound: never below one measured
-            self.build_rate = max(rate, self.build_rate)
+        self._record(d, sub, partial=d in self.stopped_builds)
         return sub
 
-    def _record(self, d: int, sub: SubResult) -> None:
-        """Keep the model's size, rounding bound and build rate; price its plan, keep the best."""
-        self.build_rate = sub.build_s / d
+    def _record(self, d: int, sub: SubResult, partial: bool = False) -> None:
+        """Keep the model's size, rounding bound and build rate (a `partial` build's is a lower
+        bound: it never lowers one measured); price its plan, keep the best."""
+        self.build_rate = max(self.build_rate, sub.build_s / d) if partial else sub.build_s / d
         self.size = ModelSize(variables=max(self.size.variables, sub.variables),
                               constraints=max(self.size.constraints, sub.constraints))
         self.error = max(self.error, sub.error_bound)
