@@ -79,6 +79,15 @@ def solver_cases(folder: Path) -> list[tuple[str, str, float, list[str]]]:
                                                            "-t", "60", "-o", str(folder / "front")])]
 
 
+def size_cases(sizes: str, commands: str, folder: Path):
+    """(size label, command, limit, arguments) per size and command, each size's problem
+    generated when its runs come (replan needs solve's plan: solve comes first)."""
+    for gpus in (int(x) for x in sizes.split(",")):
+        problem, limit = generate(gpus, folder), LIMITS.get(gpus, 10.0)
+        for command in commands.split(","):
+            yield f"{gpus:,} GPUs", command, limit, command_args(command, problem, limit, folder)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="4096,16384,100000")
@@ -90,11 +99,7 @@ def main() -> None:
         table.add_column(col, justify="left" if col in ("problem", "command") else "right")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        runs = solver_cases(folder) if args.solvers else [
-            (f"{gpus:,} GPUs", command, limit, command_args(command, problem, limit, folder))
-            for gpus in (int(x) for x in args.sizes.split(","))
-            for problem, limit in [(generate(gpus, folder), LIMITS.get(gpus, 10.0))]
-            for command in args.commands.split(",")]  # replan needs solve's plan: solve comes first
+        runs = solver_cases(folder) if args.solvers else size_cases(args.sizes, args.commands, folder)
         for name, command, limit, arguments in runs:
             wall, peak, lines, code = timed(arguments)
             table.add_row(name, command, f"{limit:g}", f"{wall:.2f}", f"{wall / limit - 1:+.1%}",

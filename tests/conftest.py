@@ -1,6 +1,5 @@
 """Fixtures shared by several test modules."""
 
-import os
 import tempfile
 
 import pytest
@@ -13,14 +12,10 @@ def suite_temp_folder(tmp_path_factory):
     keeps its logs in a temporary folder on purpose, as do agents that a fault test SIGKILLs
     before they can clean up: in /tmp these piled up by the hundred over a day of suites."""
     folder = tmp_path_factory.mktemp("tmp")
-    before_env, before_module = os.environ.get("TMPDIR"), tempfile.tempdir
-    os.environ["TMPDIR"], tempfile.tempdir = str(folder), str(folder)
-    yield folder
-    tempfile.tempdir = before_module
-    if before_env is None:
-        os.environ.pop("TMPDIR", None)
-    else:
-        os.environ["TMPDIR"] = before_env
+    with pytest.MonkeyPatch.context() as patch:  # both restored at the session's end
+        patch.setenv("TMPDIR", str(folder))
+        patch.setattr(tempfile, "tempdir", str(folder))
+        yield folder
 
 
 @pytest.fixture
