@@ -273,6 +273,30 @@ def test_the_family_starts_are_one_per_family_of_a_best_d_and_never_cost_the_pla
     assert with_families.objective_s <= without.objective_s * (1 + 1e-12)
 
 
+@pytest.mark.parametrize("seed", [1, 4])
+def test_the_next_starts_follow_in_rank_order_and_never_cost_the_plan(seed):
+    """Last, the next few structures in rank order that no start holds share the work the other
+    starts left: as many as the first starts, each after the first ones in rank, none another
+    start, and the plan never slower than without them (ties keep the earlier start)."""
+    problem = random_problem(seed)
+    options, heuristic = SolverOptions(time_limit_s=30, threads=1), HeuristicOptions(move_evaluations=300)
+    search = Search(problem, options, heuristic)
+    search.explore(None)
+    ranked, count = search.ranked(), heuristic.polish_candidates
+    later = search.other_d_starts() + search.family_starts()
+    nexts = search.next_starts(later)
+    assert 0 < len(nexts) <= count
+    rank_of = {id(plan): i for i, (_, _, plan) in enumerate(ranked)}
+    assert all(rank_of[id(p)] >= count for p in nexts)
+    assert not {id(p) for p in nexts} & {id(p) for p in later}
+    skipped = [plan for _, _, plan in ranked[count:rank_of[id(nexts[-1])]] if all(plan is not n for n in nexts)]
+    assert all(any(plan is other for other in later) for plan in skipped)  # none passed over
+    with_nexts = solve_with(problem, options, heuristic)
+    with patch.object(Search, "next_starts", lambda self, later: []):
+        without = solve_with(problem, options, heuristic)
+    assert with_nexts.objective_s <= without.objective_s * (1 + 1e-12)
+
+
 def test_the_progress_bars_cover_the_d_search_and_the_structure_moves():
     """Two bars, both full at the end: the D search (every D swept, its length set once the
     refinement's D are known) and the structure moves, counted in shapes priced against their

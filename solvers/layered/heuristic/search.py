@@ -42,6 +42,7 @@ from solvers.layered.heuristic.moves import improve
 from solvers.layered.heuristic.options import HeuristicOptions
 from solvers.layered.heuristic.partition import TIERED_MODES, UNEVEN_MODES, partition
 from solvers.layered.heuristic.polish import polish
+from solvers.layered.heuristic import start_choice
 from planner.base import plural
 
 SMALL_CLUSTER = 512  # up to this many devices "auto" tries every split, above it METIS's alone
@@ -228,44 +229,60 @@ class Search:
                 progress.advance(task)
 
     def own_best(self) -> tuple[float, Plan] | None:
-        """The best few structures polished, then (on clusters up to `move_devices`) each
-        improved by structure moves, then, with the time left, the best structure of each of
-        the best few D that they leave out, polished and moved with as much work each, then the
-        `family_starts`, sharing one start's work; the best plan found (the earliest on ties)."""
+        """The best few structures polished, then (on clusters up to `move_devices`) improved by
+        structure moves with more starts (`moved_starts`); the best plan found (the earliest on
+        ties)."""
         starts = self.polished(self.start_plans())
         if not starts:
             return None
         if self.moves_on():
-            priced: dict = {}  # shapes priced once across the starts
-            work = self.heuristic.evaluations_for(self.options.time_limit_s)
-            # the later starts depend on the structures found only, not on the moves: listed once
-            other_plans, family_plans = self.other_d_starts(), self.family_starts()
-            self.add_moves_bar(work, len(other_plans), bool(family_plans))
-            starts = self.moved(starts, priced, work)
-            # the best few are often one D's protect modes, and the moves from another D's structure
-            # reach plans theirs do not (generated 64 GPUs seed 1: a D = 3 start ends as a D = 2 plan
-            # of 6.210 s, the D = 2 starts at 6.289 s); after them, so that they keep their work and time
-            others = self.polished(other_plans, every=False)
-            if others:
-                extra = work // self.heuristic.polish_candidates * len(others)
-                starts += self.moved(others, priced, len(priced) + extra)
-            # then one start's work, shared by the best structure of each other family of splits
-            families = self.polished(family_plans, every=False)
-            if families:
-                starts += self.moved(families, priced, len(priced) + work // self.heuristic.polish_candidates)
-            self.moves_done(priced, final=True)
+            starts = self.moved_starts(starts)
         t, _, plan = min(starts, key=lambda s: s[0])  # ties: the earlier start
         return t, plan
 
-    def add_moves_bar(self, work: int, other_starts: int, family_starts: bool) -> None:
-        """A bar for the structure moves, measured in their work (shapes priced): the first starts'
-        `work`, a start's share for each other D's start and one for the family starts. Moves
-        that stop early (no neighbour helps) leave part of it unspent: the bar then jumps."""
-        if self.progress is None:
-            return
+    def moved_starts(self, starts: list[tuple[float, int, Plan]]) -> list[tuple[float, int, Plan]]:
+        """The first starts, each improved by structure moves; then, with the time left, the
+        best structure of each of the best few D that they leave out, polished and moved with as
+        much work each; then the `family_starts`, sharing one start's work; then the
+        `next_starts`, sharing what the others left of the whole work. Every start moved, (T,
+        index, plan)."""
+        priced: dict = {}  # shapes priced once across the starts
+        work = self.heuristic.evaluations_for(self.options.time_limit_s)
+        share = work // self.heuristic.polish_candidates
+        # the later starts depend on the structures found only, not on the moves: listed once
+        other_plans, family_plans = self.other_d_starts(), self.family_starts()
+        next_plans = self.next_starts(other_plans + family_plans)
+        total = self.add_moves_bar(work, len(other_plans), bool(family_plans))
+        starts = self.moved(starts, priced, work)
+        # the best few are often one D's protect modes, and the moves from another D's structure
+        # reach plans theirs do not (generated 64 GPUs seed 1: a D = 3 start ends as a D = 2 plan
+        # of 6.210 s, the D = 2 starts at 6.289 s); after them, so that they keep their work and time
+        others = self.polished(other_plans, every=False)
+        if others:
+            starts += self.moved(others, priced, len(priced) + share * len(others))
+        # then one start's work, shared by the best structure of each other family of splits
+        families = self.polished(family_plans, every=False)
+        if families:
+            starts += self.moved(families, priced, len(priced) + share)
+        # last, the next few structures in rank order share what the starts above left of the
+        # work (their moves end where no neighbour helps): on gen-40 seed 0 they reach a D = 4
+        # plan of 5.758 s where the starts above end at 5.808 s
+        nexts = self.polished(next_plans, every=False) if len(priced) < total else []
+        if nexts:
+            starts += self.moved(nexts, priced, total)
+        self.moves_done(priced, final=True)
+        return starts
+
+    def add_moves_bar(self, work: int, other_starts: int, family_starts: bool) -> int:
+        """The structure moves' whole work (shapes priced): the first starts' `work`, a start's
+        share for each other D's start and one for the family starts; what they leave unspent goes
+        to `next_starts`. A bar for it when progress is shown: moves that stop early (no
+        neighbour helps, no next start) leave part of it unspent, and the bar then jumps."""
         share = work // self.heuristic.polish_candidates
         total = work + share * other_starts + (share if family_starts else 0)
-        self.moves_bar = (self.progress.add_task("heuristic: structure moves", total=total), total)
+        if self.progress is not None:
+            self.moves_bar = (self.progress.add_task("heuristic: structure moves", total=total), total)
+        return total
 
     def moves_done(self, priced: dict, final: bool = False) -> None:
         """The moves' bar at the shapes priced so far (full once the moves are over)."""
@@ -301,37 +318,17 @@ class Search:
     def start_plans(self) -> list[Plan]:
         """The hint first (its polish is the warm start's whole point, so the deadline never
         skips it), then the best few structures the search found."""
-        found = [plan for _, _, plan in self.ranked()[: self.heuristic.polish_candidates]]
+        found = start_choice.first_starts(self.ranked(), self.heuristic.polish_candidates)
         return ([self.hint] if self.hint is not None else []) + found
 
-    def best_of_each(self, key) -> dict:
-        """The best structure found of each `key(found key)` (a found key is (D, mode, cap)),
-        in the order of their best T."""
-        best: dict = {}
-        for found, _, plan in self.ranked():
-            best.setdefault(key(found), plan)
-        return best
-
-    def best_ds(self) -> list[int]:
-        """The best few D (by their best structure)."""
-        return list(self.best_of_each(lambda found: found[0]))[: self.heuristic.polish_candidates]
-
     def other_d_starts(self) -> list[Plan]:
-        """The best structure of each of the best few D, where the best few structures do not
-        include it."""
-        firsts = [plan for _, _, plan in self.ranked()[: self.heuristic.polish_candidates]]
-        best_of_d = self.best_of_each(lambda found: found[0])
-        return [best_of_d[d] for d in self.best_ds() if all(best_of_d[d] is not other for other in firsts)]
+        return start_choice.other_d_starts(self.ranked(), self.heuristic.polish_candidates)
 
     def family_starts(self) -> list[Plan]:
-        """For each of the best few D, the best structure of each family of splits (its mode
-        before "×") that no start before it holds: a structure's T as built says little of
-        where the moves take it (gen-40 seed 3: D = 2's best tiered one, built at 6.30 s and
-        sixth, moves to a D = 3 plan of 5.81 s; the three best starts end at 5.92 s)."""
-        taken = [plan for _, _, plan in self.ranked()[: self.heuristic.polish_candidates]] + self.other_d_starts()
-        ds = self.best_ds()
-        best = self.best_of_each(lambda found: (found[0], found[1].split("×")[0]))
-        return [plan for (d, _), plan in best.items() if d in ds and all(plan is not other for other in taken)]
+        return start_choice.family_starts(self.ranked(), self.heuristic.polish_candidates)
+
+    def next_starts(self, later: list[Plan]) -> list[Plan]:
+        return start_choice.next_starts(self.ranked(), self.heuristic.polish_candidates, later)
 
     def moves_on(self) -> bool:
         h = self.heuristic
