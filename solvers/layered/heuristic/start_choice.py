@@ -1,9 +1,10 @@
 """Which structures the structure moves start from (search.py's `Search.moved_starts`): pure
 functions of the search's ranked structures, each (found key, T, plan) with the key (D, split
 mode, TP cap), fastest first. `count` is `HeuristicOptions.polish_candidates`: the first starts
-are the `count` best structures, and each later family of starts holds at most that many D or
-structures. A start is never listed twice: every later family skips the plans of those before
-it (compared by identity, as the ranked list holds each plan once)."""
+are the `count` best structures; the other D's and the family starts come from the `count` best
+D; the next starts are at most `count` more. A start is never listed twice: every later kind
+skips the plans of those before it (compared by identity, as the ranked list holds each plan
+once). Golden-tested in tests/test_start_choice.py."""
 
 from __future__ import annotations
 
