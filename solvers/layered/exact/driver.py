@@ -22,8 +22,7 @@ from planner.prices import spendable
 from planner.problem import Objective, Problem
 from planner.layered.validate import validate
 from solvers.common import ModelSize, SolveResult, SolverOptions
-from solvers.layered.exact.bounds import (Candidate, DBounds, OutOfTime, PipelineFloors, ordered_structures,
-                                          structures)
+from solvers.layered.exact.bounds import DBounds, OutOfTime, PipelineFloors, ordered_structures, structures
 from solvers.layered.tables import (PipelineSpec, Tables, build_plan, explain_infeasible, memory_summary,
                                           specs_of_plan)
 from solvers.layered.exact.rent import over_budget
