@@ -19,7 +19,6 @@ from instances.random_small import random_small
 from planner.io import load_problem
 from planner.layered.evaluate import evaluate
 from planner.layered.pricing import breakdown
-from planner.layered.table import stage_table
 from solvers.common import SolverOptions
 from solvers.layered.heuristic import HeuristicOptions, solve_with
 from solvers.layered.bound import aligned, integer, search, sync_level
@@ -42,7 +41,7 @@ def _fastest_by_interval(problem, edges: list[float]) -> dict[tuple[int, int], f
         if len(pipes) < 2:
             continue
         # T and T_dp as the evaluator prices them, without its simulated schedule (a third of its time)
-        priced = breakdown(problem, stage_table(problem, brute.make_plan(problem, pipes)))
+        priced = breakdown(problem, brute.plan_table(problem, pipes))
         key = (len(pipes), int(np.searchsorted(edges, priced.dp_time, side="right")) - 1)
         fastest[key] = min(fastest.get(key, np.inf), priced.iteration)
     return fastest

@@ -136,7 +136,9 @@ def test_matches_brute_force_on_tiny_problems(name):
 
 def test_limits_on_pipelines_and_stages_are_kept():
     problem = load_problem("medium-32-llama2-13b")
-    plan = solve(problem, SolverOptions(max_pipelines=2, max_stages=3)).plan
+    # the structure moves at their least work (400, not the 9,600 of the default 60 s): the limits
+    # must hold through them, however long they search
+    plan = solve_with(problem, SolverOptions(max_pipelines=2, max_stages=3), HeuristicOptions(move_evaluations=400)).plan
     assert validate(problem, plan) == []
     assert len(plan.pipelines) <= 2
     assert max(len(p.stages) for p in plan.pipelines) <= 3
@@ -230,7 +232,7 @@ def test_idle_devices_of_one_type_join_every_pipeline_at_once():
     assert result.objective_s < 31.0
 
 
-@pytest.mark.parametrize("seed", [1, 2, 4, 5, 6])
+@pytest.mark.parametrize("seed", [1, 2, 4, 6])  # 8–48 GPUs; each has other D's starts
 def test_the_other_ds_starts_come_after_and_never_cost_the_plan(seed):
     """The best structure of each of the best few D that the best few structures leave out is
     moved only after them, with work of its own: the plan is never slower than without those

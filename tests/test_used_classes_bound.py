@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from instances.random_small import random_small
-from planner.layered.pricing import iteration_time
+from planner.layered.pricing import breakdown, iteration_time
 from planner.layered.validate import validate
 from solvers.layered.bound import integer
 from solvers.layered.bound.classes import class_types
@@ -32,7 +32,7 @@ def _fastest_per_d(problem) -> dict[int, float]:
     fastest: dict[int, float] = {}
     for pipes in itertools.islice(brute.enumerate_plans(problem), PLANS_PER_PROBLEM):
         if len(pipes) >= 2:
-            t = iteration_time(problem, brute.make_plan(problem, pipes))
+            t = breakdown(problem, brute.plan_table(problem, pipes)).iteration  # iteration_time, without a Plan
             fastest[len(pipes)] = min(fastest.get(len(pipes), np.inf), t)
     return fastest
 
