@@ -30,6 +30,15 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture
+def least_move_work(monkeypatch):
+    """The layered structure moves' default work limit at its floor (400 structures, not 160 per
+    second of the time limit), for tests of something else than the layered plan's quality: the
+    same search at any machine speed, in a third of the time or less."""
+    import solvers.layered.heuristic.options as heuristic_options
+    monkeypatch.setattr(heuristic_options, "MOVE_EVALUATIONS_PER_S", 0)
+
+
 def pytest_collection_modifyitems(config, items):
     """The modules that hold a slow test first, whole and in their collected order: `make test`
     runs the suite on one pytest-xdist worker per core with work stealing, and a minute-long test

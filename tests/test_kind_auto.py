@@ -24,14 +24,8 @@ from bench_seqlen import seqlen_problem  # noqa: E402
 
 OPTIONS = SolverOptions(time_limit_s=30, progress=False)
 
-
-@pytest.fixture
-def least_move_work(monkeypatch):
-    """The layered structure moves' work limit at its floor (400 structures, not 4,800 for 30 s):
-    the choice of kind is under test, not the plan's quality, and with the work fixed the explicit
-    and the automatic solves do the same search at any machine speed (a third of the time)."""
-    import solvers.layered.heuristic.options as heuristic_options
-    monkeypatch.setattr(heuristic_options, "MOVE_EVALUATIONS_PER_S", 0)
+# (`least_move_work`, tests/conftest.py: the choice of kind is under test, not the plan's quality,
+# and with the moves' work fixed the explicit and the automatic solves do the same search)
 
 
 def _explicit(problem, kind: str) -> float | None:
