@@ -248,3 +248,15 @@ def test_evaluate_reports_each_pipelines_simulated_schedule(schedule):
         assert pipe.simulated_s == pytest.approx(defined(t, pipe.micro_batches, schedule), rel=1e-9)
         assert pipe.simulated_s >= lower_bound(t, pipe.micro_batches) * (1 - 1e-12)
     assert estimate.simulated_s == pytest.approx(max(p.simulated_s for p in estimate.pipelines) + estimate.dp_s)
+
+
+def test_the_watch_finds_the_least_cycle_and_its_shift():
+    """`_periodic_shift` tests every cycle at once: the least c whose state c rounds back, shifted
+    by one amount in every entry, is the state now; None where no row is such a shift."""
+    a, b = np.array([0.0, 1.0, 5.0]), np.array([0.0, 2.0, 4.0])  # b is no shift of a
+    history = [a, b, a + 10.0, b + 10.0]  # period 2, +10 per 2 rounds (and +20 per 4)
+    now = a + 20.0
+    assert rounds._periodic_shift(history, now) == (2, 10.0)
+    assert rounds._periodic_shift(history[:1], now) == (1, 20.0)  # one state back, shifted by 20
+    assert rounds._periodic_shift(history, now + np.array([0.0, 0.0, 1e-6])) is None
+    assert rounds._periodic_shift([], now) is None
