@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 MIN_SOLVE_S = 0.05  # a solver always gets this much, even when the limit is already spent
 # after the solve: pricing, summary views and writing cost about this per device (measured at
-# 10^5 GPUs: 0.6 s of evaluate and 0.9 s of views and writing on one plan; 2.5 s and 0.2 s on
-# `solve -t 10`'s of 376 pipelines of ~49 stages and 10^5 micro-batches, whose simulated 1F1B
-# schedules are most of it — 4.5 s before the watch tested every cycle at once, when the
-# command took 12.1 s), plus a fixed part:
+# 10^5 GPUs: 0.6 s of evaluate and 0.9 s of views and writing on one plan; 1.7–2.5 s and 0.2 s
+# on `solve -t 10/30`'s, of hundreds of pipelines of ~49 stages and 10^5 micro-batches, whose
+# simulated 1F1B schedules are most of it — 3.7 s before the watch tested every cycle at once,
+# when `solve -t 10` took 12.1 s), plus a fixed part:
 # the status table and the interpreter's exit with the solvers' libraries loaded (0.15 s left
 # `solve -s cpsat -t 5` on the 96-GPU offers problem at 4.93–5.05 s; its explanation ends at
 # the output deadline, the table and the exit took 0.2–0.3 s after it)
