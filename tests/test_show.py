@@ -134,3 +134,69 @@ def test_link_labels_sit_above_the_machine_boxes():
     assert min(t.get_zorder() for t in labels) > max(b.get_zorder() for b in boxes)
     assert all(t.get_bbox_patch() is not None for t in labels)  # on a white patch over the lines
     plt.close(fig)
+
+
+def test_merged_spans_cover_the_same_time_up_to_a_pixel():
+    """A row of more than MERGE_ABOVE spans is drawn with its sub-pixel gaps closed: fewer spans,
+    every original span inside one drawn, every gap left at least a pixel wide."""
+    from hexiscale.viz.gantt import MERGE_ABOVE, PIXELS, _merged
+
+    rng = np.random.default_rng(0)
+    starts = np.cumsum(rng.uniform(0.0, 2.0, 3 * MERGE_ABOVE))
+    spans = [(float(a), float(w)) for a, w in zip(starts, rng.uniform(0.0, 1.5, len(starts)))]
+    x_max = float(starts[-1] + 2)
+    drawn = _merged(spans, x_max)
+    assert len(drawn) < len(spans)
+    lo, hi = np.array([a for a, _ in drawn]), np.array([a + w for a, w in drawn])
+    for a, w in spans:
+        k = np.searchsorted(lo, a, side="right") - 1
+        assert lo[k] <= a and a + w <= hi[k] * (1 + 1e-12)
+    assert (lo[1:] - hi[:-1] >= x_max / PIXELS).all()
+    assert _merged(spans[:MERGE_ABOVE], x_max) == spans[:MERGE_ABOVE]  # few spans: as they are
+
+
+def test_a_dense_cluster_picture_has_no_label_per_device(tmp_path):
+    """Above DENSE_DEVICES the cluster picture has one marker per device and no stage numbers, a
+    legend of the first pipelines, and the schedule picture is built from its panels' pipelines
+    only (counted), naming how many the plan has."""
+    from unittest.mock import patch
+
+    import hexiscale.viz.schedule as schedule
+    from hexiscale.viz.cluster import DENSE_DEVICES, LEGEND_PIPELINES, draw_cluster
+    from hexiscale.viz.gantt import MAX_PANELS
+    from hexiscale.viz.layered_drawing import draw_plan
+    from instances.generate import generate_cluster, generated_problem
+
+    problem = generated_problem(generate_cluster(1024, "A100-80G:1,RTX4090:1", 0), "llama2-7b",
+                                global_batch=256, micro_batch=1)
+    one_machine = [problem.cluster.devices_of(m) for m in range(64)]  # 64 pipelines of one TP-8 stage
+    plan = Plan(problem=problem.name, pipelines=tuple(
+        Pipeline(batch=4, stages=(Stage(devices=tuple(d), layers=problem.model.layers),)) for d in one_machine))
+    assert problem.cluster.num_devices > DENSE_DEVICES and len(plan.pipelines) > max(MAX_PANELS, LEGEND_PIPELINES)
+    import matplotlib.pyplot as plt
+    with patch.object(plt, "close"):  # keep the figure to look at
+        draw_cluster(problem, plan, tmp_path / "c.png")
+    ax = plt.gcf().axes[0]
+    assert not [t for t in ax.texts if t.get_text().isdigit()]
+    assert len(ax.get_legend().get_texts()) == LEGEND_PIPELINES + 2  # "… more pipelines" and idle
+    plt.close("all")
+    built = []
+    real = schedule.pipeline_schedule
+    with patch.object(schedule, "pipeline_schedule", lambda *a: built.append(a[2]) or real(*a)):
+        paths = draw_plan(problem, plan, tmp_path)
+    assert built == list(range(MAX_PANELS)) and all(p.stat().st_size > 10_000 for p in paths)
+
+
+def test_on_thousands_of_machines_the_links_drawn_are_racks_and_listed_pairs():
+    """The candidates of a large cluster's picture hold every pair whose bandwidth is not the
+    default (a generated cluster's racks and listed links; no vendor bridge there)."""
+    from hexiscale.viz.cluster import _rack_and_link_pairs
+    from instances.generate import generate_cluster
+
+    cluster = generate_cluster(256, "A100-80G:1,RTX4090:1,H20:1", 0)
+    assert cluster.racks and cluster.links
+    i, j = _rack_and_link_pairs(cluster)
+    every_i, every_j = np.triu_indices(len(cluster.machines), k=1)
+    special = cluster.pair_bw(every_i, every_j) != cluster.inter_bw_gbps
+    assert special.sum() >= 100
+    assert set(zip(every_i[special].tolist(), every_j[special].tolist())) <= set(zip(i.tolist(), j.tolist()))

@@ -4,6 +4,7 @@ arrows along each pipeline's stage order, idle devices hollow."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import matplotlib
@@ -11,8 +12,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from matplotlib.collections import LineCollection  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
+from matplotlib.collections import LineCollection, PatchCollection  # noqa: E402
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
 
 from planner.layered.plan import Plan  # noqa: E402
 from planner.prices import rented_machines  # noqa: E402
@@ -44,6 +45,7 @@ def device_positions(problem: Problem, centres: np.ndarray) -> np.ndarray:
 
 MESH_MACHINES = 16  # up to this many machines every pair is drawn (bent around boxes, labelled ≤ 6)
 MAX_DRAWN_LINKS = 500  # above it: the fastest non-default pairs only, as straight lines
+ALL_PAIRS_MACHINES = 2000  # above it the candidates are the pairs of racks and listed links only
 
 
 def _draw_links(ax, problem: Problem, centres: np.ndarray) -> None:
@@ -52,7 +54,7 @@ def _draw_links(ax, problem: Problem, centres: np.ndarray) -> None:
     listed links) — a full mesh would only hide the plan, and 10^4 bent patches take minutes."""
     cluster = problem.cluster
     n = len(cluster.machines)
-    i, j = np.triu_indices(n, k=1)
+    i, j = np.triu_indices(n, k=1) if n <= ALL_PAIRS_MACHINES else _rack_and_link_pairs(cluster)
     bw = np.asarray(cluster.pair_bw(i, j), dtype=float)
     if n > MESH_MACHINES:
         keep = np.flatnonzero(bw != float(cluster.inter_bw_gbps))
@@ -67,6 +69,19 @@ def _draw_links(ax, problem: Problem, centres: np.ndarray) -> None:
         return
     for a_index, b_index, value in zip(i, j, bw):
         _draw_mesh_link(ax, centres, (int(a_index), int(b_index)), value, top, labelled=n <= 6)
+
+
+def _rack_and_link_pairs(cluster) -> tuple[np.ndarray, np.ndarray]:
+    """The machine pairs (i < j) a rack or a listed link joins: on clusters of more than
+    ALL_PAIRS_MACHINES machines the only candidates for a non-default link drawn (every pair of
+    12,500 machines is 78 million, and their arrays took gigabytes; pairs slower only by the
+    vendor bridge are left out there)."""
+    groups = [sorted(cluster.machine_index[name] for name in rack.machines) for rack in cluster.racks]
+    pairs = [np.array(list(itertools.combinations(g, 2)), dtype=np.int64).reshape(-1, 2) for g in groups]
+    n, keys = len(cluster.machines), cluster.bw_table.keys
+    pairs.append(np.stack([keys // n, keys % n], axis=1))
+    both = np.unique(np.concatenate(pairs), axis=0)
+    return both[:, 0], both[:, 1]
 
 
 def _draw_mesh_link(ax, centres: np.ndarray, pair: tuple[int, int], bw: float, top: float, labelled: bool) -> None:
@@ -119,31 +134,31 @@ def _draw_machines(ax, problem: Problem, centres: np.ndarray, rented: frozenset[
                 fontsize=6.5, color="#888888" if left else "black")
 
 
+# Above this many devices the picture is drawn dense: one marker per device without its stage
+# number, stage order as straight segments, machine boxes without labels, and the legend's first
+# pipelines only. A label and an arrow per device took over 10 minutes at 10^5 devices, and
+# nobody reads 10^5 numbers; the dense picture shows where each pipeline sits.
+DENSE_DEVICES = 512
+LEGEND_PIPELINES = 20  # pipelines named in a dense picture's legend
+
+
 def draw_cluster(problem: Problem, plan: Plan, path, title: str = "") -> None:
     """Write the cluster graph with the plan's pipelines and stages to `path` (PNG)."""
     centres = machine_centres(len(problem.cluster.machines))
     pos = device_positions(problem, centres)
     colours = pipeline_colours(len(plan.pipelines))
+    dense = problem.cluster.num_devices > DENSE_DEVICES
     lo, hi = centres.min(axis=0) - (1.7, 1.4), centres.max(axis=0) + (1.7, 1.9)
     scale = min(1.0, 16.0 / (hi[0] - lo[0]), 14.0 / (hi[1] - lo[1]))  # keep big clusters on a page
     fig, ax = plt.subplots(figsize=(3.2 + (hi[0] - lo[0]) * scale, 0.9 + (hi[1] - lo[1]) * scale))
     _draw_links(ax, problem, centres)
     used = set(plan.devices)
-    _draw_machines(ax, problem, centres, set(rented_machines(problem, used)))
+    (_draw_machine_cells if dense else _draw_machines)(ax, problem, centres, set(rented_machines(problem, used)))
     idle = [d for d in range(problem.cluster.num_devices) if d not in used]
-    ax.scatter(pos[idle, 0], pos[idle, 1], s=120, facecolors="white", edgecolors="#999999", zorder=3)
-    for p, pipe in enumerate(plan.pipelines):
-        leaders = []
-        for k, stage in enumerate(pipe.stages):
-            xy = pos[list(stage.devices)]
-            ax.scatter(xy[:, 0], xy[:, 1], s=120, color=colours[p], edgecolors="black", linewidths=0.4, zorder=3)
-            for x, y in xy:
-                ax.text(x, y, str(k), ha="center", va="center", fontsize=6, color="white", zorder=4)
-            leaders.append(pos[stage.leader])
-        for a, b in zip(leaders, leaders[1:]):  # activation flow between stage leaders
-            ax.annotate("", xy=b, xytext=a, zorder=2, arrowprops=dict(
-                arrowstyle="-|>", color=colours[p], lw=1.2, alpha=0.8, connectionstyle="arc3,rad=0.15"))
-        ax.scatter([], [], s=60, color=colours[p], label=f"pipeline {p}: {plural(len(pipe.stages), 'stage')}, batch {pipe.batch}")
+    marker = max(1.0, 120 * scale ** 2) if dense else 120
+    ax.scatter(pos[idle, 0], pos[idle, 1], s=marker, facecolors="white", edgecolors="#999999", zorder=3,
+               linewidths=0.3 if dense else 1.0)
+    (_draw_pipelines_dense if dense else _draw_pipelines)(ax, plan, pos, colours, marker)
     if idle:
         ax.scatter([], [], s=60, facecolors="white", edgecolors="#999999", label=f"idle ({len(idle)})")
     if problem.cluster.priced:  # docs/prices.md §13: whole machines are rented
@@ -157,8 +172,59 @@ def draw_cluster(problem: Problem, plan: Plan, path, title: str = "") -> None:
     ax.set_ylim(lo[1], hi[1])
     ax.set_aspect("equal")
     ax.axis("off")
-    fig.suptitle((title + "\n" if title else "") + "devices by pipeline (colour) and stage (number); "
-                 "arrows: stage order", fontsize=9, x=0.01, ha="left")
+    what = ("devices by pipeline (colour); lines: stage order (dense: "
+            f"{problem.cluster.num_devices:,} devices, no stage numbers)" if dense else
+            "devices by pipeline (colour) and stage (number); arrows: stage order")
+    fig.suptitle((title + "\n" if title else "") + what, fontsize=9, x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.92))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _legend_entry(ax, p: int, pipe, colour) -> None:
+    ax.scatter([], [], s=60, color=colour, label=f"pipeline {p}: {plural(len(pipe.stages), 'stage')}, batch {pipe.batch}")
+
+
+def _draw_pipelines(ax, plan: Plan, pos: np.ndarray, colours: list, marker: float) -> None:
+    """Each device in its pipeline's colour with its stage number; arrows between stage leaders."""
+    for p, pipe in enumerate(plan.pipelines):
+        leaders = []
+        for k, stage in enumerate(pipe.stages):
+            xy = pos[list(stage.devices)]
+            ax.scatter(xy[:, 0], xy[:, 1], s=marker, color=colours[p], edgecolors="black", linewidths=0.4, zorder=3)
+            for x, y in xy:
+                ax.text(x, y, str(k), ha="center", va="center", fontsize=6, color="white", zorder=4)
+            leaders.append(pos[stage.leader])
+        for a, b in zip(leaders, leaders[1:]):  # activation flow between stage leaders
+            ax.annotate("", xy=b, xytext=a, zorder=2, arrowprops=dict(
+                arrowstyle="-|>", color=colours[p], lw=1.2, alpha=0.8, connectionstyle="arc3,rad=0.15"))
+        _legend_entry(ax, p, pipe, colours[p])
+
+
+def _draw_pipelines_dense(ax, plan: Plan, pos: np.ndarray, colours: list, marker: float) -> None:
+    """Every used device in one scatter, the stage order in one collection of segments."""
+    devices = [d for pipe in plan.pipelines for stage in pipe.stages for d in stage.devices]
+    of_device = [p for p, pipe in enumerate(plan.pipelines) for stage in pipe.stages for _ in stage.devices]
+    ax.scatter(pos[devices, 0], pos[devices, 1], s=marker, c=[colours[p] for p in of_device], linewidths=0, zorder=3)
+    segments, segment_colours = [], []
+    for p, pipe in enumerate(plan.pipelines):
+        leaders = pos[[stage.leader for stage in pipe.stages]]
+        segments += [(a, b) for a, b in zip(leaders, leaders[1:])]
+        segment_colours += [colours[p]] * (len(leaders) - 1)
+    if segments:
+        ax.add_collection(LineCollection(segments, colors=segment_colours, linewidths=0.4, alpha=0.6, zorder=2))
+    for p, pipe in enumerate(plan.pipelines[:LEGEND_PIPELINES]):
+        _legend_entry(ax, p, pipe, colours[p])
+    if len(plan.pipelines) > LEGEND_PIPELINES:
+        ax.scatter([], [], s=0, label=f"… {len(plan.pipelines) - LEGEND_PIPELINES:,} more pipelines")
+
+
+def _draw_machine_cells(ax, problem: Problem, centres: np.ndarray, rented: frozenset[int] | set[int] = frozenset()) -> None:
+    """Machine boxes as one collection, without labels (the dense picture; unrented: grey)."""
+    boxes, faces = [], []
+    for m, machine in enumerate(problem.cluster.machines):
+        cols = min(4, machine.count)
+        w, h = cols * 0.6 + 0.3, math.ceil(machine.count / cols) * 0.6 + 0.3
+        boxes.append(Rectangle((centres[m][0] - w / 2, centres[m][1] - h / 2), w, h))
+        faces.append("#f2f2f2" if problem.cluster.priced and m not in rented else "white")
+    ax.add_collection(PatchCollection(boxes, facecolors=faces, edgecolors="#999999", linewidths=0.3, zorder=1))

@@ -26,7 +26,7 @@ def draw_plan(problem: Problem, plan: Plan, out_dir: str | Path, prefix: str = "
     """Write cluster.png, schedule.png and memory.png into out_dir, named PREFIX-cluster.png
     and so on when a prefix is given."""
     from hexiscale.viz.cluster import draw_cluster  # matplotlib only when drawing
-    from hexiscale.viz.gantt import draw_gantt
+    from hexiscale.viz.gantt import MAX_PANELS, draw_gantt
     from hexiscale.viz.memory import draw_memory
     from hexiscale.viz.schedule import pipeline_schedule
 
@@ -34,8 +34,9 @@ def draw_plan(problem: Problem, plan: Plan, out_dir: str | Path, prefix: str = "
     on_step(f"drawing {paths[0].name}")
     draw_cluster(problem, plan, paths[0], title)
     on_step(f"drawing {paths[1].name}")
-    schedules = [pipeline_schedule(problem, estimate, p) for p in range(len(plan.pipelines))]
-    draw_gantt(schedules, stage_labels(problem, plan), paths[1], title)
+    # the panels' pipelines only: every block of 10^3 pipelines would be 10^7 objects
+    schedules = [pipeline_schedule(problem, estimate, p) for p in range(min(MAX_PANELS, len(plan.pipelines)))]
+    draw_gantt(schedules, stage_labels(problem, plan), paths[1], title, pipelines=len(plan.pipelines))
     on_step(f"drawing {paths[2].name}")
     draw_memory(problem, estimate, paths[2], title)
     return paths
