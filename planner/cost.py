@@ -89,6 +89,16 @@ def iteration_flops(model: ModelSpec, training: TrainingSpec) -> float:
     return 3.0 * training.global_batch * training.seq_len * per_token
 
 
+def tokens_per_second(training: TrainingSpec, iteration_s: float) -> float:
+    """B·s / T: the tokens one iteration trains, per second of it [3.6]."""
+    return training.global_batch * training.seq_len / iteration_s
+
+
+def model_flops_utilization(model: ModelSpec, training: TrainingSpec, iteration_s: float, peak_flops: float) -> float:
+    """MFU = F_iter / (T · Σ peak): the model's FLOPs against every device's peak [3.6, 7.2]."""
+    return iteration_flops(model, training) / (iteration_s * peak_flops)
+
+
 # -- bytes every device holds ---------------------------------------------------------------
 
 

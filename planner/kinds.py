@@ -8,8 +8,10 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field
 
-from planner import layered, sequence
+from planner import cost, layered, sequence
+from planner.base import Frozen
 from planner.plan_kind import PlanKind
+from planner.prices import cost_of, rent_per_hour
 from planner.problem import Problem
 from planner.violations import Violation
 
@@ -44,3 +46,24 @@ def validate(problem: Problem, plan: Any) -> list[Violation]:
 def iteration_time(problem: Problem, plan: Any) -> float:
     """T of a plan of any kind, checked for soundness first."""
     return kind_of(plan).iteration_time(problem, plan)
+
+
+class Headline(Frozen):
+    """The figures of a plan that a table of plans shows, as its kind's estimate has them."""
+
+    iteration_s: float = Field(gt=0, description="T, seconds per iteration")
+    tokens_per_s: float = Field(gt=0, description="B·s / T")
+    mfu: float = Field(gt=0, description="F_iter / (T · Σ peak)")
+    rent_per_hour: float | None = Field(default=None, description="the rented machines' rent (None without prices)")
+    cost_per_mtok: float | None = Field(default=None, description="cost per million tokens (None without prices)")
+
+
+def headline(problem: Problem, plan: Any) -> Headline:
+    """T, tokens/s, MFU, rent and cost per million tokens of a plan of any kind: `evaluate`'s
+    figures without its per-stage parts and simulated schedules (most of its 2 s on a plan of
+    10^5 devices, which `compare` priced once per solver)."""
+    t = iteration_time(problem, plan)
+    rent = rent_per_hour(problem, plan)
+    return Headline(iteration_s=t, tokens_per_s=cost.tokens_per_second(problem.training, t),
+                    mfu=cost.model_flops_utilization(problem.model, problem.training, t, problem.cluster.total_peak_flops),
+                    rent_per_hour=rent, cost_per_mtok=cost_of(problem, rent, t))

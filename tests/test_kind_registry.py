@@ -158,3 +158,27 @@ def test_solve_auto_chooses_the_kind_and_says_why():
                     f"context; pass --kind layered for a layered plan")
     assert choose_kind(long, "auto", "symmetric") == ("layered", "only layered plans have solver 'symmetric'")
     assert solve(short, "heuristic", quick, kind="layered").kind_reason == ""
+
+
+def test_the_headline_figures_are_evaluates_for_both_kinds():
+    """`compare`'s rows price a plan with `headline`: T, tokens/s, MFU, rent and cost per million
+    tokens must be `evaluate`'s own, to the bit, for a plan of either kind (priced and not)."""
+    from instances.random_priced import random_priced
+    from planner.io import load_problem
+    from planner.kinds import evaluate, headline
+    from solvers.common import SolverOptions
+    from solvers.registry import solve as solve_kind
+
+    problems = [load_problem(name) for name in ("demo-asym", "longctx-h100-a100-llama3-8b-64k")]
+    problems += [random_priced(seed) for seed in range(4)]
+    seen = set()
+    for problem in problems:
+        for kind in ("layered", "sequence"):
+            plan = solve_kind(problem, "heuristic", SolverOptions(time_limit_s=2), kind=kind).plan
+            if plan is None:
+                continue
+            est, top = evaluate(problem, plan), headline(problem, plan)
+            for name in ("iteration_s", "tokens_per_s", "mfu", "rent_per_hour", "cost_per_mtok"):
+                assert getattr(top, name) == getattr(est, name), (problem.name, kind, name)
+            seen.add((kind, est.rent_per_hour is not None))
+    assert seen == {(kind, priced) for kind in ("layered", "sequence") for priced in (False, True)}, seen

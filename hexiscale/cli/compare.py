@@ -1,7 +1,8 @@
 """`hexiscale compare`: every solver on the same problems, judged by the one evaluator.
 
-Each solver's plan is re-checked with `planner.validate` and priced with `planner.evaluate`
-(never with the solver's own figure), so the columns compare like with like: iteration time,
+Each solver's plan is re-checked with `planner.validate` and priced with the evaluator's figures
+(`planner.kinds.headline`: `evaluate`'s T, tokens/s, MFU and rent without its per-stage parts;
+never with the solver's own figure), so the columns compare like with like: iteration time,
 tokens/s, MFU, the gap to the best lower bound any exact solver of the same plan kind proved,
 the speed-up over the kind's homogeneous baseline (`symmetric`, Megatron-style, for layered
 plans; `seq-uniform`, Megatron CP / USP, for sequence plans), and the solve wall time.
@@ -28,7 +29,7 @@ from hexiscale.cli.app import (app, console, err_console, fail, friendly_errors,
                                writable_folder)
 from planner.base import Frozen
 from planner.io import load_problem, save_plan
-from planner.kinds import evaluate, kind_of, validate
+from planner.kinds import headline, kind_of, validate
 from planner.problem import Problem
 from solvers.choose import AUTO_KIND, choose_kind
 from solvers.common import SolveResult, SolverOptions
@@ -93,7 +94,7 @@ def run_solver(problem: Problem, name: str, options: SolverOptions, exact_max_de
     violations = validate(problem, result.plan)
     if violations:
         return ComparisonRow(**dict(row, status="invalid", message=str(violations[0]))), result
-    est = evaluate(problem, result.plan)
+    est = headline(problem, result.plan)  # the row's figures, without simulating every schedule
     units = kind_of(result.plan).units(result.plan)
     return ComparisonRow(**row, iteration_s=est.iteration_s, tokens_per_s=est.tokens_per_s, mfu=est.mfu,
                          devices_used=len(result.plan.devices), pipelines=len(units),

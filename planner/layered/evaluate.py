@@ -38,15 +38,14 @@ def evaluate(problem: Problem, plan: Plan) -> Estimate:
             table.batch.tolist(), b.pipe_time.tolist(), b.bubble.tolist(), simulated.tolist(),
             table.pipe_start[:-1].tolist(), table.pipe_start[1:].tolist()))
     ]
-    tokens = problem.training.global_batch * problem.training.seq_len
-    flops = cost.iteration_flops(problem.model, problem.training)
     rent = rent_per_hour(problem, plan)
     # one validation of the whole nested mapping: far cheaper than one model per stage
     return Estimate.model_validate({
         "iteration_s": b.iteration, "pipe_s": float(b.pipe_time.max()), "dp_s": b.dp_time,
         "simulated_s": float(simulated.max()) + b.dp_time,
-        "tokens_per_s": tokens / b.iteration,
-        "mfu": flops / (b.iteration * problem.cluster.total_peak_flops),
+        "tokens_per_s": cost.tokens_per_second(problem.training, b.iteration),
+        "mfu": cost.model_flops_utilization(problem.model, problem.training, b.iteration,
+                                            problem.cluster.total_peak_flops),
         "min_headroom_gib": float((b.capacity - b.memory).min() / GIB),
         "rent_per_hour": rent, "cost_per_mtok": cost_of(problem, rent, b.iteration),
         "pipelines": pipelines, "bottleneck": find_bottleneck(problem, table, b),

@@ -8,6 +8,7 @@ import numpy as np
 from planner.base import GIB, format_seconds
 from planner.prices import cost_of, rent_of_devices
 from planner.problem import Problem
+from planner import cost as shared_cost
 from planner.sequence import cost
 from planner.sequence.estimate import Bottleneck, SeqEstimate
 from planner.sequence.plan import SeqPlan
@@ -44,8 +45,8 @@ def evaluate(problem: Problem, plan: SeqPlan | MemberTable) -> SeqEstimate:
     return SeqEstimate.model_validate({
         "iteration_s": t.iteration, "replica_s": float(t.replica_time.max()), "dp_s": t.dp,
         "dp_bw_gbps": _finite(t.dp_bw),
-        "tokens_per_s": training.global_batch * training.seq_len / t.iteration,
-        "mfu": cost.iteration_flops(problem.model, training) / (t.iteration * problem.cluster.total_peak_flops),
+        "tokens_per_s": shared_cost.tokens_per_second(training, t.iteration),
+        "mfu": shared_cost.model_flops_utilization(problem.model, training, t.iteration, problem.cluster.total_peak_flops),
         "min_headroom_gib": float((mem.capacity - mem.total).min() / GIB),
         "rent_per_hour": rent, "cost_per_mtok": cost_of(problem, rent, t.iteration),
         "replicas": replicas, "bottleneck": find_bottleneck(problem, table, t),
