@@ -119,3 +119,29 @@ def test_limits_on_pipelines_and_stages_are_respected():
     problem = make_problem([4, 4], ["A100-80G", "RTX4090"])
     result = solve(problem, "symmetric", SolverOptions(max_pipelines=1, max_stages=2))
     assert len(result.plan.pipelines) == 1 and len(result.plan.pipelines[0].stages) <= 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_memory_check_before_the_plan_is_validates(seed):
+    """The search drops a layout that does not fit before building its plan (`fits_memory` on
+    the stage table of its blocks): its verdict must be `validate`'s on the plan, for every
+    layout of clusters of mixed memory (24 GB to 141 GB), models of 7B to 70B, ZeRO-1 or not,
+    both rank orders; and both verdicts must occur."""
+    from instances.generate import generate_cluster, generated_problem
+    from planner.layered.table import stage_table
+    from planner.workload import TrainingSpec as Training
+    from solvers.layered.baselines.symmetric import candidate_layouts, fits_memory, layout_table
+
+    mix = ["A100-80G:1,RTX4090:1", "H20:1,RTX3090:1", "H100:1,L40S:1"][seed % 3]
+    problem = generated_problem(generate_cluster(64, mix, seed), ["llama2-7b", "llama2-13b", "llama2-70b"][seed % 3])
+    if seed % 2:
+        problem = problem.model_copy(update={"training": Training(**{**problem.training.model_dump(), "zero_stage": 1})})
+    verdicts = set()
+    for layout in candidate_layouts(problem, False, SolverOptions()):
+        plan = layout_plan(problem, layout)
+        ours, theirs = layout_table(problem, layout), stage_table(problem, plan)
+        assert all((getattr(ours, f) == getattr(theirs, f)).all() for f in ("machine", "tp", "layers", "batch", "pipe"))
+        fits = fits_memory(problem, layout)
+        assert fits == (not validate(problem, plan)), layout
+        verdicts.add(fits)
+    assert verdicts == {True, False}, seed

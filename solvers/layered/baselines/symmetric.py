@@ -15,7 +15,8 @@ With mixed GPU types, a stage simply lands on whatever GPUs come next in the fil
 `symmetric` may leave devices idle (dp·pp·tp ≤ N, as when a user hands Megatron the first
 nodes only); `symmetric-all` must use every device (dp·pp·tp = N and tp divides every
 machine's count), as Megatron does when it is handed the whole cluster. Each layout is
-checked with `planner.validate` and priced with `planner.evaluate`; the best T wins.
+checked with `planner.validate` (memory first on its stage table, `fits_memory`: a layout that
+does not fit is dropped before its plan is built) and priced by `iteration_time`; the best T wins.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ import time
 from collections.abc import Iterator
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
 from planner.base import plural
-from planner.layered.pricing import iteration_time
+from planner.layered.pricing import iteration_time, stage_memory
+from planner.layered.table import StageTable, table_of_stages
 from planner.base import Frozen
 from planner.layered.plan import Plan
 from planner.solver_info import SolverInfo, SolveStatus
@@ -77,6 +80,27 @@ def layout_plan(problem: Problem, layout: SymmetricLayout) -> Plan | None:
                             stages=[[(block_of(p, k), layers) for k in range(pp)] for p in range(dp)])
 
 
+def layout_table(problem: Problem, layout: SymmetricLayout) -> StageTable:
+    """The stage table of `layout_plan`'s plan, from its blocks' machines (a 10^5-device Plan
+    object took 0.5 s to build and validate, and the search met a dozen layouts that do not
+    fit before the first that does)."""
+    blocks = tp_blocks(problem, layout.tp)
+    dp, pp = layout.dp, layout.pp
+    pipe, stage = np.divmod(np.arange(dp * pp), pp)  # pipeline by pipeline, as plans list stages
+    index = stage * dp + pipe if layout.order == "tp-dp-pp" else pipe * pp + stage
+    first_device = np.array([block[0] for block in blocks])[index]
+    return table_of_stages(sizes=np.full(dp, pp), machine=problem.cluster.machine_of_device[first_device],
+                           tp=np.full(dp * pp, layout.tp), layers=np.full(dp * pp, problem.model.layers // pp),
+                           batch=np.full(dp, problem.training.global_batch // dp),
+                           micro_batch=problem.training.micro_batch)
+
+
+def fits_memory(problem: Problem, layout: SymmetricLayout) -> bool:
+    """Rule 5 on `layout_table`: what `validate` finds of the plan's memory, before building it."""
+    table = layout_table(problem, layout)
+    return bool(np.all(stage_memory(problem, table) <= problem.cluster.machine_memory_bytes[table.machine]))
+
+
 def candidate_layouts(problem: Problem, use_all: bool, options: SolverOptions) -> Iterator[SymmetricLayout]:
     """Every dp×pp×tp that Megatron accepts on this cluster (memory not yet checked)."""
     cluster, model, training = problem.cluster, problem.model, problem.training
@@ -111,6 +135,9 @@ def best_symmetric(problem: Problem, use_all: bool, options: SolverOptions,
     for layout in layouts:
         if best[1] is not None and time.perf_counter() > deadline:
             return (*best, tried, True)
+        if not fits_memory(problem, layout):
+            tried += 1
+            continue
         plan = layout_plan(problem, layout)
         if plan is None:
             continue
