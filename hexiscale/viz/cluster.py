@@ -136,8 +136,9 @@ def _draw_machines(ax, problem: Problem, centres: np.ndarray, rented: frozenset[
 
 # Above this many devices the picture is drawn dense: one marker per device without its stage
 # number, stage order as straight segments, machine boxes without labels, and the legend's first
-# pipelines only. A label and an arrow per device took over 10 minutes at 10^5 devices, and
-# nobody reads 10^5 numbers; the dense picture shows where each pipeline sits.
+# pipelines only. At 10^5 devices a label per device and an arrow per stage are 10^5 and 10^4
+# artists (`show` was stopped after 10 minutes there, with the Gantt chart's every block and the
+# links' every pair), and nobody reads 10^5 numbers: the dense picture shows where each pipeline sits.
 DENSE_DEVICES = 512
 LEGEND_PIPELINES = 20  # pipelines named in a dense picture's legend
 
