@@ -1,8 +1,10 @@
-"""What every kind's pictures share: the title line and where the files go."""
+"""What every kind's pictures share: the title line, where the files go, and per-device bars."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import numpy as np
 
 from planner.base import format_seconds
 from planner.kinds import evaluate
@@ -32,3 +34,25 @@ def prepare(problem: Problem, plan, out_dir: str | Path, prefix: str, names: tup
     estimate = evaluate(problem, plan)
     return paths, estimate, plan_title(problem, plan, estimate)
 
+
+
+BAR_DEVICES = 256  # above this many devices a bar is under a pixel wide: steps, not 10^3 patches
+
+
+def stacked_bars(ax, x: np.ndarray, values: dict[str, np.ndarray], parts) -> None:
+    """`parts` ((name, colour), ...) stacked per device: bars, or for many devices the same stack
+    as filled steps (one polygon per part; 4·10^3 bar patches took ~10 s to draw, 10^5 minutes)."""
+    bottom = np.zeros(len(x))
+    for part, shade in parts:
+        label = part.replace("_", " ")
+        if len(x) <= BAR_DEVICES:
+            ax.bar(x, values[part], bottom=bottom, color=shade, label=label, width=0.8, gid=part)
+        else:
+            ax.fill_between(x, bottom, bottom + values[part], step="mid", color=shade, label=label, linewidth=0,
+                            gid=part)
+        bottom = bottom + values[part]
+
+
+def device_strip(ax, x: np.ndarray, colours: list, y: float, height: float) -> None:
+    """A strip under the bars, one cell per device in its colour (one collection of cells)."""
+    ax.broken_barh([(d - 0.5, 1.0) for d in x.tolist()], (y, height), facecolors=colours)

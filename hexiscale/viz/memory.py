@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hexiscale.viz.cluster import pipeline_colours  # noqa: E402
+from hexiscale.viz.common import device_strip, stacked_bars  # noqa: E402
 from planner.layered.estimate import Estimate  # noqa: E402
 from planner.base import GIB  # noqa: E402
 from planner.problem import Problem  # noqa: E402
@@ -32,19 +33,7 @@ def device_memory(problem: Problem, estimate: Estimate) -> dict[str, np.ndarray]
     return out
 
 
-BAR_DEVICES = 256  # above this many devices a bar is under a pixel wide: steps, not 10^3 patches
-
-
-def _stacked_bars(ax, x: np.ndarray, mem: dict[str, np.ndarray]) -> None:
-    """State, activations and reserve stacked per device: bars, or for many devices the same
-    stack as filled steps (one polygon per part; 4·10^3 bar patches take ~10 s to draw)."""
-    bottom = np.zeros(len(x))
-    for part, shade in (("state", "#4C72B0"), ("activation", "#DD8452"), ("reserve", "#AAAAAA")):
-        if len(x) <= BAR_DEVICES:
-            ax.bar(x, mem[part], bottom=bottom, color=shade, label=part, width=0.8)
-        else:
-            ax.fill_between(x, bottom, bottom + mem[part], step="mid", color=shade, label=part, linewidth=0)
-        bottom = bottom + mem[part]
+MEMORY_PARTS = (("state", "#4C72B0"), ("activation", "#DD8452"), ("reserve", "#AAAAAA"))
 
 
 def draw_memory(problem: Problem, estimate: Estimate, path, title: str = "") -> None:
@@ -54,12 +43,12 @@ def draw_memory(problem: Problem, estimate: Estimate, path, title: str = "") -> 
     x = np.arange(n)
     colours = pipeline_colours(max(1, len(estimate.pipelines)))
     fig, ax = plt.subplots(figsize=(min(20, 3 + n * 0.22), 4.2))
-    _stacked_bars(ax, x, mem)
+    stacked_bars(ax, x, mem, MEMORY_PARTS)
     ax.scatter(x, mem["capacity"], marker="_", s=140, color="black", linewidths=2, label="capacity", zorder=3)
     # a strip under the bars: which pipeline each device works for (grey: idle)
     top = float(max(mem["capacity"].max(), mem["total"].max()))
     strip = [colours[p] if p >= 0 else "#DDDDDD" for p in mem["pipeline"]]
-    ax.broken_barh([(d - 0.5, 1.0) for d in x], (-top * 0.045, top * 0.03), facecolors=strip)
+    device_strip(ax, x, strip, -top * 0.045, top * 0.03)
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_ylim(-top * 0.06, top * 1.08)
     over = mem["total"] > mem["capacity"]

@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from hexiscale.viz.common import device_strip, stacked_bars  # noqa: E402
 from hexiscale.viz.sequence_ring import group_colours  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 from planner.sequence import cost  # noqa: E402
@@ -62,18 +63,11 @@ def member_memory(problem: Problem, est: SeqEstimate) -> dict[str, np.ndarray]:
     return out
 
 
-def _stack(ax, parts, values: dict[str, np.ndarray], x: np.ndarray) -> None:
-    bottom = np.zeros(len(x))
-    for part, shade in parts:
-        ax.bar(x, values[part], bottom=bottom, color=shade, label=part.replace("_", " "), width=0.8, gid=part)
-        bottom += values[part]
-
-
 def _axis(ax, n: int, devices: np.ndarray, replica: np.ndarray, top: float) -> None:
     """Device ids under the bars and a strip in each member's replica colour."""
     x = np.arange(n)
     colours = group_colours(int(replica.max()) + 1)
-    ax.bar(x, top * 0.03, bottom=-top * 0.045, color=[colours[r] for r in replica], width=1.0)
+    device_strip(ax, x, [colours[r] for r in replica], -top * 0.045, top * 0.03)
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_ylim(-top * 0.06, top * 1.1)
     ax.set_xlim(-0.8, n - 0.2)
@@ -88,13 +82,13 @@ def bars_figure(problem: Problem, est: SeqEstimate, title: str = ""):
     n = len(times["device"])
     x = np.arange(n)
     fig, (ax_t, ax_m) = plt.subplots(2, 1, figsize=(min(20, 4 + n * 0.25), 7.4))
-    _stack(ax_t, TIME_PARTS, times, x)
+    stacked_bars(ax_t, x, times, TIME_PARTS)
     ax_t.axhline(est.iteration_s, color="black", linestyle="--", linewidth=0.8)
     _axis(ax_t, n, times["device"], times["replica"], est.iteration_s)
     ax_t.set_ylabel("s per iteration")
     ax_t.set_title(f"time per device in one iteration (dashed: T = {est.iteration_s:.4g} s; "
                    f"bottleneck: {est.bottleneck.kind.replace('_', ' ')})", fontsize=9, loc="left")
-    _stack(ax_m, MEMORY_PARTS, mem, x)
+    stacked_bars(ax_m, x, mem, MEMORY_PARTS)
     ax_m.scatter(x, mem["capacity"], marker="_", s=140, color="black", linewidths=2, label="capacity", zorder=3)
     over = mem["total"] > mem["capacity"]
     if over.any():
