@@ -200,3 +200,26 @@ def test_on_thousands_of_machines_the_links_drawn_are_racks_and_listed_pairs():
     special = cluster.pair_bw(every_i, every_j) != cluster.inter_bw_gbps
     assert special.sum() >= 100
     assert set(zip(every_i[special].tolist(), every_j[special].tolist())) <= set(zip(i.tolist(), j.tolist()))
+
+
+def test_bars_of_many_devices_are_one_polygon_per_part_with_the_same_tops():
+    """Above BAR_DEVICES the stacked bars are filled steps: one artist per part (not one patch per
+    device), whose top edge at each device is the bars' sum up to that part."""
+    import matplotlib.pyplot as plt
+
+    from hexiscale.viz.common import BAR_DEVICES, stacked_bars
+
+    parts = (("a", "#111111"), ("b_c", "#222222"))
+    for n in (BAR_DEVICES, BAR_DEVICES + 1):
+        rng = np.random.default_rng(n)
+        values = {"a": rng.random(n), "b_c": rng.random(n)}
+        fig, ax = plt.subplots()
+        stacked_bars(ax, np.arange(n), values, parts)
+        if n <= BAR_DEVICES:
+            assert len(ax.patches) == 2 * n and not ax.collections
+        else:
+            assert not ax.patches and [c.get_gid() for c in ax.collections] == ["a", "b_c"]
+            tops = ax.collections[1].get_paths()[0].vertices[:, 1].max()
+            assert tops == pytest.approx((values["a"] + values["b_c"]).max())
+        assert [t.get_text() for t in ax.legend().get_texts()] == ["a", "b c"]
+        plt.close(fig)
