@@ -118,12 +118,16 @@ def _rent_label(problem: Problem, m: int, rented: frozenset[int] | set[int]) -> 
     return f"\n${float(problem.cluster.machine_rent[m]):,.2f}/h " + ("rented" if m in rented else "not rented")
 
 
+def _box_size(count: int) -> tuple[float, float]:
+    """(width, height) of a machine's box around `device_positions`' grid of its devices."""
+    cols = min(4, count)
+    return cols * 0.6 + 0.3, math.ceil(count / cols) * 0.6 + 0.3
+
+
 def _draw_machines(ax, problem: Problem, centres: np.ndarray, rented: frozenset[int] | set[int] = frozenset()) -> None:
     """Machine boxes with their labels; an unrented machine of a priced cluster is dashed and grey."""
     for m, machine in enumerate(problem.cluster.machines):
-        cols = min(4, machine.count)
-        rows = math.ceil(machine.count / cols)
-        w, h = cols * 0.6 + 0.3, rows * 0.6 + 0.3
+        w, h = _box_size(machine.count)
         cx, cy = centres[m]
         left = problem.cluster.priced and m not in rented
         ax.add_patch(FancyBboxPatch((cx - w / 2, cy - h / 2), w, h, boxstyle="round,pad=0.05",
@@ -224,8 +228,7 @@ def _draw_machine_cells(ax, problem: Problem, centres: np.ndarray, rented: froze
     """Machine boxes as one collection, without labels (the dense picture; unrented: grey)."""
     boxes, faces = [], []
     for m, machine in enumerate(problem.cluster.machines):
-        cols = min(4, machine.count)
-        w, h = cols * 0.6 + 0.3, math.ceil(machine.count / cols) * 0.6 + 0.3
+        w, h = _box_size(machine.count)
         boxes.append(Rectangle((centres[m][0] - w / 2, centres[m][1] - h / 2), w, h))
         faces.append("#f2f2f2" if problem.cluster.priced and m not in rented else "white")
     ax.add_collection(PatchCollection(boxes, facecolors=faces, edgecolors="#999999", linewidths=0.3, zorder=1))

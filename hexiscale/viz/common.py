@@ -35,7 +35,6 @@ def prepare(problem: Problem, plan, out_dir: str | Path, prefix: str, names: tup
     return paths, estimate, plan_title(problem, plan, estimate)
 
 
-
 BAR_DEVICES = 256  # above this many devices a bar is under a pixel wide: steps, not 10^3 patches
 
 

@@ -72,12 +72,15 @@ def layout_plan(problem: Problem, layout: SymmetricLayout) -> Plan | None:
         return None
     layers = problem.model.layers // pp
     batch = problem.training.global_batch // dp
-
-    def block_of(pipe: int, stage: int) -> tuple[int, ...]:
-        return blocks[stage * dp + pipe] if layout.order == "tp-dp-pp" else blocks[pipe * pp + stage]
-
     return Plan.from_stages(problem=problem.name, batches=[batch] * dp,
-                            stages=[[(block_of(p, k), layers) for k in range(pp)] for p in range(dp)])
+                            stages=[[(blocks[block_index(layout, p, k)], layers) for k in range(pp)]
+                                    for p in range(dp)])
+
+
+def block_index(layout: SymmetricLayout, pipe, stage):
+    """Which of `tp_blocks` holds stage `stage` of pipeline `pipe` (numbers or arrays): Megatron's
+    tp-dp-pp order fills every pipeline's stage 0 first, tp-pp-dp one pipeline at a time."""
+    return stage * layout.dp + pipe if layout.order == "tp-dp-pp" else pipe * layout.pp + stage
 
 
 def layout_table(problem: Problem, layout: SymmetricLayout) -> StageTable:
@@ -87,8 +90,7 @@ def layout_table(problem: Problem, layout: SymmetricLayout) -> StageTable:
     blocks = tp_blocks(problem, layout.tp)
     dp, pp = layout.dp, layout.pp
     pipe, stage = np.divmod(np.arange(dp * pp), pp)  # pipeline by pipeline, as plans list stages
-    index = stage * dp + pipe if layout.order == "tp-dp-pp" else pipe * pp + stage
-    first_device = np.array([block[0] for block in blocks])[index]
+    first_device = np.array([block[0] for block in blocks])[block_index(layout, pipe, stage)]
     return table_of_stages(sizes=np.full(dp, pp), machine=problem.cluster.machine_of_device[first_device],
                            tp=np.full(dp * pp, layout.tp), layers=np.full(dp * pp, problem.model.layers // pp),
                            batch=np.full(dp, problem.training.global_batch // dp),

@@ -7,8 +7,8 @@ enumerated straight from docs/plan-space.md §2 and judged on their stage tables
 `breakdown` (what `iteration_time` prices) and memory function. Two symmetries are used, both
 exact (docs/formulation.md §5): devices of one machine are interchangeable (a stage is a machine
 and a TP size, its devices the machine's next free ones), and the order of the pipelines does
-not change T (pipelines are enumerated as a sorted multiset). Under ZeRO-1 a stage's memory depends on the plan's D
-(§11), so pipelines are judged once per D.
+not change T (pipelines are enumerated as a sorted multiset). Under ZeRO-1 a stage's memory
+depends on the plan's D (§11), so pipelines are judged once per D.
 """
 
 from __future__ import annotations
