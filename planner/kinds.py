@@ -9,7 +9,7 @@ from typing import Annotated, Any, Union
 from pydantic import Field
 
 from planner import cost, layered, sequence
-from planner.base import Frozen
+from planner.headline import Headline
 from planner.plan_kind import PlanKind
 from planner.prices import cost_of, rent_per_hour
 from planner.problem import Problem
@@ -46,16 +46,6 @@ def validate(problem: Problem, plan: Any) -> list[Violation]:
 def iteration_time(problem: Problem, plan: Any) -> float:
     """T of a plan of any kind, checked for soundness first."""
     return kind_of(plan).iteration_time(problem, plan)
-
-
-class Headline(Frozen):
-    """The figures of a plan that a table of plans shows, as its kind's estimate has them."""
-
-    iteration_s: float = Field(gt=0, description="T, seconds per iteration")
-    tokens_per_s: float = Field(gt=0, description="B·s / T")
-    mfu: float = Field(gt=0, description="F_iter / (T · Σ peak)")
-    rent_per_hour: float | None = Field(default=None, description="the rented machines' rent (None without prices)")
-    cost_per_mtok: float | None = Field(default=None, description="cost per million tokens (None without prices)")
 
 
 def headline(problem: Problem, plan: Any) -> Headline:

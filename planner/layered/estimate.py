@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from planner.base import Frozen
+from planner.headline import Headline
 
 
 class StageEstimate(Frozen):
@@ -55,19 +56,12 @@ class Bottleneck(Frozen):
     description: str
 
 
-class Estimate(Frozen):
-    iteration_s: float = Field(gt=0, description="T = max_p T_pipe + T_dp")
+class Estimate(Headline):
     pipe_s: float = Field(ge=0, description="max_p T_pipe")
     dp_s: float = Field(ge=0, description="T_dp")
     simulated_s: float = Field(gt=0, description="max_p simulated T_pipe + T_dp: T with the schedule simulated "
                                                  "(§3.3); reported, not the objective")
-    tokens_per_s: float = Field(gt=0)
-    mfu: float = Field(ge=0)
     min_headroom_gib: float = Field(description="smallest headroom over every used device")
-    rent_per_hour: float | None = Field(
-        default=None, ge=0, description="Σ count·price of the machines the plan rents (§13); None without prices")
-    cost_per_mtok: float | None = Field(
-        default=None, ge=0, description="cost per million tokens, rent·T / (3600·B·s)·1e6; None without prices")
     pipelines: tuple[PipelineEstimate, ...]
     bottleneck: Bottleneck
 

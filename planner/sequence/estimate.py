@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from planner.base import Frozen
+from planner.headline import Headline
 
 
 class MemberEstimate(Frozen):
@@ -82,18 +83,11 @@ class Bottleneck(Frozen):
     description: str
 
 
-class SeqEstimate(Frozen):
-    iteration_s: float = Field(gt=0, description="T = max_r T_rep + T_dp")
+class SeqEstimate(Headline):
     replica_s: float = Field(ge=0, description="max_r T_rep")
     dp_s: float = Field(ge=0, description="T_dp")
     dp_bw_gbps: float | None = Field(description="bw_x between replicas (None: one replica)")
-    tokens_per_s: float = Field(gt=0)
-    mfu: float = Field(ge=0)
     min_headroom_gib: float = Field(description="smallest headroom over every used device")
-    rent_per_hour: float | None = Field(
-        default=None, ge=0, description="Σ count·price of the machines the plan rents (§13); None without prices")
-    cost_per_mtok: float | None = Field(
-        default=None, ge=0, description="cost per million tokens, rent·T / (3600·B·s)·1e6; None without prices")
     replicas: tuple[ReplicaEstimate, ...]
     bottleneck: Bottleneck
 
