@@ -54,3 +54,7 @@ class PlanKind:
     # a run record's rows: [each unit's time, T, then each collective row]
     measured_collectives: Callable[[Any], tuple[CollectiveRow, ...]]  # (RunRecord) -> rows
     predicted_rows: Callable[[Problem, Any, tuple[CollectiveRow, ...]], np.ndarray]
+    # why no plan of this kind can exist for a problem (a rule no choice of devices meets, e.g. a
+    # sequence that no ring of groups can split), or None: every solver of the kind answers
+    # infeasible with it, so that `solve --kind auto` goes on with the other kinds
+    impossible: Callable[[Problem], str | None] = lambda problem: None

@@ -14,6 +14,7 @@ from typing import Callable
 
 from planner.kinds import PLAN_KINDS
 from planner.problem import Problem
+from planner.solver_info import SolveStatus
 from solvers.common import SolveResult, SolverOptions
 from solvers.objective import honouring
 
@@ -75,7 +76,21 @@ def get(name: str, kind: str = DEFAULT_KIND) -> SolverFn:
     if name not in entries:
         raise KeyError(f"unknown solver {name!r} for {kind} plans; available: {', '.join(entries)}")
     module, func = entries[name].split(":")
-    return honouring(getattr(importlib.import_module(module), func), exact=name in EXACT_SOLVERS)
+    return _unless_impossible(name, kind, honouring(getattr(importlib.import_module(module), func),
+                                                    exact=name in EXACT_SOLVERS))
+
+
+def _unless_impossible(name: str, kind: str, solver: SolverFn) -> SolverFn:
+    """`solver`, answering infeasible at once (with the rule's reason) where no plan of `kind` can
+    exist for the problem (`PlanKind.impossible`): every solver of the kind says the same thing,
+    and `solve --kind auto` goes on with the other kinds instead of failing on a plan that breaks
+    the rule (seq_len 2000 with 64-token blocks had made the sequence heuristic build one)."""
+    def solve(problem: Problem, options: SolverOptions) -> SolveResult:
+        why = PLAN_KINDS[kind].impossible(problem)
+        if why is not None:
+            return SolveResult(solver=name, status=SolveStatus.infeasible, wall_s=0.0, message=why)
+        return solver(problem, options)
+    return solve
 
 
 def solve(problem: Problem, solver: str = "heuristic", options: SolverOptions | None = None, *,

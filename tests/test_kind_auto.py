@@ -86,3 +86,17 @@ def test_the_preferred_kind_is_solved_last_with_the_time_the_others_leave(monkey
     assert first_s == pytest.approx(100 * choose.OTHERS_SHARE, abs=0.5)
     assert last_s == pytest.approx(100 - took[0], abs=0.5)  # not 50: what the sequence kind left
     assert list(result.kinds_tried) == ["layered", "sequence"]  # reported preferred kind first
+
+
+@pytest.mark.parametrize("seq_len", [2000, 4160])  # not multiples of 2q = 128: no ring can split them
+def test_a_sequence_no_ring_splits_leaves_the_layered_plan(seq_len):
+    """Every sequence solver answers infeasible with rule 3's reason (the heuristic had built a
+    plan breaking it, and `solve`'s default kind failed with exit 2); auto keeps the layered plan."""
+    problem = seqlen_problem(8192)
+    problem = problem.model_copy(update={"training": problem.training.model_copy(update={"seq_len": seq_len})})
+    for solver in ("heuristic", "seq-uniform", "bound"):
+        result = solve(problem, solver, SolverOptions(time_limit_s=2, progress=False), kind="sequence")
+        assert result.plan is None and result.status == "infeasible", solver
+        assert f"seq_len {seq_len} is not a multiple of 2·token_block = 128" in result.message
+    result = solve_auto(problem, "heuristic", SolverOptions(time_limit_s=4, progress=False))
+    assert kind_of(result.plan).name == "layered" and result.kinds_tried["sequence"] is None

@@ -16,6 +16,7 @@ from planner.sequence import calibration
 from planner.sequence.estimate import Bottleneck, GroupEstimate, MemberEstimate, ReplicaEstimate, SeqEstimate
 from planner.sequence.evaluate import evaluate
 from planner.sequence.plan import SEQPLAN_FORMAT, Group, Member, Replica, SeqPlan, outline
+from planner.sequence.rules import no_token_layout
 from planner.sequence.pricing import iteration_time
 from planner.sequence.table import MemberTable
 from planner.sequence.validate import validate
@@ -26,7 +27,7 @@ KIND = PlanKind(name="sequence", format=SEQPLAN_FORMAT, schema_name="seqplan", p
                 pipeline_schedule=False, link_traffic="all-to-alls and ZeRO-3 collectives",
                 timings="members", timing_key=attrgetter("replica", "group", "member"), timed_parts=calibration.timed_parts,
                 step_rows=calibration.step_rows, measured_collectives=calibration.measured_collectives,
-                predicted_rows=calibration.predicted_rows)
+                predicted_rows=calibration.predicted_rows, impossible=no_token_layout)
 
 __all__ = ["KIND", "SEQPLAN_FORMAT", "Bottleneck", "Group", "GroupEstimate", "Member", "MemberEstimate",
            "MemberTable", "Replica", "ReplicaEstimate", "SeqEstimate", "SeqPlan", "evaluate",

@@ -52,6 +52,16 @@ def _head_violations(problem: Problem, table: MemberTable) -> list[Violation]:
     return out
 
 
+def no_token_layout(problem: Problem) -> str | None:
+    """Why no ring can split the sequence (rule 3: the groups' T_g are multiples of 2q summing to
+    s), or None."""
+    s, q = problem.training.seq_len, problem.training.token_block
+    if s % (2 * q) == 0:
+        return None
+    return (f"seq_len {s} is not a multiple of 2·token_block = {2 * q}: no ring of groups can split it "
+            f"(every group holds a multiple of 2q tokens)")
+
+
 def _token_violations(problem: Problem, table: MemberTable) -> list[Violation]:
     """Rule 2, tokens (t_i a positive multiple of q) and rule 3 (Σ T_g = s, T_g a multiple of 2q)."""
     q, s = problem.training.token_block, problem.training.seq_len

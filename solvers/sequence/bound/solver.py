@@ -28,7 +28,7 @@ from solvers.sequence import heuristic
 from solvers.sequence.bound.keys import key_bounds
 from solvers.sequence.bound.master import Columns, Master
 from solvers.sequence.bound.rings import KeyRing, place, ring_of
-from solvers.sequence.exact.driver import no_token_layout
+from planner.sequence.rules import no_token_layout
 from solvers.sequence.space import memory_proof, plan_time, result, split_batches
 
 NAME = "bound"

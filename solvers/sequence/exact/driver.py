@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from planner.problem import Problem
+from planner.sequence.rules import no_token_layout
 from planner.solver_info import SolveStatus
 from solvers.common import ModelSize, SolveResult, SolverOptions
 from solvers.sequence.brute import best_batches, set_partitions
@@ -53,16 +54,6 @@ def too_big(problem: Problem) -> str | None:
         return (f"the exact sequence model handles ≤ {MAX_DEVICES} devices and ≤ {MAX_UNITS} shard units "
                 f"s/(2q); this problem has {plural(n, 'device')} and {units} units")
     return None
-
-
-def no_token_layout(problem: Problem) -> str | None:
-    """Why no ring can split the sequence (rule 3 of docs/sequence-plans.md §7.1: the groups' T_g
-    are multiples of 2q summing to s), or None."""
-    s, q = problem.training.seq_len, problem.training.token_block
-    if s % (2 * q) == 0:
-        return None
-    return (f"seq_len {s} is not a multiple of 2·token_block = {2 * q}: no ring of groups can split it "
-            f"(every group holds a multiple of 2q tokens)")
 
 
 def replica_splits(problem: Problem):
