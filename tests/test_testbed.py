@@ -71,6 +71,9 @@ def test_scale_fits_the_host_and_scaled_cluster_prices_the_testbed():
     assert scaled.bw_matrix[1, 2] == pytest.approx(12.5 * 0.01) and scaled.machine_intra_bw[0] == 300
     with pytest.raises(ValueError, match="below 1 Mbit/s"):
         plan_layout(tiny, "hxtbx", scale=1e-6)
+    for too_fast in (1.0, float("inf"), float("nan")):  # 1.0: tiny-4's 12.5 GB/s link at 100 Gbit/s
+        with pytest.raises(ValueError, match="above 58000 Mbit/s"):
+            plan_layout(tiny, "hxtbx", scale=too_fast)
 
 
 @needs_testbed

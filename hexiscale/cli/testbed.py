@@ -63,8 +63,9 @@ def up(cluster: str = typer.Argument(..., help="cluster file or bundled name"),
     checked_host()
     if leftovers(CLI_PREFIX):
         fail(f"a testbed is already up ({', '.join(leftovers(CLI_PREFIX))}): `hexiscale testbed down` first")
+    loaded = load_cluster(cluster)  # its errors name the file already
     try:
-        bed = Testbed(load_cluster(cluster), scale=scale, loopback_own_name=loopback_own_name, prefix=CLI_PREFIX)
+        bed = Testbed(loaded, scale=scale, loopback_own_name=loopback_own_name, prefix=CLI_PREFIX)
     except ValueError as exc:
         fail(f"{cluster}: {exc}")
     try:

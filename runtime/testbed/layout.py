@@ -34,6 +34,9 @@ MAX_LINK_MBIT = 800.0
 # All machines' links at once: 3 links at the fastest rate, well under the unshaped 5.8 Gbit/s.
 HOST_MBIT = 2400.0
 MIN_LINK_MBIT = 1.0  # below this, tc's rate tables lose precision (and a step takes minutes)
+# The fastest rate a --scale may ask for: an unshaped veth carried 5.8 Gbit/s here, so a shaper
+# set 10× above that shapes nothing, and the links would no longer keep the file's ratios.
+MAX_ASKED_MBIT = 58000.0
 MBIT_PER_GBPS = 8000.0  # GB/s (10^9 bytes) → Mbit/s (10^6 bits)
 MACHINE_INTERFACE = "eth0"
 BRIDGE = "br0"
@@ -145,6 +148,11 @@ def plan_layout(cluster: Cluster, prefix: str, scale: float | None = None) -> Te
     if slowest < MIN_LINK_MBIT:
         raise ValueError(f"--scale {scale:g} shapes the slowest link to {slowest:.3g} Mbit/s, "
                          f"below {MIN_LINK_MBIT:g} Mbit/s: choose a larger scale")
+    fastest = float(link_gbps.max() * scale * MBIT_PER_GBPS)
+    if not fastest <= MAX_ASKED_MBIT:
+        raise ValueError(f"--scale {scale:g} shapes the fastest link to {fastest:.3g} Mbit/s, above "
+                         f"{MAX_ASKED_MBIT:g} Mbit/s (10× what a veth carries here, so nothing would be "
+                         f"shaped): choose a smaller scale, or none for the fitting one")
     machines = tuple(MachineSlot(index=i, name=m.name, host_name=name_part(m.name),
                                  namespace=f"{prefix}-{i}-{name_part(m.name)}",
                                  address=machine_address(i), hub_interface=f"m{i}",
