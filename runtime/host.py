@@ -18,6 +18,21 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+# The most CPU ranks per core a command starts: each is a Python process with torch (about
+# 220 MB before it computes, measured here), and at 1,000 ranks on 2 cores `profile` spent its
+# minutes starting them. Past 8 per core every figure measured is the scheduler's.
+MAX_RANKS_PER_CORE = 8
+
+
+def too_many_ranks(ranks: int, cores: int | None = None) -> str | None:
+    """Why `ranks` CPU processes are too many for this host, or None."""
+    cores = usable_cores() if cores is None else cores
+    if ranks <= MAX_RANKS_PER_CORE * cores:
+        return None
+    return (f"{ranks} processes on {cores} core{'s' if cores > 1 else ''}: at most {MAX_RANKS_PER_CORE} per core "
+            f"({MAX_RANKS_PER_CORE * cores} here) are started, each a Python process with torch")
+
+
 def threads_fit(ranks: int, threads: int = 1, cores: int | None = None) -> bool:
     """Whether `ranks` processes of `threads` compute threads each fit in the cores."""
     return ranks * threads <= (usable_cores() if cores is None else cores)

@@ -98,3 +98,16 @@ def test_ranks_that_outnumber_the_cores_are_said_to_share_them():
     note = shared_cores_note(4, 1, cores=2)
     assert note.startswith("4 processes of 1 thread share 2 cores (2 per core)") and "Accuracy on the development machine" in note
     assert shared_cores_note(3, 2, cores=4).startswith("3 processes of 2 threads share 4 cores (1.5 per core)")
+
+
+def test_far_too_many_cpu_ranks_are_refused_before_any_starts():
+    """runtime.host.too_many_ranks at 8 per core; `profile --processes 1000` had started them all."""
+    from typer.testing import CliRunner
+
+    from hexiscale.cli import app
+    from runtime.host import MAX_RANKS_PER_CORE, too_many_ranks, usable_cores
+
+    assert too_many_ranks(16, cores=2) is None and too_many_ranks(17, cores=2).startswith("17 processes on 2 cores")
+    out = CliRunner().invoke(app, ["profile", "--processes", str(MAX_RANKS_PER_CORE * usable_cores() + 1),
+                                   "-o", "never.yaml"])
+    assert out.exit_code == 2 and "at most 8 per core" in out.output, out.output

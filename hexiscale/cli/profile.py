@@ -17,7 +17,7 @@ from rich.table import Table
 from hexiscale.cli.app import STATISTIC_HELP, app, checked_statistic, console, fail, friendly_errors, writable_file
 from planner.calibration import BandwidthError, CalibrationError
 from planner.io import load_cluster, load_model, load_problem
-from runtime.host import shared_cores_note
+from runtime.host import shared_cores_note, too_many_ranks
 from runtime.kinds import RUNTIME_KINDS
 from planner.base import plural
 
@@ -58,6 +58,8 @@ def gpu_type_name(device: str, name: str | None) -> str:
 def check_device(device: str, processes: int) -> None:
     if device not in ("cpu", "cuda"):
         fail(f"--device must be cpu or cuda, got {device!r}")
+    if device == "cpu" and (why := too_many_ranks(processes)) is not None:
+        fail(f"--processes: {why}")
     if device == "cuda":
         import torch  # only for this check: the CLI starts without torch
 
