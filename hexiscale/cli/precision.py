@@ -11,14 +11,19 @@ from runtime.kinds import runtime_of
 from runtime.precision import SCHEMES, training_byte_notes
 
 PRECISION = typer.Option(None, help="fp32 | bf16 (bf16 weights, gradients and activations; fp32 master weights "
-                                    "and Adam moments); default: bf16 with --backend nccl, else fp32")
+                                    "and Adam moments; float32 and bfloat16 also); default: bf16 with --backend "
+                                    "nccl, else fp32")
+# one table for --precision and --save-dtype, so that either option takes either spelling
+DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def precision_settings(problem, plan, precision: str | None, backend: str) -> dict:
     """The run setting of --precision; the scheme's notes against the problem's bytes."""
     offered = runtime_of(plan).precisions
+    given, precision = precision, {long: short for short, long in DTYPE_NAMES.items()}.get(precision, precision)
     if precision is not None and precision not in SCHEMES:
-        fail(f"--precision: expected one of {', '.join(SCHEMES)}, got {precision!r}")
+        fail(f"--precision: expected one of {', '.join(SCHEMES)} (or {', '.join(DTYPE_NAMES[s] for s in SCHEMES)}), "
+             f"got {given!r}")
     chosen = precision or ("bf16" if backend == "nccl" and "bf16" in offered else offered[0])
     return {"precision": chosen}
 

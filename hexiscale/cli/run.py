@@ -11,7 +11,7 @@ from rich.markup import escape
 from hexiscale.cli.calibrate import print_prediction
 from hexiscale.cli.run_accuracy import mean_error_line
 from hexiscale.cli.hf_run import (CLIP_GRAD, DATA, EVAL_DATA, EVAL_EVERY, INIT_FROM, LOG_EVERY, MODEL, SAVE_DTYPE,
-                                  SAVE_HF, WEIGHT_DECAY, checked_model, model_file_settings)
+                                  SAVE_HF, WEIGHT_DECAY, check_save_target, checked_model, model_file_settings)
 from hexiscale.cli.precision import PRECISION, precision_settings, print_run_notes
 from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
 from hexiscale.cli.show import write_loss_picture
@@ -110,7 +110,8 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
                                     "(any plan wrote it); --steps counts from the start of training"),
         elastic: bool = typer.Option(False, help="when a rank dies: re-plan on the survivors, resume from the "
                                      "last checkpoint, go on (needs --checkpoint-dir and --save-every)"),
-        force: bool = typer.Option(False, help="use a plan made for another problem")) -> None:
+        force: bool = typer.Option(False, help="use a plan made for another problem; --resume: a checkpoint of "
+                                   "another model (its model is trained)")) -> None:
     """Train PLAN for a few steps: one process per used device (gloo on this machine)."""
     make_out_folder(out)
     checkpoint_dir = checkpoint_options(checkpoint_dir, save_every, resume, elastic, torchrun)
@@ -119,7 +120,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     model = checked_model(prob, model)
     check_backend(backend, torchrun, len(the_plan.devices))
     settings = {"steps": steps, "lr": lr, "seed": seed, "weight_decay": weight_decay, **model_file_settings(
-                    prob, steps, seq_len, data, eval_data, eval_every, init_from, save_hf, save_dtype),
+                    prob, model, steps, seq_len, data, eval_data, eval_every, init_from, save_hf, save_dtype),
                 "timeout_s": timeout, "wait": wait, "backend": backend, "out_dir": str(out) if out else "",
                 "checkpoint_dir": str(checkpoint_dir or ""), "save_every": save_every,
                 "clip_grad": clip_grad, "log_every": log_every,
@@ -132,7 +133,8 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         fail(settings_error(exc))
     except (RunError, ValueError) as exc:
         fail(str(exc))
-    job = start_from_checkpoint(job, resume)
+    job = start_from_checkpoint(job, resume, force)
+    check_save_target(job)
     print_run_notes(prob, job)
     if torchrun:
         return print_torchrun(job, prob, the_plan, master_addr, ifname, out, describe_job)
@@ -196,21 +198,46 @@ def checkpoint_options(checkpoint_dir: Path | None, save_every: int, resume: Pat
     return checkpoint_dir
 
 
-def start_from_checkpoint(job, resume: Path | None):
+def start_from_checkpoint(job, resume: Path | None, force: bool = False):
     """The job resumed from `resume` (shards verified first), or fresh; either way it must not
-    write over newer checkpoints. A bad checkpoint is one line naming the file (exit 2)."""
+    write over newer checkpoints. A bad checkpoint is one line naming the file (exit 2), and
+    so is one of another model than the run's, unless --force."""
     try:
         step = None
         if resume is not None:
+            run_model = job.config.model
             job, manifest = resume_job(job, resume)
             step = manifest.step
-            console.print(f"resuming at step {step} from {job.config.resume_from} (saved by a {manifest.plan_kind} "
-                          f"plan on {len(manifest.files)} rank(s); model {manifest.model.name})",
-                          highlight=False, soft_wrap=True)
+            check_resumed_model(run_model, manifest, job.config.resume_from, force)
+            if job.config.init_from:
+                console.print(f"note: --init-from {job.config.init_from} is not read: a resumed run starts from the "
+                              "checkpoint's weights", highlight=False, soft_wrap=True)
         check_fresh_dir(job, step)
     except CheckpointError as exc:
         fail(str(exc))
     return job
+
+
+def model_difference(saved, run_model) -> str:
+    """The fields in which two models differ: `heads 4 (this run: 8), qkv_bias True (this run: False)`."""
+    ours, theirs = run_model.model_dump(), saved.model_dump()
+    return ", ".join(f"{field} {theirs[field]} (this run: {ours[field]})" for field in theirs
+                     if field not in ("name", "hf_folder") and theirs[field] != ours[field])
+
+
+def check_resumed_model(run_model, manifest, folder: str, force: bool) -> None:
+    """Says what is resumed. A resumed run trains (and --save-hf writes) the checkpoint's
+    model: another model than the run's is refused unless --force, then said; the tiny model
+    is the plan's shrink of the problem's, so another plan's tiny one of it is only said."""
+    saved, difference = manifest.model, model_difference(manifest.model, run_model)
+    if difference and not force and not (saved.name == run_model.name and saved.name.startswith("tiny(")):
+        fail(f"--resume: {folder} holds another model than this run's {run_model.name!r}: {saved.name!r}, "
+             f"{difference}; resume with the problem of that model, or pass --force to train the checkpoint's")
+    console.print(f"resuming at step {manifest.step} from {folder} (saved by a {manifest.plan_kind} plan on "
+                  f"{len(manifest.files)} rank(s); model {saved.name})", highlight=False, soft_wrap=True)
+    if difference:
+        console.print(f"note: training the checkpoint's model {saved.name!r}, not {run_model.name!r}: {difference}",
+                      highlight=False, soft_wrap=True)
 
 
 def run_elastically(prob, job, the_plan):

@@ -60,6 +60,10 @@ class HFWeights:
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
+        if (self.folder / INDEX).is_file() and (self.folder / SINGLE).is_file():
+            # transformers would take model.safetensors and this index its shards: one is stale
+            raise CheckpointError(f"{self.folder}: holds both {SINGLE} and {INDEX}, so which are the weights is "
+                                  f"ambiguous (one is likely left from an earlier save): remove the stale one")
         if (self.folder / INDEX).is_file():
             try:
                 self.file_of = {name: self.folder / file for name, file in

@@ -9,13 +9,17 @@ its parameters from a model folder exactly as it resumes from a checkpoint.
 Out: `write_hf_folder` writes config.json, every other file of the source folder except the
 weights and their index (the tokenizer's among them), and model.safetensors (or shards of at
 most `max_shard_bytes` with model.safetensors.index.json) under transformers' names; a tied
-head is not written (transformers ties it to the embedding on loading). `export_checkpoint`
-converts a plan-independent checkpoint (any plan, either kind) the same way.
+head is not written (transformers ties it to the embedding on loading). The source folder's
+config.json must still say what the trained model is (an edited one is refused); a folder that
+is gone is said, with what the export lacks; the weight files of an earlier save that this one
+does not write over are removed, and said. `export_checkpoint` converts a plan-independent
+checkpoint (any plan, either kind) the same way.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from math import prod
@@ -25,6 +29,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from planner.hf_config import HFConfigError, read_config, read_hf_model
 from planner.workload import ModelSpec
 from runtime.checkpoints.hf_names import INDEX, SINGLE, HFWeights, hf_name
 from runtime.checkpoints.manifest import CheckpointError, commit, latest_checkpoint
@@ -32,6 +37,14 @@ from runtime.checkpoints.tensors import ShardReader, write_shard
 from runtime.model.llama import model_tensors
 
 SAVE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# the weight files and indexes transformers loads from a folder (an earlier save's are removed)
+STALE_WEIGHTS = re.compile(r"(model|pytorch_model)(-\d{5}-of-\d{5})?\.(safetensors|bin)"
+                           r"|(model\.safetensors|pytorch_model\.bin)\.index\.json")
+# ModelSpec's fields a config.json sets → its key (an export's config must still say the same)
+CONFIG_FIELDS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+                 "num_kv_heads": "num_key_value_heads", "ffn_hidden": "intermediate_size", "vocab": "vocab_size",
+                 "tied_embeddings": "tie_word_embeddings", "qkv_bias": "model_type (q/k/v biases)",
+                 "rope_theta": "rope_theta", "norm_eps": "rms_norm_eps"}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
 WEIGHT_INDEXES = (INDEX, "pytorch_model.bin.index.json")
 MAX_SHARD_BYTES = 5 * 2**30
@@ -59,13 +72,39 @@ class HFReader:
         return block.to(torch.float32)
 
 
-def config_of(spec: ModelSpec, dtype: str) -> dict:
+def folder_config(spec: ModelSpec) -> dict | None:
+    """The model folder's config.json as it is now (None: no folder, or no config.json there),
+    refused when a field the model holds says otherwise than the trained model: the folder
+    may have been edited since, and its config would make transformers load another model."""
+    if not spec.hf_folder or not (Path(spec.hf_folder) / "config.json").is_file():
+        return None
+    try:
+        now = read_hf_model(spec.hf_folder)
+        file, config = read_config(spec.hf_folder)
+    except HFConfigError as exc:
+        raise CheckpointError(f"{exc} (the model folder's config, which the export would copy)") from None
+    for field, key in CONFIG_FIELDS.items():
+        if getattr(now, field) != getattr(spec, field):
+            raise CheckpointError(f"{file}: {key}: {json.dumps(getattr(now, field))} there, but the trained model "
+                                  f"has {json.dumps(getattr(spec, field))} (the folder changed since): its config.json "
+                                  "would describe another model")
+    return config
+
+
+def config_of(spec: ModelSpec, dtype: str, log: Callable[[str], None] = print) -> dict:
     """config.json of the model: the source folder's (its dtype set to the one written), or,
-    for a model of no folder, a Llama (Qwen2 with q/k/v biases) config of its sizes."""
-    if spec.hf_folder and (Path(spec.hf_folder) / "config.json").is_file():
-        config = json.loads((Path(spec.hf_folder) / "config.json").read_text())
+    for a model of no folder, a Llama (Qwen2 with q/k/v biases) config of its sizes; a folder
+    that is gone is said in one line, with what the export then lacks."""
+    config = folder_config(spec)
+    if config is not None:
         config.update({key: dtype for key in ("dtype", "torch_dtype") if key in config} or {"dtype": dtype})
         return config
+    if spec.hf_folder:
+        gone = not Path(spec.hf_folder).is_dir()
+        log(f"note: the model's folder {spec.hf_folder} {'is gone' if gone else 'has no config.json'}: the export's "
+            "config.json is made from the model's sizes, without eos_token_id or any other field of the original"
+            + (", and the export has none of the folder's other files (tokenizer, generation_config.json)"
+               if gone else ""))
     if not spec.gated:
         raise CheckpointError(f"model {spec.name!r} has a plain MLP: no Hugging Face Llama layout holds it")
     kind = "qwen2" if spec.qkv_bias else "llama"
@@ -96,18 +135,38 @@ def shard_plan(spec: ModelSpec, itemsize: int, max_shard_bytes: int) -> list[lis
     return shards
 
 
+def clear_stale_weights(out: Path, written: list[str], log: Callable[[str], None]) -> None:
+    """Remove the weight files of an earlier save that this one does not write over, and say
+    so: transformers loads model.safetensors before an index, and an index names its own
+    shards, so a left-over one would be loaded instead of the new weights (save_pretrained
+    removes its stale shards likewise)."""
+    stale = sorted(p for p in out.iterdir()
+                   if p.is_file() and STALE_WEIGHTS.fullmatch(p.name) and p.name not in written)
+    for path in stale:
+        path.unlink()
+    if stale:
+        log(f"removed from {out} the weight files of an earlier save, which this one does not write: "
+            + ", ".join(p.name for p in stale))
+
+
 def write_hf_folder(out: str | Path, spec: ModelSpec, full_tensor: Callable[[str], torch.Tensor],
-                    dtype: str = "float32", max_shard_bytes: int = MAX_SHARD_BYTES) -> Path:
+                    dtype: str = "float32", max_shard_bytes: int = MAX_SHARD_BYTES,
+                    log: Callable[[str], None] = print) -> Path:
     """The model in the Hugging Face layout; `full_tensor(name)` gives each whole tensor (one
-    shard's tensors are in memory at a time)."""
+    shard's tensors are in memory at a time); `log` hears what is removed or missing."""
     out, torch_dtype = Path(out), SAVE_DTYPES[dtype]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config_of(spec, dtype), indent=2) + "\n")
-    if spec.hf_folder and Path(spec.hf_folder).is_dir():
-        copy_other_files(Path(spec.hf_folder), out)
+    if spec.hf_folder and out.resolve() == Path(spec.hf_folder).resolve():
+        raise CheckpointError(f"{out}: the model's own folder (its config.json and tokenizer are read from it): "
+                              "write to another folder")
+    config = config_of(spec, dtype, log)
     shards = shard_plan(spec, torch_dtype.itemsize, max_shard_bytes)
     files = [SINGLE] if len(shards) == 1 else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
                                                for i in range(len(shards))]
+    out.mkdir(parents=True, exist_ok=True)
+    clear_stale_weights(out, files + ([INDEX] if len(files) > 1 else []), log)
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    if spec.hf_folder and Path(spec.hf_folder).is_dir():
+        copy_other_files(Path(spec.hf_folder), out)
     weight_map, total = {}, 0
     for file, names in zip(files, shards):
         tensors = {hf_name(n): full_tensor(n).to(torch_dtype).contiguous() for n in names}
@@ -131,14 +190,14 @@ def checkpoint_tensors(folder: Path, manifest) -> Callable[[str], torch.Tensor]:
 
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "float32",
-                      max_shard_bytes: int = MAX_SHARD_BYTES) -> tuple[Path, int]:
+                      max_shard_bytes: int = MAX_SHARD_BYTES, log: Callable[[str], None] = print) -> tuple[Path, int]:
     """A plan-independent checkpoint (the newest under `checkpoint`, verified) in the Hugging
-    Face layout; returns (its folder, its step)."""
+    Face layout (`log`: as write_hf_folder's); returns (its folder, its step)."""
     folder, manifest = latest_checkpoint(checkpoint)
     missing = [n for n in model_tensors(manifest.model) if f"param/{n}" not in manifest.tensors]
     if missing:
         raise CheckpointError(f"{folder}: the checkpoint has no tensor param/{missing[0]}")
-    write_hf_folder(out, manifest.model, checkpoint_tensors(folder, manifest), dtype, max_shard_bytes)
+    write_hf_folder(out, manifest.model, checkpoint_tensors(folder, manifest), dtype, max_shard_bytes, log)
     return folder, manifest.step
 
 
@@ -166,8 +225,10 @@ def save_hf_folder(out: str | Path, step: int, comm, tensors: dict[str, torch.Te
     if comm.rank == 0:
         written = manifest()
         weights = {key: entry for key, entry in written.tensors.items() if key.startswith("param/")}
-        export_checkpoint(commit(root, written.model_copy(update={"tensors": weights})), out, dtype)
-        shutil.rmtree(root, ignore_errors=True)
+        try:
+            export_checkpoint(commit(root, written.model_copy(update={"tensors": weights})), out, dtype)
+        finally:  # a refused export leaves no weight chunks behind either
+            shutil.rmtree(root, ignore_errors=True)
         print(f"saved the model in the Hugging Face layout to {out} ({dtype})", flush=True)
     comm.barrier()
 

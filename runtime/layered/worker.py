@@ -18,6 +18,7 @@ from runtime.communication.communicator import Communicator, RankPlace
 from runtime.config import Job, RunConfig, check_model_fits
 from runtime.model.data import BatchLoader, eval_due, eval_loader, run_source
 from runtime.errors import ConfigError
+from runtime.metrics.loss import check_loss
 from runtime.failure import FailureInjection
 from runtime.checkpoints.manifest import clear_partials
 from runtime.checkpoints.tensors import save_step
@@ -155,6 +156,7 @@ def train(job: Job, comm: Communicator) -> None:
         grad_norm = clip_gradients(comm, model, groups, config.clip_grad, optimizer)
         optimizer.step(comm, timer)  # ZeRO-1: its all-gather is timed in the step and its sync
         metrics = step_metrics(comm, runner, groups, comm.meter.sent - bridge_start, step_peak_mib(comm.device))
+        check_loss(comm, step, float(metrics[0]), runner.loss_sum if groups.is_leader and groups.stage.last else 0.0)
         wall_s = time.perf_counter() - start
         held_out = eval_loss(job, comm, model, groups, evaluator, shape) if eval_due(config, step) else None
         history.append(report_step(step, config, layout, metrics, wall_s, global_batch, rank, held_out,

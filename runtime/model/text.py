@@ -1,7 +1,9 @@
 """Real text → one token stream, tokenized once and cached (docs/models-and-data.md §12). No torch.
 
 `--data PATH` is a `.jsonl` file (one document per line, its `text` field), a `.txt` file
-(the whole file is one document) or a folder of them (files in sorted name order). Every
+(the whole file is one document; one of whitespace only is none) or a folder of them (files in
+sorted name order, the suffix in any case; what else the folder holds is named as passed
+over). Every
 document is tokenized with the model folder's `tokenizer.json` (the `tokenizers` library)
 without special tokens and followed by the config's eos_token_id; the documents in order form
 one stream, written once as a flat uint32 file under the cache folder, named by a key over
@@ -27,6 +29,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,24 +57,76 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "hexiscale") / "tokens"
 
 
-def corpus_files(path: str | Path) -> list[Path]:
-    """The corpus's files: the .jsonl or .txt file given, or those of a folder in sorted name order."""
+def cache_folder() -> Path:
+    """cache_root(), made; a $HEXISCALE_CACHE that cannot hold it (a file, no permission) is
+    one line naming the variable, not an OSError from deep inside the tokenizing."""
+    folder = cache_root()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()  # writable: os.access passes anything for root
+    except OSError as exc:
+        where = f"{CACHE_ENV}: {os.environ[CACHE_ENV]}" if os.environ.get(CACHE_ENV) else str(folder)
+        raise DataError(f"{where}: cannot make the token cache folder {folder} ({exc.strerror or exc}); "
+                        f"{CACHE_ENV} must name a folder") from None
+    return folder
+
+
+def suffix(path: Path) -> str:
+    """.jsonl or .txt in any case (a folder's `NOTES.TXT` is text as `notes.txt` is)."""
+    return path.suffix.lower()
+
+
+def _skip_reason(path: Path) -> str | None:
+    """Why a folder's entry is not read (None: it is)."""
+    if path.is_symlink() and not path.exists():
+        return "a broken link"
+    if path.is_dir():
+        return "a folder (subfolders are not read)"
+    if not path.is_file():
+        return "not a regular file"
+    return None if suffix(path) in SUFFIXES else "not .jsonl or .txt"
+
+
+def folder_files(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """(the files read, in sorted name order; every entry passed over, with why)."""
+    files, skipped = [], []
+    for path in sorted(folder.iterdir()):
+        reason = _skip_reason(path)
+        if reason is None:
+            files.append(path)
+        elif not path.name.startswith("."):  # hidden files (.DS_Store, editors' swap files) go unsaid
+            skipped.append((path, reason))
+    if not files:
+        raise DataError(f"{folder}: no .jsonl or .txt file in this folder"
+                        + (f" (passed over: {_listing(skipped)})" if skipped else ""))
+    return files, skipped
+
+
+def _listing(skipped: list[tuple[Path, str]]) -> str:
+    return "; ".join(f"{path.name}: {reason}" for path, reason in skipped)
+
+
+def corpus_files(path: str | Path, log: Callable[[str], None] | None = None) -> list[Path]:
+    """The corpus's files: the .jsonl or .txt file given, or those of a folder in sorted name
+    order; for a folder, `log` hears how many are read and which entries are not, and why."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in SUFFIXES)
-        if not files:
-            raise DataError(f"{path}: no .jsonl or .txt file in this folder")
+        files, skipped = folder_files(path)
+        if log:
+            names = ", ".join(f.name for f in files)
+            log(f"{path}: reading {len(files)} file{'s' if len(files) != 1 else ''} ({names})"
+                + (f"; passed over {_listing(skipped)}" if skipped else ""))
         return files
     if not path.exists():
         raise DataError(f"{path}: no such file or folder")
-    if path.suffix not in SUFFIXES:
+    if suffix(path) not in SUFFIXES:
         raise DataError(f"{path}: expected a .jsonl or .txt file, or a folder of them")
     return [path]
 
 
 def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
+    try:  # -sig: a byte-order mark (as some editors write) is no part of the text
+        return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
@@ -107,7 +162,9 @@ def documents(files: list[Path]) -> Iterator[tuple[str, bool]]:
     """(text, whether a document ends with it) of every piece of every document, in order."""
     for path in files:
         text = _read_text(path)
-        if path.suffix == ".txt":
+        if suffix(path) == ".txt":
+            if not text or text.isspace():  # no text, as a .jsonl of no lines: not a document of one eos
+                continue
             pieces = list(_txt_pieces(text))
             yield from ((piece, i == len(pieces) - 1) for i, piece in enumerate(pieces))
         else:
@@ -115,8 +172,10 @@ def documents(files: list[Path]) -> Iterator[tuple[str, bool]]:
 
 
 def cache_key(files: list[Path], tokenizer_file: Path, eos: int) -> str:
-    """sha256 over the files (name and bytes, in order), the tokenizer and the eos id."""
-    digest = hashlib.sha256(f"hexiscale.tokens/1 eos={eos}\n".encode())
+    """sha256 over the files (name and bytes, in order), the tokenizer and the eos id; the tag's
+    version changes with the rules that make a stream of them (2: no document of an empty
+    .txt, no byte-order mark)."""
+    digest = hashlib.sha256(f"hexiscale.tokens/2 eos={eos}\n".encode())
     digest.update(file_sha256(tokenizer_file).encode())
     for path in files:
         digest.update(f"{path.name}\n{file_sha256(path)}\n".encode())
@@ -179,6 +238,18 @@ class TokenStream:
                             f"{seq_len} + 2 (an input and its next-token targets)")
 
 
+def check_token_ids(tokenizer, file: Path, vocab: int) -> None:
+    """Every id the tokenizer can emit (its vocabulary's and its added tokens') is below V. The
+    count alone does not say so: ids may leave gaps, and an id ≥ V has no embedding row (one
+    rank's index error under TP 1, a silently zero row of a TP shard's lookup otherwise)."""
+    ids = tokenizer.get_vocab(with_added_tokens=True)
+    if ids:
+        token, top = max(ids.items(), key=lambda item: item[1])
+        if top >= vocab:
+            raise DataError(f"{file}: token {token!r} has id {top}, outside the model's vocab_size {vocab} "
+                            f"(ids 0 to {vocab - 1})")
+
+
 def load_tokenizer(model_folder: Path, vocab: int) -> tuple[object, Path, int]:
     """(tokenizer, its file, eos id) of a model folder; a vocabulary or eos beyond V is refused."""
     from tokenizers import Tokenizer  # the Rust library: only when text is tokenized
@@ -194,6 +265,7 @@ def load_tokenizer(model_folder: Path, vocab: int) -> tuple[object, Path, int]:
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if size > vocab:
         raise DataError(f"{file}: the tokenizer has {size} tokens, more than the model's vocab_size {vocab}")
+    check_token_ids(tokenizer, file, vocab)
     if eos is None or eos >= vocab:
         raise DataError(f"{model_folder / 'config.json'}: eos_token_id: "
                         + ("field required (it ends every document of --data)" if eos is None
@@ -206,15 +278,14 @@ def prepare_stream(path: str | Path, model_folder: str | Path, vocab: int,
     """The corpus at `path` as a token stream, from the cache when this corpus and tokenizer
     were tokenized before; `log` hears what happens (progress on long corpora)."""
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    files = corpus_files(path)
+    files = corpus_files(path, log)
     tokenizer, tokenizer_file, eos = load_tokenizer(Path(model_folder), vocab)
-    folder = cache_root()
+    folder = cache_folder()
     stream = folder / f"{cache_key(files, tokenizer_file, eos)}.bin"
     if stream.is_file():
         tokens = stream.stat().st_size // np.dtype(TOKEN_DTYPE).itemsize
         log(f"tokens of {path}: {tokens:,} (cached in {stream})")
         return TokenStream(stream, tokens)
-    folder.mkdir(parents=True, exist_ok=True)
     partial = stream.with_suffix(f".partial-{os.getpid()}")
     start = time.monotonic()
     progress = Progress(sum(f.stat().st_size for f in files), log)

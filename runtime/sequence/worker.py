@@ -24,6 +24,7 @@ from runtime.communication.communicator import Communicator, RankPlace
 from runtime.config import Job, RunConfig
 from runtime.model.data import BatchLoader, eval_due, eval_loader, run_source
 from runtime.errors import ConfigError
+from runtime.metrics.loss import check_loss
 from runtime.metrics.memory import current_mib, peak_mib
 from runtime.failure import FailureInjection
 from runtime.communication.packing import PackBuffers
@@ -218,6 +219,7 @@ def train(job: Job, comm: Communicator) -> None:
         start = time.perf_counter()
         own = member.step(step, failure)
         metrics = step_metrics(comm, own)
+        check_loss(comm, step, float(metrics[0]), float(own[0]))
         wall_s = time.perf_counter() - start
         held_out = member.eval_loss(evaluator) if eval_due(config, step) else None
         history.append(report_step(step, config, member.layout, metrics, wall_s, member.global_batch, comm.rank,
