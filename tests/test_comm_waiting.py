@@ -111,3 +111,18 @@ def test_far_too_many_cpu_ranks_are_refused_before_any_starts():
     out = CliRunner().invoke(app, ["profile", "--processes", str(MAX_RANKS_PER_CORE * usable_cores() + 1),
                                    "-o", "never.yaml"])
     assert out.exit_code == 2 and "at most 8 per core" in out.output, out.output
+
+
+def test_a_local_run_of_too_many_ranks_is_refused_and_torchrun_is_suggested(monkeypatch, tmp_path):
+    """`run` (gloo, here) checks the plan's processes as `profile` does, before any starts: the
+    bundled demo-tiny plan's 4 devices against a host of 1 core at 1 per core."""
+    from typer.testing import CliRunner
+
+    import runtime.host
+    from hexiscale.cli import app
+
+    monkeypatch.setattr(runtime.host, "usable_cores", lambda: 1)
+    monkeypatch.setattr(runtime.host, "MAX_RANKS_PER_CORE", 1)
+    out = CliRunner().invoke(app, ["run", "demo-tiny", "demo-tiny", "--steps", "1", "--out", str(tmp_path / "o")])
+    assert out.exit_code == 2 and "the plan uses 4 devices" in out.output and "--torchrun" in out.output, out.output
+    assert not (tmp_path / "o" / "runlog.json").exists()

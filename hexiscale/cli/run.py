@@ -14,6 +14,7 @@ from hexiscale.cli.hf_run import (CLIP_GRAD, DATA, EVAL_DATA, EVAL_EVERY, INIT_F
                                   SAVE_HF, WEIGHT_DECAY, check_save_target, checked_model, model_file_settings)
 from hexiscale.cli.precision import PRECISION, precision_settings, print_run_notes
 from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
+from runtime.host import too_many_ranks
 from hexiscale.cli.show import write_loss_picture
 from hexiscale.cli.torchrun_views import print_torchrun
 from hexiscale.cli.views import views_for
@@ -56,8 +57,11 @@ def make_out_folder(out: Path | None) -> None:
 
 
 def check_backend(backend: str, torchrun: bool, processes: int) -> None:
-    """A local NCCL run needs a GPU per process here: NCCL refuses two ranks on one GPU
-    (torchrun commands run elsewhere: not checked)."""
+    """A local NCCL run needs a GPU per process here: NCCL refuses two ranks on one GPU; a
+    local gloo run starts at most MAX_RANKS_PER_CORE processes per core (torchrun commands
+    run elsewhere: not checked)."""
+    if backend == "gloo" and not torchrun and (why := too_many_ranks(processes)) is not None:
+        fail(f"the plan uses {processes} devices, one process each: {why}; run it across machines (--torchrun)")
     if backend == "nccl" and not torchrun:
         import torch  # only for this check: the CLI starts without torch
 
