@@ -1,8 +1,13 @@
-"""The bottom of the planner: units and the frozen base type that every typed value uses."""
+"""The bottom of the planner: units, the frozen base type that every typed value uses, and the
+base of the input types with the name type they share."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from functools import lru_cache
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, ValidationInfo, WithJsonSchema, field_validator
 
 GB = 1e9  # bandwidth unit: GB/s = 1e9 bytes/s
 GIB = 2**30  # memory unit
@@ -35,6 +40,73 @@ def format_runs(values) -> str:
 
 
 class Frozen(BaseModel):
-    """Base of every input type: immutable, unknown fields rejected."""
+    """Base of every typed value: immutable, unknown fields rejected."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# Names are labels in tables, messages and plan files: one line of readable text. A name in a
+# file has at most MAX_NAME characters (a 10^5-character one made `validate` take over a minute
+# to print it); names the planner derives from one may be longer (a replanned problem is named
+# "NAME-without-" and the lost device ids), so the limit holds where files are read: with
+# FROM_FILE as the validation context (planner.io.build).
+MAX_NAME = 200
+FROM_FILE = {"from_file": True}
+
+
+def _checked_name(name: str, info: ValidationInfo) -> str:
+    """No newline, tab, escape (an ANSI colour code) or other control character: a name is
+    printed inside one-line messages and table cells. From a file: at most MAX_NAME long."""
+    if info.context and info.context.get("from_file") and len(name) > MAX_NAME:
+        raise ValueError(f"names have at most {MAX_NAME} characters")
+    bad = next((c for c in name if not c.isprintable()), None)
+    if bad is not None:
+        raise ValueError(f"names hold printable characters only, not {bad!r}")
+    return name
+
+
+_NAME_SCHEMA = {"type": "string", "maxLength": MAX_NAME, "pattern": r"^[^\x00-\x1f\x7f-\x9f]*$"}
+Name = Annotated[str, StringConstraints(min_length=1), AfterValidator(_checked_name),
+                 WithJsonSchema({**_NAME_SCHEMA, "minLength": 1})]
+# the same, where a name may be left empty (a rack's, which is only informational)
+OptionalName = Annotated[str, AfterValidator(_checked_name), WithJsonSchema(_NAME_SCHEMA)]
+
+
+@lru_cache(maxsize=None)
+def _numeric_fields(cls: type[BaseModel]) -> frozenset[str]:
+    """The fields of `cls` that hold a number: int, float, a Literal of integers, or one of
+    these | None (bool fields are not numbers here, though bool subclasses int)."""
+    def numeric(annotation: Any) -> bool:
+        if get_origin(annotation) is Literal:
+            return all(type(a) is int for a in get_args(annotation))
+        if get_origin(annotation) in (Union, UnionType):
+            return any(numeric(a) for a in get_args(annotation) if a is not type(None))
+        return annotation in (int, float)
+    return frozenset(name for name, field in cls.model_fields.items() if numeric(field.annotation))
+
+
+def _numeric_text(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+class Input(Frozen):
+    """Base of the types read from problem, cluster and model files: besides Frozen's rules,
+    numbers are finite (an inf or nan only turns into nonsense or a crash later) and written
+    as numbers. pydantic would read `count: true` as 1 and `count: "2"` as 2; either is
+    probably a mistake, so it is refused (as plan files refuse them, `whole_numbers`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_as_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, (bool, str)) and info.field_name in _numeric_fields(cls):
+            if isinstance(value, bool):
+                raise ValueError("expected a number, not true or false")
+            if _numeric_text(value):  # other text is left to pydantic's own "not a valid number"
+                raise ValueError("expected a number, not a quoted string: write it without quotes")
+        return value

@@ -22,13 +22,25 @@ import numpy as np
 import yaml
 from pydantic import Field, model_validator
 
-from planner.base import GIB, TFLOPS, US, Frozen
+from planner.base import GIB, TFLOPS, US, Input, Name, OptionalName
 from planner.pairs import NOT_BRIDGED, Bridge, PairTable
 from planner.base import plural
 
 # A bandwidth at or below 1 kB/s is a unit mistake (GB/s written as bytes/s or Gbit/s · 1e-9),
 # never a real link: refused rather than priced into hour-long iterations.
 MIN_BW_GBPS = 1e-6
+
+# Upper limits on the figures of a cluster file, each far beyond any real hardware: a larger
+# figure is a typo or a unit mistake, and past them the arithmetic overflows or allocates
+# without end (a count of 10^15 devices asked numpy for petabytes).
+MAX_TFLOPS = 1e6  # dense bf16 peak per device; the fastest GPUs reach a few 10^3
+MIN_TFLOPS = 1e-6  # a megaflop/s: below it an iteration's seconds overflow (1e-300 had priced T as nan)
+MAX_MEMORY_GIB = 1e6  # per device (and reserved_gib); the largest hold a few hundred GiB
+MAX_BW_GBPS = 1e6  # any link; NVLink 5 gives 1.8·10^3 GB/s
+MAX_LATENCY_US = 1e9  # any latency: 1000 s
+MAX_PRICE = 1e9  # per device-hour, in any currency
+MAX_MACHINE_DEVICES = 4096  # devices sharing one intra bandwidth; NVLink domains reach 72–576
+MAX_CLUSTER_DEVICES = 2**22  # about 4·10^6 devices, 40 times the 10^5-GPU clusters planned in tests
 
 
 class Vendor(str, Enum):
@@ -37,11 +49,11 @@ class Vendor(str, Enum):
     other = "other"
 
 
-class GpuType(Frozen):
-    name: str = Field(min_length=1, description="catalog name, e.g. A100-80G")
+class GpuType(Input):
+    name: Name = Field(description="catalog name, e.g. A100-80G")
     vendor: Vendor = Field(default=Vendor.other, description="nvidia | amd | other")
-    peak_tflops: float = Field(gt=0, allow_inf_nan=False, description="dense bf16 peak, TFLOP/s")
-    memory_gib: float = Field(gt=0, allow_inf_nan=False, description="device memory, GiB")
+    peak_tflops: float = Field(ge=MIN_TFLOPS, le=MAX_TFLOPS, allow_inf_nan=False, description="dense bf16 peak, TFLOP/s")
+    memory_gib: float = Field(gt=0, le=MAX_MEMORY_GIB, allow_inf_nan=False, description="device memory, GiB")
     efficiency: float = Field(
         default=0.5, gt=0, le=1, description="achievable fraction of peak on transformer GEMMs"
     )
@@ -49,7 +61,7 @@ class GpuType(Frozen):
         default=None, gt=0, le=1,
         description="η_att, achievable fraction of peak in the attention kernel (default: efficiency)")
     price_per_hour: float | None = Field(
-        default=None, ge=0, allow_inf_nan=False,
+        default=None, ge=0, le=MAX_PRICE, allow_inf_nan=False,
         description="price of one device for one hour (docs/prices.md §13), in one currency across the file")
 
     @property
@@ -76,24 +88,28 @@ def builtin_catalog() -> dict[str, GpuType]:
     return {e["name"]: GpuType(**e) for e in entries}
 
 
-class Machine(Frozen):
-    name: str = Field(min_length=1, description="unique machine name")
-    gpu: str = Field(min_length=1, description="GPU type name (catalog or cluster gpu_types)")
-    count: int = Field(ge=1, description="number of devices")
-    intra_bw_gbps: float = Field(gt=MIN_BW_GBPS, allow_inf_nan=False, description="bandwidth between its own GPUs, GB/s")
+class Machine(Input):
+    name: Name = Field(description="unique machine name")
+    gpu: Name = Field(description="GPU type name (catalog or cluster gpu_types)")
+    count: int = Field(ge=1, le=MAX_MACHINE_DEVICES, description="number of devices")
+    intra_bw_gbps: float = Field(gt=MIN_BW_GBPS, le=MAX_BW_GBPS, allow_inf_nan=False,
+                                 description="bandwidth between its own GPUs, GB/s")
     intra_latency_us: float | None = Field(
-        default=None, ge=0, allow_inf_nan=False, description="overrides the cluster's intra_latency_us"
+        default=None, ge=0, le=MAX_LATENCY_US, allow_inf_nan=False,
+        description="overrides the cluster's intra_latency_us"
     )
     price_per_hour: float | None = Field(
-        default=None, ge=0, allow_inf_nan=False,
+        default=None, ge=0, le=MAX_PRICE, allow_inf_nan=False,
         description="price of one of its devices for one hour (overrides its GPU type's; docs/prices.md §13)")
 
 
-class Link(Frozen):
-    a: str = Field(description="machine name")
-    b: str = Field(description="machine name")
-    bw_gbps: float = Field(gt=MIN_BW_GBPS, allow_inf_nan=False, description="bandwidth between the two machines, GB/s")
-    latency_us: float | None = Field(default=None, ge=0, allow_inf_nan=False, description="overrides inter_latency_us")
+class Link(Input):
+    a: Name = Field(description="machine name")
+    b: Name = Field(description="machine name")
+    bw_gbps: float = Field(gt=MIN_BW_GBPS, le=MAX_BW_GBPS, allow_inf_nan=False,
+                           description="bandwidth between the two machines, GB/s")
+    latency_us: float | None = Field(default=None, ge=0, le=MAX_LATENCY_US, allow_inf_nan=False,
+                                     description="overrides inter_latency_us")
 
     @model_validator(mode="after")
     def _distinct(self) -> Link:
@@ -102,14 +118,16 @@ class Link(Frozen):
         return self
 
 
-class Rack(Frozen):
+class Rack(Input):
     """Machines joined pairwise at one bandwidth (a switch): every pair of its machines gets
     `bw_gbps` unless a link overrides that pair. A machine is in at most one rack."""
 
-    name: str = Field(default="", description="rack name (informational)")
-    machines: tuple[str, ...] = Field(min_length=2, description="machine names")
-    bw_gbps: float = Field(gt=MIN_BW_GBPS, allow_inf_nan=False, description="bandwidth between any two of its machines, GB/s")
-    latency_us: float | None = Field(default=None, ge=0, allow_inf_nan=False, description="overrides inter_latency_us")
+    name: OptionalName = Field(default="", description="rack name (informational)")
+    machines: tuple[Name, ...] = Field(min_length=2, description="machine names")
+    bw_gbps: float = Field(gt=MIN_BW_GBPS, le=MAX_BW_GBPS, allow_inf_nan=False,
+                           description="bandwidth between any two of its machines, GB/s")
+    latency_us: float | None = Field(default=None, ge=0, le=MAX_LATENCY_US, allow_inf_nan=False,
+                                     description="overrides inter_latency_us")
 
 
 def _check_racks(racks: tuple[Rack, ...], known: set[str]) -> None:
@@ -148,24 +166,45 @@ DENSE_MACHINES = 2048
 DENSE_LOOKUP_MACHINES = 1024
 
 
-class Cluster(Frozen):
-    name: str = Field(default="cluster", description="cluster name")
+class Cluster(Input):
+    name: Name = Field(default="cluster", description="cluster name")
     machines: tuple[Machine, ...] = Field(min_length=1, description="machines in device-id order")
-    inter_bw_gbps: float = Field(gt=MIN_BW_GBPS, allow_inf_nan=False, description="default bandwidth between machines, GB/s")
-    intra_latency_us: float = Field(default=5.0, ge=0, allow_inf_nan=False, description="default latency inside a machine")
-    inter_latency_us: float = Field(default=30.0, ge=0, allow_inf_nan=False, description="default latency between machines")
+    inter_bw_gbps: float = Field(gt=MIN_BW_GBPS, le=MAX_BW_GBPS, allow_inf_nan=False,
+                                 description="default bandwidth between machines, GB/s")
+    intra_latency_us: float = Field(default=5.0, ge=0, le=MAX_LATENCY_US, allow_inf_nan=False,
+                                    description="default latency inside a machine")
+    inter_latency_us: float = Field(default=30.0, ge=0, le=MAX_LATENCY_US, allow_inf_nan=False,
+                                    description="default latency between machines")
     racks: tuple[Rack, ...] = Field(
         default=(), description="groups of machines joined pairwise at one bandwidth (links override pairs)")
     links: tuple[Link, ...] = Field(default=(), description="per machine-pair overrides")
     cross_vendor_bw_gbps: float = Field(
-        default=10.0, gt=MIN_BW_GBPS, allow_inf_nan=False,
+        default=10.0, gt=MIN_BW_GBPS, le=MAX_BW_GBPS, allow_inf_nan=False,
         description="bridge bandwidth between nvidia and amd devices, GB/s (docs/vendors.md §8)")
     cross_vendor_latency_us: float = Field(
-        default=50.0, ge=0, allow_inf_nan=False,
+        default=50.0, ge=0, le=MAX_LATENCY_US, allow_inf_nan=False,
         description="bridge latency added between nvidia and amd devices, µs (docs/vendors.md §8)")
     gpu_types: tuple[GpuType, ...] = Field(
         default=(), description="types added to, or overriding, the built-in catalog"
     )
+
+    @model_validator(mode="after")
+    def _check_size(self) -> Cluster:
+        """The whole cluster stays within MAX_CLUSTER_DEVICES: the per-device arrays are built
+        from the counts before anything else looks at them."""
+        total = sum(m.count for m in self.machines)
+        if total > MAX_CLUSTER_DEVICES:
+            raise ValueError(f"machines hold {total:,} devices in all, more than the {MAX_CLUSTER_DEVICES:,} "
+                             "a cluster may have")
+        return self
+
+    @model_validator(mode="after")
+    def _check_gpu_types(self) -> Cluster:
+        """A type defined twice in gpu_types: which definition counts would be a guess."""
+        dupes = sorted(n for n, c in Counter(g.name for g in self.gpu_types).items() if c > 1)
+        if dupes:
+            raise ValueError(f"gpu_types names must be unique; repeated: {dupes}")
+        return self
 
     @model_validator(mode="after")
     def _check_references(self) -> Cluster:

@@ -12,8 +12,11 @@ No import of planner.io (which reads `model: {hf: path}` through this module); e
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from planner.workload import ModelSpec
 
@@ -23,6 +26,11 @@ REQUIRED = {"num_hidden_layers": "layers", "hidden_size": "hidden", "num_attenti
             "intermediate_size": "ffn_hidden", "vocab_size": "vocab"}
 DEFAULT_ROPE_THETA = 10000.0
 DEFAULT_NORM_EPS = 1e-6  # transformers' LlamaConfig / Qwen2Config / MistralConfig default
+# ModelSpec's fields → the config.json keys they are read from, so that a value ModelSpec
+# refuses is reported under the key the user sees
+CONFIG_KEYS = {**{name: key for key, name in REQUIRED.items()}, "kv_heads": "num_key_value_heads",
+               "rope_theta": "rope_theta", "norm_eps": "rms_norm_eps", "tied_embeddings": "tie_word_embeddings",
+               "name": "the folder's name"}
 
 
 class HFConfigError(ValueError):
@@ -43,7 +51,7 @@ def read_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
     """(config.json's path, its mapping); unreadable or not a JSON mapping: HFConfigError."""
     file = config_path(path)
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(file.read_text(encoding="utf-8-sig"))  # -sig: a byte-order mark is dropped
     except OSError as exc:
         raise HFConfigError(file, "", f"cannot read the model's config ({exc.strerror or exc})") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -63,9 +71,14 @@ def rope_theta(file: Path, data: dict[str, Any]) -> float:
             raise HFConfigError(file, f"{field}.rope_type", f"rope scaling {kind!r} is not supported "
                                                             "(only the default rotary embedding)")
     theta = params.get("rope_theta", data.get("rope_theta", DEFAULT_ROPE_THETA))
-    if not isinstance(theta, (int, float)) or theta <= 0:
-        raise HFConfigError(file, "rope_theta", f"expected a positive number, got {theta!r}")
-    return float(theta)
+    return positive_number(file, "rope_theta", theta)
+
+
+def positive_number(file: Path, field: str, value: Any) -> float:
+    """A finite positive number (json reads NaN and Infinity; true is not a number here)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise HFConfigError(file, field, f"expected a positive number, got {value!r}")
+    return float(value)
 
 
 def _refusals(data: dict[str, Any], kind: str) -> list[tuple[str, str]]:
@@ -121,20 +134,30 @@ def read_hf_model(path: str | Path, seq_len: int | None = None) -> ModelSpec:
 
 
 def _spec(file: Path, data: dict[str, Any], kind: str, sizes: dict[str, int]) -> ModelSpec:
-    kv = data.get("num_key_value_heads") or sizes["heads"]
-    eps = data.get("rms_norm_eps", DEFAULT_NORM_EPS)
-    if not isinstance(eps, (int, float)) or eps <= 0:
-        raise HFConfigError(file, "rms_norm_eps", f"expected a positive number, got {eps!r}")
+    kv = data.get("num_key_value_heads")  # absent or null: as many as the heads (transformers' rule)
+    if kv is not None and (not isinstance(kv, int) or isinstance(kv, bool) or kv < 1):
+        raise HFConfigError(file, "num_key_value_heads", f"expected a positive integer, got {kv!r}")
+    tied = data.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):  # bool("false") is True
+        raise HFConfigError(file, "tie_word_embeddings", f"expected true or false, got {tied!r}")
     try:
-        return ModelSpec(name=file.parent.name or "model", kv_heads=kv, gated=True,
-                         qkv_bias=kind == "qwen2",
-                         tied_embeddings=bool(data.get("tie_word_embeddings", False)),
-                         rope_theta=rope_theta(file, data), norm_eps=float(eps),
+        return ModelSpec(name=file.parent.name or "model", kv_heads=kv, gated=True, qkv_bias=kind == "qwen2",
+                         tied_embeddings=tied, rope_theta=rope_theta(file, data),
+                         norm_eps=positive_number(file, "rms_norm_eps", data.get("rms_norm_eps", DEFAULT_NORM_EPS)),
                          hf_folder=str(file.parent.resolve()), **sizes)
-    except ValueError as exc:  # heads not dividing hidden, kv heads not dividing heads
-        reason = str(exc).splitlines()[1].strip().removeprefix("Value error, ") if "\n" in str(exc) else str(exc)
-        raise HFConfigError(file, "num_key_value_heads" if "kv_heads" in reason else "num_attention_heads",
-                            reason) from None
+    except ValidationError as exc:
+        raise HFConfigError(file, *_config_error(exc.errors()[0])) from None
+
+
+def _config_error(error: dict) -> tuple[str, str]:
+    """(config.json key, reason) of ModelSpec's first error. Its model-level checks carry no
+    field: heads not dividing hidden is a fault of num_attention_heads, kv heads not dividing
+    heads one of num_key_value_heads."""
+    reason = error["msg"].removeprefix("Value error, ")
+    if error["loc"]:
+        field = str(error["loc"][0])
+        return CONFIG_KEYS.get(field, field), f"{reason} (got {repr(error['input'])[:60]})"
+    return ("num_key_value_heads" if "kv_heads" in reason else "num_attention_heads"), reason
 
 
 def eos_token_id(path: str | Path) -> int | None:

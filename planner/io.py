@@ -8,13 +8,15 @@ either inline, by a path relative to itself, or by the name of a bundled instanc
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from planner.base import FROM_FILE, MAX_NAME, Name
 from planner.hardware import Cluster
 from planner.hf_config import HFConfigError, read_hf_model
 from planner.kinds import PLAN_KINDS, kind_of_format
@@ -87,9 +89,27 @@ class _StrictYamlLoader(_SafeLoaderBase):
                 first_line[key] = line
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node):
+        """YAML 1.1 reads `010` as octal 8; nobody writing a batch of 010 means 8, so a
+        leading zero is read as decimal, as YAML 1.2 does (0x and 0b keep their meaning)."""
+        text = node.value.replace("_", "")
+        digits = text.lstrip("+-")
+        if len(digits) > 1 and digits[0] == "0" and digits.isdigit():
+            return int(text, 10)
+        return super().construct_yaml_int(node)
+
 
 _StrictYamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
                                   _StrictYamlLoader.construct_mapping)
+_StrictYamlLoader.add_constructor("tag:yaml.org,2002:int", _StrictYamlLoader.construct_yaml_int)
+# Numbers that YAML 1.1 reads as text and YAML 1.2 (and every JSON reader) as numbers: `1e3`
+# and `1.5e-4` (1.1 wants a dot and a signed exponent), `09` (not octal, so 1.1 gives up).
+# Numeric fields refuse text, so without these `count: 1e3` would be "not a number".
+YAML_12_NUMBERS = (("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+                     list("-+0123456789")),
+                    ("tag:yaml.org,2002:int", re.compile(r"^[-+]?0[0-9_]+$"), list("-+0")))
+for _tag, _regexp, _first in YAML_12_NUMBERS:
+    _StrictYamlLoader.add_implicit_resolver(_tag, _regexp, _first)
 
 
 def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -110,12 +130,17 @@ def parse_text(text: str, suffix: str) -> Any:
 
 def read_mapping(path: Path) -> dict[str, Any]:
     """Parse a YAML or JSON file whose top level must be a mapping."""
+    if path.exists() and not path.is_file():  # a FIFO would block the read until a writer came
+        raise InputError(path, "", "is a directory, not a file" if path.is_dir() else
+                         "not a regular file (a pipe, socket or device): expected a YAML or JSON file")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # -sig: a byte-order mark is dropped (YAML drops it too)
     except UnicodeDecodeError as exc:
         raise InputError(path, "", f"not a text file (byte {exc.start} is not UTF-8): expected YAML or JSON") from None
     except OSError as exc:
         raise InputError(path, "", f"cannot read file ({exc.strerror})") from None
+    if not text.strip():
+        raise InputError(path, "", "the file is empty: expected a YAML or JSON mapping")
     try:
         data = parse_text(text, path.suffix)
     except DuplicateKeyError as exc:
@@ -127,6 +152,8 @@ def read_mapping(path: Path) -> dict[str, Any]:
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise InputError(path, "", f"YAML syntax error{where}: {problem}") from None
+    if data is None:  # only comments, or a bare `null`
+        raise InputError(path, "", "the file holds no data: expected a YAML or JSON mapping")
     if not isinstance(data, dict):
         raise InputError(path, "", f"expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -135,7 +162,7 @@ def read_mapping(path: Path) -> dict[str, Any]:
 def build(cls: type[T], data: Any, file: str | Path, prefix: str = "") -> T:
     """Validate `data` as `cls`; turn pydantic's errors into one InputError."""
     try:
-        return cls.model_validate(data)
+        return cls.model_validate(data, context=FROM_FILE)  # names: at most MAX_NAME long
     except ValidationError as exc:
         errors = _distinct_errors(exc.errors())
         first = errors[0]
@@ -164,8 +191,14 @@ def _error_reason(error: dict) -> str:
     if error["type"] == "extra_forbidden":
         reason = "unknown field (a typo?)"
     if "input" in error and error["type"] != "missing" and not isinstance(error["input"], (dict, list)):
-        reason += f" (got {error['input']!r})"
+        reason += f" (got {_shown(error['input'])})"
     return reason
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """repr(value), cut short: a 10^5-character name would otherwise fill the one-line message."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
 def _resolve(ref: Any, kind: str, base: Path, file: Path, field: str) -> tuple[dict[str, Any], Path]:
@@ -177,6 +210,8 @@ def _resolve(ref: Any, kind: str, base: Path, file: Path, field: str) -> tuple[d
     for candidate in (base / ref, base / f"{ref}.yaml", bundled_dir(kind) / f"{ref}.yaml"):
         if candidate.is_file():
             return read_mapping(candidate), candidate
+    if (base / ref).exists():  # a folder or a pipe: read_mapping says which
+        return read_mapping(base / ref), base / ref
     raise InputError(file, field, f"no file or bundled {kind[:-1]} named {ref!r} "
                                   f"(bundled: {', '.join(bundled_names(kind))})")
 
@@ -189,6 +224,8 @@ def _find(path: str | Path, kind: str) -> Path:
     for candidate in (bundled_dir(kind) / f"{path}.yaml", bundled_dir(kind) / f"{path}.json"):
         if candidate.is_file():
             return candidate
+    if p.exists():  # a folder or a pipe: read_mapping says which, rather than "no such file"
+        return p
     raise InputError(p, "", "no such file" + (f" or bundled {kind[:-1]}" if "/" not in str(path) else ""))
 
 
@@ -245,9 +282,9 @@ def load_problem(path: str | Path) -> Problem:
     if unknown:
         raise InputError(path, unknown[0], f"unknown field (expected {', '.join(PROBLEM_FIELDS)})")
     cluster_data, cluster_file = _resolve(data["cluster"], "clusters", path.parent, path, "cluster")
-    name = str(data.get("name", path.stem))
+    name = _problem_name(data, path)
     inline = "cluster" if cluster_file == path else ""
-    cluster_name = f"{name}-cluster" if inline else cluster_file.stem
+    cluster_name = _suffixed(name, "-cluster") if inline else cluster_file.stem
     cluster = build(Cluster, _named(cluster_data, cluster_name), cluster_file, inline)
     training = build(TrainingSpec, data["training"], path, "training")
     model = _problem_model(data["model"], path, name, training)
@@ -256,14 +293,46 @@ def load_problem(path: str | Path) -> Problem:
     return build(Problem, {"name": name, "cluster": cluster, "model": model, "training": training, **goal}, path)
 
 
+_NAME = TypeAdapter(Name)
+
+
+def _problem_name(data: dict[str, Any], path: Path) -> str:
+    """The problem's name (its file's stem by default), checked before the inline cluster and
+    model are named after it: `str()` once made `name:` (null) the name "None"."""
+    try:
+        return _NAME.validate_python(data.get("name", path.stem), context=FROM_FILE)
+    except ValidationError as exc:
+        raise InputError(path, "name", _error_reason(exc.errors()[0])) from None
+
+
+def _suffixed(name: str, suffix: str) -> str:
+    """name + suffix, the name cut so that the whole stays a valid name (MAX_NAME)."""
+    return name[: MAX_NAME - len(suffix)] + suffix
+
+
 def _problem_model(ref: Any, path: Path, name: str, training: TrainingSpec) -> ModelSpec:
     """A problem's model: {hf: folder}, inline, a path relative to the problem or a bundled name."""
     folder = _hf_reference(ref, path.parent, path)
     if folder is not None:
         return hf_model(folder, training.seq_len, file=path)
     model_data, model_file = _resolve(ref, "models", path.parent, path, "model")
-    model_name = f"{name}-model" if model_file == path else model_file.stem
+    model_name = _suffixed(name, "-model") if model_file == path else model_file.stem
     return build(ModelSpec, _named(model_data, model_name), model_file, "model" if model_file == path else "")
+
+
+def problem_schema() -> dict[str, Any]:
+    """The JSON Schema of a problem file as load_problem reads it: besides an inline mapping,
+    `cluster` and `model` may be a bundled name or a path, and `model` {hf: FOLDER}. (Problem's
+    own schema, for the validated type, has only the mappings.)"""
+    schema = Problem.model_json_schema()
+    props = schema["properties"]
+    named = "a bundled {0}'s name, or the path of a {0} file relative to the problem file"
+    props["cluster"] = {"anyOf": [props["cluster"], {"type": "string", "description": named.format("cluster")}]}
+    hf = {"type": "object", "additionalProperties": False, "required": ["hf"],
+          "properties": {"hf": {"type": "string", "description": "a Hugging Face model folder or its config.json, "
+                                                                "relative to the problem file"}}}
+    props["model"] = {"anyOf": [props["model"], {"type": "string", "description": named.format("model")}, hf]}
+    return schema
 
 
 def load_plan(path: str | Path):
@@ -295,5 +364,13 @@ def problem_to_dict(problem: Problem) -> dict[str, Any]:
 _SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
+class _Dumper(_SafeDumper):
+    """Quotes the strings that _StrictYamlLoader reads as numbers (a machine named 09 or 1e3)."""
+
+
+for _tag, _regexp, _first in YAML_12_NUMBERS:
+    _Dumper.add_implicit_resolver(_tag, _regexp, _first)
+
+
 def save_yaml(data: dict[str, Any], path: str | Path) -> None:
-    Path(path).write_text(yaml.dump(data, Dumper=_SafeDumper, sort_keys=False))
+    Path(path).write_text(yaml.dump(data, Dumper=_Dumper, sort_keys=False))

@@ -7,7 +7,7 @@ from enum import Enum
 
 from pydantic import Field, model_validator
 
-from planner.base import Frozen
+from planner.base import Input, Name
 
 from planner.hardware import Cluster
 from planner.workload import ModelSpec, TrainingSpec
@@ -26,8 +26,8 @@ class Objective(str, Enum):
     __format__ = str.__format__
 
 
-class Problem(Frozen):
-    name: str = Field(default="problem", description="problem name, echoed in plan files")
+class Problem(Input):
+    name: Name = Field(default="problem", description="problem name, echoed in plan files")
     cluster: Cluster
     model: ModelSpec
     training: TrainingSpec

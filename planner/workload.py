@@ -6,32 +6,48 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from planner.base import Frozen
+from planner.base import Input, Name
 
 ScheduleName = Literal["1f1b", "gpipe"]  # the keys of planner.schedules.SCHEDULES
 ZeroStage = Literal[0, 1]  # docs: ZeRO-1 across asymmetric pipelines
 
+# Upper limits on model and training sizes, each far beyond any real model (the largest have
+# about 130 layers, h ≈ 2.5·10^4, V ≈ 2.6·10^5, contexts of 10^7 tokens): a larger figure is a
+# typo, and far past them the cost model's arithmetic overflows (a hidden size of 2^70 did).
+MAX_LAYERS = 10**4
+MAX_WIDTH = 2**20  # hidden, heads, kv heads, ffn hidden
+MAX_VOCAB = 2**24
+MAX_TOKENS = 2**24  # seq_len and token_block: 1.7·10^7 tokens
+# global_batch and micro_batch, sequences: 1.1·10^12, the largest batch tests/test_planner_scale.py
+# plans (10^12); with s ≤ MAX_TOKENS the tokens of an iteration stay below 2^64
+MAX_BATCH = 2**40
+MAX_BYTES = 1024.0  # bytes per parameter or element (16 for mixed-precision Adam)
+MAX_RESERVED_GIB = 1e6  # as the largest device memory (planner.hardware.MAX_MEMORY_GIB)
 
-class ModelSpec(Frozen):
+
+class ModelSpec(Input):
     """A Llama-style decoder."""
 
-    name: str = Field(default="model", description="model name")
-    layers: int = Field(ge=1, description="L, transformer layers")
-    hidden: int = Field(ge=1, description="h, hidden size")
-    heads: int = Field(ge=1, description="a, attention heads")
-    kv_heads: int | None = Field(default=None, ge=1, description="k, kv heads (GQA); default a")
-    ffn_hidden: int = Field(ge=1, description="f, MLP hidden size")
-    vocab: int = Field(ge=1, description="V, vocabulary size")
+    name: Name = Field(default="model", description="model name")
+    layers: int = Field(ge=1, le=MAX_LAYERS, description="L, transformer layers")
+    hidden: int = Field(ge=1, le=MAX_WIDTH, description="h, hidden size")
+    heads: int = Field(ge=1, le=MAX_WIDTH, description="a, attention heads")
+    kv_heads: int | None = Field(default=None, ge=1, le=MAX_WIDTH, description="k, kv heads (GQA); default a")
+    ffn_hidden: int = Field(ge=1, le=MAX_WIDTH, description="f, MLP hidden size")
+    vocab: int = Field(ge=1, le=MAX_VOCAB, description="V, vocabulary size")
     gated: bool = Field(default=True, description="SwiGLU (three MLP matrices) or plain MLP (two)")
     qkv_bias: bool = Field(default=False, description="biases on the q, k, v projections (Qwen2)")
     tied_embeddings: bool = Field(
         default=False, description="the LM head shares the embedding's matrix (priced as two synced copies)")
     # runtime only (docs/models-and-data.md §12): the numbers the runtime's decoder needs, no cost-model term
     rope_theta: float = Field(default=10000.0, gt=0, description="rotary embeddings' base (runtime only)")
-    norm_eps: float = Field(default=1e-5, gt=0, description="RMSNorm epsilon (runtime only)")
-    hf_folder: str = Field(default="", description="the Hugging Face model folder it was read from "
-                                                   "(weights, tokenizer; runtime only); empty: none")
+    norm_eps: float = Field(default=1e-5, gt=0, le=1, description="RMSNorm epsilon (runtime only)")
+    # set by the Hugging Face reader, not written in files: hidden from the printed schema
+    hf_folder: SkipJsonSchema[str] = Field(
+        default="", description="the Hugging Face model folder it was read from (weights, tokenizer; runtime only); "
+                                "empty: none")
 
     @model_validator(mode="after")
     def _check_heads(self) -> ModelSpec:
@@ -96,30 +112,32 @@ class ModelSpec(Frozen):
         return sizes
 
 
-class TrainingSpec(Frozen):
-    seq_len: int = Field(ge=1, description="s, sequence length (tokens)")
-    global_batch: int = Field(ge=1, description="B, sequences per iteration")
-    micro_batch: int = Field(default=1, ge=1, description="b, sequences per micro-batch")
+class TrainingSpec(Input):
+    seq_len: int = Field(ge=1, le=MAX_TOKENS, description="s, sequence length (tokens)")
+    global_batch: int = Field(ge=1, le=MAX_BATCH, description="B, sequences per iteration")
+    micro_batch: int = Field(default=1, ge=1, le=MAX_BATCH, description="b, sequences per micro-batch")
     recompute: bool = Field(default=True, description="full activation recomputation")
     param_state_bytes: float = Field(
-        default=16, gt=0, description="μ, bytes of weights+grads+optimizer state per parameter"
+        default=16, gt=0, le=MAX_BYTES, description="μ, bytes of weights+grads+optimizer state per parameter"
     )
-    grad_bytes: float = Field(default=2, gt=0, description="γ, bytes per gradient element on the wire")
-    act_bytes: float = Field(default=2, gt=0, description="β, bytes per activation element")
-    reserved_gib: float = Field(default=2, ge=0, description="R, per-device runtime reserve, GiB")
+    grad_bytes: float = Field(default=2, gt=0, le=MAX_BYTES, description="γ, bytes per gradient element on the wire")
+    act_bytes: float = Field(default=2, gt=0, le=MAX_BYTES, description="β, bytes per activation element")
+    reserved_gib: float = Field(default=2, ge=0, le=MAX_RESERVED_GIB,
+                                description="R, per-device runtime reserve, GiB")
     schedule: ScheduleName = Field(
         default="1f1b", description="pipeline schedule: what runs and what memory is priced (§3.5 q)")
-    token_block: int = Field(default=64, ge=1, description="q, sequence plans: every token count is a multiple of q (§7)")
+    token_block: int = Field(default=64, ge=1, le=MAX_TOKENS,
+                             description="q, sequence plans: every token count is a multiple of q (§7)")
     sequence_parallel: bool = Field(
         default=False, description="Megatron sequence parallelism inside TP stages: norms, residuals and "
                                    "the kept layer input split over the t devices (§3.5 memory)")
     zero_stage: ZeroStage = Field(
         default=0, description="0: every pipeline keeps its whole optimizer state; 1: the D holders of a "
                                "chunk shard its optimizer state and master weights (§11)")
-    weight_bytes: float = Field(default=2, gt=0, description="μ_w, bytes per parameter of the weights "
-                                                             "the forward pass reads (part of μ)")
-    optimizer_bytes: float = Field(default=12, ge=0, description="μ_o, bytes per parameter of master "
-                                                                 "weights and Adam moments (part of μ)")
+    weight_bytes: float = Field(default=2, gt=0, le=MAX_BYTES,
+                                description="μ_w, bytes per parameter of the weights the forward pass reads (part of μ)")
+    optimizer_bytes: float = Field(default=12, ge=0, le=MAX_BYTES,
+                                   description="μ_o, bytes per parameter of master weights and Adam moments (part of μ)")
 
     @model_validator(mode="after")
     def _check_batch(self) -> TrainingSpec:

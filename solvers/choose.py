@@ -1,8 +1,9 @@
 """Which plan kind a problem is solved in, and `solve(problem, solver, kind="auto")` (the API's
 `hexiscale.solve`; `hexiscale solve` chooses the same way).
 
-An explicit kind always wins. `auto` chooses by cost: every kind that has the solver is solved
-within the one time limit and the faster plan is kept, the reason saying both figures. Which
+An explicit kind always wins. `auto` chooses by the objective: every kind that has the solver is
+solved within the one time limit and the faster plan is kept (under objective cost, the cheaper
+per token), the reason saying both figures. Which
 kind is *expected* to win follows the sequence length: each kind says from which seq_len on it
 is preferred (`SolverKind.auto_from_seq_len`: sequence plans from
 `solvers.sequence.LONG_CONTEXT_TOKENS` on, where activations and s² attention dominate,
@@ -21,7 +22,7 @@ import time
 from planner.base import format_seconds
 from planner.kinds import evaluate, kind_of
 from planner.prices import objective_value
-from planner.problem import Problem
+from planner.problem import Objective, Problem
 from solvers.common import SolveResult, SolverOptions
 from solvers.kinds import SOLVER_KINDS
 from solvers.registry import SOLVERS_BY_KIND
@@ -62,17 +63,24 @@ MIN_KIND_S = 0.05  # a kind always gets this much, even when the time is spent
 def solve(problem: Problem, solver: str = "heuristic", options: SolverOptions | None = None, *,
           kind: str = AUTO_KIND) -> SolveResult:
     """Run one registered solver in `kind`; `auto` solves every kind that has the solver within
-    the one time limit and keeps the faster plan (`kind_reason` says why, `kinds_tried` has
-    each kind's T)."""
+    the one time limit and keeps the better plan by the objective (`kind_reason` says why,
+    `kinds_tried` has each kind's T, or its cost per million tokens under objective cost)."""
     options = options or SolverOptions()
     preferred, why = choose_kind(problem, kind, solver)
     others = ([k for k in SOLVERS_BY_KIND if k != preferred and solver in SOLVERS_BY_KIND[k]]
               if kind == AUTO_KIND else [])
     kinds = others + [preferred]
     if len(kinds) == 1:
-        return with_prices(problem, solve_in_kind(problem, solver, options, kind=preferred).model_copy(
-            update={"kind_reason": why}))
+        return with_prices(problem, _registered(solve_in_kind(problem, solver, options, kind=preferred), solver,
+                                                preferred).model_copy(update={"kind_reason": why}))
     return with_prices(problem, _fastest_of(problem, solver, options, kinds))
+
+
+def _registered(result: SolveResult, solver: str, kind: str) -> SolveResult:
+    """The result under its solver's registered name: a budget that no machine set meets is answered
+    before any solver runs, under the function's name (`solve_heuristic`: solvers/objective.py
+    wraps functions, and cannot import the registry, whose solvers import it)."""
+    return result if result.solver in SOLVERS_BY_KIND[kind] else result.model_copy(update={"solver": solver})
 
 
 def with_prices(problem: Problem, result: SolveResult) -> SolveResult:
@@ -87,8 +95,9 @@ def with_prices(problem: Problem, result: SolveResult) -> SolveResult:
 
 def _fastest_of(problem: Problem, solver: str, options: SolverOptions, kinds: list[str]) -> SolveResult:
     """Each kind solved in turn, the preferred one (`kinds[-1]`) last: the others share
-    OTHERS_SHARE of the limit, the preferred one gets what is left. The result with the smallest
-    T (the preferred kind's when none has a plan)."""
+    OTHERS_SHARE of the limit, the preferred one gets what is left. The result best by the
+    objective: the smallest T, or cost per token under objective cost (the preferred kind's when
+    none has a plan); `kinds_tried` holds each kind's figure of it."""
     start, results = time.perf_counter(), {}
     others_end = options.time_limit_s * OTHERS_SHARE
     for i, name in enumerate(kinds):
@@ -97,26 +106,38 @@ def _fastest_of(problem: Problem, solver: str, options: SolverOptions, kinds: li
         budget = max(MIN_KIND_S, options.time_limit_s - spent if last
                      else (others_end - spent) / (len(kinds) - 1 - i))
         hint = options.hint if options.hint is not None and kind_of(options.hint).name == name else None
-        results[name] = solve_in_kind(problem, solver, options.model_copy(update={"time_limit_s": budget, "hint": hint}),
-                                      kind=name)
+        results[name] = _registered(solve_in_kind(problem, solver, options.model_copy(
+            update={"time_limit_s": budget, "hint": hint}), kind=name), solver, name)
     results = {name: results[name] for name in kinds[::-1]}  # reported preferred kind first
-    tried = {name: r.objective_s if r.plan is not None else None for name, r in results.items()}
-    found = [name for name in results if tried[name] is not None]  # a tie goes to the preferred kind
     # the objective's figure: T, or the cost per token under objective cost (docs/prices.md §13)
-    best = (min(found, key=lambda name: objective_value(problem, results[name].plan, tried[name])) if found
-            else kinds[-1])
-    return results[best].model_copy(update={"kind_reason": _reason(best, results), "kinds_tried": tried})
+    tried = {name: objective_value(problem, r.plan, r.objective_s) if r.plan is not None else None
+             for name, r in results.items()}
+    found = [name for name in results if tried[name] is not None]  # a tie goes to the preferred kind
+    best = min(found, key=lambda name: tried[name]) if found else kinds[-1]
+    return results[best].model_copy(update={"kind_reason": _reason(problem, best, results, tried),
+                                            "kinds_tried": tried})
 
 
-def _reason(best: str, results: dict[str, SolveResult]) -> str:
-    """'--kind auto: solved both kinds: sequence 9.05 s, layered 10.61 s; sequence is 1.17× faster'."""
+def _reason(problem: Problem, best: str, results: dict[str, SolveResult], tried: dict[str, float | None]) -> str:
+    """'--kind auto: solved every kind (sequence 9.05 s, layered 10.61 s); sequence is 1.17× faster', or
+    under objective cost by the cost per million tokens ('… is 1.3× cheaper per token'): the figure the
+    choice was made by."""
+    cost = problem.objective == Objective.cost
+
     def figure(name: str, r: SolveResult) -> str:
-        return f"{name} {format_seconds(r.objective_s)}" if r.plan is not None else f"{name}: no plan ({r.status.value})"
+        if r.plan is None:
+            return f"{name}: no plan ({r.status.value})"
+        if cost:
+            return f"{name} ${tried[name]:.4g} per Mtok (T {format_seconds(r.objective_s)})"
+        return f"{name} {format_seconds(r.objective_s)}"
     listed = ", ".join(figure(name, r) for name, r in results.items())
-    others = [r.objective_s for name, r in results.items() if name != best and r.plan is not None]
+    others = [tried[name] for name in results if name != best and tried[name] is not None]
     if results[best].plan is None:
         return f"--kind auto: solved every kind ({listed}); none found a plan"
     if not others:
         return f"--kind auto: solved every kind ({listed}); only {best} plans were found"
-    return (f"--kind auto: solved every kind ({listed}); {best} is "
-            f"{min(others) / results[best].objective_s:.3g}× faster")
+    ratio = min(others) / tried[best]
+    if ratio <= 1 + 1e-9:  # one plan priced alike in both kinds (one device): the preferred kind is kept
+        return f"--kind auto: solved every kind ({listed}); they tie, and the sequence length prefers {best}"
+    better = "cheaper per token" if cost else "faster"
+    return f"--kind auto: solved every kind ({listed}); {best} is {ratio:.3g}× {better}"

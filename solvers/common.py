@@ -46,7 +46,7 @@ class SolveResult(Frozen):
     kind_reason: str = Field(default="", description="why this plan kind, when `solvers.choose.solve` chose it "
                                                      "(kind auto); '' when the kind was given")
     kinds_tried: dict[str, float | None] = Field(
-        default_factory=dict, description="kind auto: every plan kind solved and its T (None: no plan found)")
+        default_factory=dict, description="kind auto: every plan kind solved and its objective (T; cost per Mtok under objective cost; None: no plan found)")
     rent_per_hour: float | None = Field(
         default=None, ge=0, description="the plan's rent per hour (docs/prices.md §13); None without prices or plan")
     cost_per_mtok: float | None = Field(

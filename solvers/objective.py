@@ -156,7 +156,7 @@ def _best_of(problem: Problem, outcomes: list, *, complete: bool, wall: float, s
         return SolveResult(solver=name, status=status, wall_s=wall, message=(
             f"no plan within the budget of {problem.budget_per_hour:g} per hour: solved on {what}"
             + ("" if proven else "; that is no proof that none exists")))
-    t, i = min(found)
+    t, i = _least(problem, outcomes, found)
     machines, best = outcomes[i]
     status = SolveStatus.optimal if proven else SolveStatus.feasible
     bound = None if bound is None else min(bound, t)
@@ -165,6 +165,21 @@ def _best_of(problem: Problem, outcomes: list, *, complete: bool, wall: float, s
     note = f"best of {what}: rents {len(rental.rented_of(problem, plan))}/{len(problem.cluster.machines)} machines"
     return best.model_copy(update={"status": status, "plan": plan, "objective_s": t, "bound_s": bound,
                                    "wall_s": wall, "message": "; ".join(filter(None, [best.message, note]))})
+
+
+def _least(problem: Problem, outcomes: list, found: list[tuple[float, int]]) -> tuple[float, int]:
+    """The least T found, and of the sets that tie in it (within frontiers.TIE) the one of least
+    rent, then least cost per token, as the exact solvers break ties (`least_rent_of_ties`): by
+    index, a dearer set of equal T won, and the frontier and objective cost priced its rent."""
+    least = min(t for t, _ in found)
+    ties = [(t, i) for t, i in found if t <= least * (1 + frontiers.TIE)]
+    if not problem.cluster.priced:
+        return min(ties)
+
+    def dearness(pair: tuple[float, int]) -> tuple[float, float, int]:
+        rent = rent_per_hour(problem, outcomes[pair[1]][1].plan)
+        return rent, cost_of(problem, rent, pair[0]), pair[1]
+    return min(ties, key=dearness)
 
 
 def _set_bound(result: SolveResult) -> float | None:
@@ -178,7 +193,7 @@ def _nothing_fits(problem: Problem, fn: SolverFn, start: float, *, proven: bool)
     listed (a proof), else unknown."""
     least = rental.least_rent_holding_states(problem)
     need = "" if least is None else f"; the cheapest machine set found that can hold them rents {least:g} per hour"
-    return SolveResult(solver=getattr(fn, "__name__", "solver"),
+    return SolveResult(solver=getattr(fn, "__name__", "solver"),  # solvers.choose names it as registered
                        status=SolveStatus.infeasible if proven else SolveStatus.unknown,
                        wall_s=time.perf_counter() - start,
                        message=f"no plan within the budget of {problem.budget_per_hour:g} per hour: no machine "

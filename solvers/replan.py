@@ -2,8 +2,9 @@
 repaired onto it (the warm start), a fresh solve, and the better of the two.
 
 Device ids are positions in the cluster (machine 0's devices first), so removing devices
-shifts every later id: `survivors` returns the smaller problem (named `<name>-minus<k>`, so
-a plan in its ids is not taken for one of the old problem) and the map old id → new id, and
+shifts every later id: `survivors` returns the smaller problem (named `<name>-without-<ids>`,
+the lost ids as runs, e.g. `demo-asym-without-0-3,8`: so a plan in its ids is taken neither
+for one of the old problem nor for one after other losses) and the map old id → new id, and
 every plan returned here is written in the new problem's ids.
 
 Each plan kind repairs its own structure (`SolverKind.replan`: `solvers.layered.replan`,
@@ -13,14 +14,15 @@ the faster valid candidate, what changed — is shared here.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
 from pydantic import Field
 
-from planner.base import Frozen, format_seconds
+from planner.base import Frozen, format_runs, format_seconds
 from planner.hardware import Cluster
-from planner.kinds import AnyPlan, kind_of
+from planner.kinds import AnyPlan, kind_of, validate
 from planner.problem import Problem
 from planner.workload import ModelSpec
 from solvers.common import SolverOptions
@@ -32,6 +34,10 @@ class ReplanError(ValueError):
     """The lost devices cannot be removed (unknown ids, nothing left); one line."""
 
 
+class NoReplanError(ReplanError):
+    """Neither the repaired plan nor a fresh solve is valid on the survivors: no plan (not bad input)."""
+
+
 class ReplanResult(Frozen):
     problem: Problem = Field(description="the survivors' problem (new device ids)")
     plan: AnyPlan = Field(description="the new plan (the old plan's kind), in the new problem's ids")
@@ -41,6 +47,7 @@ class ReplanResult(Frozen):
     new_s: float = Field(description="the new plan's T")
     chosen: str = Field(description="repaired (the old plan's structure) or the fresh solver's name")
     repaired_s: float | None = Field(default=None, description="T of the repaired old plan (None: invalid)")
+    repaired_why: str = Field(default="", description="why the repaired plan is no candidate ('' when it is)")
     fresh_s: float | None = Field(default=None, description="T of the fresh solve (None: no plan)")
     changes: tuple[str, ...] = Field(default=(), description="what changed, one line each")
     wall_s: float = Field(ge=0, description="re-planning wall time")
@@ -80,8 +87,21 @@ def survivors(problem: Problem, lost: set[int]) -> tuple[Problem, dict[int, int]
     data["racks"] = [rack | {"machines": [n for n in rack["machines"] if n in names]} for rack in data["racks"]
                      if sum(n in names for n in rack["machines"]) >= 2]
     new = problem.model_copy(update={"cluster": Cluster.model_validate(data),
-                                     "name": f"{problem.name}-minus{len(lost)}"})
+                                     "name": survivors_name(problem.name, lost)})
     return Problem.model_validate(new.model_dump()), mapping
+
+
+MAX_RUNS_IN_NAME = 64  # characters of lost ids a name spells out; more are counted and hashed
+
+
+def survivors_name(name: str, lost) -> str:
+    """The survivors' problem's name: which devices were lost, not only how many (two replans
+    that lose as many devices would write one file, and the later would judge the earlier plan).
+    Many scattered ids are counted and hashed instead: the name is a file name too."""
+    runs = format_runs(sorted(lost))
+    if len(runs) > MAX_RUNS_IN_NAME:
+        runs = f"{len(lost)}-devices-{hashlib.sha256(runs.encode()).hexdigest()[:10]}"
+    return f"{name}-without-{runs}"
 
 
 def replan(problem: Problem, plan: Any, lost=(), *, lost_machines=(), solver: str = "heuristic",
@@ -102,15 +122,27 @@ def replan(problem: Problem, plan: Any, lost=(), *, lost_machines=(), solver: st
         trained_seq_len=trained_seq_len, deadline=start + options.time_limit_s)
     fresh_s = valid_time(new, fresh.plan)
     if repaired_s is None and fresh_s is None:
-        raise ReplanError(f"no valid plan on the {new.cluster.num_devices} surviving devices "
-                          f"({'; '.join(notes) or fresh.message or fresh.status.value})")
+        raise NoReplanError(f"no valid plan on the {new.cluster.num_devices} surviving devices "
+                            f"({'; '.join(notes) or fresh.message or fresh.status.value})")
     use_repaired = fresh_s is None or (repaired_s is not None and repaired_s <= fresh_s)
     chosen_plan, new_s = (repaired, repaired_s) if use_repaired else (fresh.plan, fresh_s)
     old_s = valid_time(problem, plan)
     return ReplanResult(problem=new, plan=chosen_plan, lost=tuple(sorted(gone)), old_to_new=mapping,
                         old_s=old_s, new_s=new_s, chosen="repaired" if use_repaired else fresh.solver,
-                        repaired_s=repaired_s, fresh_s=fresh_s, wall_s=time.perf_counter() - start,
+                        repaired_s=repaired_s, repaired_why=_not_a_candidate(new, plan, repaired, repaired_s),
+                        fresh_s=fresh_s, wall_s=time.perf_counter() - start,
                         changes=tuple(summary(plan, chosen_plan, (changes if use_repaired else []) + notes, old_s, new_s)))
+
+
+def _not_a_candidate(problem: Problem, old: Any, repaired: Any, repaired_s: float | None) -> str:
+    """Why the repaired plan is no candidate: no unit of the old plan survived, its first broken
+    rule, or (valid) the run cannot train it; '' when it is one."""
+    if repaired_s is not None:
+        return ""
+    if repaired is None:
+        return f"no {kind_of(old).unit} of the old plan survived whole"
+    violations = validate(problem, repaired)
+    return str(violations[0]) if violations else "valid, but the trained model cannot run it"
 
 
 def summary(old: Any, new: Any, repairs: list[str], old_s: float | None, new_s: float) -> list[str]:

@@ -66,3 +66,25 @@ def test_a_hint_file_is_read(tmp_path):
     result = CliRunner().invoke(app, ["solve", "tiny-2-tiny", "--solver", "cpsat", "--hint", str(first), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["objective_s"] == pytest.approx(load_plan(first).solver.objective_s, rel=1e-9)
+
+
+def test_a_hint_for_another_problem_needs_force_as_evaluate_does():
+    result = CliRunner().invoke(app, ["solve", "tiny-2-tiny", "-s", "cpsat", "--hint", "demo-tiny", "-t", "5"])
+    assert result.exit_code == 2
+    assert "made for problem 'demo-tiny', not 'tiny-2-tiny'" in result.output and "--force" in result.output
+    forced = CliRunner().invoke(app, ["solve", "tiny-2-tiny", "-s", "cpsat", "--hint", "demo-tiny", "--force",
+                                      "-t", "5"])
+    assert forced.exit_code == 0, forced.output
+
+
+@pytest.mark.parametrize("args, why", [
+    (["demo-tiny", "--kind", "layered", "-s", "cpsat", "--hint", "longctx-tiny"],
+     "it is a sequence plan; only layered plans warm-start cpsat"),
+    (["longctx-tiny", "--kind", "sequence", "-s", "cpsat", "--hint", "demo-tiny"],
+     "the sequence cpsat takes no warm start; the layered one does"),
+])
+def test_a_hint_of_the_other_kind_is_ignored_with_a_note(args, why):
+    """A sequence plan as the hint of a layered solve stopped it with an internal error (exit 3)."""
+    result = CliRunner().invoke(app, ["solve", *args, "--force", "-t", "5"])
+    assert result.exit_code == 0, result.output
+    assert f"note: --hint is ignored: {why}" in result.stderr

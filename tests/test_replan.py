@@ -27,7 +27,7 @@ def test_survivors_shift_later_ids_and_drop_an_emptied_machine():
     problem = load_problem("demo-tiny")  # machines r4090-0 (devices 0, 1), r3090-0 (2, 3)
     new, mapping = survivors(problem, {0, 1, 3})
     assert mapping == {2: 0} and new.cluster.num_devices == 1
-    assert [m.name for m in new.cluster.machines] == ["r3090-0"] and new.name == "demo-tiny-minus3"
+    assert [m.name for m in new.cluster.machines] == ["r3090-0"] and new.name == "demo-tiny-without-0-1,3"
     assert lost_devices(problem, machines=["r3090-0"]) == {2, 3} == lost_devices(problem, machines=["1"])
     with pytest.raises(ReplanError, match="device 4 is not in the cluster"):
         lost_devices(problem, [4])

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
+import tempfile
 import time
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Callable
@@ -100,16 +103,16 @@ class WorkLog:
             return
         now = time.perf_counter()
         took = f" (previous step {now - self.started:.1f} s)" if self.started is not None else ""
-        err_console.print(text + took, highlight=False)
+        err_console.print(text + took, highlight=False, markup=False)  # it names files and machines
         self.started = now
 
 
 def progress_line(status, message: str) -> None:
     """`message` on the spinner `status` on a terminal; a line on stderr otherwise (a log shows
-    where the work is)."""
-    status.update(message)
+    where the work is). Printed as it reads: it names problems, which may hold "[...]"."""
+    status.update(escape(message))
     if not err_console.is_terminal:
-        err_console.print(message, highlight=False, soft_wrap=True)  # one line each in a log
+        err_console.print(message, highlight=False, soft_wrap=True, markup=False)  # one line each in a log
 
 
 def check_plan_is_for(problem, plan, plan_path, force: bool) -> None:
@@ -134,30 +137,78 @@ def checked_statistic(value: str) -> str:
 
 
 def writable_file(path: Path | None, option: str) -> Path | None:
-    """Check, before any long work, that `path` can be written: its folder exists and is
-    writable, and it is not itself a folder. Fails with the option's name."""
+    """Check, before any long work, that `path` can be written: its folder is a folder, and the
+    file opens for appending (os.access would not do: root passes it everywhere, /proc included).
+    A file this check creates is removed again. Fails with the option's name."""
     if path is None:
         return None
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         fail(f"{option}: {path} is a folder, expected a file name")
+    if folder.exists() and not folder.is_dir():
+        fail(f"{option}: cannot write {path}: {folder} is a file, not a folder")
     if not folder.is_dir():
         fail(f"{option}: cannot write {path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        fail(f"{option}: cannot write {path}: permission denied")
+    existed = path.exists()
+    try:
+        with open(path, "a"):  # appending nothing leaves an existing file as it was
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as exc:
+        fail(f"{option}: cannot write {path}: {exc.strerror or exc}")
     return path
 
 
 def writable_folder(path: Path | None, option: str) -> Path | None:
-    """A folder that exists and is writable, or can be created (its nearest existing parent is
-    writable). Checked before any long work."""
+    """A folder that exists, or can be created, and takes a file: tried (the folders created for
+    the try and the file are removed again), as os.access passes anything for root. Checked
+    before any long work."""
     if path is None:
         return None
     path = Path(path)
     if path.exists() and not path.is_dir():
         fail(f"{option}: {path} is a file, expected a folder")
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        fail(f"{option}: cannot write into {path}: permission denied at {existing}")
+    created = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as exc:
+        fail(f"{option}: cannot write into {path}: {exc.strerror or exc}")
+    finally:
+        for folder in created:
+            try:
+                folder.rmdir()
+            except OSError:  # never made (mkdir failed above it), or not empty
+                pass
     return path
+
+
+@contextmanager
+def writing(path):
+    """Around the writing of an output: a write that fails after the work (a full disk,
+    /dev/full, a folder gone) is one line and exit 2, as a path refused before it."""
+    try:
+        yield path
+    except OSError as exc:
+        fail(f"{path}: cannot write: {exc.strerror or exc}")
+
+
+# --time-limit, the same option on every command that has one: seconds, finite, at most a week
+MIN_TIME_LIMIT_S = 0.001
+MAX_TIME_LIMIT_S = 7 * 24 * 3600.0
+
+
+def checked_time_limit(param: typer.CallbackParam, value: float | None) -> float | None:
+    """A time limit from MIN_TIME_LIMIT_S to MAX_TIME_LIMIT_S, or one line and exit 2 (inf and
+    nan included: the solvers turn the limit into work counts and deadlines)."""
+    if value is not None and not (math.isfinite(value) and MIN_TIME_LIMIT_S <= value <= MAX_TIME_LIMIT_S):
+        fail(f"{param.opts[0]}: expected seconds from {MIN_TIME_LIMIT_S:g} to {MAX_TIME_LIMIT_S:g} (one week), "
+             f"got {value:g}")
+    return value
+
+
+def time_limit_option(help: str, default: float | None = 60.0, *names: str):
+    """The `-t/--time-limit` option (or another time limit, by its `names`), checked as above."""
+    return typer.Option(default, *(names or ("--time-limit", "-t")), callback=checked_time_limit, help=help)

@@ -25,12 +25,13 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.budget import CommandBudget
-from hexiscale.cli.app import (app, console, err_console, fail, friendly_errors, progress_line, writable_file,
-                               writable_folder)
+from hexiscale.cli.views import plain
+from hexiscale.cli.app import (app, console, err_console, fail, friendly_errors, progress_line, time_limit_option,
+                               writable_file, writable_folder, writing)
 from planner.base import Frozen
 from planner.io import load_problem, save_plan
 from planner.kinds import headline, kind_of, validate
-from planner.problem import Problem
+from planner.problem import Objective, Problem
 from solvers.choose import AUTO_KIND, choose_kind
 from solvers.common import SolveResult, SolverOptions
 from solvers.kinds import SOLVER_KINDS, solver_kind
@@ -148,9 +149,10 @@ def compare_problem(problem: Problem, solvers: list[str], options: SolverOptions
         row, result = run_solver(problem, spec, opts, exact_max_devices, kind)
         rows.append(row)
         if plans_dir is not None and result is not None and result.plan is not None:
-            plans_dir.mkdir(parents=True, exist_ok=True)
             label = name if row_kind == kind else f"{row_kind}-{name}"
-            save_plan(result.plan, plans_dir / f"{problem.name}.{label}.json")
+            with writing(plans_dir / f"{problem.name}.{label}.json") as path:
+                plans_dir.mkdir(parents=True, exist_ok=True)
+                save_plan(result.plan, path)
         if row_kind == kind and name == ref_name:
             reference = row
     if reference is None:  # the speed-up column needs the reference figure even if not asked for
@@ -190,7 +192,6 @@ def comparison_table(problem: Problem, rows: list[ComparisonRow]) -> Table:
     """One row per solver; each row's note goes in the caption so the numbers fit 80 columns.
     A table mixing plan kinds gets a kind column; its speed-up column is against the main
     kind's reference (the kind of the first row)."""
-    best = min((r.iteration_s for r in rows if r.iteration_s is not None), default=None)
     kinds = list(dict.fromkeys(r.kind for r in rows)) or [DEFAULT_KIND]
     mixed = len(kinds) > 1
     notes = "\n".join(f"{r.solver if r.kind == kinds[0] else r.kind + ':' + r.solver}: {r.message}"
@@ -200,35 +201,53 @@ def comparison_table(problem: Problem, rows: list[ComparisonRow]) -> Table:
                 or any(r.gap is not None for r in rows))
     plans = "" if kinds == [DEFAULT_KIND] else f", {kinds[0]} plans" + (
         " and the best " + ", ".join(kinds[1:]) + " plan" if mixed else "")
-    table = Table(title=f"{problem.name}: {problem.model.name} on {problem.cluster.name} "
+    table = Table(title=f"{plain(problem.name)}: {plain(problem.model.name)} on {plain(problem.cluster.name)} "
                         f"({problem.cluster.num_devices} GPUs, s = {problem.training.seq_len:,}{plans})",
                   box=box.SIMPLE_HEAD, header_style="bold",
-                  caption=notes or None, caption_justify="left", padding=(0, 1), pad_edge=False,
+                  caption=plain(notes) or None, caption_justify="left", padding=0, pad_edge=False,
                   collapse_padding=True, show_edge=False)
-    table.add_column("solver", overflow="fold")  # the one column that may wrap on a narrow terminal
-    if mixed:
-        table.add_column("kind", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    ref = solver_kind(kinds[0]).reference_label
     priced = any(r.rent_per_hour is not None for r in rows)  # docs/prices.md §13
-    for col, width in (("T (s)", 6), ("tok/s", 6), ("MFU", 5), ("gap", 5), (ref, 5), ("solve s", 7), ("used", 5),
-                       ("$/h", 6), ("$/Mtok", 6)):
-        # with prices, rent and cost take tokens/s's place (T says it) so that the table fits 80 columns
-        if (col != "gap" or show_gap) and (col not in ("$/h", "$/Mtok") or priced) and (col != "tok/s" or not priced):
-            table.add_column(col, justify="right", no_wrap=True, min_width=width)
+    _add_columns(table, rows, mixed, show_gap, priced, solver_kind(kinds[0]).reference_label)
+    best = _best(problem, rows)
     for r in rows:
-        t = _fmt(r.iteration_s, ".4g")
-        if r.iteration_s is not None and r.iteration_s == best:
-            t = f"[bold green]{t}[/]"
         style = STATUS_STYLE.get(r.status, "")
+        t, cost = _fmt(r.iteration_s, ".4g"), _fmt(r.cost_per_mtok, ".4g")
+        if r is best and problem.objective == Objective.cost:  # the objective's figure in bold
+            cost = f"[bold green]{cost}[/]"
+        elif r is best:
+            t = f"[bold green]{t}[/]"
         table.add_row(r.solver, *([r.kind] if mixed else []),
                       f"[{style}]{r.status}[/]" if style else r.status, t,
                       *([] if priced else [_kilo(r.tokens_per_s)]), _fmt(r.mfu, ".1%"),
                       *([_fmt(r.gap, ".1%")] if show_gap else []),
                       _fmt(r.speedup, ".2f", "×"), _fmt(r.wall_s, ".2g"),
                       "—" if r.devices_used is None else f"{r.devices_used}/{problem.cluster.num_devices}",
-                      *([_fmt(r.rent_per_hour, ",.2f"), _fmt(r.cost_per_mtok, ".4g")] if priced else []))
+                      *([_fmt(r.rent_per_hour, ",.2f"), cost] if priced else []))
     return table
+
+
+def _add_columns(table: Table, rows: list[ComparisonRow], mixed: bool, show_gap: bool, priced: bool,
+                 ref: str) -> None:
+    """The solver's name always whole (the rows differ by it alone; kind, status and the figures
+    may agree); on a narrow terminal the numeric columns fold instead."""
+    table.add_column("solver", no_wrap=True, min_width=max((len(r.solver) for r in rows), default=6))
+    if mixed:
+        table.add_column("kind", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for col, width in (("T (s)", 5), ("tok/s", 6), ("MFU", 5), ("gap", 5), (ref, 5), ("solve s", 5), ("used", 5),
+                       ("$/h", 5), ("$/Mtok", 6)):
+        # with prices, rent and cost take tokens/s's place (T says it) so that the table fits 80 columns
+        if (col != "gap" or show_gap) and (col not in ("$/h", "$/Mtok") or priced) and (col != "tok/s" or not priced):
+            table.add_column(col, justify="right", overflow="fold", min_width=width)
+
+
+def _best(problem: Problem, rows: list[ComparisonRow]) -> ComparisonRow | None:
+    """The row best by the problem's objective: least T, or least cost per token under objective
+    cost (a tie: the first row)."""
+    cost = problem.objective == Objective.cost
+    figure = (lambda r: r.cost_per_mtok) if cost else (lambda r: r.iteration_s)
+    found = [r for r in rows if r.iteration_s is not None and figure(r) is not None]
+    return min(found, key=figure, default=None)
 
 
 def write_csv(rows: list[ComparisonRow], path: Path) -> None:
@@ -293,9 +312,10 @@ def compare(
                                 "(KIND:NAME for another kind's); default: " + "; ".join(
                                     f"{k.name} {','.join(k.default_solvers)}" for k in SOLVER_KINDS.values())),
     kind: str = typer.Option(AUTO_KIND, "--kind", help="plan kind: auto (as hexiscale solve), " + ", ".join(SOLVERS_BY_KIND)),
-    time_limit: float = typer.Option(60.0, "--time-limit", "-t", min=0.001, help="wall-clock budget of the whole "
-                                     "command, s: its solver runs share it equally (a quick run leaves its rest)"),
-    exact_time_limit: float = typer.Option(None, min=0.001, help="at most this many seconds per cpsat/milp run"),
+    time_limit: float = time_limit_option("wall-clock budget of the whole command, s: its solver runs share it "
+                                          "equally (a quick run leaves its rest)"),
+    exact_time_limit: float = time_limit_option("at most this many seconds per cpsat/milp run", None,
+                                                "--exact-time-limit"),
     exact_max_devices: int = typer.Option(32, help="skip cpsat/milp on clusters larger than this"),
     seed: int = typer.Option(0, help="random seed for the randomized solvers"),
     csv_path: Path = typer.Option(None, "--csv", help="write all rows as CSV"),
@@ -319,7 +339,7 @@ def compare(
     everything: list[ComparisonRow] = []
     for problem, (problem_kind, problem_solvers, why) in zip(loaded, plans):
         if why and not as_json:
-            err_console.print(f"{problem.name}: plan kind {problem_kind} ({why})", highlight=False)
+            err_console.print(f"{problem.name}: plan kind {problem_kind} ({why})", highlight=False, markup=False)
         with err_console.status("") as status:  # stderr: stdout may carry JSON
             rows = compare_problem(problem, problem_solvers, options, exact_max_devices, plans_dir,
                                    on_start=lambda p, s: progress_line(status, f"solving {p} with {s} …"),
@@ -332,9 +352,11 @@ def compare(
     else:
         _footer({k for k, _, _ in plans})
     if csv_path:
-        write_csv(everything, csv_path)
+        with writing(csv_path):
+            write_csv(everything, csv_path)
     if json_path:
-        write_json(everything, json_path)
+        with writing(json_path):
+            write_json(everything, json_path)
 
 
 def _footer(kinds: set[str]) -> None:

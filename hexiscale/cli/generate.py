@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import typer
@@ -25,10 +26,32 @@ PRICES = typer.Option(False, "--prices", help="price every GPU type from instanc
                                             "USD per GPU-hour, sources in its comments; docs/prices.md §13)")
 
 
+def _check_mix(mix: str) -> None:
+    """Refuse what parse_mix would take silently or fail on obscurely: a GPU type named twice
+    (its last weight would win), a weight of nan or inf (numpy's "cannot convert float NaN")."""
+    seen = set()
+    for item in filter(None, (x.strip() for x in mix.split(","))):
+        name, _, weight = (part.strip() for part in item.partition(":"))
+        if name in seen:
+            fail(f"--mix: GPU type {name} is named twice (give each type once, with its whole weight)")
+        seen.add(name)
+        try:
+            finite = math.isfinite(float(weight))
+        except ValueError:
+            continue  # not a number at all, or no weight: parse_mix names the entry
+        if not finite:
+            fail(f"--mix: entry {item!r}: the weight must be a finite number")
+
+
 def _cluster_or_fail(gpus: int, mix: str, seed: int, prices: bool = False):
+    if seed < 0:  # numpy would say only "expected non-negative integer"
+        fail(f"--seed: expected a non-negative integer, got {seed}")
+    _check_mix(mix)
     try:
         cluster = generate_cluster(gpus, mix, seed)
         return priced(cluster) if prices else cluster
+    except ValidationError as exc:  # a cluster the generator should not build: one line all the same
+        fail("cannot generate this cluster: " + exc.errors()[0]["msg"].removeprefix("Value error, "))
     except ValueError as exc:  # bad --gpus / --mix: one line, exit 2
         fail(str(exc))
 

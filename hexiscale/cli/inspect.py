@@ -10,29 +10,52 @@ from rich.markup import escape
 from rich.table import Table
 
 from hexiscale.cli.app import WorkLog, app, check_plan_is_for, console, fail, friendly_errors
-from hexiscale.cli.views import views_for
+from hexiscale.cli.views import plain, views_for
 from planner.violations import InvalidPlanError
 from planner.kinds import PLAN_KINDS, kind_of
 from planner.kinds import evaluate as evaluate_plan
 from planner.hardware import Cluster, builtin_catalog
-from planner.io import KINDS, bundled_names, load_cluster, load_model, load_plan, load_problem, read_mapping
+from planner.io import (KINDS, PROBLEM_FIELDS, InputError, bundled_names, load_cluster, load_model, load_plan,
+                        load_problem, problem_schema, read_mapping)
 from planner.problem import Problem
 from planner.kinds import validate as validate_plan
 from planner.workload import ModelSpec, TrainingSpec
 from planner.base import plural
 
 
-def _input_kind(path: str) -> str:
-    """Which kind of file this is: a cluster and a model file are recognised by their keys."""
+# The top-level fields of each kind of file (`name` is in all three, so it tells none apart)
+_KIND_FIELDS = {"problems": (set(PROBLEM_FIELDS), Problem), "clusters": (set(Cluster.model_fields), Cluster),
+                "models": (set(ModelSpec.model_fields) - {"hf_folder"}, ModelSpec)}
+
+
+def _input_kind(path: str) -> tuple[str, str]:
+    """Which kind of file this is, and, when the file lacks a field that kind requires, why it
+    was read as that kind (otherwise ""): the guess may be what is wrong, as when `layer:` for
+    `layers:` once made a model file a problem file that missed its cluster. The kind is the
+    one whose fields the file's keys overlap most; a tie (none at all) is a problem."""
     p = Path(path)
     if not p.is_file():  # a bundled name: a problem's first, else a cluster's or a model's
-        return next((k for k in ("problems", "clusters", "models") if path in bundled_names(k)), "problems")
+        return next((k for k in ("problems", "clusters", "models") if path in bundled_names(k)), "problems"), ""
     data = read_mapping(p)
-    if "machines" in data and "cluster" not in data:
-        return "clusters"
-    if "layers" in data and "training" not in data:
-        return "models"
-    return "problems"
+    overlap = {kind: [k for k in data if k in fields and k != "name"] for kind, (fields, _) in _KIND_FIELDS.items()}
+    kind = max(overlap, key=lambda k: len(overlap[k]))  # the first of a tie: problems
+    required = [f for f, info in _KIND_FIELDS[kind][1].model_fields.items() if info.is_required()]
+    if all(f in data for f in required):
+        return kind, ""
+    keys = overlap[kind]
+    has = (f"it has {', '.join(keys[:3])}{', …' if len(keys) > 3 else ''}" if keys
+           else "it has none of the fields of a cluster, model or problem file")
+    return kind, f"read as a {kind[:-1]} file ({has})"
+
+
+def _guessed(why: str, path: str, load):
+    """load(path), its errors about the file itself prefixed with why it was read as its kind."""
+    try:
+        return load(path)
+    except InputError as exc:
+        if not why or exc.file != str(Path(path)):
+            raise
+        raise InputError(exc.file, f"{why}: {exc.field}" if exc.field else why, exc.reason) from None
 
 
 @app.command()
@@ -41,19 +64,20 @@ def validate(problem: str = typer.Argument(..., help="problem file or bundled na
              plan: str = typer.Argument(None, help="plan file to check against the problem"),
              force: bool = typer.Option(False, "--force", help="check a plan made for another problem")) -> None:
     """Check a problem (or cluster or model) file, and a plan against it (every violation, with numbers)."""
-    kind = _input_kind(problem) if plan is None else "problems"
+    kind, why = _input_kind(problem) if plan is None else ("problems", "")
     if kind == "clusters":
-        c = load_cluster(problem)
-        console.print(f"[green]ok[/] cluster {c.name}: {plural(c.num_devices, 'device')}, {plural(len(c.machines), 'machine')}")
+        c = _guessed(why, problem, load_cluster)
+        console.print(f"[green]ok[/] cluster {plain(c.name)}: {plural(c.num_devices, 'device')}, "
+                      f"{plural(len(c.machines), 'machine')}")
         return
     if kind == "models":
-        m = load_model(problem)
-        console.print(f"[green]ok[/] model {m.name}: {m.total_params / 1e9:.3g}B parameters")
+        m = _guessed(why, problem, load_model)
+        console.print(f"[green]ok[/] model {plain(m.name)}: {m.total_params / 1e9:.3g}B parameters")
         return
-    prob = load_problem(problem)
+    prob = _guessed(why, problem, load_problem)
     if plan is None:
-        console.print(f"[green]ok[/] problem {prob.name}: {plural(prob.cluster.num_devices, 'device')}, "
-                      f"{plural(len(prob.cluster.machines), 'machine')}, model {prob.model.name}")
+        console.print(f"[green]ok[/] problem {plain(prob.name)}: {plural(prob.cluster.num_devices, 'device')}, "
+                      f"{plural(len(prob.cluster.machines), 'machine')}, model {plain(prob.model.name)}")
         return
     work = WorkLog.for_cluster(prob.cluster)
     work.step(f"reading plan {plan}")
@@ -67,7 +91,7 @@ def validate(problem: str = typer.Argument(..., help="problem file or bundled na
             console.print(f"[red]✗[/] {escape(str(v))}", highlight=False)
         fail(f"{plan}: plan is invalid for {prob.name}: {violations[0]}"
              + (f" (and {len(violations) - 1} more, listed above)" if len(violations) > 1 else ""))
-    console.print(f"[green]ok[/] plan {plan} is valid for {prob.name}")
+    console.print(f"[green]ok[/] plan {plain(plan)} is valid for {plain(prob.name)}")
 
 
 # -- evaluate ----------------------------------------------------------------------------
@@ -168,6 +192,11 @@ SCHEMA_TYPES = {"problem": Problem, "cluster": Cluster, "model": ModelSpec, "tra
                 **{kind.schema_name: kind.plan_type for kind in PLAN_KINDS.values()}}
 
 
+def _schema(name: str) -> dict:
+    """A file type's JSON Schema; a problem's as files are read (cluster and model by name too)."""
+    return problem_schema() if name == "problem" else SCHEMA_TYPES[name].model_json_schema()
+
+
 @app.command()
 @friendly_errors
 def schema(type_: str = typer.Option(None, "--type", help="problem | cluster | model | training | plan | seqplan "
@@ -176,7 +205,7 @@ def schema(type_: str = typer.Option(None, "--type", help="problem | cluster | m
     if type_ is not None and type_ not in SCHEMA_TYPES:
         fail(f"--type: expected one of {', '.join(SCHEMA_TYPES)}, got {type_!r}")
     if type_ is not None:
-        out = SCHEMA_TYPES[type_].model_json_schema()
+        out = _schema(type_)
     else:
-        out = {name: cls.model_json_schema() for name, cls in SCHEMA_TYPES.items()}
+        out = {name: _schema(name) for name in SCHEMA_TYPES}
     typer.echo(json.dumps(out, indent=2))

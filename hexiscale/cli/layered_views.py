@@ -9,16 +9,18 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.plan_summary import composition, composition_words, device_use_table, is_large, plural, shape_table
-from hexiscale.cli.price_views import beyond_budget, price_rows
+from hexiscale.cli.price_views import beyond_budget, cost_text, price_rows
 from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
 from hexiscale.cli.vendor_views import bridge_table
+from hexiscale.cli.views import plain
 from planner.base import GIB, format_runs, format_seconds
 from planner.layered.bridge import layered_bridge_traffic
 from planner.layered.evaluate import evaluate
 from planner.layered.estimate import Estimate
 from planner.layered.plan import Plan
-from planner.problem import Problem
-from solvers.layered.idle import MAX_MACHINES, explain_idle, idle_devices
+from planner.prices import cost_per_mtok
+from planner.problem import Objective, Problem
+from solvers.layered.idle import MAX_MACHINES, IdleMachine, explain_idle, idle_devices
 
 
 def time_unit(values) -> tuple[str, float]:
@@ -39,7 +41,7 @@ def stage_table_view(est: Estimate) -> Table:
     for s in est.stages:
         free = f"[red]{s.headroom_gib:.1f}[/]" if s.headroom_gib < 0 else f"{s.headroom_gib:.1f}"
         table.add_row(
-            f"{s.pipeline}.{s.index}", s.machine, format_runs(s.devices), str(s.tp),
+            f"{s.pipeline}.{s.index}", plain(s.machine), format_runs(s.devices), str(s.tp),
             f"{s.first_layer}-{s.first_layer + s.layers - 1}",
             *(f"{x / div:.3g}" for x in (s.compute_s, s.tp_s, s.tau_s, s.pp_s, s.dp_s)),
             f"{s.memory_gib:.1f}/{s.capacity_gib:.0f}", free,
@@ -66,20 +68,20 @@ def summary_view(problem: Problem, est: Estimate) -> Table:
     for label, text in price_rows(problem, [d for s in est.stages for d in s.devices], est):
         table.add_row(label, text)
     table.add_row("min headroom", f"{est.min_headroom_gib:.2f} GiB")
-    table.add_row("bottleneck", f"{est.bottleneck.kind}: {est.bottleneck.description}")
+    table.add_row("bottleneck", f"{est.bottleneck.kind}: {plain(est.bottleneck.description)}")
     return table
 
 
 def plan_table(problem: Problem, plan: Plan, estimate: Estimate) -> Table:
     unit, div = time_unit([s.tau_s for s in estimate.stages])  # µs on tiny problems, never "0.00 ms"
-    table = Table(title=f"plan for {problem.name}", box=box.SIMPLE_HEAVY)
+    table = Table(title=f"plan for {plain(problem.name)}", box=box.SIMPLE_HEAVY)
     for col in ("pipe", "batch", "stage", "machine", "devices", "TP", "layers", f"τ {unit}", "mem GiB"):
         table.add_column(col, justify="right" if col not in ("machine", "devices") else "left")
     for pipe, pe in zip(plan.pipelines, estimate.pipelines):
         for k, st in enumerate(pe.stages):
             first = k == 0
             table.add_row(str(pe.index) if first else "", str(pipe.batch) if first else "", str(k),
-                          st.machine, format_runs(st.devices), str(st.tp),
+                          plain(st.machine), format_runs(st.devices), str(st.tp),
                           f"{st.first_layer}–{st.first_layer + st.layers - 1}",
                           f"{st.tau_s / div:.4g}", f"{st.memory_gib:.1f}/{st.capacity_gib:.0f}")
     return table
@@ -103,15 +105,27 @@ def idle_view(problem: Problem, plan: Plan, est: Estimate, deadline: float | Non
                   show_header=False, box=box.SIMPLE, title_justify="left")
     table.add_column()
     if beyond:
-        table.add_row(f"{', '.join(beyond)}: not rented, renting any of them would exceed the budget of "
+        table.add_row(f"{plain(', '.join(beyond))}: not rented, renting any of them would exceed the budget of "
                       f"${problem.budget_per_hour:,.2f}/h")
     for r in reasons:
-        table.add_row(r.describe(est.iteration_s))
+        table.add_row(plain(_reason(problem, r, est)))
     more = len(idle) - len(reasons) - len(beyond)
     if more > 0:
         why = "the time limit" if len(reasons) < min(len(idle), MAX_MACHINES) else f"at most {MAX_MACHINES}"
         table.add_row(f"… and {plural(more, 'more machine')} with idle devices, not explained ({why})")
     return table
+
+
+def _reason(problem: Problem, idle: IdleMachine, est: Estimate) -> str:
+    """Why one machine idles, in the objective's terms: T (with or without a budget), or under
+    objective cost the cost per million tokens of the best plan found that also uses it (its
+    machines' rent is fixed, so the least T of those plans is their least cost too)."""
+    if problem.objective != Objective.cost or idle.best_plan is None or est.cost_per_mtok is None:
+        return idle.describe(est.iteration_s)
+    cost = cost_per_mtok(problem, idle.best_plan, idle.best_time_s)
+    return (f"{idle.machine} ({len(idle.devices)} idle): with them as one more stage, best {cost_text(cost)} "
+            f"per million tokens vs {cost_text(est.cost_per_mtok)} ({(cost / est.cost_per_mtok - 1) * 100:+.1f} %; "
+            f"T {format_seconds(idle.best_time_s)} vs {format_seconds(est.iteration_s)}): {idle.why}")
 
 
 def pipeline_shapes_view(problem: Problem, plan: Plan, est: Estimate) -> Table:
@@ -140,7 +154,7 @@ def pipeline_table_view(est: Estimate) -> Table:
         slow = max(p.stages, key=lambda s: max(s.tau_s, s.pp_s))
         table.add_row(str(p.index), str(p.batch), str(p.micro_batches), str(len(p.stages)),
                       str(sum(s.tp for s in p.stages)), f"{p.time_s / div:.4g}", f"{p.bubble_s / div:.4g}",
-                      f"{slow.index} on {slow.machine} (t={slow.tp}, {plural(slow.layers, 'layer')})",
+                      f"{slow.index} on {plain(slow.machine)} (t={slow.tp}, {plural(slow.layers, 'layer')})",
                       f"{min(s.headroom_gib for s in p.stages):.1f}")
     return table
 

@@ -16,6 +16,7 @@ from rich import box
 from rich.table import Table
 
 from planner.base import format_seconds, plural  # noqa: F401 (plural: the views import it from here too)
+from hexiscale.cli.views import plain
 from planner.problem import Problem
 
 SUMMARY_ABOVE_UNITS = 64  # pipelines or replicas
@@ -43,7 +44,7 @@ def shape_table(title: str, columns: Sequence[str], units: Sequence[tuple[Hashab
     for key in ranked[:MAX_SHAPE_ROWS]:
         rows = groups[key]
         table.add_row(f"{len(rows):,}", _span([b for _, _, b in rows], str),
-                      _span([t for _, t, _ in rows], format_seconds), rows[0][0])
+                      _span([t for _, t, _ in rows], format_seconds), plain(rows[0][0]))
     if len(ranked) > MAX_SHAPE_ROWS:
         rest = sum(len(groups[k]) for k in ranked[MAX_SHAPE_ROWS:])
         table.add_row(f"{rest:,}", "", "", f"… in {len(ranked) - MAX_SHAPE_ROWS:,} more shapes (--full or --json lists them)")
@@ -79,7 +80,7 @@ def device_use_table(problem: Problem, used: Sequence[int]) -> Table:
     for col in ("GPU type", "devices", "used", "idle"):
         table.add_column(col, justify="left" if col == "GPU type" else "right")
     for gpu in sorted(total, key=lambda g: -total[g]):
-        table.add_row(gpu, f"{total[gpu]:,}", f"{busy[gpu]:,}", f"{total[gpu] - busy[gpu]:,}")
+        table.add_row(plain(gpu), f"{total[gpu]:,}", f"{busy[gpu]:,}", f"{total[gpu] - busy[gpu]:,}")
     return table
 
 

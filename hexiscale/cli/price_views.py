@@ -11,6 +11,7 @@ from rich.table import Table
 
 from planner.base import plural
 from planner.prices import fits_budget, rented_machines
+from hexiscale.cli.views import plain
 from planner.problem import Objective, Problem
 
 MAX_MACHINE_ROWS = 32  # rented machines listed one per row; more are grouped by GPU type
@@ -72,7 +73,8 @@ def rental_view(problem: Problem, devices) -> Table | None:
     order = sorted(range(len(cluster.machines)), key=lambda m: (m not in rented, m))
     for m in order[:MAX_MACHINE_ROWS]:
         machine = cluster.machines[m]
-        table.add_row(machine.name, f"{machine.count}× {machine.gpu}", money(float(cluster.machine_prices[m])),
+        table.add_row(plain(machine.name), f"{machine.count}× {plain(machine.gpu)}",
+                      money(float(cluster.machine_prices[m])),
                       money(float(cluster.machine_rent[m])), "rented" if m in rented else "[dim]not rented[/]")
     if len(order) > MAX_MACHINE_ROWS:
         left = order[MAX_MACHINE_ROWS:]

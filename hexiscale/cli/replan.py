@@ -9,11 +9,13 @@ from pathlib import Path
 import typer
 
 from hexiscale.cli.budget import CommandBudget
-from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_file
+from hexiscale.cli.app import (EXIT_INFEASIBLE, app, check_plan_is_for, console, fail, friendly_errors,
+                               time_limit_option, writable_file, writing)
 from planner.base import format_seconds, plural
-from planner.io import load_plan, load_problem, problem_to_dict, save_plan, save_yaml
+from planner.io import InputError, load_plan, load_problem, problem_to_dict, read_mapping, save_plan, save_yaml
 from solvers.common import SolverOptions
-from solvers.replan import ReplanError, ReplanResult, replan as replan_plan
+from solvers.replan import (NoReplanError, ReplanError, ReplanResult, lost_devices, replan as replan_plan,
+                            survivors, survivors_name)
 
 
 def id_list(text: str, option: str) -> list[str]:
@@ -27,7 +29,7 @@ def device_ids(text: str) -> list[int]:
     ids = id_list(text, "--lost")
     bad = [t for t in ids if not t.isdigit()]
     if bad:
-        fail(f"--lost: device ids are integers, got {', '.join(bad)}")
+        fail(f"--lost: device ids are integers ≥ 0, got {', '.join(bad)}")
     return [int(t) for t in ids]
 
 
@@ -43,13 +45,15 @@ def moved_ids(result: ReplanResult) -> str:
 def print_result(result: ReplanResult) -> None:
     lost = ", ".join(map(str, result.lost[:20])) + (" …" if len(result.lost) > 20 else "")
     console.print(f"lost {plural(len(result.lost), 'device')} ({lost}); "
-                  f"{result.problem.cluster.num_devices} survive; {moved_ids(result)}", highlight=False, soft_wrap=True)
-    repaired = format_seconds(result.repaired_s) if result.repaired_s is not None else "invalid"
+                  f"{result.problem.cluster.num_devices} survive; {moved_ids(result)}", highlight=False,
+                  soft_wrap=True, markup=False)
+    repaired = (format_seconds(result.repaired_s) if result.repaired_s is not None
+                else f"invalid ({result.repaired_why})" if result.repaired_why else "invalid")
     fresh = format_seconds(result.fresh_s) if result.fresh_s is not None else "no plan"
     console.print(f"candidates: repaired old plan {repaired}, fresh solve {fresh}; chose {result.chosen} "
-                  f"({result.wall_s:.2f} s)", highlight=False, soft_wrap=True)
+                  f"({result.wall_s:.2f} s)", highlight=False, soft_wrap=True, markup=False)
     for line in result.changes:
-        console.print(f"  {line}", highlight=False, soft_wrap=True)
+        console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
     console.print(f"new T = {format_seconds(result.new_s)}", highlight=False)
 
 
@@ -60,8 +64,8 @@ def replan(problem: str = typer.Argument(..., help="problem file or bundled name
            lost: str = typer.Option("", help="lost device ids, comma-separated (the problem's ids)"),
            lost_machines: str = typer.Option("", help="lost machines (names or indices), comma-separated"),
            solver: str = typer.Option("heuristic", help="solver of the fresh solve, of the plan's kind (layered cpsat/milp take the warm start)"),
-           time_limit: float = typer.Option(60.0, "--time-limit", "-t", help="wall-clock budget of the whole command (repair, fresh "
-                                                       "solve, output), s"),
+           time_limit: float = time_limit_option("wall-clock budget of the whole command (repair, fresh solve, "
+                                                 "output), s"),
            output: Path = typer.Option(None, "--output", "-o", help="write the new plan (new device ids) here, and "
                                        "the survivors' problem that it names beside it"),
            problem_out: Path = typer.Option(None, help="write the survivors' problem here instead (its ids)"),
@@ -79,18 +83,30 @@ def replan(problem: str = typer.Argument(..., help="problem file or bundled name
     if not devices and not machines:
         fail("name what was lost: --lost 3,7 and/or --lost-machines NAME,...")
     try:
+        if problem_out is None and output is not None:  # its name says what was lost: known before the solve
+            problem_out = survivors_path(output, prob, lost_devices(prob, devices, machines))
         result = replan_plan(prob, old, devices, lost_machines=machines, solver=solver,
                              options=SolverOptions(time_limit_s=replan_budget(budget, prob.cluster.num_devices)))
+    except NoReplanError as exc:
+        fail(str(exc), code=EXIT_INFEASIBLE)
     except (ReplanError, KeyError) as exc:
         fail(str(exc).strip("'\""))
     print_result(result)
-    problem_out = problem_out or (survivors_path(output, result) if output else None)
+    write_result(result, output, problem_out)
+
+
+def write_result(result: ReplanResult, output: Path | None, problem_out: Path | None) -> None:
+    """The survivors' problem, then the plan that names it."""
     if problem_out:
-        save_yaml(problem_to_dict(result.problem), problem_out)
-        console.print(f"wrote {problem_out} (the survivors' problem, {result.problem.name})", highlight=False)
+        with writing(problem_out):
+            save_yaml(problem_to_dict(result.problem), problem_out)
+        console.print(f"wrote {problem_out} (the survivors' problem, {result.problem.name})", highlight=False,
+                      markup=False)
     if output:
-        save_plan(result.plan, output)
-        console.print(f"wrote {output}; judge it with: hexiscale evaluate {problem_out} {output}", highlight=False)
+        with writing(output):
+            save_plan(result.plan, output)
+        console.print(f"wrote {output}; judge it with: hexiscale evaluate {problem_out} {output}", highlight=False,
+                      markup=False)
 
 
 # writing the survivors' problem file (YAML) after the solve: 2.6 s at 10^5 GPUs, measured
@@ -102,6 +118,19 @@ def replan_budget(budget: CommandBudget, devices: int) -> float:
     return max(0.05, budget.for_solver(devices, explain=False) - WRITE_PROBLEM_PER_DEVICE_S * devices)
 
 
-def survivors_path(output: Path, result: ReplanResult) -> Path:
-    """Where the survivors' problem goes by default: beside the plan, named as the plan names it."""
-    return output.with_name(f"{result.problem.name}.yaml")
+def survivors_path(output: Path, problem, lost: set[int]) -> Path:
+    """Where the survivors' problem goes by default: beside the plan, named as the plan names it
+    (by the lost devices). An existing file of that name that holds another problem (the problem
+    was edited since) is not overwritten: the plans judged by it would be judged wrongly."""
+    path = output.with_name(f"{survivors_name(problem.name, lost)}.yaml")
+    if path.exists() and _mapping_or_none(path) != problem_to_dict(survivors(problem, lost)[0]):
+        fail(f"{path} exists and holds another problem than the survivors' (a plan judged by it would be "
+             f"judged wrongly): move it, or name the file with --problem-out")
+    return path
+
+
+def _mapping_or_none(path: Path) -> dict | None:
+    try:
+        return read_mapping(path)
+    except InputError:
+        return None

@@ -14,6 +14,7 @@ from hexiscale.cli.plan_summary import (composition, composition_words, device_u
 from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
 from hexiscale.cli.price_views import price_rows
 from hexiscale.cli.vendor_views import bridge_table
+from hexiscale.cli.views import plain
 from planner.base import format_runs, format_seconds as seconds
 from planner.problem import Problem
 from planner.sequence.bridge import sequence_bridge_traffic
@@ -42,7 +43,7 @@ def member_table_view(est: SeqEstimate) -> Table:
                    ("r.g.i", "machine", "device", "heads", "tokens", "Clin", "Catt", "ring", "Chead",
                     "mem/cap", "free"), left=("machine",))
     for m in est.members:
-        table.add_row(f"{m.replica}.{m.group}.{m.index}", m.machine, str(m.device), str(m.heads), str(m.tokens),
+        table.add_row(f"{m.replica}.{m.group}.{m.index}", plain(m.machine), str(m.device), str(m.heads), str(m.tokens),
                       *(f"{x / div:.3g}" for x in (m.linear_s, m.attention_s, m.ring_s, m.head_s)),
                       f"{m.memory_gib:.1f}/{m.capacity_gib:.0f}", _free(m.headroom_gib))
     return table
@@ -91,7 +92,7 @@ def summary_view(problem: Problem, est: SeqEstimate) -> Table:
     for label, text in price_rows(problem, [m.device for m in est.members], est):
         table.add_row(label, text)
     table.add_row("min headroom", f"{est.min_headroom_gib:.2f} GiB")
-    table.add_row("bottleneck", f"{est.bottleneck.kind}: {est.bottleneck.description}")
+    table.add_row("bottleneck", f"{est.bottleneck.kind}: {plain(est.bottleneck.description)}")
     return table
 
 
@@ -105,7 +106,7 @@ def estimate_views(problem: Problem, est: SeqEstimate, full: bool | None = None)
 
 
 def plan_table(problem: Problem, plan: SeqPlan, estimate: SeqEstimate) -> Table:
-    table = Table(title=f"sequence plan for {problem.name}", box=box.SIMPLE_HEAVY)
+    table = Table(title=f"sequence plan for {plain(problem.name)}", box=box.SIMPLE_HEAVY)
     for col in ("replica", "batch", "group", "devices", "heads", "tokens", "T_g", "min free GiB"):
         table.add_column(col, justify="left" if col in ("devices", "heads", "tokens") else "right")
     for r, (rep, re) in enumerate(zip(plan.replicas, estimate.replicas)):
@@ -133,7 +134,7 @@ def idle_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table | None
                   show_header=False, box=box.SIMPLE, title_justify="left")
     table.add_column()
     for name, devices in rows:
-        table.add_row(f"{name}: {len(devices)} idle ({format_runs(devices)})")
+        table.add_row(f"{plain(name)}: {len(devices)} idle ({format_runs(devices)})")
     if more:
         table.add_row(f"… and {plural(more, 'more machine')} with idle devices")
     return table

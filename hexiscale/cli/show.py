@@ -8,9 +8,9 @@ from pathlib import Path
 
 import typer
 
-from hexiscale.cli.app import WorkLog, app, check_plan_is_for, console, fail, friendly_errors, writable_folder
+from hexiscale.cli.app import WorkLog, app, check_plan_is_for, console, fail, friendly_errors, writable_folder, writing
 from hexiscale.cli.price_views import rental_view
-from hexiscale.cli.views import views_for
+from hexiscale.cli.views import plain, views_for
 from planner.io import load_plan, load_problem
 from planner.kinds import validate
 
@@ -52,8 +52,9 @@ def show(problem: str = typer.Argument(..., help="problem file or bundled name; 
     structural = [v for v in validate(prob, the_plan) if v.rule != "memory"]
     if structural:
         fail(f"{plan}: cannot draw an invalid plan: " + "; ".join(str(v) for v in structural))
-    for path in draw_plan(prob, the_plan, out, prefix, on_step=work.step):
-        console.print(f"[green]wrote[/] {path}")
+    with writing(out):
+        for path in draw_plan(prob, the_plan, out, prefix, on_step=work.step):
+            console.print(f"[green]wrote[/] {plain(path)}")
     bridge = views_for(the_plan).bridge_view(prob, the_plan, None)  # mixed-vendor clusters only
     if bridge is not None:
         console.print(bridge)
@@ -76,10 +77,11 @@ def show_run(folder: str, plan: str | None, out: Path | None) -> bool:
         fail(f"{folder} is a run folder: show draws its loss curve and takes no plan (got {plan!r})")
     writable_folder(out, "--out")
     try:
-        path = draw_run(folder, out)
+        with writing(out or folder):
+            path = draw_run(folder, out)
     except RunFolderError as exc:
         fail(str(exc))
-    console.print(f"[green]wrote[/] {path}", highlight=False)
+    console.print(f"[green]wrote[/] {plain(path)}", highlight=False)
     return True
 
 
@@ -89,4 +91,4 @@ def write_loss_picture(run_folder: str, steps: list[dict]) -> None:
     from hexiscale.viz.loss import draw_run  # matplotlib only when drawing
 
     if steps:
-        console.print(f"loss curve: {draw_run(run_folder, records=steps)}", highlight=False, soft_wrap=True)
+        console.print(f"loss curve: {plain(draw_run(run_folder, records=steps))}", highlight=False, soft_wrap=True)

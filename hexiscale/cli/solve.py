@@ -14,8 +14,9 @@ from rich.table import Table
 
 from hexiscale.cli.budget import CommandBudget
 from hexiscale.cli.price_views import price_rows
-from hexiscale.cli.views import views_for
-from hexiscale.cli.app import EXIT_INFEASIBLE, app, console, err_console, fail, friendly_errors, writable_file
+from hexiscale.cli.views import plain, views_for
+from hexiscale.cli.app import (EXIT_INFEASIBLE, app, check_plan_is_for, console, err_console, fail, friendly_errors,
+                               time_limit_option, writable_file, writing)
 from planner.kinds import evaluate, kind_of, validate
 from planner.io import load_plan, load_problem, save_plan
 from planner.base import Frozen, format_seconds
@@ -24,9 +25,10 @@ from planner.problem import Problem
 from solvers.choose import AUTO_KIND
 from solvers.choose import solve as solve_any_kind
 from solvers.common import SolveResult, SolverOptions
-from solvers.registry import SOLVERS, SOLVERS_BY_KIND, solvers_of
+from solvers.registry import DEFAULT_KIND, SOLVERS, SOLVERS_BY_KIND, solvers_of
 
 WARM_STARTED = ("cpsat", "milp")  # the solvers that read SolverOptions.hint
+LOGGED_PROGRESS = ("cpsat", "milp")  # the solvers whose progress is log lines, not a bar redrawn in place
 STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "infeasible": "magenta"}
 
 
@@ -36,14 +38,14 @@ def solve(
     problem: str = typer.Argument(..., help="problem file or bundled name"),
     solver: str = typer.Option("heuristic", "--solver", "-s", help="registered solver: " + ", ".join(SOLVERS)),
     kind: str = typer.Option(AUTO_KIND, "--kind", help="plan kind: auto (every kind that has the solver, the "
-                             "faster plan kept), " + ", ".join(SOLVERS_BY_KIND)),
-    time_limit: float = typer.Option(60.0, "--time-limit", "-t", min=0.001,
-                                     help="wall-clock budget of the whole command (loading, solving, output), s"),
+                             "better plan by the objective kept), " + ", ".join(SOLVERS_BY_KIND)),
+    time_limit: float = time_limit_option("wall-clock budget of the whole command (loading, solving, output), s"),
     threads: int = typer.Option(2, "--threads", min=1, help="worker threads"),
     seed: int = typer.Option(0, "--seed", help="random seed"),
     max_pipelines: int = typer.Option(None, "--max-pipelines", min=1, help="limit on D (reported if it may cut the optimum)"),
     max_stages: int = typer.Option(None, "--max-stages", min=1, help="limit on stages per pipeline"),
-    hint: str = typer.Option(None, "--hint", help="plan file to warm-start from"),
+    hint: str = typer.Option(None, "--hint", help="layered plan file to warm-start cpsat or milp from"),
+    force: bool = typer.Option(False, "--force", help="use a --hint made for another problem"),
     output: Path = typer.Option(None, "--output", "-o", help="write the plan (with its solver info) here"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
     full: bool = typer.Option(False, "--full", help="print every stage (group) of a large plan, not its summary"),
@@ -53,24 +55,25 @@ def solve(
     budget = CommandBudget(time_limit)
     check_kind_and_solver(kind, solver)
     writable_file(output, "--output")
-    prob, hint_plan = load_problem(problem), load_plan(hint) if hint else None  # every input before any output
-    if hint and solver not in WARM_STARTED:
-        err_console.print(f"note: --hint is ignored: {solver} takes no warm start "
-                          f"(the exact solvers do: {', '.join(WARM_STARTED)})", highlight=False)
+    prob = load_problem(problem)
+    hint_plan = usable_hint(prob, hint, solver, kind, force)  # every input before any output
     # with --json the spinner alone (drawn on a terminal, then gone): the solvers' progress includes the
-    # exact solvers' log lines, which would stay on stderr
+    # exact solvers' log lines, which would stay on stderr; off a terminal (a log, 2>file) those lines
+    # alone: the heuristics' bars, redrawn in place, left a blank line per redraw there
     options = SolverOptions(time_limit_s=budget.for_solver(prob.cluster.num_devices), threads=threads, seed=seed,
                             hint=hint_plan, max_pipelines=max_pipelines, max_stages=max_stages,
-                            progress=not as_json, verbose=verbose)
+                            progress=not as_json and (err_console.is_terminal or solver in LOGGED_PROGRESS),
+                            verbose=verbose)
     result = _run_with_spinner(prob, solver, kind, options, budget)
     if result.kind_reason and not as_json:
         err_console.print(f"plan kind: {kind_of(result.plan).name if result.plan is not None else kind} "
-                          f"({result.kind_reason})", highlight=False)
+                          f"({result.kind_reason})", highlight=False, markup=False)
     if result.plan is None:
         _report_no_plan(result, as_json)
     plan = _checked(prob, result)
     if output is not None:
-        save_plan(plan, output)
+        with writing(output):
+            save_plan(plan, output)
     estimate = evaluate(prob, plan)
     if as_json:
         console.print_json(json.dumps(dict(result_dict(result, estimate), kind=kind_of(plan).name,
@@ -81,7 +84,33 @@ def solve(
         console.print(view)
     console.print(status_table(result, estimate, prob))
     if output is not None:
-        console.print(f"plan written to [bold]{output}[/]")
+        console.print(f"plan written to [bold]{plain(output)}[/]")
+
+
+def usable_hint(problem: Problem, path: str | None, solver: str, kind: str, force: bool):
+    """The --hint plan when the solve can use it, else None with a note saying why not: only the
+    layered cpsat and milp read a warm start (SolverOptions.hint is a layered plan). A plan made
+    for another problem needs --force, as everywhere a plan is read."""
+    if path is None:
+        return None
+    plan = load_plan(path)
+    check_plan_is_for(problem, plan, path, force)
+    why = _no_warm_start(kind_of(plan).name, solver, kind)
+    if why:
+        err_console.print(f"note: --hint is ignored: {why}", highlight=False, markup=False, soft_wrap=True)
+        return None
+    return plan
+
+
+def _no_warm_start(plan_kind: str, solver: str, kind: str) -> str:
+    """Why a hint of `plan_kind` cannot warm-start `solver` in `kind` ('' when it can)."""
+    if solver not in WARM_STARTED:
+        return f"{solver} takes no warm start (the exact solvers do: {', '.join(WARM_STARTED)})"
+    if plan_kind != DEFAULT_KIND:
+        return f"it is a {plan_kind} plan; only layered plans warm-start {solver}"
+    if kind not in (AUTO_KIND, DEFAULT_KIND):
+        return f"the {kind} {solver} takes no warm start; the layered one does"
+    return ""
 
 
 def check_kind_and_solver(kind: str, solver: str) -> None:
@@ -100,12 +129,12 @@ def _run_with_spinner(problem: Problem, solver: str, kind: str, options: SolverO
     user set; the solver's own limit is less by the output's share); solvers log their own progress."""
     run = functools.partial(solve_any_kind, solver=solver, kind=kind)
     box_ = {}
-    with err_console.status(f"solving {problem.name} with {solver} …") as status:
+    with err_console.status(f"solving {plain(problem.name)} with {solver} …") as status:
         worker = threading.Thread(target=lambda: box_.update(result=_call(run, problem, options)), daemon=True)
         worker.start()
         while worker.is_alive():
             worker.join(0.25)
-            status.update(f"solving {problem.name} with {solver} … {budget.elapsed():.0f} s "
+            status.update(f"solving {plain(problem.name)} with {solver} … {budget.elapsed():.0f} s "
                           f"of the command's {budget.limit_s:g} s")
     outcome = box_["result"]
     if isinstance(outcome, BaseException):
@@ -151,7 +180,7 @@ def status_table(result: SolveResult, estimate: Frozen, problem: Problem | None 
     table.add_row("throughput", f"{estimate.tokens_per_s:,.0f} tokens/s   MFU {estimate.mfu:.1%}")
     for label, text in price_rows(problem, result.plan.devices, estimate) if problem is not None else ():
         table.add_row(label, text)
-    table.add_row("bottleneck", estimate.bottleneck.description)
+    table.add_row("bottleneck", plain(estimate.bottleneck.description))
     table.add_row("solver", f"{result.solver}: [{style}]{result.status.value}[/] in {result.wall_s:.1f} s")
     if result.bound_s is not None:
         gap = result.gap
@@ -161,9 +190,9 @@ def status_table(result: SolveResult, estimate: Frozen, problem: Problem | None 
         table.add_row("model size", f"{size.variables:,} variables, {size.constraints:,} constraints"
                       if size.variables else "no model was built in the time limit")
     for r in result.restrictions:
-        table.add_row("restriction", f"[yellow]{r}[/]")
+        table.add_row("restriction", f"[yellow]{plain(r)}[/]")
     if result.message:
-        table.add_row("note", result.message)
+        table.add_row("note", plain(result.message))
     return table
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from importlib import import_module
 from types import ModuleType
 
+from rich.markup import escape
+
 from planner.kinds import kind_of
 
 
@@ -25,3 +27,11 @@ def views_of(kind: str) -> ModuleType:
 def views_for(plan) -> ModuleType:
     """The views module of the plan's kind."""
     return views_of(kind_of(plan).name)
+
+
+def plain(text) -> str:
+    """A user's string (a problem, model, cluster, machine or GPU type name, a path, a message
+    that quotes them) as it reads, wherever it enters rich markup: a table cell or title, a
+    printed line. Unescaped, a machine named "[/]" stopped the command with a markup error and
+    a model named "[bold red]m" printed as a red "m"."""
+    return escape(str(text))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -55,3 +56,14 @@ def stacked_bars(ax, x: np.ndarray, values: dict[str, np.ndarray], parts) -> Non
 def device_strip(ax, x: np.ndarray, colours: list, y: float, height: float) -> None:
     """A strip under the bars, one cell per device in its colour (one collection of cells)."""
     ax.broken_barh([(d - 0.5, 1.0) for d in x.tolist()], (y, height), facecolors=colours)
+
+
+TEXT_MARGIN_IN = 0.8  # the y axis's labels left of a title or label that starts at the axes
+
+
+def wrapped(text: str, width_in: float, fontsize: float = 10) -> str:
+    """`text` broken at spaces into lines that fit `width_in` inches at `fontsize` points (DejaVu
+    Sans averages about 0.6 em a character), each of its own lines apart: the titles and labels
+    of a figure of few devices ran past its edge and were cut ("(smallest headroo")."""
+    chars = max(16, int(width_in * 72 / (0.6 * fontsize)))
+    return "\n".join(textwrap.fill(line, chars) for line in text.split("\n"))

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hexiscale.viz.cluster import pipeline_colours  # noqa: E402
-from hexiscale.viz.common import device_strip, stacked_bars  # noqa: E402
+from hexiscale.viz.common import TEXT_MARGIN_IN, device_strip, stacked_bars, wrapped  # noqa: E402
 from planner.layered.estimate import Estimate  # noqa: E402
 from planner.base import GIB  # noqa: E402
 from planner.problem import Problem  # noqa: E402
@@ -42,7 +42,8 @@ def draw_memory(problem: Problem, estimate: Estimate, path, title: str = "") -> 
     n = problem.cluster.num_devices
     x = np.arange(n)
     colours = pipeline_colours(max(1, len(estimate.pipelines)))
-    fig, ax = plt.subplots(figsize=(min(20, 3 + n * 0.22), 4.2))
+    width = min(20, 3 + n * 0.22)
+    fig, ax = plt.subplots(figsize=(width, 4.2))
     stacked_bars(ax, x, mem, MEMORY_PARTS)
     ax.scatter(x, mem["capacity"], marker="_", s=140, color="black", linewidths=2, label="capacity", zorder=3)
     # a strip under the bars: which pipeline each device works for (grey: idle)
@@ -55,11 +56,12 @@ def draw_memory(problem: Problem, estimate: Estimate, path, title: str = "") -> 
     if over.any():
         ax.scatter(x[over], mem["total"][over], marker="v", color="red", zorder=4, label="over capacity")
     ax.set_xlim(-0.8, n - 0.2)
-    ax.set_xlabel("device id (strip under the axis: pipeline colour, grey: idle)")
+    ax.set_xlabel(wrapped("device id (strip under the axis: pipeline colour, grey: idle)", width - TEXT_MARGIN_IN))
     ax.set_ylabel("GiB per device")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
-    ax.set_title((title + "\n" if title else "") + f"memory per device vs capacity "
-                 f"(smallest headroom {estimate.min_headroom_gib:.2f} GiB)", fontsize=9, loc="left")
+    ax.set_title(wrapped((title + "\n" if title else "") + f"memory per device vs capacity "
+                         f"(smallest headroom {estimate.min_headroom_gib:.2f} GiB)", width - TEXT_MARGIN_IN, 9),
+                 fontsize=9, loc="left")
     if n > 64:
         ax.set_xticks(x[:: max(1, n // 32)])
     fig.tight_layout()

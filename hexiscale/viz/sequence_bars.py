@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from hexiscale.viz.common import device_strip, stacked_bars  # noqa: E402
+from hexiscale.viz.common import TEXT_MARGIN_IN, device_strip, stacked_bars, wrapped  # noqa: E402
 from hexiscale.viz.sequence_ring import group_colours  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 from planner.sequence import cost  # noqa: E402
@@ -81,13 +81,15 @@ def bars_figure(problem: Problem, est: SeqEstimate, title: str = ""):
     times, mem = member_times(problem, est), member_memory(problem, est)
     n = len(times["device"])
     x = np.arange(n)
-    fig, (ax_t, ax_m) = plt.subplots(2, 1, figsize=(min(20, 4 + n * 0.25), 7.4))
+    width = min(20, 4 + n * 0.25)
+    fig, (ax_t, ax_m) = plt.subplots(2, 1, figsize=(width, 7.4))
+    fit = width - TEXT_MARGIN_IN  # the titles and labels wrap to the figure (cut at "bottleneck: lin" before)
     stacked_bars(ax_t, x, times, TIME_PARTS)
     ax_t.axhline(est.iteration_s, color="black", linestyle="--", linewidth=0.8)
     _axis(ax_t, n, times["device"], times["replica"], est.iteration_s)
     ax_t.set_ylabel("s per iteration")
-    ax_t.set_title(f"time per device in one iteration (dashed: T = {est.iteration_s:.4g} s; "
-                   f"bottleneck: {est.bottleneck.kind.replace('_', ' ')})", fontsize=9, loc="left")
+    ax_t.set_title(wrapped(f"time per device in one iteration (dashed: T = {est.iteration_s:.4g} s; "
+                           f"bottleneck: {est.bottleneck.kind.replace('_', ' ')})", fit, 9), fontsize=9, loc="left")
     stacked_bars(ax_m, x, mem, MEMORY_PARTS)
     ax_m.scatter(x, mem["capacity"], marker="_", s=140, color="black", linewidths=2, label="capacity", zorder=3)
     over = mem["total"] > mem["capacity"]
@@ -95,11 +97,12 @@ def bars_figure(problem: Problem, est: SeqEstimate, title: str = ""):
         ax_m.scatter(x[over], mem["total"][over], marker="v", color="red", zorder=4, label="over capacity")
     _axis(ax_m, n, times["device"], times["replica"], float(max(mem["capacity"].max(), mem["total"].max())))
     ax_m.set_ylabel("GiB per device")
-    ax_m.set_xlabel("device id, in plan order (strip under the axis: replica colour)")
-    ax_m.set_title(f"memory per device vs capacity (smallest headroom {est.min_headroom_gib:.2f} GiB)",
+    ax_m.set_xlabel(wrapped("device id, in plan order (strip under the axis: replica colour)", fit))
+    ax_m.set_title(wrapped(f"memory per device vs capacity (smallest headroom {est.min_headroom_gib:.2f} GiB)", fit, 9),
                    fontsize=9, loc="left")
     idle = problem.cluster.num_devices - n
-    fig.suptitle((title + "\n" if title else "") + f"{plural(n, 'device')} used" + (f", {idle} idle (not drawn)" if idle else ""),
+    fig.suptitle(wrapped((title + "\n" if title else "") + f"{plural(n, 'device')} used"
+                         + (f", {idle} idle (not drawn)" if idle else ""), width - 0.2),
                  fontsize=10, x=0.01, ha="left")
     fig.tight_layout()
     return fig

@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from hexiscale.viz.common import wrapped  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 from planner.sequence.plan import SeqPlan  # noqa: E402
 from planner.base import plural
@@ -106,7 +107,9 @@ def _layout_strip(ax, groups: list[dict], s: int, colours: list) -> None:
     ax.set_yticks([])
     ticks = [0, s // 4, s // 2, 3 * s // 4, s]
     ax.set_xticks(ticks, [tokens_text(t) for t in ticks], fontsize=7)
-    ax.set_xlabel("token position (mirrored layout of §7.1: each group holds both ends of its span)", fontsize=7)
+    width_in = ax.get_position().width * ax.figure.get_figwidth()
+    ax.set_xlabel(wrapped("token position (mirrored layout of §7.1: each group holds both ends of its span)",
+                          width_in, 7), fontsize=7)
 
 
 def ring_figure(problem: Problem, plan: SeqPlan, title: str = ""):

@@ -79,9 +79,15 @@ def _stage_violations(problem: Problem, stages: _FlatStages) -> list[Violation]:
                                  message=f"TP size {t[i]} is not a power of two"))
         elif not_dividing[i]:
             out.append(Violation(rule="tp_size", pipeline=p, stage=k,
-                                 message=f"TP size {t[i]} does not divide heads {model.heads} "
-                                         f"and kv heads {model.num_kv_heads}"))
+                                 message=f"TP size {t[i]} does not divide {_undivided(model, int(t[i]))}"))
     return out
+
+
+def _undivided(model, t: int) -> str:
+    """"kv heads 2": the head counts TP size t does not divide, only those (a message that
+    also named heads 4 for t = 4 would blame a count that fits)."""
+    return " and ".join(f"{what} {size}" for what, size in (("heads", model.heads), ("kv heads", model.num_kv_heads))
+                        if size % t)
 
 
 def _vendor_note(cluster, devices) -> str:

@@ -29,12 +29,12 @@ from contextlib import nullcontext
 from functools import cached_property
 
 import numpy as np
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from planner.problem import Problem
 from planner.solver_info import SolveStatus
 from solvers.common import SolveResult, SolverOptions
+from solvers.progress import terminal_progress
 from solvers.sequence.coarse import DEALS, coarse_ring, deal_replicas, degrees, devices_by_speed, growth_machines, \
     machine_groups, replica_counts, shards_cover
 from solvers.sequence.baselines import type_ranking
@@ -307,11 +307,10 @@ def one_vendor_starts(problem: Problem, coarse: Coarse) -> list[Candidate]:
 
 
 def _progress(options: SolverOptions):
-    """A transient spinner naming the candidate being priced (when options.progress)."""
-    if not options.progress:
+    """A transient spinner naming the candidate being priced (when options.progress, on a terminal)."""
+    bar = terminal_progress(options, SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    if bar is None:
         return nullcontext(None)
-    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                   console=Console(stderr=True), transient=True)  # stderr: stdout may carry the plan's JSON
     bar.add_task("sequence heuristic", total=None)
     return bar
 

@@ -107,6 +107,11 @@ def _prove(search: _Search, floors: _Floors, open_d: list[int], deadline: float)
     return proof
 
 
+def _seconds(x: float) -> str:
+    """A build time as the note says it: '0.3 s', '12 s' (":.0f" printed a 0.3 s build as "about 0 s")."""
+    return f"{x:.1f} s" if x < 10 else f"{x:.0f} s"
+
+
 def _pass(search: _Search, floors: _Floors, todo: list[int], deadline: float, proof: _Proof) -> int:
     """One pass over the D still open; returns how many models it built. The D passed over (too
     big to build, or too little time for a model) are logged once per reason, as ranges: the
@@ -121,7 +126,8 @@ def _pass(search: _Search, floors: _Floors, todo: list[int], deadline: float, pr
             proof.proven.add(d)
             continue
         if search.build_rate * d > left:  # this model could not even be built in time: leave D open
-            proof.stopped.append(f"building the model for D={d} would take about {search.build_rate * d:.0f} s")
+            proof.stopped.append(f"building the model for D={d} would take about {_seconds(search.build_rate * d)}, "
+                                 f"{_seconds(left)} were left")
             passed_over.setdefault("skipped, building the model would take longer than the time left", []).append(d)
             continue
         done, d_bound, models = search.run(d, floors[d], floors.per_d[d], left / (len(todo) - i))
@@ -273,7 +279,7 @@ def _combinatorial_bounds(tables, d_values, best_t, deadline, log) -> tuple[_Flo
         left = deadline - time.perf_counter()
         guess = took[-1] * max(2.0, took[-1] / took[-2]) if len(took) >= 2 else 0.0
         if left <= 0 or guess > left:
-            log(f"D≥{d}: combinatorial bounds skipped" + (f" (the next would take about {guess:.0f} s)"
+            log(f"D≥{d}: combinatorial bounds skipped" + (f" (the next would take about {_seconds(guess)})"
                                                          if left > 0 else "") + ": models only")
             break
         started = time.perf_counter()

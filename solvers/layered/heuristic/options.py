@@ -20,6 +20,9 @@ from planner.base import Frozen
 # (benchmarks/report/bounds.md); one evaluation there takes about 3 ms on one core.
 MOVE_EVALUATIONS_PER_S = 160
 MIN_MOVE_EVALUATIONS = 400
+# and at most a week's worth: an API caller's limit of inf (or 1e308) is "no limit", not a count
+# int() cannot hold; the moves stop where no neighbour helps long before either
+MAX_MOVE_EVALUATIONS = MOVE_EVALUATIONS_PER_S * 7 * 24 * 3600
 
 
 class HeuristicOptions(Frozen):
@@ -81,7 +84,7 @@ class HeuristicOptions(Frozen):
         """The structure moves' work limit under a time limit (the field, else the default)."""
         if self.move_evaluations is not None:
             return self.move_evaluations
-        return max(MIN_MOVE_EVALUATIONS, int(MOVE_EVALUATIONS_PER_S * time_limit_s))
+        return max(MIN_MOVE_EVALUATIONS, int(min(MOVE_EVALUATIONS_PER_S * time_limit_s, MAX_MOVE_EVALUATIONS)))
 
     @property
     def is_plain(self) -> bool:

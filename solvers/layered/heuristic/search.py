@@ -24,8 +24,7 @@ import time
 from contextlib import nullcontext
 
 import numpy as np
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from planner.layered.pricing import iteration_time
 from planner.cost import usable_memory_bytes
@@ -36,6 +35,7 @@ from planner.problem import Problem
 from planner.layered.table import stage_table
 from planner.layered.validate import validate
 from solvers.common import SolveResult, SolverOptions
+from solvers.progress import terminal_progress
 from solvers.layered.tables import Tables, explain_infeasible
 from solvers.layered.heuristic.assemble import build_plan, plan_from_table, with_split
 from solvers.layered.heuristic.moves import improve
@@ -358,9 +358,9 @@ def solve_with(problem: Problem, options: SolverOptions, heuristic: HeuristicOpt
     # elapsed, not rich's estimate of the time left: the moves often stop before their work limit;
     # on stderr, as the CLI's spinner: stdout may carry the plan's JSON
     columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
-    bar = Progress(*columns, console=Console(stderr=True), transient=True) if options.progress else nullcontext()
-    with bar as progress:
-        search.explore(progress if options.progress else None)
+    bar = terminal_progress(options, *columns)
+    with bar or nullcontext() as progress:
+        search.explore(progress)
         best = search.own_best()
     wall = time.perf_counter() - search.start
     if best is None:

@@ -1,0 +1,89 @@
+"""`hexiscale replan` as QA met it: the survivors' problem is named by the devices lost (two
+replans that lost as many devices wrote one `<problem>-minus<k>.yaml`, and the earlier plan was
+then judged on the later survivors with exit 0); no valid plan on the survivors is exit 1, as
+for `solve`; the messages say why (a repaired plan's broken rule, ids ≥ 0). Each test failed on
+the code before its fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from hexiscale.cli import app
+from planner.io import load_plan, load_problem
+from solvers.replan import survivors, survivors_name
+
+# demo-asym's three-stage plan (devices 0,1 | 3 | 2): the heuristic's, written out
+DEMO_ASYM_PLAN = {"format": "hexiscale.plan/1", "problem": "demo-asym", "pipelines": [
+    {"batch": 16, "stages": [{"devices": [0, 1], "layers": 9}, {"devices": [3], "layers": 1},
+                             {"devices": [2], "layers": 2}]}]}
+
+
+@pytest.fixture
+def asym_plan(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(DEMO_ASYM_PLAN))
+    return path
+
+
+def test_the_survivors_name_says_which_devices_were_lost():
+    problem = load_problem("small-8-llama2-7b")
+    assert survivors_name("p", {8, 0, 1, 2, 3}) == "p-without-0-3,8"
+    assert survivors(problem, {1, 2})[0].name == "small-8-llama2-7b-without-1-2"
+    assert survivors(problem, {1, 5})[0].name != survivors(problem, {1, 2})[0].name  # as many lost, other ids
+
+
+def test_two_replans_losing_as_many_devices_keep_their_own_problems(tmp_path, asym_plan):
+    runner = CliRunner()
+    for lost, out in (("3", "a.json"), ("1", "b.json")):
+        result = runner.invoke(app, ["replan", "demo-asym", str(asym_plan), "--lost", lost, "-o", str(tmp_path / out),
+                                     "-t", "5"])
+        assert result.exit_code == 0, result.output
+    a, b = load_plan(tmp_path / "a.json"), load_plan(tmp_path / "b.json")
+    assert (a.problem, b.problem) == ("demo-asym-without-3", "demo-asym-without-1")
+    for plan, out in ((a, "a.json"), (b, "b.json")):  # each plan names the file written for it, and is judged by it
+        problem_file = tmp_path / f"{plan.problem}.yaml"
+        assert load_problem(problem_file).name == plan.problem
+        judged = runner.invoke(app, ["evaluate", str(problem_file), str(tmp_path / out)])
+        assert judged.exit_code == 0, judged.output
+    crossed = runner.invoke(app, ["evaluate", str(tmp_path / "demo-asym-without-1.yaml"), str(tmp_path / "a.json")])
+    assert crossed.exit_code == 2 and "--force" in crossed.output  # the other replan's survivors: refused
+
+
+def test_an_existing_file_of_another_problem_is_not_overwritten(tmp_path, asym_plan, monkeypatch):
+    import hexiscale.cli.replan as replan_mod
+
+    edited = tmp_path / "demo-asym-without-3.yaml"
+    edited.write_text("name: demo-asym-without-3\ncluster: tiny-2\nmodel: tiny\ntraining: {seq_len: 64, global_batch: 8}\n")
+    monkeypatch.setattr(replan_mod, "replan_plan", lambda *a, **k: pytest.fail("solved before refusing the file"))
+    result = CliRunner().invoke(app, ["replan", "demo-asym", str(asym_plan), "--lost", "3",
+                                      "-o", str(tmp_path / "new.json"), "-t", "5"])
+    assert result.exit_code == 2 and "--problem-out" in result.output, result.output
+    assert "cluster: tiny-2" in edited.read_text() and not (tmp_path / "new.json").exists()
+
+
+def test_no_valid_plan_on_the_survivors_is_exit_1(asym_plan):
+    result = CliRunner().invoke(app, ["replan", "demo-asym", str(asym_plan), "--lost", "0,2", "-t", "5"])
+    assert result.exit_code == 1, result.output
+    assert "no valid plan on the 2 surviving devices" in result.output and "model states need" in result.output
+
+
+def test_an_invalid_repaired_plan_says_why(asym_plan):
+    """Device 3 held a whole stage: the repair drops its one pipeline, so nothing of it is left."""
+    result = CliRunner().invoke(app, ["replan", "demo-asym", str(asym_plan), "--lost", "3", "-t", "5"])
+    assert result.exit_code == 0, result.output
+    assert "repaired old plan invalid (no pipeline of the old plan survived whole)" in result.output
+
+
+def test_a_negative_device_id_is_said_to_be_below_zero():
+    result = CliRunner().invoke(app, ["replan", "demo-tiny", "demo-tiny", "--lost", "-1"])
+    assert result.exit_code == 2 and "device ids are integers ≥ 0, got -1" in result.output
+
+
+def test_many_scattered_lost_ids_still_make_a_short_distinct_name():
+    every_other, shifted = set(range(0, 400, 2)), set(range(1, 400, 2))
+    names = {survivors_name("p", every_other), survivors_name("p", shifted)}
+    assert len(names) == 2 and all(len(n) < 100 for n in names)
+    assert survivors_name("p", every_other).startswith("p-without-200-devices-")
