@@ -210,7 +210,7 @@ def test_on_gen24_seed2_the_capped_and_lifted_cases_refute_what_neither_does_alo
 def test_on_gen24_seed0_the_own_sync_floors_cap_the_shared_classes_too(monkeypatch) -> None:
     """Seed 0 (H20 machines of 4), D = 2, T_dp below 10.8 ms, 6.0 s: with the A100, 4090 and one
     H20 machine shared, the relaxed plan's two pipelines each hold 11 layers on four H20s, whose
-    other holder cannot share their machine ([U4](b): 12.7 ms a layer, 0.14 s in all). Capped by
+    other holder cannot share their machine ([U4] (b): 12.7 ms a layer, 0.14 s in all). Capped by
     that own floor, the case is refuted; capped only on the classes nobody shares, it is not."""
     split, _ = _gen24(0, 2, 6.2)
     assert split._cases_refuted(6.0, 0.0, 0.0108)

@@ -186,3 +186,17 @@ def test_unnamed_inline_model_and_cluster_take_the_problem_s_name(tmp_path):
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 0, result.output
     assert "model unnamed-model" in result.output and "model model" not in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["solve", "demo-asym", "-t", "abc"], "error: Invalid value for '--time-limit' / '-t'"),
+    (["run", "demo-tiny", "demo-tiny", "--steps", "0"], "error: Invalid value for '--steps'"),
+    (["solve"], "error: Missing argument 'problem'."),
+    (["solve", "demo-asym", "--bogus"], "error: No such option: --bogus"),
+])
+def test_a_bad_option_is_one_error_line_naming_the_command_s_help(args, message):
+    """typer drew a five-line box with the usage (app.one_line_usage_error); exit 2 as before."""
+    out = CliRunner().invoke(app, args, prog_name="hexiscale")
+    assert out.exit_code == 2
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()] and out.stderr.startswith(message), out.stderr
+    assert f"(hexiscale {args[0]} --help)" in out.stderr

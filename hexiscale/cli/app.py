@@ -12,7 +12,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
+import click
 import typer
+import typer.rich_utils
 from rich.console import Console
 from rich.markup import escape
 
@@ -31,6 +33,20 @@ err_console = Console(stderr=True)
 EXIT_INFEASIBLE = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
+
+
+def one_line_usage_error(exc: click.ClickException) -> None:
+    """A bad option or argument (`-t abc`, `--steps 0`) as one line, like every other bad input,
+    where typer drew a five-line box with the usage: `error: Invalid value for '--steps': 0 is
+    not in the range x>=1. (hexiscale run --help)`. Its exit code (2) is typer's, unchanged."""
+    ctx = getattr(exc, "ctx", None)
+    where = f" ({ctx.command_path} --help)" if ctx is not None else ""
+    err_console.print(f"error: {exc.format_message()}{where}", markup=False, highlight=False, soft_wrap=True)
+
+
+# typer formats a ClickException through this function (typer.core._main, when rich is there);
+# it has no option for a plain one-line message, so the function is replaced once, here
+typer.rich_utils.rich_format_error = one_line_usage_error
 
 
 def _version(value: bool) -> None:

@@ -199,7 +199,7 @@ class Master:
 
 @dataclass(frozen=True)
 class Bubbles:
-    """The pricing g_b(π, λ) of one threshold's breakpoints b, with [U4](a) for D ≥ 2: a pipeline
+    """The pricing g_b(π, λ) of one threshold's breakpoints b, with [U4] (a) for D ≥ 2: a pipeline
     whose largest stage time is b pays at least the sync floor w(b) of a stage with τ = b, so
     its bubble is at least the bubble without any sync floor plus w(b), as well as the bubble
     with its last stage's floors; g is the larger of the two pricings (each column is counted
