@@ -1,22 +1,27 @@
 """hexiscale: plan and run LLM training on heterogeneous GPU clusters.
 
     import hexiscale as hx
-    problem = hx.load_problem("instances/problems/case-study-llama2-13b.yaml")
+    problem = hx.load_problem("tiny-2-tiny")   # a bundled name (from any folder) or a file's path
     result = hx.solve(problem, solver="heuristic")   # kind="auto": layered, or sequence at long context
     print(hx.evaluate(problem, result.plan).iteration_s)
-    run = hx.run_plan(problem, result.plan, model="tiny", steps=3)   # a layered or a sequence plan
-    new = hx.replan(problem, result.plan, [3, 7])   # lost devices 3, 7: new.plan in the survivors' ids
+    run = hx.run_plan(problem, result.plan, model="tiny", steps=2)   # a layered or a sequence plan
+    new = hx.replan(problem, result.plan, [0])   # lost device 0: new.plan in the survivors' ids
+
+validate, evaluate, solve, replan and run_plan check their problem and plan afresh (one made with
+`model_copy(update=...)` too: pydantic does not validate those) and take a file's path or a
+bundled name in their place; a bad field is an InputError naming it. run_plan starts one process
+per device of the plan, at most 8 per core (RunError beyond: use `hexiscale run --torchrun`).
 """
 
 from planner import (
     Cluster, Estimate, GpuType, InputError, InvalidPlanError, Link, Machine, ModelSpec,
-    Pipeline, Plan, Problem, Stage, TrainingSpec, Violation, evaluate, load_plan, load_problem,
-    save_plan, validate,
+    Pipeline, Plan, Problem, Stage, TrainingSpec, Violation, load_plan, load_problem, save_plan,
 )
 from solvers.common import SolveResult, SolverOptions
-from solvers.choose import solve  # kind='auto' by default: the kind chosen, and why (kind_reason)
-from runtime.launch.launcher import run_plan
-from solvers.replan import ReplanResult, replan
+from solvers.replan import ReplanResult
+# each checks its problem and plan afresh (hexiscale/api.py); solve: kind='auto' by default, the
+# kind chosen and why in kind_reason
+from hexiscale.api import evaluate, replan, run_plan, solve, validate
 
 __all__ = [
     "Cluster", "Estimate", "GpuType", "InputError", "InvalidPlanError", "Link", "Machine",

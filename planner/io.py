@@ -159,10 +159,11 @@ def read_mapping(path: Path) -> dict[str, Any]:
     return data
 
 
-def build(cls: type[T], data: Any, file: str | Path, prefix: str = "") -> T:
-    """Validate `data` as `cls`; turn pydantic's errors into one InputError."""
+def build(cls: type[T], data: Any, file: str | Path, prefix: str = "", context: dict | None = FROM_FILE) -> T:
+    """Validate `data` as `cls`; turn pydantic's errors into one InputError (`context`: None for
+    objects made in Python, whose derived names may pass MAX_NAME)."""
     try:
-        return cls.model_validate(data, context=FROM_FILE)  # names: at most MAX_NAME long
+        return cls.model_validate(data, context=context)  # from a file: names at most MAX_NAME long
     except ValidationError as exc:
         errors = _distinct_errors(exc.errors())
         first = errors[0]

@@ -14,10 +14,16 @@ from planner.layered.plan import Plan
 from planner.solver_info import SolveStatus
 
 
+# The longest time limit, as `--time-limit` allows it (hexiscale/cli/app.py): the solvers turn the
+# limit into deadlines and work counts, which an inf or 1e30 would make unbounded.
+MAX_TIME_LIMIT_S = 7 * 24 * 3600.0
+
+
 class SolverOptions(Frozen):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    time_limit_s: float = Field(default=60.0, gt=0, description="wall-clock budget")
+    time_limit_s: float = Field(default=60.0, gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False,
+                                description="wall-clock budget, seconds (at most a week)")
     threads: int = Field(default=2, ge=1, description="worker threads where the solver uses them")
     seed: int = Field(default=0, description="random seed; equal seeds give equal plans")
     hint: Plan | None = Field(default=None, description="a plan to warm-start from")

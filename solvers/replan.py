@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterable
+from numbers import Integral
 from typing import Any
 
 from pydantic import Field
@@ -53,8 +55,25 @@ class ReplanResult(Frozen):
     wall_s: float = Field(ge=0, description="re-planning wall time")
 
 
+def _listed(value: Any, argument: str, what: str) -> list:
+    """`value` as a list of ids: an iterable, but not a str ('13' read digit by digit lost
+    devices 1 and 3) nor a single id."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ReplanError(f"{argument}: expected a list of {what}, got {value!r}")
+    return list(value)
+
+
 def lost_devices(problem: Problem, devices=(), machines=()) -> set[int]:
-    """Device ids and whole machines (by name or index) → the set of lost device ids."""
+    """Device ids (ints) and whole machines (by name or index) → the set of lost device ids; at
+    least one must be named (nothing lost re-plans nothing, under a name ending in '-without-')."""
+    devices = _listed(devices, "lost", "device ids (ints)")
+    machines = _listed(machines, "lost_machines", "machine names or indices")
+    if not devices and not machines:
+        raise ReplanError("name what was lost: lost=[3, 7] (device ids) and/or lost_machines=[NAME, ...]")
+    # a bool or a float is probably a mistake (True is device 1; 3.5 would be device 3)
+    odd = next((d for d in devices if not isinstance(d, Integral) or isinstance(d, bool)), None)
+    if odd is not None:
+        raise ReplanError(f"lost: device ids are ints, got {odd!r} ({type(odd).__name__})")
     cluster, lost = problem.cluster, set()
     for d in devices:
         if not 0 <= int(d) < cluster.num_devices:

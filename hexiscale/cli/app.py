@@ -20,6 +20,7 @@ from rich.markup import escape
 
 from planner.violations import InvalidPlanError
 from planner.io import InputError
+from solvers.common import MAX_TIME_LIMIT_S
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Plan and run LLM training on heterogeneous GPU clusters.")
@@ -212,8 +213,7 @@ def writing(path):
 
 
 # --time-limit, the same option on every command that has one: seconds, finite, at most a week
-MIN_TIME_LIMIT_S = 0.001
-MAX_TIME_LIMIT_S = 7 * 24 * 3600.0
+MIN_TIME_LIMIT_S = 0.001  # the options' own floor (a command's budget is spent on loading before that)
 
 
 def checked_time_limit(param: typer.CallbackParam, value: float | None) -> float | None:

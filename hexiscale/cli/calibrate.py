@@ -52,6 +52,16 @@ def load_log(path: Path) -> RunLog:
         fail(f"{path}: {exc}")
 
 
+def check_steps_after_warmup(logs: list[tuple[Path, RunLog]], warmup: int) -> None:
+    """Every log needs a step after its warm-up: the first steps also pay for touching memory
+    first (runtime.metrics.runlog.WARMUP_STEPS), and a fit on them alone prices that as slow
+    compute. Refused, not fitted silently on the warm-up steps."""
+    for path, log in logs:
+        if len(log.steps) <= warmup:
+            fail(f"{path}: every step of this run is warm-up ({plural(len(log.steps), 'step')}, --warmup {warmup}): "
+                 f"none is left to fit; run more --steps (at least {warmup + 1}) or pass a smaller --warmup")
+
+
 def check_same_run_setup(logs: list[tuple[Path, RunLog]]) -> None:
     """Every log must be of one problem on one cluster: mixing them is probably a mistake."""
     first_path, first = logs[0]
@@ -193,6 +203,7 @@ def calibrate(run_logs: list[Path] = typer.Argument(..., help="runs' out folders
     checked_statistic(statistic)
     logs = [(path, load_log(path)) for path in map(run_log_path, run_logs)]
     check_same_run_setup(logs)
+    check_steps_after_warmup(logs, warmup)
     records = [log.record(str(path), warmup, statistic) for path, log in logs]
     try:
         cluster, figures = refit(records, keep_undetermined=keep_undetermined, collective_times=collective_times)

@@ -15,6 +15,7 @@ from hexiscale.cli.precision import DTYPE_NAMES
 from runtime.checkpoints.manifest import CheckpointError
 from runtime.config import SaveDtype
 from runtime.errors import RunError
+from runtime.launch.launcher import MODELS
 
 SAVE_DTYPES = ("float32", "bfloat16", "float16")  # or fp32, bf16, fp16, as --precision is spelled
 # `run`'s options of this module (typer reads them from run's signature)
@@ -109,8 +110,8 @@ def checked_model(problem, model: str | None) -> str:
     """--model: tiny or problem; by default a problem whose model comes from a folder trains
     that model, others the tiny one."""
     model = model or ("problem" if problem.model.hf_folder else "tiny")
-    if model not in ("tiny", "problem"):
-        fail(f"--model must be tiny or problem, got {model!r}")
+    if model not in MODELS:  # the names run_plan takes (runtime.launch.launcher.checked_model)
+        fail(f"--model must be {' or '.join(MODELS)}, got {model!r}")
     return model
 
 

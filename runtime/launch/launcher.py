@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from planner.problem import Problem
+from planner.workload import ModelSpec
 from runtime.checkpoints.hf_names import check_weights
 from runtime.config import Job
 from runtime.errors import RunError
 from runtime.failure import FailureInjection
+from runtime.host import too_many_ranks
 from runtime.kinds import runtime_kind, runtime_of
 from runtime.launch.commands import torchrun_commands  # noqa: F401 - re-exported (hexiscale run --torchrun)
 from runtime.launch.resume import check_fresh_dir, resume_job
@@ -37,8 +39,10 @@ from runtime.model.catalogue import model_tensors
 from runtime.model.corpora import with_corpora
 
 GRACE_S = 15.0
-__all__ = ["GRACE_S", "RunError", "RunResult", "free_port", "launch_local", "make_job", "run_plan",
-           "torchrun_commands"]
+__all__ = ["GRACE_S", "MODELS", "RunError", "RunResult", "checked_model", "free_port", "launch_local",
+           "local_ranks_refusal", "make_job", "run_plan", "torchrun_commands"]
+# what `model` names (run_plan, make_job, `hexiscale run --model`): the tiny model, or the problem's own
+MODELS = ("tiny", "problem")
 
 
 @dataclass
@@ -165,6 +169,8 @@ def launch_local(job: Job, threads: int = 1, echo: bool = True, world_size: int 
     ranks get the collective timeout plus `grace_s` to end on their own (`end_others`: none,
     the launcher ends them at once). `failure` (tests only) makes one rank die or hang."""
     world = world_size or runtime_kind(job.kind).world_size(job.plan)
+    if job.config.backend == "gloo" and (refusal := local_ranks_refusal(world)) is not None:
+        raise RunError(refusal)  # before any process starts or any file is written
     out = Path(job.config.out_dir) if job.config.out_dir else Path(tempfile.mkdtemp(prefix="hexiscale-run-"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "steps.jsonl").unlink(missing_ok=True)
@@ -186,10 +192,29 @@ def launch_local(job: Job, threads: int = 1, echo: bool = True, world_size: int 
     return result
 
 
+def local_ranks_refusal(processes: int) -> str | None:
+    """Why this host starts no local gloo run of `processes` processes (past MAX_RANKS_PER_CORE
+    per core: each a Python process with torch), or None. `hexiscale run` says it too, earlier."""
+    why = too_many_ranks(processes)
+    if why is None:
+        return None
+    return f"the plan uses {processes} devices, one process each: {why}; run it across machines (--torchrun)"
+
+
+def checked_model(model: Any) -> str | ModelSpec:
+    """`model` as make_job takes it: 'tiny', 'problem' or a ModelSpec (a checkpoint's). Anything
+    else is refused: a misspelt 'tyni' once trained the problem's full model (7B on CPU)."""
+    if isinstance(model, ModelSpec) or (isinstance(model, str) and model in MODELS):
+        return model
+    raise RunError(f"model: expected 'tiny' (a small model of the plan's shape) or 'problem' (the problem's own "
+                   f"model), got {model!r}")
+
+
 def make_job(problem: Problem, plan: Any, model: str = "tiny", **settings) -> Job:
     """The job for `plan`, made by its kind's runtime: the plan checked against the problem,
     the model chosen (`tiny` or the problem's own), settings defaulting to the problem's
     training (the schedule that was priced is the one that runs)."""
+    model = checked_model(model)
     kind = runtime_of(plan)
     job = kind.make_job(problem, plan, model, **settings)
     if job.config.precision not in kind.precisions:
@@ -210,7 +235,7 @@ def run_plan(problem: Problem, plan: Any, model: str = "tiny", steps: int = 3, e
     Works from a plain script: no `if __name__ == "__main__":` guard is needed (the workers
     start from a forkserver that never re-imports the calling script). Each worker also
     ends if this process dies, even by SIGKILL."""
-    settings = with_corpora(problem, model, steps, settings)
+    settings = with_corpora(problem, checked_model(model), steps, settings)
     job, step = make_job(problem, plan, model, steps=steps, **settings), None
     if resume is not None:
         job, manifest = resume_job(job, resume)

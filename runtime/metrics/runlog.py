@@ -44,7 +44,8 @@ T = TypeVar("T")
 
 
 def after_warmup(steps: Sequence[T], warmup: int = WARMUP_STEPS) -> Sequence[T]:
-    """The steps after the first `warmup`, or all of them when there are no more."""
+    """The steps after the first `warmup`, or all of them when there are no more (a short run's
+    own view; `hexiscale calibrate` refuses to fit such a log: hexiscale/cli/calibrate.py)."""
     return steps[warmup:] or steps
 
 
