@@ -173,7 +173,7 @@ def _instance_rows(kind: str):
 @app.command()
 @friendly_errors
 def instances(kind: str = typer.Option(None, "--kind", help="clusters | models | problems | plans | gpus")) -> None:
-    """List the bundled clusters, models, problems and plans, and the GPU catalog, one line each."""
+    """List the bundled clusters, models, problems and plans, and the GPU catalog, one table row each."""
     kinds = LISTED if kind is None else (kind,)
     if kind is not None and kind not in LISTED:
         fail(f"--kind: expected one of {', '.join(LISTED)}, got {kind!r}")
