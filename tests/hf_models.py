@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+import yaml
 
 from runtime.model.data import CORPUS_PATH
 
@@ -48,6 +49,16 @@ def make_model(folder: Path, family: str, tied: bool = False, seed: int = 0, **c
     train_tokenizer(folder / "tokenizer.json", CORPUS_PATH.read_text())
     (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<eos>"}))
     return folder
+
+
+def folder_problem(root: Path, name: str, family: str, *, tied: bool = False, **training) -> Path:
+    """A model folder `root/name` of `family` and its problem `root/name.yaml` on the bundled
+    demo-4 cluster: micro-batch 1, no recompute, and `training` (seq_len, global_batch, …)."""
+    make_model(root / name, family, tied=tied)
+    path = root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "cluster": "demo-4", "model": {"hf": name},
+                                    "training": {"micro_batch": 1, "recompute": False, **training}}))
+    return path
 
 
 def write_jsonl(path: Path, text: str) -> Path:

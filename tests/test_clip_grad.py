@@ -17,7 +17,6 @@ import json
 
 import pytest
 import torch
-import yaml
 from typer.testing import CliRunner
 
 from hexiscale.cli import app
@@ -34,7 +33,7 @@ from runtime.model.llama import ReferenceLlama
 from runtime.model.text import CACHE_ENV
 from runtime.sequence.shards import unit_catalogues
 from runtime.sequence.zero import ZeroStates
-from hf_models import make_model, relative_distance, stream_of, train_transformers, write_jsonl
+from hf_models import folder_problem, relative_distance, stream_of, train_transformers, write_jsonl
 
 TIED = ModelSpec(name="tied", layers=4, hidden=32, heads=4, kv_heads=2, ffn_hidden=64, vocab=256,
                  tied_embeddings=True, qkv_bias=True)
@@ -121,11 +120,8 @@ def work(tmp_path_factory):
     root = tmp_path_factory.mktemp("clip")
     patch = pytest.MonkeyPatch()
     patch.setenv(CACHE_ENV, str(root / "cache"))
-    make_model(root / "qwen", "qwen2", tied=True)
+    folder_problem(root, "qwen", "qwen2", tied=True, seq_len=S, global_batch=B, token_block=4)
     write_jsonl(root / "text.jsonl", CORPUS_PATH.read_text())
-    (root / "qwen.yaml").write_text(yaml.safe_dump({
-        "name": "qwen", "cluster": "demo-4", "model": {"hf": "qwen"},
-        "training": {"seq_len": S, "global_batch": B, "micro_batch": 1, "recompute": False, "token_block": 4}}))
     for name, plan in PLANS.items():
         (root / f"{name}.json").write_text(json.dumps({**plan, "problem": "qwen"}))
     norms: list[float] = []

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 import hexiscale as hx
@@ -27,7 +26,7 @@ from hexiscale.cli import app
 from runtime.model.corpora import corpus_settings, with_corpora
 from runtime.model.data import CORPUS_PATH
 from runtime.model.text import CACHE_ENV, DataError, prepare_stream
-from hf_models import EOS, VOCAB, make_model, write_jsonl
+from hf_models import EOS, VOCAB, folder_problem, write_jsonl
 
 S = 16
 PLAN = {"format": "hexiscale.plan/1", "problem": "llama",
@@ -40,11 +39,8 @@ def work(tmp_path_factory):
     root = tmp_path_factory.mktemp("qa-data")
     patch = pytest.MonkeyPatch()
     patch.setenv(CACHE_ENV, str(root / "cache"))
-    make_model(root / "llama", "llama")
+    folder_problem(root, "llama", "llama", seq_len=S, global_batch=2)
     write_jsonl(root / "text.jsonl", CORPUS_PATH.read_text())
-    (root / "llama.yaml").write_text(yaml.safe_dump({
-        "name": "llama", "cluster": "demo-4", "model": {"hf": "llama"},
-        "training": {"seq_len": S, "global_batch": 2, "micro_batch": 1, "recompute": False}}))
     (root / "plan.json").write_text(json.dumps(PLAN))
     yield root
     patch.undo()

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from safetensors import safe_open
 from typer.testing import CliRunner
 
@@ -29,7 +28,7 @@ from runtime.checkpoints.hf_weights import HFReader, write_hf_folder
 from runtime.model.catalogue import model_tensors
 from runtime.model.data import CORPUS_PATH
 from runtime.model.text import CACHE_ENV
-from hf_models import make_model, relative_distance, write_jsonl
+from hf_models import folder_problem, relative_distance, write_jsonl
 
 PLAN = {"format": "hexiscale.plan/1", "problem": "qwen",
         "pipelines": [{"batch": 2, "stages": [{"devices": [0], "layers": 4}]}]}
@@ -41,11 +40,8 @@ def work(tmp_path_factory):
     root = tmp_path_factory.mktemp("qa-weights")
     patch = pytest.MonkeyPatch()
     patch.setenv(CACHE_ENV, str(root / "cache"))
-    make_model(root / "qwen", "qwen2", tied=True)
+    folder_problem(root, "qwen", "qwen2", tied=True, seq_len=16, global_batch=2)
     write_jsonl(root / "text.jsonl", CORPUS_PATH.read_text())
-    (root / "qwen.yaml").write_text(yaml.safe_dump({
-        "name": "qwen", "cluster": "demo-4", "model": {"hf": "qwen"},
-        "training": {"seq_len": 16, "global_batch": 2, "micro_batch": 1, "recompute": False}}))
     (root / "plan.json").write_text(json.dumps(PLAN))
     trained = cli("run", root / "qwen.yaml", root / "plan.json", "--steps", 1, "--data", root / "text.jsonl",
                   "--init-from", root / "qwen", "--checkpoint-dir", root / "ck", "--save-every", 1,

@@ -33,7 +33,7 @@ from hexiscale.cli import app
 from runtime.checkpoints.hf_weights import saved_tensors
 from runtime.model.data import CORPUS_PATH, TokenStreamSource
 from runtime.model.text import CACHE_ENV, PIECE_CHARS, prepare_stream
-from hf_models import (EOS, batch, make_model, relative_distance, stream_of, train_transformers,
+from hf_models import (EOS, batch, folder_problem, relative_distance, stream_of, train_transformers,
                              write_jsonl)
 
 STEPS, B, S, LR, WD = 4, 4, 16, 1e-3, 0.01
@@ -52,13 +52,9 @@ def work(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
     patch = pytest.MonkeyPatch()
     patch.setenv(CACHE_ENV, str(root / "cache"))
-    make_model(root / "qwen", "qwen2", tied=True)
-    make_model(root / "llama", "llama")
+    for name, family, tied in (("qwen", "qwen2", True), ("llama", "llama", False)):
+        folder_problem(root, name, family, tied=tied, seq_len=S, global_batch=B, token_block=4)
     write_jsonl(root / "text.jsonl", CORPUS_PATH.read_text())
-    for name in ("qwen", "llama"):
-        (root / f"{name}.yaml").write_text(yaml.safe_dump({
-            "name": name, "cluster": "demo-4", "model": {"hf": name},
-            "training": {"seq_len": S, "global_batch": B, "micro_batch": 1, "recompute": False, "token_block": 4}}))
     for name, plan, fmt, problem in (("tp", TP_PLAN, "hexiscale.plan/1", "qwen"),
                                      ("pp", TWO_PIPELINES, "hexiscale.plan/1", "qwen"),
                                      ("seq", SEQUENCE_PLAN, "hexiscale.seqplan/1", "llama"),
