@@ -31,6 +31,22 @@ def one_torch_thread():
 
 
 @pytest.fixture
+def no_solving(monkeypatch):
+    """Any solve fails the test: a refusal (bad input, an output path) must come before it."""
+    import hexiscale.cli.compare as compare_mod
+    import hexiscale.cli.frontier as frontier_mod
+    import hexiscale.cli.replan as replan_mod
+    import hexiscale.cli.solve as solve_mod
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("solved before checking the input")
+
+    for module, name in ((solve_mod, "solve_any_kind"), (compare_mod, "compare_problem"),
+                         (replan_mod, "replan_plan"), (frontier_mod.frontiers, "frontier")):
+        monkeypatch.setattr(module, name, forbidden)
+
+
+@pytest.fixture
 def least_move_work(monkeypatch):
     """The layered structure moves' default work limit at its floor (400 structures, not 160 per
     second of the time limit), for tests of something else than the layered plan's quality: the

@@ -16,11 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 import hexiscale as hx
-import hexiscale.cli.compare as compare_mod
 import hexiscale.cli.frontier as frontier_mod
-import hexiscale.cli.replan as replan_mod
-import hexiscale.cli.solve as solve_mod
 from hexiscale.cli import app
+from tests.cli_checks import one_error_line
 from planner.io import load_problem
 from solvers.frontier import Frontier
 from solvers.layered.heuristic.options import MAX_MOVE_EVALUATIONS, HeuristicOptions
@@ -36,24 +34,6 @@ cluster:
 model: tiny
 training: {seq_len: 64, global_batch: 8, micro_batch: 1}
 """
-
-
-def one_error_line(result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
-
-
-@pytest.fixture
-def no_solving(monkeypatch):
-    """Any solve fails the test: the refusal must come before it."""
-    def forbidden(*args, **kwargs):
-        raise AssertionError("solved before checking the input")
-
-    for module, name in ((solve_mod, "solve_any_kind"), (compare_mod, "compare_problem"),
-                         (replan_mod, "replan_plan"), (frontier_mod.frontiers, "frontier")):
-        monkeypatch.setattr(module, name, forbidden)
 
 
 COMMANDS = [["solve", "demo-tiny"], ["compare", "demo-tiny", "-s", "symmetric"],

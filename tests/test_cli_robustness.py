@@ -7,29 +7,11 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-import hexiscale.cli.compare as compare_mod
 import hexiscale.cli.inspect as inspect_mod
-import hexiscale.cli.solve as solve_mod
 from hexiscale.cli import app
+from tests.cli_checks import one_error_line
 
 MISSING = "/nonexistent-folder-hexiscale/sub"
-
-
-def one_error_line(result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
-
-
-@pytest.fixture
-def no_solving(monkeypatch):
-    """Any solve fails the test: output paths must be refused before solving starts."""
-    def forbidden(*args, **kwargs):
-        raise AssertionError("solved before checking the output path")
-
-    monkeypatch.setattr(solve_mod, "solve_any_kind", forbidden)
-    monkeypatch.setattr(compare_mod, "compare_problem", forbidden)
 
 
 @pytest.mark.parametrize("args,option", [
