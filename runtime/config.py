@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from planner.base import Frozen
 from planner.hardware import Cluster
@@ -26,9 +26,17 @@ Backend = Literal["gloo", "nccl"]
 # docs/models-and-data.md §12: fp32 (weights are the master copy) | bf16 (bf16 weights, gradients and
 # activations; fp32 master weights and Adam moments)
 Precision = Literal["fp32", "bf16"]
+# the longest wait on a peer (and on the rendezvous) a run may set: a day. Finite, because the job
+# file is JSON (inf would be written as null, which no worker reads back) and torchrun's
+# rendezvous bound is whole seconds.
+MAX_TIMEOUT_S = 24 * 3600.0
 
 
 class RunConfig(Frozen):
+    # every number finite: an inf or nan setting (timeout, lr, clip) is refused where it is set, not
+    # written into the job file as null for every worker to fail on
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
     model: ModelSpec = Field(description="the model actually trained")
     seq_len: int = Field(ge=1, description="tokens per sequence")
     micro_batch: int = Field(ge=1, description="b, sequences per micro-batch")
@@ -41,7 +49,8 @@ class RunConfig(Frozen):
     weight_decay: float = Field(default=0.01, ge=0, description="AdamW weight decay")
     seed: int = Field(default=0, ge=0, description="seeds weights and data")
     backend: Backend = Field(default="gloo", description="torch.distributed backend")
-    timeout_s: float = Field(default=60, gt=0, description="bound on any collective's wait")
+    timeout_s: float = Field(default=60, gt=0, le=MAX_TIMEOUT_S, description="bound on any collective's wait "
+                             "and on the rendezvous, seconds (at most a day)")
     wait: WaitName = Field(default="auto", description="CPU waits: auto (awake while ranks fit the cores) | asleep")
     check_replicas: bool = Field(default=True, description="check replica equality after the last step")
     out_dir: str = Field(default="", description="folder for metrics and parameter shards")

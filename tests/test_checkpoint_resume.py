@@ -11,6 +11,7 @@ import pytest
 from planner.layered.plan import Pipeline, Plan, Stage
 from planner.workload import ModelSpec
 from runtime.checkpoints.manifest import complete_steps, latest_checkpoint, partial_dir
+from runtime.checkpoints.manifest import CheckpointError
 from runtime.config import Job, RunConfig
 from runtime.failure import FailureInjection
 from runtime.launch.launcher import launch_local
@@ -65,3 +66,14 @@ def test_save_under_plan_a_resume_under_plan_b_equals_one_process(tmp_path):
         assert (params[name] - ref).norm() <= RTOL * ref.norm(), name
     assert complete_steps(tmp_path / "ckpt") == [2, 4]  # B saved step 4 over the cut attempt
     assert not partial_dir(tmp_path / "ckpt", 4).exists()
+
+
+def test_a_folder_without_a_manifest_where_a_save_would_go_is_refused_before_the_run(tmp_path):
+    """check_fresh_dir, which every launch (the CLI and hexiscale.run_plan) passes: the save's
+    rename had failed with OSError after the step was trained; a folder elsewhere is no obstacle."""
+    job = Job(plan=PLAN_A, config=config(tmp_path, "a", steps=4, save_every=2))
+    (tmp_path / "ckpt" / "step-00000003").mkdir(parents=True)  # not a step this run saves
+    check_fresh_dir(job)
+    (tmp_path / "ckpt" / "step-00000004").mkdir()
+    with pytest.raises(CheckpointError, match="step-00000004: already there without a manifest"):
+        check_fresh_dir(job)

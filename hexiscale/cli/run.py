@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import typer
@@ -20,8 +21,8 @@ from hexiscale.cli.torchrun_views import print_torchrun
 from hexiscale.cli.views import views_for
 from planner.io import load_plan, load_problem
 from planner.kinds import kind_of
-from runtime.checkpoints.manifest import CheckpointError
-from runtime.launch.elastic import run_elastic
+from runtime.checkpoints.manifest import CheckpointError, incomplete_steps, saved_steps, step_dir
+from runtime.launch.elastic import ELASTIC_LOG, attempts_folder, run_elastic
 from runtime.launch.launcher import RunError, RunResult, launch_local, make_job
 from runtime.launch.resume import check_fresh_dir, resume_job
 from runtime.metrics.runlog import after_warmup, run_problem
@@ -30,6 +31,10 @@ from solvers.replan import ReplanError, replan
 from planner.base import plural
 
 EXIT_RUN_FAILED = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+# what a run writes into its --out folder (and each elastic attempt-N folder), besides rank<R>.log:
+# an earlier run's are removed before this one writes, so that none is taken for this run's
+RUN_FILES = ("job.json", "steps.jsonl", "metrics.json", "runlog.json", "loss.png", ELASTIC_LOG)
 # the run setting each option sets (RunConfig's field names), to name the option in errors
 OPTION_OF_SETTING = {"steps": "--steps", "schedule": "--schedule", "recompute": "--recompute",
                      "data": "--data", "seq_len": "--seq-len", "lr": "--lr", "seed": "--seed",
@@ -99,7 +104,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         lr: float = typer.Option(1e-3, help="AdamW learning rate"), weight_decay: float = WEIGHT_DECAY,
         clip_grad: float = CLIP_GRAD, log_every: int = LOG_EVERY, precision: str = PRECISION,
         seed: int = typer.Option(0, min=0, help="seeds weights and data"),
-        timeout: float = typer.Option(60.0, help="seconds any rank waits on a peer before giving up"),
+        timeout: float = typer.Option(60.0, help="seconds any rank waits on a peer before giving up (at most a day)"),
         wait: str = typer.Option("auto", help="CPU: auto (wait awake while the ranks fit the cores) | asleep"),
         backend: str = typer.Option("gloo", help="gloo (CPU) | nccl (CUDA)"),
         torchrun: bool = typer.Option(False, help="print torchrun commands for several machines instead"),
@@ -117,6 +122,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         force: bool = typer.Option(False, help="use a plan made for another problem; --resume: a checkpoint of "
                                    "another model (its model is trained)")) -> None:
     """Train PLAN for a few steps: one process per used device (gloo on this machine)."""
+    check_torchrun_options(master_addr, ifname)
     make_out_folder(out)
     checkpoint_dir = checkpoint_options(checkpoint_dir, save_every, resume, elastic, torchrun)
     prob, the_plan = load_problem(problem), load_plan(plan)
@@ -140,6 +146,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     job = start_from_checkpoint(job, resume, force)
     check_save_target(job)
     print_run_notes(prob, job)
+    job = clear_earlier_run(job, out, elastic, torchrun)
     if torchrun:
         return print_torchrun(job, prob, the_plan, master_addr, ifname, out, describe_job)
     result, the_plan = launch(prob, job, the_plan, elastic)
@@ -148,16 +155,51 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
 
 def launch(prob, job, the_plan, elastic: bool) -> tuple[RunResult, object]:
     """Run the job's processes here (elastically: re-planned when a rank is lost); a run that
-    fails or cannot start is one error."""
+    fails, cannot start or is interrupted (Ctrl-C) is one error naming where its logs are."""
     count = len(the_plan.devices)
     console.print(f"running {count} process{'es' if count > 1 else ''}: {describe_job(job)}", highlight=False)
+    logs = attempts_folder(job) if elastic else job.config.out_dir
     try:
         result, the_plan = run_elastically(prob, job, the_plan) if elastic else (launch_local(job), the_plan)
     except RunError as exc:  # the processes could not start (e.g. TMPDIR too long for their socket)
-        fail(str(exc), EXIT_RUN_FAILED)
+        fail(f"{exc} (logs in {logs})", EXIT_RUN_FAILED)
+    except KeyboardInterrupt:  # the workers end with this process (daemons; and each watches its launcher)
+        fail(f"interrupted: stopped the run's {count} process{'es' if count > 1 else ''}; logs in {logs}",
+             EXIT_INTERRUPTED)
     if not result.ok:
         fail(f"the run failed (logs in {result.out_dir}):\n" + escape(result.failure_summary()), EXIT_RUN_FAILED)
     return result, the_plan
+
+
+def clear_earlier_run(job, out: Path | None, elastic: bool, torchrun: bool):
+    """Before this run writes: remove an earlier run's files from the folder it writes into
+    (RUN_FILES and rank logs, also in attempt-N folders), said in one line, so that none of them
+    is read as this run's (4 old rank logs beside 2 new ones; two runs' elastic events). A local
+    run without --out gets a fresh temporary folder, made here so that it can be named whatever
+    happens (the job's out_dir)."""
+    folder = attempts_folder(job) if elastic else out
+    if folder is None and not torchrun:
+        folder = Path(tempfile.mkdtemp(prefix="hexiscale-run-"))
+        job = job.model_copy(update={"config": job.config.model_copy(update={"out_dir": str(folder)})})
+    if folder is not None and (removed := remove_run_files(folder)):
+        console.print(f"note: removed an earlier run's files from {folder}: {', '.join(removed)}",
+                      highlight=False, soft_wrap=True, markup=False)
+    return job
+
+
+def remove_run_files(folder: Path) -> list[str]:
+    """Remove the files a run writes (RUN_FILES, rank<R>.log) from `folder` and its attempt-N
+    folders (an attempt folder left empty goes too); returns them, relative to `folder`.
+    Anything else there is left as it is."""
+    removed = []
+    for place in (folder, *sorted(folder.glob("attempt-*"))) if folder.is_dir() else ():
+        for path in [*(place / name for name in RUN_FILES), *sorted(place.glob("rank*.log"))]:
+            if path.is_file():
+                path.unlink()
+                removed.append(str(path.relative_to(folder)))
+        if place != folder and place.is_dir() and not any(place.iterdir()):
+            place.rmdir()
+    return removed
 
 
 def report_run(prob, job, result: RunResult, the_plan, elastic: bool) -> None:
@@ -216,10 +258,47 @@ def start_from_checkpoint(job, resume: Path | None, force: bool = False):
             if job.config.init_from:
                 console.print(f"note: --init-from {job.config.init_from} is not read: a resumed run starts from the "
                               "checkpoint's weights", highlight=False, soft_wrap=True)
+        check_step_folders(job, resume, step or 0)
         check_fresh_dir(job, step)
     except CheckpointError as exc:
         fail(str(exc))
+    print_save_note(job.config, step or 0)
     return job
+
+
+def check_step_folders(job, resume: Path | None, first: int) -> None:
+    """Folders named like checkpoints but without a manifest (deleted, made by hand) newer than
+    the start are passed over, by --resume as by a fresh run: said in one line (one where this
+    run would save is refused by check_fresh_dir, before any process starts)."""
+    config = job.config
+    roots = {Path(r) for r in (config.checkpoint_dir, resume) if r and not (Path(r) / "manifest.json").is_file()}
+    for root in sorted(roots):
+        if newer := [str(step_dir(root, s)) for s in incomplete_steps(root) if s > first]:
+            what = "it (not a complete checkpoint)" if len(newer) == 1 else "them (not complete checkpoints)"
+            console.print(f"note: passing over {', '.join(newer)}: no manifest.json in {what}",
+                          highlight=False, soft_wrap=True, markup=False)
+
+
+def print_save_note(config, first: int) -> None:
+    """Checkpoints are saved after every save_every-th step (the workers' rule, docs/checkpoints.md):
+    when that leaves the last step unsaved, one line says which steps are saved, before the run."""
+    saves = saved_steps(first, config.steps, config.save_every)
+    if not config.save_every or (saves and saves[-1] == config.steps):
+        return
+    shown = ", ".join(map(str, saves)) if len(saves) <= 4 else f"{saves[0]}, {saves[1]}, …, {saves[-1]}"
+    which = f"a checkpoint after step{'s' if len(saves) > 1 else ''} {shown} only" if saves else \
+        f"no checkpoint in steps {first + 1}–{config.steps}"
+    console.print(f"note: --save-every {config.save_every} saves {which}: "
+                  f"the last step ({config.steps}) is not saved", highlight=False, soft_wrap=True)
+
+
+def check_torchrun_options(master_addr: str | None, ifname: str | None) -> None:
+    """An address or interface name is never empty nor holds spaces: `--master-addr ""` was
+    printed into every command as `--master-addr=`."""
+    for option, value, what in (("--master-addr", master_addr, "a host name or address"),
+                                ("--ifname", ifname, "an interface name")):
+        if value is not None and (not value or any(c.isspace() for c in value)):
+            fail(f"{option}: expected {what}, without spaces, got {value!r}")
 
 
 def model_difference(saved, run_model) -> str:

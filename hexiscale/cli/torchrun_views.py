@@ -1,7 +1,8 @@
 """`hexiscale run --torchrun`: write the job file and print one command per machine, with what
 those commands need on real machines said above them (docs/testbed.md, issue 32): the master
-address (asked for, or the first machine's name), the interface each machine binds, and the
-bound on the rendezvous and start-up."""
+address (asked for, or the first machine's name), the interface each machine binds, the
+bound on the rendezvous and start-up, and that a checkpoint folder is one folder every
+machine shares."""
 
 from __future__ import annotations
 
@@ -39,23 +40,49 @@ def interface_note(master: str, ifname: str | None) -> str:
             f"NCCL_SOCKET_IFNAME unless set, and prints which; --ifname NAME chooses one for all)")
 
 
-def print_torchrun(job, prob, the_plan, master_addr: str | None, ifname: str | None, out: Path | None,
-                   describe_job) -> None:
-    """Write the job file and print it and one command per machine; nothing runs here."""
+def shared_folders_note(config) -> str | None:
+    """Every machine's ranks write their files of a checkpoint into its partial folder, which
+    rank 0 then commits (runtime/checkpoints/manifest.py), and every rank reads the one
+    resumed: on separate disks machine 0 would commit only its own ranks' files."""
+    folders = [f for f in (f"--checkpoint-dir {config.checkpoint_dir}" if config.checkpoint_dir else "",
+                           f"the resumed checkpoint {config.resume_from}" if config.resume_from else "") if f]
+    if not folders:
+        return None
+    return (f"{' and '.join(folders)} must {'each ' if len(folders) > 1 else ''}be one folder shared by every "
+            f"machine, at the same path on each (e.g. NFS): rank 0 commits each checkpoint from the files every "
+            f"machine's ranks write there, and every rank reads the one resumed")
+
+
+def write_job_file(job, out: Path | None, describe_job) -> Path:
+    """The job file in --out, or in ./.hexiscale-run, where the previous call's is replaced: said,
+    since commands printed for that one now run this job."""
     folder = out or Path(".hexiscale-run")
     folder.mkdir(parents=True, exist_ok=True)
     job_path = folder / "job.json"
+    replaced = out is None and job_path.is_file()
     job_path.write_text(job.model_dump_json())
-    console.print(f"wrote the job file {job_path}: {describe_job(job)}", highlight=False, soft_wrap=True)
+    console.print(f"wrote the job file {job_path}: {describe_job(job)}", highlight=False, soft_wrap=True, markup=False)
+    if replaced:
+        console.print(f"note: it replaced the job file an earlier --torchrun wrote there: commands printed for that "
+                      f"job now run this one (--out DIR keeps a job apart)", highlight=False, soft_wrap=True)
+    return job_path
+
+
+def print_torchrun(job, prob, the_plan, master_addr: str | None, ifname: str | None, out: Path | None,
+                   describe_job) -> None:
+    """Write the job file and print it and one command per machine; nothing runs here."""
+    job_path = write_job_file(job, out, describe_job)
     machines = used_machines(the_plan, prob.cluster)
     master, note = master_note(master_addr, prob.cluster.machines[machines[0][0]].name, len(machines))
     timeout = job.config.timeout_s
     for line in (note, interface_note(master, ifname),
                  f"the rendezvous and start-up wait at most --timeout {timeout:g} s (torchrun's own default: 600 s); "
                  f"a failure is one `error:` line per process (the agent is torchrun's, wrapped: "
-                 f"runtime/launch/torchrun.py)",
+                 f"runtime/launch/torchrun.py)", shared_folders_note(job.config),
                  "copy the job file to the same path on every machine and run there, from a folder where "
                  "`runtime` imports, one line per machine:"):
-        console.print(line, highlight=False, soft_wrap=True)
-    for command in torchrun_commands(str(job_path), the_plan, prob, master, free_port(), timeout, ifname):
+        if line is not None:
+            console.print(line, highlight=False, soft_wrap=True, markup=False)  # lines name folders as written
+    for command in torchrun_commands(str(job_path), the_plan, prob, master, free_port(), timeout, ifname,
+                                     job.config.backend):
         console.print(command, highlight=False, soft_wrap=True)

@@ -18,8 +18,11 @@ Writes are atomic: ranks write into `.partial-step-NNNNNNNN`; once every rank is
 hashes the files, writes the manifest (temporary name, then rename) and renames the folder
 to `step-NNNNNNNN`. A checkpoint cut mid-write is therefore a `.partial-*` folder, which
 readers ignore: the newest complete one is used. A complete checkpoint whose file is later
-missing or damaged (size or sha256 not the manifest's) is a `CheckpointError` naming the
-file. No torch here (`runtime.checkpoints.tensors` does the tensor I/O).
+missing or damaged (size or sha256 not the manifest's), whose manifest's step is not its
+folder's, or whose chunks do not tile their tensors is a `CheckpointError` naming the file.
+A commit that lacks a file its chunks name (written on another machine into a folder that is
+not shared) or whose `step-NNNNNNNN` is already there is refused, and nothing is committed.
+No torch here (`runtime.checkpoints.tensors` does the tensor I/O).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import hashlib
 import json
 import os
 import re
+from math import prod
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +109,23 @@ def complete_steps(root: str | Path) -> list[int]:
                   and (p / MANIFEST).is_file())
 
 
+def incomplete_steps(root: str | Path) -> list[int]:
+    """Steps of what is named like a checkpoint under `root` but holds no manifest (one deleted,
+    a folder made by hand): readers pass over them, and a save of that step cannot rename its
+    partial folder there."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in root.iterdir() if (m := STEP_DIR.match(p.name))
+                  and not (p / MANIFEST).is_file())
+
+
+def saved_steps(first: int, steps: int, save_every: int) -> list[int]:
+    """The steps a run from step `first` to `steps` saves: every `save_every`-th (as the
+    workers do: after step s when s % save_every == 0)."""
+    return [s for s in range(first + 1, steps + 1) if save_every and s % save_every == 0]
+
+
 def sha256_of(path: Path) -> str:
     return file_sha256(path)
 
@@ -118,11 +139,62 @@ def read_manifest(folder: Path) -> Manifest:
         raise CheckpointError(f"{path}: not a readable checkpoint manifest ({reason})") from None
     if manifest.format != FORMAT:
         raise CheckpointError(f"{path}: format {manifest.format!r}, expected {FORMAT!r}")
+    named = STEP_DIR.match(folder.name)  # an edited step would resume at the wrong data and Adam step
+    if named and int(named.group(1)) != manifest.step:
+        raise CheckpointError(f"{path}: says step {manifest.step}, but its folder {folder.name} is step "
+                              f"{int(named.group(1))}")
     return manifest
 
 
+def chunk_files(manifest: Manifest) -> set[str]:
+    """The files the manifest's chunks are read from."""
+    return {c.file for t in manifest.tensors.values() for c in t.chunks}
+
+
+def _where(chunk: Chunk) -> str:
+    return f"{chunk.file}[{chunk.key!r}] at {chunk.offsets} of size {chunk.sizes}"
+
+
+def overlapping_pair(chunks: tuple[Chunk, ...]) -> tuple[Chunk, Chunk] | None:
+    """Two chunks that share an element, or None. A sweep along the first dimension: each chunk
+    is compared only with those whose rows reach its first row, so row slabs (TP row splits,
+    ZeRO rectangles) cost about n log n rather than n² comparisons."""
+    active: list[Chunk] = []
+    for chunk in sorted(chunks, key=lambda c: c.offsets):
+        active = [a for a in active if a.offsets[0] + a.sizes[0] > chunk.offsets[0]]
+        for other in active:
+            if all(max(x, y) < min(x + s, y + t)
+                   for x, s, y, t in zip(other.offsets, other.sizes, chunk.offsets, chunk.sizes)):
+                return other, chunk
+        active.append(chunk)
+    return None
+
+
+def tiling_error(entry: TensorEntry) -> str | None:
+    """Why a tensor's chunks do not tile its shape exactly (None: they do), from the
+    manifest's numbers alone: each chunk inside the shape, no two overlapping, and their sizes
+    adding up to the whole. A chunk moved by an edit fails here, before any process starts."""
+    for chunk in entry.chunks:
+        if not len(chunk.offsets) == len(chunk.sizes) == len(entry.shape):
+            return f"chunk {_where(chunk)} does not have the tensor's {len(entry.shape)} dimensions"
+        if any(o < 0 or s < 1 or o + s > n for o, s, n in zip(chunk.offsets, chunk.sizes, entry.shape)):
+            return f"chunk {_where(chunk)} lies outside the tensor's shape {entry.shape}"
+    if pair := overlapping_pair(entry.chunks):
+        return f"chunks {_where(pair[0])} and {_where(pair[1])} overlap"
+    if (covered := sum(prod(c.sizes) for c in entry.chunks)) != prod(entry.shape):
+        return f"its chunks cover {covered} of its {prod(entry.shape)} elements"
+    return None
+
+
 def verify(folder: Path, manifest: Manifest) -> None:
-    """Every file the manifest lists is there, with its size and its sha256."""
+    """The manifest's chunks tile every tensor from files it lists (its numbers alone, checked
+    first: cheap), and every file it lists is there, with its size and its sha256."""
+    missing = chunk_files(manifest) - set(manifest.files)
+    if missing:
+        raise CheckpointError(f"{folder / MANIFEST}: chunks name files it does not list: {sorted(missing)}")
+    for name, entry in manifest.tensors.items():
+        if (why := tiling_error(entry)) is not None:
+            raise CheckpointError(f"{folder / MANIFEST}: tensor {name!r}: {why}")
     for name, entry in manifest.files.items():
         path = folder / name
         if not path.is_file():
@@ -132,23 +204,28 @@ def verify(folder: Path, manifest: Manifest) -> None:
             raise CheckpointError(f"{path}: shard has {size} bytes, the manifest says {entry.bytes}")
         if sha256_of(path) != entry.sha256:
             raise CheckpointError(f"{path}: shard checksum differs from the manifest (sha256)")
-    missing = {c.file for t in manifest.tensors.values() for c in t.chunks} - set(manifest.files)
-    if missing:
-        raise CheckpointError(f"{folder / MANIFEST}: chunks name files it does not list: {sorted(missing)}")
 
 
 def latest_checkpoint(root: str | Path) -> tuple[Path, Manifest]:
-    """The newest complete checkpoint under `root`, verified (partial ones are skipped)."""
+    """The newest complete checkpoint under `root`, verified (partial ones are skipped). A
+    damaged newest one is not passed over for an older one (that would redo steps silently):
+    the error names the older one, to be resumed by its own folder."""
     root = Path(root)
     if (root / MANIFEST).is_file():  # the path of one checkpoint folder
-        folder = root
+        folder, older = root, []
     else:
         steps = complete_steps(root)
         if not steps:
             raise CheckpointError(f"{root}: no complete checkpoint there")
-        folder = step_dir(root, steps[-1])
-    manifest = read_manifest(folder)
-    verify(folder, manifest)
+        folder, older = step_dir(root, steps[-1]), steps[:-1]
+    try:
+        manifest = read_manifest(folder)
+        verify(folder, manifest)
+    except CheckpointError as exc:
+        if not older:
+            raise
+        raise CheckpointError(f"{exc}; the older checkpoint {step_dir(root, older[-1])} can be resumed by "
+                              f"naming it (--resume {step_dir(root, older[-1])})") from None
     return folder, manifest
 
 
@@ -165,10 +242,20 @@ def check_resumable(manifest: Manifest, folder: Path, model: ModelSpec, settings
 
 def commit(root: str | Path, manifest: Manifest) -> Path:
     """Rank 0, once every rank has written its file: hash the files, write the manifest
-    (temporary name, then rename), then rename the folder into place."""
+    (temporary name, then rename), then rename the folder into place. Refused, with nothing
+    committed, when a file the chunks name is not in the partial folder (ranks on another
+    machine wrote into a folder that is not shared) or the step's folder is already there."""
     partial, final = partial_dir(root, manifest.step), step_dir(root, manifest.step)
+    # the files the chunks name, each looked up by name (a listing of a shared folder may lag)
     files = {p.name: FileEntry(bytes=p.stat().st_size, sha256=sha256_of(p))
-             for p in sorted(partial.glob("rank*.pt"))}
+             for p in (partial / name for name in sorted(chunk_files(manifest))) if p.is_file()}
+    if missing := sorted(chunk_files(manifest) - set(files)):
+        raise CheckpointError(f"{partial}: {', '.join(missing)} missing, written by ranks that do not see this folder: "
+                              f"the checkpoint folder must be one folder shared by every machine (the same path on "
+                              f"each, e.g. NFS); step {manifest.step} is not committed")
+    if final.exists():  # os.rename would fail on a non-empty folder (or replace an empty one silently)
+        raise CheckpointError(f"{final}: already there (without a manifest: not a checkpoint); step "
+                              f"{manifest.step} is not committed over it")
     text = manifest.model_copy(update={"files": files}).model_dump_json(indent=1)
     temporary = partial / (MANIFEST + ".tmp")
     with temporary.open("w") as handle:

@@ -61,18 +61,22 @@ def machine_commands(job_path: str, plan: Any, cluster: Cluster, master_addr: st
 
 
 def torchrun_commands(job_path: str, plan: Any, problem: Problem, master_addr: str, port: int,
-                      timeout_s: float = 60.0, ifname: str | None = None) -> list[str]:
-    """Each machine's command line after a `#` line naming the torch build it needs
-    (docs/vendors.md §8: CUDA on nvidia, ROCm on amd); run each on its machine, from a folder
-    where `runtime` imports."""
+                      timeout_s: float = 60.0, ifname: str | None = None, backend: str = "nccl") -> list[str]:
+    """Each machine's command line after a `#` line naming the torch build it needs for the
+    job's `backend` (docs/vendors.md §8: under nccl CUDA on nvidia, ROCm on amd; gloo runs on
+    the CPU); run each on its machine, from a folder where `runtime` imports."""
     lines = []
     for command in machine_commands(job_path, plan, problem.cluster, master_addr, port, timeout_s, ifname):
-        lines += [torch_build_note(problem.cluster, command.machine), command.line()]
+        lines += [torch_build_note(problem.cluster, command.machine, backend), command.line()]
     return lines
 
 
-def torch_build_note(cluster, machine: int) -> str:
-    """The `#` line before a machine's command: which torch build it needs."""
+def torch_build_note(cluster, machine: int, backend: str = "nccl") -> str:
+    """The `#` line before a machine's command: which torch build it needs. A gloo job trains
+    on the CPU (runtime/launch/worker.py `rank_device`), so its GPUs' vendor asks for none."""
     vendor = cluster.gpu_of(machine).vendor.value
+    head = f"# machine {cluster.machines[machine].name} ({vendor}): "
+    if backend != "nccl":
+        return head + f"any torch build (backend {backend}: the ranks train on the CPU, not the GPUs)"
     bridge = "; traffic to the other vendor goes over gloo in host memory" if cluster.mixes_vendors else ""
-    return f"# machine {cluster.machines[machine].name} ({vendor}): {TORCH_BUILDS[vendor]}{bridge}"
+    return head + TORCH_BUILDS[vendor] + bridge

@@ -6,7 +6,9 @@ the runtime never imports a solver. A rank counts as a lost device when its proc
 a signal the launcher did not send (SIGKILL, a crash); a rank that exits with an error of
 its own (a bad setting, a bug) is not a lost device, and the run fails as before. Each
 attempt has its own folder (`attempt-N`) for the job file and logs; each event is logged,
-with the old and the new plan's T, and kept in `RunResult`-like `ElasticResult.events`.
+with the old and the new plan's T, kept in `RunResult`-like `ElasticResult.events` and
+written to `elastic.jsonl` beside the attempts (an earlier run's file there is removed first,
+and said: its events are not this run's).
 
 Any plan kind: the loop maps lost ranks to devices by the kind's rank order
 (`RuntimeKind.devices`) and re-plans the problem's plan, which a sequence job does not carry
@@ -42,6 +44,7 @@ Replanner = Callable[[Problem, Any, list[int]], tuple[Problem, Any, float | None
 # attempt runs (default: local processes; runtime.testbed.runs: one command per emulated machine)
 Launch = Callable[[Job, FailureInjection | None], tuple[RunResult, list[int]]]
 MAX_RESTARTS = 4
+ELASTIC_LOG = "elastic.jsonl"
 
 
 @dataclass
@@ -68,6 +71,22 @@ class ElasticResult:
     events: list[ElasticEvent] = field(default_factory=list)
     problem: Problem | None = None  # the problem and plan (the problem's, not scaled) the run ended on
     plan: Any = None
+
+
+def attempts_folder(job: Job) -> Path:
+    """Where the attempts' folders and elastic.jsonl go: the run's out_dir, else `runs` under
+    its checkpoint folder."""
+    return Path(job.config.out_dir or Path(job.config.checkpoint_dir) / "runs")
+
+
+def fresh_event_log(base: Path, log: Callable[[str], None]) -> Path:
+    """This run's elastic.jsonl: one an earlier run left there is removed (and said), so that
+    the file holds this run's events only rather than both runs' appended."""
+    path = base / ELASTIC_LOG
+    if path.is_file():
+        path.unlink()
+        log(f"note: removed {path}, an earlier elastic run's events (this run writes its own there)")
+    return path
 
 
 def lost_ranks(result: RunResult) -> list[int]:
@@ -110,7 +129,8 @@ def run_elastic(problem: Problem, job: Job, replanner: Replanner, *, plan: Any =
     plan = job.plan if plan is None else plan
     if not job.config.checkpoint_dir or not job.config.save_every:
         raise RunError("an elastic run needs checkpoints: set a checkpoint folder and save_every")
-    base = Path(job.config.out_dir or Path(job.config.checkpoint_dir) / "runs")
+    base = attempts_folder(job)
+    events_file = fresh_event_log(base, log)
     steps: dict[int, dict] = {}
     events: list[ElasticEvent] = []
     for attempt in range(max_restarts + 1):
@@ -120,7 +140,7 @@ def run_elastic(problem: Problem, job: Job, replanner: Replanner, *, plan: Any =
         if result.ok:
             return ElasticResult(result, [steps[k] for k in sorted(steps)], events, problem, plan)
         if not lost or attempt == max_restarts:
-            raise RunError("the run failed:\n" + result.failure_summary())
+            raise RunError(f"the run failed (logs in {config.out_dir}):\n" + result.failure_summary())
         devices = runtime_kind(job.kind).devices(job.plan)  # rank order (a scaled plan keeps its devices)
         new_problem, new_plan, old_s, new_s = replanner(problem, plan, [devices[r] for r in lost])
         job, resumed = restart_job(job, new_problem, new_plan)
@@ -128,7 +148,7 @@ def run_elastic(problem: Problem, job: Job, replanner: Replanner, *, plan: Any =
         events.append(ElasticEvent(attempt, [devices[r] for r in lost], resumed, old_s, new_s,
                                    len(devices), len(runtime_kind(job.kind).devices(new_plan))))
         log(events[-1].line())
-        with (base / "elastic.jsonl").open("a") as handle:
+        with events_file.open("a") as handle:
             handle.write(json.dumps(events[-1].__dict__) + "\n")
         problem, plan = new_problem, new_plan
     raise AssertionError("unreachable")
