@@ -61,6 +61,16 @@ def make_out_folder(out: Path | None) -> None:
             fail(f"--out: cannot create {out}: {exc.strerror or exc}")
 
 
+def built_job(prob, the_plan, model, settings: dict):
+    """The run's job, or one line naming the option whose value it refuses (exit 2)."""
+    try:
+        return make_job(prob, the_plan, model, **settings)
+    except ValidationError as exc:
+        fail(settings_error(exc))
+    except (RunError, ValueError) as exc:
+        fail(str(exc))
+
+
 def check_backend(backend: str, torchrun: bool, processes: int) -> None:
     """A local NCCL run needs a GPU per process here: NCCL refuses two ranks on one GPU; a
     local gloo run starts at most MAX_RANKS_PER_CORE processes per core (torchrun commands
@@ -137,13 +147,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
                 **precision_settings(prob, the_plan, precision, backend)}
     settings.update({k: v for k, v in (("recompute", recompute), ("seq_len", seq_len), ("schedule", schedule))
                      if v is not None})
-    try:
-        job = make_job(prob, the_plan, model, **settings)
-    except ValidationError as exc:
-        fail(settings_error(exc))
-    except (RunError, ValueError) as exc:
-        fail(str(exc))
-    job = start_from_checkpoint(job, resume, force)
+    job = start_from_checkpoint(built_job(prob, the_plan, model, settings), resume, force)
     check_save_target(job)
     print_run_notes(prob, job)
     job = clear_earlier_run(job, out, elastic, torchrun)
