@@ -196,6 +196,9 @@ def refit(records: list[RunRecord], *, keep_undetermined: bool = False,
     names = ([("efficiency", g) for g in used_gpu_types(records)] + [("bandwidth", c) for c in LINK_CLASSES]
              + [("latency", c) for c in LINK_CLASSES])
     measured = np.concatenate([measured_rows(r) for r in records])
+    if not (np.all(np.isfinite(measured)) and np.all(measured > 0)):  # each row is divided by its time
+        raise CalibrationError(f"{', '.join(r.source for r in records)}: measured times must be positive and "
+                               f"finite (a stage or step time of {measured[~(np.isfinite(measured) & (measured > 0))][0]:g} s)")
     slopes, _ = linearise(records, base, names, np.ones(len(names)))
     exercised = [j for j in range(len(names)) if np.abs(slopes[:, j]).max() > 0]
     active, kept, what = list(exercised), {}, ", ".join(r.source for r in records)

@@ -5,6 +5,7 @@ a tiny real profile and run produce a cluster the planner reads and a log calibr
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -131,6 +132,24 @@ def test_truncated_and_corrupted_logs(tmp_path, logs):
     assert not out.exists()
 
 
+def test_a_log_twice_an_output_over_a_log_and_a_zero_time_are_one_line(tmp_path, logs):
+    """A log named twice would count its steps twice; -o onto a log read had overwritten it with
+    YAML; a stage time of 0 had been an internal error (SVD did not converge)."""
+    out = tmp_path / "x.yaml"
+    one_error_line(invoke("calibrate", str(logs[0]), str(logs[1]), str(logs[0]), "-o", str(out)), "given twice")
+    before = logs[1].read_text()
+    one_error_line(invoke("calibrate", str(logs[0]), str(logs[1]), "-o", str(logs[1])), "--output", "run logs read")
+    assert logs[1].read_text() == before
+    data = json.loads(logs[1].read_text())
+    for step in data["steps"]:
+        step["stages"][0]["forward_s"] = step["stages"][0]["backward_s"] = 0.0
+    zero = tmp_path / "zero.json"
+    zero.write_text(json.dumps(data))
+    one_error_line(invoke("calibrate", str(logs[0]), str(zero), "-o", str(out), "--keep-undetermined"),
+                   "positive and finite", "not written")
+    assert not out.exists()
+
+
 def test_logs_of_another_problem_or_cluster(tmp_path, logs):
     out = tmp_path / "x.yaml"
     other_model = small_model().model_copy(update={"name": "other", "hidden": 128, "ffn_hidden": 352})
@@ -163,6 +182,12 @@ def test_profile_bad_options(tmp_path):
     one_error_line(invoke("profile", "-o", out, "--statistic", "mode"), "--statistic")
     one_error_line(invoke("profile", "-o", out, "--for", "ring"), "--for")
     one_error_line(invoke("calibrate", out, "-o", out, "--statistic", "mode"), "--statistic")
+    # --testbed checked before any testbed or temporary folder is made (it had been built, then
+    # refused in two lines with exit 1, leaving an empty hexiscale-profile-* folder)
+    made = set(Path(tempfile.gettempdir()).glob("hexiscale-profile-*"))
+    one_error_line(invoke("profile", "-o", out, "--testbed", "tiny-2", "--machines", "3", "--processes", "3"),
+                   "--testbed", "do not fit the testbed's 2")
+    assert set(Path(tempfile.gettempdir()).glob("hexiscale-profile-*")) == made
     import torch
 
     if not torch.cuda.is_available():

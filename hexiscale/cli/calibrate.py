@@ -36,6 +36,20 @@ def run_log_path(path: Path) -> Path:
     return inside
 
 
+def checked_logs(run_logs: list[Path], output: Path) -> list[Path]:
+    """The run logs' paths, refused where one is named twice (its steps would count twice in the
+    fit) or where --output would write over one of them."""
+    paths = [run_log_path(p) for p in run_logs]
+    seen: dict[Path, Path] = {}
+    for path in paths:
+        if path.resolve() in seen:
+            fail(f"{path}: given twice (as {seen[path.resolve()]}): its steps would count twice in the fit")
+        seen[path.resolve()] = path
+    if output.resolve() in seen:
+        fail(f"--output: {output} is one of the run logs read: write the cluster elsewhere")
+    return paths
+
+
 def load_log(path: Path) -> RunLog:
     """A run log, or one line naming the file and what is wrong with it (exit 2)."""
     try:
@@ -201,7 +215,7 @@ def calibrate(run_logs: list[Path] = typer.Argument(..., help="runs' out folders
     """Refit η per GPU type, bandwidth and latency per link class from run logs; write the cluster."""
     writable_file(output, "--output")
     checked_statistic(statistic)
-    logs = [(path, load_log(path)) for path in map(run_log_path, run_logs)]
+    logs = [(path, load_log(path)) for path in checked_logs(run_logs, output)]
     check_same_run_setup(logs)
     check_steps_after_warmup(logs, warmup)
     records = [log.record(str(path), warmup, statistic) for path, log in logs]

@@ -84,8 +84,26 @@ def measure(spec, folder: Path, testbed=None):
             if testbed is None:
                 return launch_profile(spec, folder, update)
             return measure_on_testbed(spec, folder, testbed, update)
+        except typer.Exit:  # a RuntimeError too: one already printed (measure_on_testbed) goes on as it is
+            raise
         except RuntimeError as exc:
             fail(str(exc), EXIT_PROFILE_FAILED)
+
+
+def checked_testbed(testbed: str, machines: int):
+    """The --testbed cluster, refused (one line, exit 2) before anything is built where the
+    profile's machines do not fit it or no scale can emulate its links."""
+    from runtime.testbed import plan_layout
+
+    cluster = load_cluster(testbed)
+    if machines > len(cluster.machines):
+        fail(f"--testbed: the profile's {plural(machines, 'machine')} (--machines) do not fit the testbed's "
+             f"{len(cluster.machines)}")
+    try:
+        plan_layout(cluster, "hxtbcheck")
+    except ValueError as exc:
+        fail(f"--testbed: {testbed}: {exc}")
+    return cluster
 
 
 def measure_on_testbed(spec, folder: Path, cluster, update):
@@ -147,11 +165,12 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
     except ValidationError as exc:
         fail("; ".join(f"--{str(e['loc'][0]).replace('_', '-') if e['loc'] else 'settings'}: {e['msg']}"
                        for e in exc.errors()))
+    cluster = checked_testbed(testbed, machines) if testbed else None
     console.print(f"profiling {processes} {device} processes on {machines} simulated machine(s), shapes of model "
                   f"{spec_model.name} (seq {seq}, micro-batch {micro}), messages {spec.min_bytes}…{spec.max_bytes} B",
                   highlight=False, soft_wrap=True)
-    folder = Path(tempfile.mkdtemp(prefix="hexiscale-profile-"))
-    result = measure(spec, folder, load_cluster(testbed)) if testbed else measure(spec, folder)
+    folder = Path(tempfile.mkdtemp(prefix="hexiscale-profile-"))  # after every check: a refusal leaves none
+    result = measure(spec, folder, cluster) if testbed else measure(spec, folder)
     write_profile(result, output, name or f"profiled-{socket.gethostname()}", gpu_type_name(device, gpu_name),
                   statistic, plans, raw=folder / "profile.json", honesty=TESTBED_NOTE if testbed else HONESTY)
     shutil.rmtree(folder, ignore_errors=True)  # written: the raw measurements are kept only when a failure names them
