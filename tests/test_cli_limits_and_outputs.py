@@ -57,7 +57,7 @@ def test_the_exact_time_limit_is_checked_alike(no_solving):
 
 
 def test_an_api_time_limit_of_inf_bounds_the_heuristic_s_work_by_a_week_s():
-    """SolverOptions refuses an inf limit now (tests/test_api_qa.py); the heuristic still bounds
+    """SolverOptions refuses an inf limit now (tests/test_api_entry_checks.py); the heuristic still bounds
     its work by a week's for any limit that reaches it."""
     assert HeuristicOptions().evaluations_for(math.inf) == MAX_MOVE_EVALUATIONS
     assert HeuristicOptions().evaluations_for(1e308) == MAX_MOVE_EVALUATIONS
