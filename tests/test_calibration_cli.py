@@ -188,6 +188,10 @@ def test_profile_bad_options(tmp_path):
     one_error_line(invoke("profile", "-o", out, "--testbed", "tiny-2", "--machines", "3", "--processes", "3"),
                    "--testbed", "do not fit the testbed's 2")
     assert set(Path(tempfile.gettempdir()).glob("hexiscale-profile-*")) == made
+    torchrun_out = tmp_path / "tr"  # a --torchrun run's folder: job.json and steps, no rank logs
+    torchrun_out.mkdir()
+    (torchrun_out / "job.json").write_text("{}")
+    one_error_line(invoke("calibrate", str(torchrun_out), "-o", out), "--torchrun run's folder")
     import torch
 
     if not torch.cuda.is_available():

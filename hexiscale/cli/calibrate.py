@@ -30,6 +30,9 @@ def run_log_path(path: Path) -> Path:
     if not path.is_dir():
         return path
     inside = path / RUNLOG_FILE
+    if not inside.is_file() and (path / "job.json").is_file() and not any(path.glob("rank*.log")):
+        fail(f"{path}: a --torchrun run's folder: its machines write steps.jsonl, not the {RUNLOG_FILE} calibrate "
+             f"reads (only a run launched here, `hexiscale run` without --torchrun, writes one)")
     if not inside.is_file():
         fail(f"{path}: a folder without {RUNLOG_FILE}: give a run's out folder (hexiscale run --out) or its "
              f"{RUNLOG_FILE}")
