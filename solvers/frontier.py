@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from planner.base import plural
 from planner.kinds import iteration_time
 from planner.layered import cost
 from planner.layered.cost import StageShape
@@ -84,6 +85,21 @@ class Frontier:
     def proven(self) -> bool:
         """Every point proven and nothing left out: the exact frontier."""
         return self.exact and self.complete and all(p.proven for p in self.points)
+
+    def proof_phrase(self, short: bool = False) -> str:
+        """How far the frontier is proven, for its table's summary and its picture's title: a
+        heuristic's point is proven where its solve proved it (a small sub-problem solved
+        exactly), which a flat "no point is proven" had denied beside a row marked proven."""
+        if self.proven:
+            return "exact: every point proven" + ("" if short else ", the frontier complete")
+        if self.exact:
+            return "exact method, " + ("not every point proven (time limit)" if short else
+                                       "but not every point proven in the time limit")
+        proven = sum(p.proven for p in self.points)
+        which = "no point" if not proven else f"{proven} of {plural(len(self.points), 'point')}"
+        if short:
+            return f"heuristic: {which} proven"
+        return f"heuristic over {plural(len(self.solves), 'budget level')}: {which} proven, the frontier itself not"
 
     @property
     def status_when_empty(self) -> SolveStatus:

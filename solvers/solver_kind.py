@@ -28,6 +28,16 @@ class SolverKind:
     replan: str
     also_compare: tuple[str, ...] = ()  # other kinds' solvers (KIND:NAME) compare prices beside this kind's
     auto_from_seq_len: int = 0  # solve(kind="auto") picks the kind with the largest such bound ≤ seq_len
+    # `module:function` (problem) -> why the kind's exact models cannot take it, or None; "" when
+    # they take any problem the callers give them (`frontier`'s default picks cpsat by it)
+    exact_too_big: str = ""
+
+    def exact_refusal(self, problem) -> str | None:
+        """Why this kind's exact models would refuse `problem` for its size, or None."""
+        if not self.exact_too_big:
+            return None
+        module, function = self.exact_too_big.split(":")
+        return getattr(importlib.import_module(module), function)(problem)
 
     def replanner(self) -> Callable:
         module, function = self.replan.split(":")

@@ -63,6 +63,10 @@ def test_heuristic_levels_say_so(tiny_priced):
     result = CliRunner().invoke(app, ["frontier", str(path), "--solver", "heuristic", "--levels", "3", "-t", "30"])
     assert result.exit_code == 0, result.output
     assert "heuristic over 3 budget levels" in result.output
+    # the summary counts the points the table marks proven (it had said "no point is proven" beside one)
+    marked = sum(line.rstrip().endswith("proven") for line in result.output.splitlines())
+    said = "no point proven" if not marked else f"{marked} of "
+    assert said in " ".join(result.output.split()), result.output
     levels = [line for line in result.stderr.splitlines() if " of 3 (rent ≤ " in line]  # one line per level in a log
     assert [line.split(": level ")[1][:1] for line in levels] == ["1", "2", "3"]
 
@@ -82,3 +86,15 @@ def test_a_budget_no_plan_fits_exits_1(tmp_path):
     result = CliRunner().invoke(app, ["frontier", str(path), "-t", "30"])
     assert result.exit_code == 1, result.output
     assert "no plan on the frontier" in result.output
+
+
+def test_the_default_solver_is_exact_only_where_the_kind_s_exact_models_take_the_problem(tmp_path):
+    """8 GPUs at 128K tokens: a sequence problem, past the sequence exact model's 6 devices; the
+    default had picked cpsat by the device count alone and found no frontier (exit 1)."""
+    path = tmp_path / "g8.yaml"
+    made = CliRunner().invoke(app, ["generate", "problem", "--gpus", "8", "--prices", "--seq-len", "131072",
+                                    "--model", "llama3-8b", "--global-batch", "4", "-o", str(path)])
+    assert made.exit_code == 0, made.output
+    result = CliRunner().invoke(app, ["frontier", str(path), "--levels", "2", "-t", "20"])
+    assert result.exit_code == 0, result.output
+    assert "solved by heuristic" in " ".join(result.output.split())

@@ -29,6 +29,7 @@ from planner.problem import Problem
 from solvers import frontier as frontiers
 from solvers.choose import AUTO_KIND, choose_kind
 from solvers.common import SolverOptions
+from solvers.kinds import solver_kind
 from solvers.registry import EXACT_SOLVERS, SOLVERS_BY_KIND, get, solvers_of
 
 EXACT_FRONTIER_DEVICES = 8  # clusters up to this many devices get the exact frontier by default
@@ -110,9 +111,11 @@ def _solver_and_kind(problem: Problem, solver: str, kind: str) -> tuple[str, str
     """The solver (auto: exact on small clusters) and the plan kind to solve in."""
     if kind != AUTO_KIND and kind not in SOLVERS_BY_KIND:
         fail(f"--kind: unknown plan kind {kind!r}; available: {AUTO_KIND}, {', '.join(SOLVERS_BY_KIND)}")
-    if solver == AUTO_SOLVER:
-        solver = "cpsat" if problem.cluster.num_devices <= EXACT_FRONTIER_DEVICES else "heuristic"
-    plan_kind, _ = choose_kind(problem, kind, solver)
+    auto = solver == AUTO_SOLVER
+    plan_kind, _ = choose_kind(problem, kind, None if auto else solver)
+    if auto:  # exact where the cluster is small and the kind's exact models take the problem
+        small = problem.cluster.num_devices <= EXACT_FRONTIER_DEVICES
+        solver = "cpsat" if small and solver_kind(plan_kind).exact_refusal(problem) is None else "heuristic"
     if solver not in solvers_of(plan_kind):
         fail(f"--solver: unknown solver {solver!r} for {plan_kind} plans; available: "
              f"{AUTO_SOLVER}, {', '.join(solvers_of(plan_kind))}")
@@ -149,9 +152,7 @@ def frontier_table(problem: Problem, front, labels: list[str]) -> Table:
 
 
 def _summary(front) -> str:
-    how = ("exact: every point proven, the frontier complete" if front.proven else
-           "exact method, but not every point proven in the time limit" if front.exact else
-           f"heuristic over {plural(len(front.solves), 'budget level')}: no point is proven")
+    how = front.proof_phrase()
     bound = (f"; least cost per Mtok ≥ {front.cost_bound_per_mtok:.4g} (proven)"
              if front.cost_bound_per_mtok is not None else "")
     return f"{plural(len(front.points), 'plan')} on the frontier ({how}), ★ cheapest per token{bound}; " \

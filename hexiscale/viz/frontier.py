@@ -76,7 +76,5 @@ def _mark(ax, points, labels: list[str]) -> None:
 
 
 def _title(problem, front) -> str:
-    how = ("exact: every point proven" if front.proven else
-           "exact method, not every point proven (time limit)" if front.exact else
-           "heuristic: points not proven")
+    how = front.proof_phrase(short=True)
     return f"{problem.name}: time–rent frontier ({how})"

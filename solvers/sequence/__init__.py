@@ -22,4 +22,5 @@ SOLVER_KIND = SolverKind(
     name="sequence", default_solvers=("heuristic", "seq-uniform", "seq-roundrobin"),
     reference="seq-uniform", reference_label="×unif",  # Megatron CP / USP: even shares on the best device set
     also_compare=("layered:heuristic",),  # which kind wins at this sequence length
-    auto_from_seq_len=LONG_CONTEXT_TOKENS, replan="solvers.sequence.replan:candidates")
+    auto_from_seq_len=LONG_CONTEXT_TOKENS, replan="solvers.sequence.replan:candidates",
+    exact_too_big="solvers.sequence.exact.driver:too_big")
