@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from planner.base import plural
 from planner.kinds import iteration_time, validate
 from planner.problem import Problem
 from solvers.common import SolveResult
@@ -55,7 +56,7 @@ def keep_or_move(repaired: list[tuple[object | None, int]], unit: str, why: str,
             batches.append(batch)
         else:
             moved += batch
-            changes.append(f"{unit} {index} dropped ({why}); its {batch} sequences moved")
+            changes.append(f"{unit} {index} dropped ({why}); its {plural(batch, 'sequence')} moved")
     return kept, batches, moved
 
 

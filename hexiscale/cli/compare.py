@@ -181,7 +181,10 @@ def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
 
 
 def _kilo(x: float | None) -> str:
-    return "—" if x is None else f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
+    """Tokens per second in k or M: 134.4M, not 134420.0k."""
+    if x is None:
+        return "—"
+    return f"{x / 1e6:.1f}M" if x >= 1e6 else f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
 
 
 STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "infeasible": "magenta",

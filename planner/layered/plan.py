@@ -29,7 +29,9 @@ def whole_numbers(value: Any, what: str) -> Any:
     items = value if isinstance(value, (list, tuple)) else [value]
     bad = [x for x in items if isinstance(x, (bool, float)) or (isinstance(x, str) and x.strip().lstrip("+-").isdigit())]
     if bad:
-        raise ValueError(f"{what} must be written as integers, got {bad[0]!r}")
+        # the loader's message ends with the value given; only an item of a list is named here
+        got = f", got {bad[0]!r}" if isinstance(value, (list, tuple)) else ""
+        raise ValueError(f"{what} must be written as integers{got}")
     return value
 
 

@@ -269,7 +269,7 @@ def finish(job: Job, comm: Communicator, member: Member, history: list[dict]) ->
     if rank == 0 and out:
         (out / "metrics.json").write_text(json.dumps({"steps": history, "replicas_identical": replicas_ok}))
     if rank == 0 and replicas_ok is not None:
-        print(f"replicas identical across replicas: {replicas_ok}", flush=True)
+        print(f"parameter segments identical across their owners in every replica: {replicas_ok}", flush=True)
 
 
 def load_replica_params(out_dir: str | Path) -> list[dict[str, torch.Tensor]]:
