@@ -56,9 +56,9 @@ def test_layout_names_addresses_and_one_scale_for_every_link():
     assert (held.a, held.b, held.mbit) == (0, 1, pytest.approx(40))
     assert layout.pair_mbit(0, 1) == pytest.approx(40) and layout.pair_mbit(0, 2) == pytest.approx(200)
     assert layout.machines[1].host_name == "box-1"  # '_' is no host name's
-    assert "127.0.1.1" not in layout.hosts_file(1) and "10.77.0.2 box_1 box-1\n" in layout.hosts_file(1)
+    assert "127.0.1.1" not in layout.hosts_file(1) and "10.77.0.2 box-1\n" in layout.hosts_file(1)
     debian = layout.hosts_file(1, loopback_own_name=True)
-    assert debian.index("127.0.1.1 box_1") < debian.index("10.77.0.2 box_1")  # the first match wins
+    assert debian.index("127.0.1.1 box-1") < debian.index("10.77.0.2 box-1")  # the first match wins
 
 
 def test_scale_fits_the_host_and_scaled_cluster_prices_the_testbed():
@@ -215,3 +215,128 @@ def test_slowed_links_names_a_lasting_slowdown_against_the_prediction():
     (line,) = slowed_links(on_testbed, plan, steps([3.0, 0.1, 0.08, 0.09, 0.6, 0.7, 0.65]))
     assert line.startswith("link a100-0 → r4090-0 (pipeline 0, stage 0 → 1) slowed from step 5: its exchange "
                            "took 0.65 s per step in 3 steps against 0.0658 s predicted (9.9×)"), line
+
+
+def many_machines_file(tmp_path, count: int = 30) -> str:
+    rows = "\n".join(f"  - {{name: m{i}, gpu: RTX4090, count: 1, intra_bw_gbps: 16}}" for i in range(count))
+    path = tmp_path / "many.yaml"
+    path.write_text(f"name: many\ninter_bw_gbps: 1.25\nmachines:\n{rows}\n")
+    return str(path)
+
+
+@needs_testbed
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_cli_up_interrupted_during_the_build_and_its_cleanup_leaves_nothing(tmp_path, signum):
+    """The first signal lands once the build has made a namespace; three SIGINTs follow during
+    the teardown it starts: exit 130, one `error:` line, and every namespace, hosts folder,
+    temporary folder and probe namespace gone."""
+    from hexiscale.cli.testbed import CLI_PREFIX
+    from runtime.testbed import PREFIX, remove_leftovers
+
+    before = state(CLI_PREFIX)
+    assert not before["namespaces and hosts folders"], "a testbed of the command is already up"
+    proc = subprocess.Popen([str(ROOT / ".venv/bin/hexiscale"), "testbed", "up", many_machines_file(tmp_path)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(leftovers(CLI_PREFIX)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signum)
+        for _ in range(3):
+            time.sleep(0.02)
+            proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=60)[1]
+        assert proc.returncode == 130 and err.strip().splitlines() == [
+            "error: interrupted: the testbed was torn down, nothing of it is left"], err
+        assert state(CLI_PREFIX) == before
+        assert not [ns for ns in leftovers(PREFIX) if "probe" in ns]
+    finally:
+        proc.kill()
+        remove_leftovers(CLI_PREFIX)
+
+
+def test_the_host_check_probe_is_a_testbed_namespace_and_down_takes_temp_folders(monkeypatch, tmp_path):
+    """Pure (the commands recorded): the probe namespace is named under the testbed prefix, so
+    `down --all` finds one a SIGKILL left; `remove_leftovers` removes the prefix's temp folders."""
+    from runtime.testbed import PREFIX, netns, remove_leftovers
+
+    calls = []
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(netns.shutil, "which", lambda tool: f"/sbin/{tool}")
+    monkeypatch.setattr(netns, "sh", lambda *argv, check=True: calls.append(argv) or
+                        subprocess.CompletedProcess(argv, 0, "", ""))
+    assert netns.unavailable_reason() is None
+    (add, delete) = calls
+    assert add[:3] == ("ip", "netns", "add") and add[3].startswith(PREFIX) and delete == ("ip", "netns", "del", add[3])
+    monkeypatch.setattr(netns.tempfile, "gettempdir", lambda: str(tmp_path))
+    (tmp_path / "hxtbcli-abc").mkdir()
+    (tmp_path / "other").mkdir()
+    monkeypatch.setattr(netns, "leftovers", lambda prefix: [])
+    removed = remove_leftovers("hxtbcli")
+    assert removed["temp folders"] == [str(tmp_path / "hxtbcli-abc")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other"]
+
+
+ODD_NAMES = ["a b", "a-b", "über", "机器", "机器二", "x" * 70 + "1", "x" * 70 + "2", "box_1#x", "-lead", "123", "0",
+             "Box", "box", "m"]
+
+
+def test_every_machine_gets_a_distinct_valid_host_name_and_the_hosts_file_only_those():
+    """Names that sanitise alike, differ past 63 characters, differ only in case, are numbers or
+    carry a '#': each gets its own RFC 1123 label; a name that is one keeps it."""
+    import re
+
+    cluster = Cluster(machines=[Machine(name=n, gpu="RTX4090", count=1, intra_bw_gbps=16) for n in ODD_NAMES],
+                      inter_bw_gbps=1.25)
+    layout = plan_layout(cluster, "hxtbx")
+    hosts = [m.host_name for m in layout.machines]
+    assert len({h.lower() for h in hosts}) == len(hosts)
+    assert all(re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", h) and not h.isdigit() for h in hosts)
+    assert hosts[1] == "a-b" and hosts[0] != "a-b" and hosts[11] == "Box" and hosts[13] == "m"
+    assert hosts[9] == "m123" and hosts[10] == "m0"
+    for i, line in enumerate(layout.hosts_file(0).splitlines()[2:]):  # one address, one name: no aliases
+        assert line.split() == [layout.machines[i].address, hosts[i]]
+    assert "#" not in layout.hosts_file(0)
+
+
+@needs_testbed
+def test_cli_up_hints_a_master_addr_that_resolves_for_numeric_names(tmp_path):
+    from hexiscale.cli.testbed import CLI_PREFIX
+    from runtime.testbed import remove_leftovers
+
+    path = tmp_path / "num.yaml"
+    path.write_text("name: num\ninter_bw_gbps: 1.25\nmachines:\n"
+                    + "".join(f"  - {{name: '{i}', gpu: RTX4090, count: 1, intra_bw_gbps: 16}}\n" for i in (0, 1)))
+    before = state(CLI_PREFIX)
+    try:
+        up = CliRunner().invoke(app, ["testbed", "up", str(path)])
+        assert up.exit_code == 0, up.output
+        assert "--master-addr m0`" in " ".join(up.output.split())
+        done = subprocess.run(["ip", "netns", "exec", f"{CLI_PREFIX}-1-1", "getent", "hosts", "m0"],
+                              capture_output=True, text=True)
+        assert done.stdout.split() == ["10.77.0.1", "m0"], done
+    finally:
+        remove_leftovers(CLI_PREFIX)
+    assert state(CLI_PREFIX) == before
+
+
+def test_links_no_one_scale_can_shape_say_so_and_a_huge_scale_warns_nothing():
+    """A rack at 10 GB/s and a link at 0.0001 GB/s: 100,000× apart, past the 58,000× from 1 Mbit/s to
+    58 Gbit/s, so no scale fits, with or without --scale; --scale 1e308 is refused without numpy warnings."""
+    import warnings
+
+    from planner.hardware import Rack
+
+    wide = Cluster(machines=[Machine(name=f"n{i}", gpu="RTX4090", count=1, intra_bw_gbps=16) for i in range(4)],
+                   inter_bw_gbps=1.25, racks=[Rack(name="r0", machines=["n0", "n1"], bw_gbps=10)],
+                   links=[Link(a="n0", b="n2", bw_gbps=0.0001)])
+    for scale in (None, 1.0):
+        with pytest.raises(ValueError, match=r"ratio of 100,000.*no scale fits: bring the file's links closer") as exc:
+            plan_layout(wide, "hxtbx", scale=scale)
+        assert "larger scale" not in str(exc.value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="above 58000 Mbit/s"):
+            plan_layout(load_cluster("tiny-4"), "hxtbx", scale=1e308)
+    result = CliRunner().invoke(app, ["testbed", "up", "tiny-4", "--scale", "1e308"])
+    assert result.exit_code in (1, 2) and "RuntimeWarning" not in result.output

@@ -4,6 +4,7 @@ one network namespace per machine, shaped links, a hosts file each; left up unti
 from __future__ import annotations
 
 import shlex
+import signal
 
 import typer
 from rich.table import Table
@@ -14,6 +15,7 @@ from planner.io import load_cluster
 from runtime.testbed import PREFIX, Testbed, TestbedError, TestbedLayout, leftovers, remove_leftovers, unavailable_reason
 
 EXIT_NO_TESTBED = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
 CLI_PREFIX = f"{PREFIX}cli"  # the command's own testbed; tests' testbeds have prefixes of their own
 
 testbed_app = typer.Typer(no_args_is_help=True, help="Emulate a cluster on this host (network namespaces): up CLUSTER | down.")
@@ -44,7 +46,7 @@ def print_layout(layout: TestbedLayout, bed: Testbed) -> None:
                   highlight=False)
     for m in layout.machines:
         console.print(shlex.join(bed.command(m.index, ["bash"])), highlight=False, soft_wrap=True)
-    console.print(f"run there what `hexiscale run PROBLEM PLAN --torchrun --master-addr {layout.machines[0].name}` "
+    console.print(f"run there what `hexiscale run PROBLEM PLAN --torchrun --master-addr {layout.machines[0].host_name}` "
                   f"prints for that machine; remove it all with `hexiscale testbed down`", highlight=False,
                   soft_wrap=True)
 
@@ -68,11 +70,24 @@ def up(cluster: str = typer.Argument(..., help="cluster file or bundled name"),
         bed = Testbed(loaded, scale=scale, loopback_own_name=loopback_own_name, prefix=CLI_PREFIX)
     except ValueError as exc:
         fail(f"{cluster}: {exc}")
+    build_and_keep(bed)
+
+
+def build_and_keep(bed: Testbed) -> None:
+    """Build the testbed, print it, then keep it up — all under the context manager's signal
+    handling, so that SIGINT or SIGTERM before `keep` tears everything down (interpreter exit
+    never runs the teardown a signal skips) and says so in one line. After `keep` the testbed is
+    up and fully printed: a later signal leaves it for `down`."""
     try:
-        bed.up()
+        with bed:
+            print_layout(bed.layout, bed)
+            bed.keep()
     except TestbedError as exc:
         fail(str(exc), EXIT_NO_TESTBED)
-    print_layout(bed.keep(), bed)
+    except KeyboardInterrupt:
+        for signum in (signal.SIGINT, signal.SIGTERM):  # more Ctrl-C now would only cut the line short
+            signal.signal(signum, signal.SIG_IGN)
+        fail("interrupted: the testbed was torn down, nothing of it is left", EXIT_INTERRUPTED)
 
 
 @testbed_app.command("down")
@@ -88,6 +103,7 @@ def down(every: bool = typer.Option(False, "--all", help=f"every testbed's lefto
     count = len(removed["processes"])
     console.print(f"removed {plural(len(removed['namespaces']), 'namespace')} (with their links and shaping), "
                   f"{count} process{'' if count == 1 else 'es'} inside them, "
-                  f"{plural(len(removed['hosts folders']), 'hosts folder')}", highlight=False, soft_wrap=True)
+                  f"{plural(len(removed['hosts folders']), 'hosts folder')}, "
+                  f"{plural(len(removed['temp folders']), 'temporary folder')}", highlight=False, soft_wrap=True)
     for ns in removed["namespaces"]:
         console.print(f"  {ns}", highlight=False)

@@ -28,9 +28,8 @@ from pathlib import Path
 from planner.hardware import Cluster
 from runtime.testbed import netns
 from runtime.testbed.layout import MachineSlot, TestbedLayout, plan_layout
-from runtime.testbed.netns import TestbedError
+from runtime.testbed.netns import PREFIX, TestbedError, deferred_signals
 
-PREFIX = "hxtb"  # every testbed's namespaces start with it; each testbed adds its own id
 STOP_S = 3.0  # SIGTERM, then this long before SIGKILL
 PROBE_S = 2.0  # a machine that does not answer a TCP connect within this is unreachable
 PROBE_PORT = 9  # discard: nothing listens there in a testbed's namespace
@@ -96,31 +95,36 @@ class Testbed:
         return self
 
     def down(self) -> dict[str, list]:
-        """Remove everything this testbed made (idempotent); returns what was removed."""
-        with self._lock:
+        """Remove everything this testbed made (idempotent); returns what was removed.
+        SIGINT/SIGTERM wait until it is done, and the testbed counts as up until then: an
+        interrupt or error half-way leaves the exit-time cleanup armed, never half a testbed."""
+        with deferred_signals(), self._lock:
             if not self._is_up:
                 return self.removed
+            stopped = [p.pid for p in self.processes if p.poll() is None]
+            for proc in self.processes:
+                stop_group(proc)
+            removed = netns.remove(list(self.layout.namespaces))
+            removed["processes"] = sorted(set(removed["processes"]) | set(stopped))
+            if self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
+                removed["temp folders"] = [str(self.folder)]
+            atexit.unregister(self.down)
+            self.removed = removed
             self._is_up = False
-        stopped = [p.pid for p in self.processes if p.poll() is None]
-        for proc in self.processes:
-            stop_group(proc)
-        removed = netns.remove(list(self.layout.namespaces))
-        removed["processes"] = sorted(set(removed["processes"]) | set(stopped))
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
-            removed["temp folders"] = [str(self.folder)]
-        atexit.unregister(self.down)
-        self.removed = removed
-        return removed
+            return removed
 
     def keep(self) -> TestbedLayout:
         """Leave the testbed up after this process (`hexiscale testbed up`): nothing is torn
-        down at exit; `remove_leftovers(prefix)` removes it later. Its temporary folder goes now."""
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
-        atexit.unregister(self.down)
-        self._is_up = False
-        self._restore_handlers()
+        down at exit; `remove_leftovers(prefix)` removes it later. Its temporary folder goes now.
+        Signals wait meanwhile: one arriving half-way would find the handlers still tearing
+        down a testbed already marked kept, and report a teardown that did not happen."""
+        with deferred_signals(), self._lock:
+            if self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
+            atexit.unregister(self.down)
+            self._is_up = False
+            self._restore_handlers()
         return self.layout
 
     def __enter__(self) -> Testbed:
@@ -228,6 +232,13 @@ def stop_group(proc: subprocess.Popen) -> None:
 
 
 def remove_leftovers(prefix: str = PREFIX) -> dict[str, list]:
-    """Remove every namespace and hosts folder whose name starts with `prefix`, with the
-    processes inside: what a testbed killed by SIGKILL, or `hexiscale testbed up`, left."""
-    return netns.remove(netns.leftovers(prefix))
+    """Remove every namespace, hosts folder and temporary folder whose name starts with
+    `prefix`, with the processes inside: what a testbed killed by SIGKILL, or `hexiscale
+    testbed up`, left. Signals wait until it is done (a second Ctrl-C cannot cut it short)."""
+    with deferred_signals():
+        removed = netns.remove(netns.leftovers(prefix))
+        folders = netns.temp_folders(prefix)
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+    removed["temp folders"] = folders
+    return removed

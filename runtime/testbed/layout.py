@@ -47,7 +47,8 @@ class MachineSlot(Frozen):
 
     index: int = Field(ge=0, description="machine index in the cluster file")
     name: str = Field(min_length=1, description="machine name in the cluster file (it resolves in the testbed)")
-    host_name: str = Field(min_length=1, description="its host name: the name where a host name allows it")
+    host_name: str = Field(min_length=1, max_length=63, description="its host name: the name where it is a valid "
+                           "one, else made one (docs/testbed.md §1); unique in the testbed")
     namespace: str = Field(min_length=1, description="network namespace name")
     address: str = Field(description="its own address on the testbed's subnet")
     interface: str = Field(default=MACHINE_INTERFACE, description="its interface inside the namespace")
@@ -96,14 +97,14 @@ class TestbedLayout(Frozen):
         return min([own, *held])
 
     def hosts_file(self, machine: int, loopback_own_name: bool = False) -> str:
-        """/etc/hosts inside machine's namespace: every machine's name → its address.
+        """/etc/hosts inside machine's namespace: every machine's host name → its address (only
+        host names: `a b` would make two aliases, `box_1#x` comment out the rest of its line).
         `loopback_own_name`: the machine's own name → 127.0.1.1 first, as Debian and Ubuntu
         install it (gloo then binds a loopback address: the failure issue 32 reproduced)."""
-        own = self.machines[machine].name
         lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost"]
         if loopback_own_name:
-            lines.append(f"127.0.1.1 {' '.join(dict.fromkeys((own, self.machines[machine].host_name)))}")
-        lines += [f"{m.address} {' '.join(dict.fromkeys((m.name, m.host_name)))}" for m in self.machines]
+            lines.append(f"127.0.1.1 {self.machines[machine].host_name}")
+        lines += [f"{m.address} {m.host_name}" for m in self.machines]
         return "\n".join(lines) + "\n"
 
 
@@ -137,23 +138,75 @@ def name_part(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9-]+", "-", text).strip("-")[:24] or "m"
 
 
+HOST_NAME_MAX = 63  # RFC 1123: one label of a host name
+VALID_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def is_host_name(text: str) -> bool:
+    """A valid single-label host name: letters, digits and inner dashes, at most 63, not all
+    digits (a number resolves as an address: `--master-addr 0` is 0.0.0.0)."""
+    return bool(VALID_HOST_NAME.fullmatch(text)) and not text.isdigit()
+
+
+def host_label(text: str) -> str:
+    """`text` made a valid host name: runs of other characters → one dash, trimmed to 63;
+    an all-digit or empty result gets an `m` in front."""
+    label = re.sub(r"[^A-Za-z0-9-]+", "-", text).strip("-")[:HOST_NAME_MAX].strip("-")
+    return label if label and not label.isdigit() else f"m{label}"[:HOST_NAME_MAX]
+
+
+def host_names(names: list[str]) -> list[str]:
+    """One distinct valid host name per machine (resolvers ignore case, so distinct ignoring
+    case): a name that is already valid keeps itself; the others take `host_label`, and one that
+    meets a name taken already gets `-<machine index>` (its label cut to make room)."""
+    taken = {n.lower() for n in names if is_host_name(n)}
+    result = []
+    for i, name in enumerate(names):
+        if is_host_name(name) and name.lower() not in {r.lower() for r in result}:
+            result.append(name)
+            continue
+        label, k = host_label(name), 0
+        while label.lower() in taken or label.lower() in {r.lower() for r in result}:
+            suffix = f"-{i}" + (f"-{k}" if k else "")
+            label, k = host_label(name)[:HOST_NAME_MAX - len(suffix)].rstrip("-") + suffix, k + 1
+        taken.add(label.lower())
+        result.append(label)
+    return result
+
+
+def check_rates(slowest_gbps: float, fastest_gbps: float, scale: float, asked: bool) -> None:
+    """Raise ValueError (one line) when `scale` puts the slowest link below MIN_LINK_MBIT or the
+    fastest above MAX_ASKED_MBIT. No scale at all can when the file's fastest/slowest ratio passes
+    MAX_ASKED_MBIT / MIN_LINK_MBIT: then say that, not "choose a larger scale"."""
+    ratio = fastest_gbps / slowest_gbps
+    if ratio > MAX_ASKED_MBIT / MIN_LINK_MBIT:
+        raise ValueError(f"its links range from {slowest_gbps:g} to {fastest_gbps:g} GB/s, a ratio of {ratio:,.0f}: "
+                         f"one scale keeps every link's ratio, and the testbed shapes {MIN_LINK_MBIT:g} to "
+                         f"{MAX_ASKED_MBIT:,.0f} Mbit/s (at most {MAX_ASKED_MBIT / MIN_LINK_MBIT:,.0f}), so no "
+                         f"scale fits: bring the file's links closer")
+    with np.errstate(over="ignore"):  # a huge --scale overflows to inf, which the check below refuses
+        slowest, fastest = (float(np.float64(g) * scale * MBIT_PER_GBPS) for g in (slowest_gbps, fastest_gbps))
+    what = f"--scale {scale:g}" if asked else f"the fitting scale {scale:.3g}"
+    if slowest < MIN_LINK_MBIT:
+        raise ValueError(f"{what} shapes the slowest link to {slowest:.3g} Mbit/s, below {MIN_LINK_MBIT:g} "
+                         f"Mbit/s: choose a larger scale")
+    if not fastest <= MAX_ASKED_MBIT:
+        raise ValueError(f"{what} shapes the fastest link to {fastest:.3g} Mbit/s, above {MAX_ASKED_MBIT:g} "
+                         f"Mbit/s (10× what a veth carries here, so nothing would be shaped): choose a smaller "
+                         f"scale, or none for the fitting one")
+
+
 def plan_layout(cluster: Cluster, prefix: str, scale: float | None = None) -> TestbedLayout:
     """The layout of `cluster` under `prefix`: namespaces, addresses, shaped rates (`scale`:
     None picks `fitting_scale`). Raises ValueError when a link would fall below MIN_LINK_MBIT."""
-    scale = fitting_scale(cluster) if scale is None else scale
+    asked = scale is not None
+    scale = scale if asked else fitting_scale(cluster)
     bw = inter_gbps(cluster)
     n = len(cluster.machines)
     link_gbps = bw.max(axis=1) if n > 1 else np.array([cluster.inter_bw_gbps])
-    slowest = float((bw[bw > 0].min() if n > 1 else link_gbps[0]) * scale * MBIT_PER_GBPS)
-    if slowest < MIN_LINK_MBIT:
-        raise ValueError(f"--scale {scale:g} shapes the slowest link to {slowest:.3g} Mbit/s, "
-                         f"below {MIN_LINK_MBIT:g} Mbit/s: choose a larger scale")
-    fastest = float(link_gbps.max() * scale * MBIT_PER_GBPS)
-    if not fastest <= MAX_ASKED_MBIT:
-        raise ValueError(f"--scale {scale:g} shapes the fastest link to {fastest:.3g} Mbit/s, above "
-                         f"{MAX_ASKED_MBIT:g} Mbit/s (10× what a veth carries here, so nothing would be "
-                         f"shaped): choose a smaller scale, or none for the fitting one")
-    machines = tuple(MachineSlot(index=i, name=m.name, host_name=name_part(m.name),
+    check_rates(float(bw[bw > 0].min() if n > 1 else link_gbps[0]), float(link_gbps.max()), scale, asked)
+    hosts = host_names([m.name for m in cluster.machines])
+    machines = tuple(MachineSlot(index=i, name=m.name, host_name=hosts[i],
                                  namespace=f"{prefix}-{i}-{name_part(m.name)}",
                                  address=machine_address(i), hub_interface=f"m{i}",
                                  link_mbit=float(link_gbps[i]) * scale * MBIT_PER_GBPS,

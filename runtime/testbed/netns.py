@@ -14,12 +14,16 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
+import threading
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 from runtime.testbed.layout import BRIDGE, SUBNET, MachineSlot, TestbedLayout
 
+PREFIX = "hxtb"  # every testbed's namespaces (and the host check's probe) start with it
 NETNS_ETC = Path("/etc/netns")  # `ip netns exec NS` bind-mounts /etc/netns/NS/* over /etc/*
 NETNS_RUN = Path("/var/run/netns")
 LINK_CLASS, DEFAULT_CLASS, PAIR_CLASS_BASE = 1, 0x10, 0x100
@@ -38,8 +42,10 @@ class TestbedError(RuntimeError):
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run one command; a failure is one line naming it and its stderr."""
-    done = subprocess.run(argv, capture_output=True, text=True)
+    """Run one command; a failure is one line naming it and its stderr. Signals wait for it to
+    end: a handler tearing down while `ip netns add` still ran would miss the namespace it adds."""
+    with deferred_signals():
+        done = subprocess.run(argv, capture_output=True, text=True)
     if check and done.returncode != 0:
         raise TestbedError(f"`{' '.join(argv)}` failed: {done.stderr.strip() or done.returncode}")
     return done
@@ -50,6 +56,33 @@ def namespaces() -> list[str]:
     return sorted(line.split()[0] for line in sh("ip", "netns", "list").stdout.splitlines() if line.strip())
 
 
+@contextmanager
+def deferred_signals():
+    """SIGINT and SIGTERM held back for the block and delivered after it: a teardown, or a
+    probe namespace's add-then-delete, cannot be cut short half-way (a second Ctrl-C during
+    cleanup used to leave most namespaces). Two layers: the mask keeps new signals pending
+    (and the `ip`/`tc` commands started inside inherit it, so a terminal's Ctrl-C to the
+    process group does not kill them); a recording handler catches one the C level took just
+    before the mask, which Python would otherwise run inside the block. Main thread only:
+    Python runs handlers there, and only there may they be changed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held, caught = (signal.SIGINT, signal.SIGTERM), []
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    previous = {}
+    try:
+        for signum in held:
+            previous[signum] = signal.signal(signum, lambda number, frame: caught.append(number))
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)  # runs what was pending (the recorder) first
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)  # now to the handler the caller had
+
+
 def unavailable_reason() -> str | None:
     """None when this host can build a testbed; else one line saying why not."""
     if os.geteuid() != 0:
@@ -57,11 +90,15 @@ def unavailable_reason() -> str | None:
     missing = [tool for tool in ("ip", "tc", "unshare") if shutil.which(tool) is None]
     if missing:
         return f"the emulated cluster needs {' and '.join(missing)} (iproute2, util-linux), not found on PATH"
-    probe = f"hxprobe-{uuid.uuid4().hex[:8]}"
-    done = sh("ip", "netns", "add", probe, check=False)
+    # Named under PREFIX so that `down --all` finds it should this process be SIGKILLed between
+    # the two commands; signals are held so that nothing else can leave it.
+    probe = f"{PREFIX}probe-{uuid.uuid4().hex[:8]}"
+    with deferred_signals():
+        done = sh("ip", "netns", "add", probe, check=False)
+        if done.returncode == 0:
+            sh("ip", "netns", "del", probe, check=False)
     if done.returncode != 0:
         return f"this host cannot create network namespaces (`ip netns add` said: {done.stderr.strip()})"
-    sh("ip", "netns", "del", probe, check=False)
     return None
 
 
@@ -177,6 +214,12 @@ def remove(names: list[str]) -> dict[str, list]:
     for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
     return {"namespaces": removed, "processes": killed, "hosts folders": folders}
+
+
+def temp_folders(prefix: str) -> list[str]:
+    """A testbed's temporary folders (`tempfile.mkdtemp(prefix=...)`) whose name starts with `prefix`."""
+    root = Path(tempfile.gettempdir())
+    return sorted(str(p) for p in root.iterdir() if p.name.startswith(prefix) and p.is_dir())
 
 
 def leftovers(prefix: str) -> list[str]:

@@ -74,7 +74,8 @@ class TestbedLaunch:
     def commands(self, job: Job, job_path: Path) -> list[MachineCommand]:
         cluster = job.cluster
         used = runtime_kind(job.kind).devices(job.plan)
-        master = cluster.machines[int(cluster.machine_of_device[min(used)])].name
+        # its host name: the name itself where valid, else the one the hosts files carry
+        master = self.bed.layout.machines[int(cluster.machine_of_device[min(used)])].host_name
         commands = machine_commands(str(job_path), job.plan, cluster, master, PORT, job.config.timeout_s,
                                     python=sys.executable)
         return sorted(commands, key=lambda c: c.node)
