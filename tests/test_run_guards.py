@@ -232,6 +232,24 @@ def test_an_empty_address_or_interface_is_refused_in_one_line(tmp_path, args):
     assert not (tmp_path / "job.json").exists()
 
 
+@pytest.mark.parametrize("first, refused", [("box_1", True), ("0", True), ("box-1", False)])
+def test_a_first_machine_name_no_host_resolves_needs_a_master_addr(tmp_path, first, refused):
+    """The default master address is the first machine's name: "box_1" (no host name) and "0"
+    (which is 0.0.0.0) had been printed into every command."""
+    machines = [{"name": first, "gpu": "RTX4090", "count": 2, "intra_bw_gbps": 16},
+                {"name": "m2", "gpu": "RTX4090", "count": 2, "intra_bw_gbps": 16}]
+    (tmp_path / "p.yaml").write_text(json.dumps({"name": "p", "model": "tiny", "training": {"seq_len": 64, "global_batch": 8},
+                                                 "cluster": {"inter_bw_gbps": 1.25, "machines": machines}}))
+    (tmp_path / "plan.json").write_text(json.dumps({"format": "hexiscale.plan/1", "problem": "p", "pipelines": [
+        {"batch": 8, "stages": [{"devices": [0], "layers": 2}, {"devices": [2], "layers": 2}]}]}))
+    result = cli(tmp_path / "p.yaml", tmp_path / "plan.json", "--torchrun", "--out", tmp_path / "out")
+    if refused:
+        assert result.exit_code == 2 and error_lines(result)[0].startswith("error: --master-addr: "), result.output
+        assert not (tmp_path / "out" / "job.json").exists()
+    else:
+        assert result.exit_code == 0 and f"--master-addr={first}" in result.output, result.output
+
+
 # finding 6: which steps are saved
 
 

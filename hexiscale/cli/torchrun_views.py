@@ -9,9 +9,10 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from hexiscale.cli.app import console
+from hexiscale.cli.app import console, fail
 from runtime.launch.commands import torchrun_commands, used_machines
 from runtime.launch.launcher import free_port
+from runtime.testbed.layout import is_host_name
 
 
 def is_loopback_literal(address: str) -> bool:
@@ -71,9 +72,13 @@ def write_job_file(job, out: Path | None, describe_job) -> Path:
 def print_torchrun(job, prob, the_plan, master_addr: str | None, ifname: str | None, out: Path | None,
                    describe_job) -> None:
     """Write the job file and print it and one command per machine; nothing runs here."""
-    job_path = write_job_file(job, out, describe_job)
     machines = used_machines(the_plan, prob.cluster)
-    master, note = master_note(master_addr, prob.cluster.machines[machines[0][0]].name, len(machines))
+    first = prob.cluster.machines[machines[0][0]].name
+    if master_addr is None and not is_host_name(first):  # e.g. "a b", "0" (which is 0.0.0.0), "box_1"
+        fail(f"--master-addr: the first machine's name {first!r} is no host name another machine could resolve: "
+             f"give its address or host name (--master-addr ADDRESS)")
+    job_path = write_job_file(job, out, describe_job)
+    master, note = master_note(master_addr, first, len(machines))
     timeout = job.config.timeout_s
     for line in (note, interface_note(master, ifname),
                  f"the rendezvous and start-up wait at most --timeout {timeout:g} s (torchrun's own default: 600 s); "
