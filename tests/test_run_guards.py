@@ -374,3 +374,16 @@ def test_a_damaged_newest_checkpoint_names_the_older_one(tmp_path):
     named = cli("demo-tiny", "demo-tiny", "--steps", 3, "--seq-len", 16, "--resume", older, "--torchrun",
                 "--out", tmp_path / "job")
     assert named.exit_code == 0 and "resuming at step 1" in named.output, named.output
+
+
+def test_a_failed_run_s_error_lines_are_printed_as_the_ranks_wrote_them(monkeypatch, tmp_path):
+    """`fail` escapes its message for rich; the failure summary was escaped once more before it,
+    so a rank's "[device 3]" reached the terminal as "\\[device 3]"."""
+    import hexiscale.cli.run as run_mod
+
+    failed = RunResult(returncodes=[1], logs=["error: rank 0: no memory on [device 3]"], wall_s=0.1,
+                       out_dir=str(tmp_path))
+    monkeypatch.setattr(run_mod, "launch_local", lambda job: failed)
+    result = cli("demo-tiny", "demo-tiny", "--steps", 1, "--out", tmp_path / "out")
+    assert result.exit_code == 1, result.output
+    assert "error: rank 0: no memory on [device 3]" in result.output and "\\[" not in result.output, result.output

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import typer
 from pydantic import ValidationError
-from rich.markup import escape
 
 from hexiscale.cli.calibrate import print_prediction
 from hexiscale.cli.run_accuracy import mean_error_line
@@ -171,7 +170,7 @@ def launch(prob, job, the_plan, elastic: bool) -> tuple[RunResult, object]:
         fail(f"interrupted: stopped the run's {count} process{'es' if count > 1 else ''}; logs in {logs}",
              EXIT_INTERRUPTED)
     if not result.ok:
-        fail(f"the run failed (logs in {result.out_dir}):\n" + escape(result.failure_summary()), EXIT_RUN_FAILED)
+        fail(f"the run failed (logs in {result.out_dir}):\n" + result.failure_summary(), EXIT_RUN_FAILED)  # fail escapes it
     return result, the_plan
 
 
