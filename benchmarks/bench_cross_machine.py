@@ -46,7 +46,7 @@ from planner.hardware import Cluster, GpuType, Machine  # noqa: E402
 from planner.problem import Problem  # noqa: E402
 from planner.sequence.plan import Group, Member, Replica, SeqPlan  # noqa: E402
 from runtime.launch.launcher import make_job  # noqa: E402
-from runtime.metrics.runlog import log_run, read_run_log  # noqa: E402
+from runtime.metrics.runlog import RUNLOG_FILE, read_run_log  # noqa: E402
 from runtime.profiling.fit import drift, profiled_cluster  # noqa: E402
 from runtime.profiling.launcher import ProfileSpec  # noqa: E402
 from runtime.profiling.testbed import profile_on_testbed  # noqa: E402
@@ -200,7 +200,7 @@ def run_case(bed: Bed, testbed: Testbed, case: Case, steps: int, out: Path):
     if not result.ok:
         console.print(f"  {case.label}: the run failed:\n{result.failure_summary()}", highlight=False)
         return None
-    path = log_run(problem, job, result)
+    path = out / RUNLOG_FILE  # written by the run itself: rank 0's worker, under torchrun (runtime/launch/worker.py)
     return read_run_log(path).record(str(path), statistic="median")
 
 

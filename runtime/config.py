@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field
 from planner.base import Frozen
 from planner.hardware import Cluster
 from planner.kinds import AnyPlan, kind_of
+from planner.problem import Problem
 from planner.workload import ModelSpec, ScheduleName
 
 BYTE_VOCAB = 256
@@ -90,6 +91,9 @@ class Job(Frozen):
     config: RunConfig
     cluster: Cluster | None = Field(default=None, description="the problem's cluster; None: unknown")
     problem_hash: str = Field(default="", description="sha256 of the problem (checkpoint manifests)")
+    # a --torchrun run has no launcher to gather it: rank 0 writes the run log from the job alone
+    problem: Problem | None = Field(default=None, description="the problem the job was made for, which its "
+                                    "run log names and prices (runtime.metrics.runlog); None: unknown")
 
     @property
     def kind(self) -> str:

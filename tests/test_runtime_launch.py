@@ -17,8 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from hexiscale.cli import app
-from planner.io import load_plan, load_problem
+from planner.io import load_cluster, load_plan, load_problem
 from runtime.launch.launcher import launch_local, make_job
+from runtime.metrics.runlog import log_run, read_run_log
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN_WAIT_S = 120
@@ -39,6 +40,10 @@ def test_torchrun_prints_the_job_file_and_one_command_per_machine(tmp_path):
     assert all("HEXISCALE_PORT" not in c for c in commands)
     assert all("--master-addr=127.0.0.1" in c and "--rdzv-conf=timeout=60" in c for c in commands)
     assert "127.0.0.1 is a loopback address: these commands work only with every machine on this one host" in output
+    said = " ".join(output.split())
+    assert "machine r4090-0 holds rank 0: the steps and, once the run has done them, the run log runlog.json" in said
+    refused = CliRunner().invoke(app, ["calibrate", str(tmp_path), "-o", str(tmp_path / "fitted.yaml")])
+    assert refused.exit_code == 2 and "machine r4090-0, which holds rank 0, writes it" in " ".join(refused.output.split())
 
 
 @pytest.mark.slow
@@ -65,6 +70,23 @@ def test_the_printed_torchrun_commands_train_like_the_local_launcher(tmp_path):
     assert len(torchrun_steps) == len(local.steps) == 2
     for ours, theirs in zip(torchrun_steps, local.steps):
         assert abs(ours["loss"] - theirs["loss"]) <= 1e-6, (torchrun_steps, local.steps)
+    check_torchrun_run_log(tmp_path, outputs, torchrun_steps, log_run(load_problem("demo-tiny"), job, local))
+
+
+def check_torchrun_run_log(tmp_path: Path, outputs: list[str], steps: list[dict], local_log: Path) -> None:
+    """Rank 0's machine (the first, r4090-0) wrote the run log a local run writes, said so last,
+    and `hexiscale calibrate` fits from it (beside the local run's: one problem, one cluster)."""
+    path = tmp_path / "torchrun" / "runlog.json"
+    assert outputs[0].strip().splitlines()[-1] == f"run log: {path.resolve()} on machine r4090-0 (for `hexiscale calibrate`)"
+    assert "run log:" not in outputs[1]
+    log, local = read_run_log(path), read_run_log(local_log)
+    assert [(s.step, s.step_s, s.wall_s) for s in log.steps] == [(s["step"], s["step_s"], s["wall_s"]) for s in steps]
+    assert log.model_dump(exclude={"steps"}) == local.model_dump(exclude={"steps"})
+    fitted = tmp_path / "fitted.yaml"
+    result = CliRunner().invoke(app, ["calibrate", str(tmp_path / "torchrun"), str(tmp_path / "local"), "-o",
+                                      str(fitted), "--warmup", "0", "--keep-undetermined"])
+    assert result.exit_code == 0, result.output
+    assert load_cluster(fitted).catalog  # a cluster the planner reads
 
 
 def descendants(pid: int) -> set[int]:

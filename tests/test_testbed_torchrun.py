@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from hexiscale.cli import app
 from planner.io import load_problem
 from runtime.config import Job
+from runtime.metrics.runlog import RUNLOG_FILE, read_run_log
 from runtime.model.reference import train_reference
 from runtime.testbed import Testbed
 from tests.testbed_helpers import ROOT, namespace_inodes, needs_testbed, processes_in, state, test_prefix
@@ -131,3 +132,5 @@ def test_printed_commands_train_where_plain_torchrun_fails(tmp_path, plan_file):
     steps = json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"]
     reference, _ = train_reference(job.config, job.plan.global_batch)
     assert [s["loss"] for s in steps] == pytest.approx(reference, rel=1e-5)
+    log = read_run_log(tmp_path / "run" / RUNLOG_FILE)  # the first machine's, which holds rank 0
+    assert [s.step_s for s in log.steps] == [s["step_s"] for s in steps] and "run log: " in fixed[0][1]

@@ -18,11 +18,31 @@ from planner.calibration import CalibrationError
 from planner.calibration_runs import Figure, RunRecord, predicted_rows, refit
 from planner.kinds import PLAN_KINDS, kind_of
 from planner.violations import InvalidPlanError
+from runtime.config import Job
 from runtime.host import shared_cores_note
+from runtime.launch.commands import rank0_machine
 from runtime.kinds import RUNTIME_KINDS
 from runtime.profiling.launcher import Repeated  # the mean's standard error, as profile's repetitions have it
 from runtime.metrics.runlog import RUNLOG_FILE, WARMUP_STEPS, RunLog, log_run, read_run_log
 from planner.base import plural
+
+
+def torchrun_refusal(path: Path) -> str:
+    """Why a --torchrun run's folder has no run log: only the machine that holds rank 0 writes
+    one, into its own out folder, once the run has done its steps (runtime/launch/worker.py);
+    named from the folder's job file where it can be read."""
+    base = f"{path}: a --torchrun run's folder without {RUNLOG_FILE}"
+    try:
+        job = Job.model_validate_json((path / "job.json").read_text())
+        name = job.cluster.machines[rank0_machine(job.plan, job.cluster)].name
+    except (OSError, ValueError, AttributeError, IndexError):  # unreadable, or a job without its cluster
+        return f"{base}: the machine that holds rank 0 writes it into its --out folder once the run has done its steps"
+    if job.problem is None:
+        return (f"{base}: its job file names no problem, so no machine writes one (a job file written before "
+                f"--torchrun runs wrote run logs): write it again with `hexiscale run --torchrun`")
+    return (f"{base}: machine {name}, which holds rank 0, writes it into {job.config.out_dir or 'its --out folder'} "
+            f"there once the run has done its steps (this is another machine's folder, or the run failed or has not "
+            f"ended)")
 
 
 def run_log_path(path: Path) -> Path:
@@ -31,8 +51,7 @@ def run_log_path(path: Path) -> Path:
         return path
     inside = path / RUNLOG_FILE
     if not inside.is_file() and (path / "job.json").is_file() and not any(path.glob("rank*.log")):
-        fail(f"{path}: a --torchrun run's folder: its machines write steps.jsonl, not the {RUNLOG_FILE} calibrate "
-             f"reads (only a run launched here, `hexiscale run` without --torchrun, writes one)")
+        fail(torchrun_refusal(path))
     if not inside.is_file():
         fail(f"{path}: a folder without {RUNLOG_FILE}: give a run's out folder (hexiscale run --out) or its "
              f"{RUNLOG_FILE}")

@@ -1,8 +1,8 @@
 """`hexiscale run --torchrun`: write the job file and print one command per machine, with what
 those commands need on real machines said above them (docs/testbed.md, issue 32): the master
 address (asked for, or the first machine's name), the interface each machine binds, the
-bound on the rendezvous and start-up, and that a checkpoint folder is one folder every
-machine shares."""
+bound on the rendezvous and start-up, that a checkpoint folder is one folder every
+machine shares, and which machine's out folder gets the steps and the run log."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import ipaddress
 from pathlib import Path
 
 from hexiscale.cli.app import console, fail
-from runtime.launch.commands import torchrun_commands, used_machines
+from runtime.launch.commands import rank0_machine, torchrun_commands, used_machines
 from runtime.launch.launcher import free_port
+from runtime.metrics.runlog import RUNLOG_FILE
 from runtime.testbed.layout import is_host_name
 
 
@@ -54,6 +55,17 @@ def shared_folders_note(config) -> str | None:
             f"machine's ranks write there, and every rank reads the one resumed")
 
 
+def run_log_note(job, cluster) -> str:
+    """Where the run's steps and run log land: only in the out folder of the machine that holds
+    rank 0 (runtime/launch/worker.py), which is the folder `hexiscale calibrate` takes."""
+    name = cluster.machines[rank0_machine(job.plan, cluster)].name
+    if not job.config.out_dir:
+        return (f"without --out the ranks write no steps and no run log: with --out DIR, machine {name} (rank 0's) "
+                f"writes them into DIR, and `hexiscale calibrate` reads DIR/{RUNLOG_FILE} there")
+    return (f"machine {name} holds rank 0: the steps and, once the run has done them, the run log {RUNLOG_FILE} "
+            f"that `hexiscale calibrate` reads go into {job.config.out_dir} on that machine, not on the others")
+
+
 def write_job_file(job, out: Path | None, describe_job) -> Path:
     """The job file in --out, or in ./.hexiscale-run, where the previous call's is replaced: said,
     since commands printed for that one now run this job."""
@@ -83,7 +95,7 @@ def print_torchrun(job, prob, the_plan, master_addr: str | None, ifname: str | N
     for line in (note, interface_note(master, ifname),
                  f"the rendezvous and start-up wait at most --timeout {timeout:g} s (torchrun's own default: 600 s); "
                  f"a failure is one `error:` line per process (the agent is torchrun's, wrapped: "
-                 f"runtime/launch/torchrun.py)", shared_folders_note(job.config),
+                 f"runtime/launch/torchrun.py)", shared_folders_note(job.config), run_log_note(job, prob.cluster),
                  "copy the job file to the same path on every machine and run there, from a folder where "
                  "`runtime` imports, one line per machine:"):
         if line is not None:

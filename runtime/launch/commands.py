@@ -46,6 +46,12 @@ def used_machines(plan: Any, cluster: Cluster) -> list[tuple[int, int]]:
     return [(m, n) for m, n in counts if n]
 
 
+def rank0_machine(plan: Any, cluster: Cluster) -> int:
+    """The machine whose processes include rank 0: the one whose out folder gets the run's
+    steps and, once they are done, its run log (runtime/launch/worker.py)."""
+    return int(cluster.machine_of_device[runtime_of(plan).devices(plan)[0]])
+
+
 def machine_commands(job_path: str, plan: Any, cluster: Cluster, master_addr: str, port: int, timeout_s: float,
                      ifname: str | None = None, python: str = "python") -> list[MachineCommand]:
     """The command of each machine the plan uses. `timeout_s` bounds the rendezvous (torchrun's

@@ -213,10 +213,11 @@ def checked_model(model: Any) -> str | ModelSpec:
 def make_job(problem: Problem, plan: Any, model: str = "tiny", **settings) -> Job:
     """The job for `plan`, made by its kind's runtime: the plan checked against the problem,
     the model chosen (`tiny` or the problem's own), settings defaulting to the problem's
-    training (the schedule that was priced is the one that runs)."""
+    training (the schedule that was priced is the one that runs). The job carries the problem:
+    a --torchrun run's rank 0 writes the run log from it, having no launcher that knows it."""
     model = checked_model(model)
     kind = runtime_of(plan)
-    job = kind.make_job(problem, plan, model, **settings)
+    job = kind.make_job(problem, plan, model, **settings).model_copy(update={"problem": problem})
     if job.config.precision not in kind.precisions:
         raise RunError(f"precision {job.config.precision}: {kind.name} plans run {' or '.join(kind.precisions)}")
     if job.config.init_from:  # before any process: a folder that is not this model is one line

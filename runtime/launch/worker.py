@@ -5,7 +5,7 @@ rank, joins the world through the communicator, trains the rank for the configur
 and leaves. Any failure — a bad configuration, a peer that died, a collective that timed
 out — prints one line naming this rank and the cause, and ends the process with a non-zero
 code at once, which in turn makes its peers' pending collectives fail fast: the run never
-hangs.
+hangs. Under torchrun (`--machine I`) rank 0 ends a finished run by writing its run log.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from runtime.communication.communicator import Communicator
 from runtime.config import Job
 from runtime.errors import ConfigError
 from runtime.kinds import runtime_kind
+from runtime.metrics.runlog import RUNLOG_FILE, log_finished_job
 
 EXIT_FAILED, EXIT_CONFIG = 1, 2
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -114,6 +115,22 @@ def run_rank(job: Job, kind_worker: ModuleType, rank: int, world_size: int) -> N
     comm.close()
 
 
+def log_torchrun_run(job: Job, machine: int) -> int:
+    """Under torchrun, rank 0 writes the run log `hexiscale calibrate` reads (the local launcher
+    writes its own runs' logs): no process gathers the machines' results, and only this
+    machine's out folder holds the steps. Says where; a log it cannot write is one line."""
+    where = f"machine {job.cluster.machines[machine].name}" if job.cluster else f"machine {machine}"
+    try:
+        path = log_finished_job(job)
+    except (OSError, ValueError) as exc:
+        print(f"error: rank 0: {Path(job.config.out_dir) / RUNLOG_FILE}: the run log was not written "
+              f"({short_reason(exc)})", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    if path is not None:
+        print(f"run log: {path.resolve()} on {where} (for `hexiscale calibrate`)", flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     die_with_parent()
     if os.environ.get(LAUNCHER_PID_VAR):
@@ -136,7 +153,7 @@ def main(argv: list[str]) -> int:
               file=sys.stderr, flush=True)
         os._exit(EXIT_FAILED)
     sys.stdout.flush()
-    return 0
+    return log_torchrun_run(job, machine) if machine is not None and rank == 0 else 0
 
 
 if __name__ == "__main__":

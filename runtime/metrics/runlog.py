@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from collections.abc import Sequence
 from typing import Literal, TypeVar
@@ -51,6 +52,7 @@ def after_warmup(steps: Sequence[T], warmup: int = WARMUP_STEPS) -> Sequence[T]:
 
 RUNLOG_FORMAT = "hexiscale.runlog/1"
 RUNLOG_FILE = "runlog.json"
+METRICS_FILE = "metrics.json"  # rank 0's step records of a finished run (its workers write it)
 
 
 class StageTiming(Frozen):
@@ -153,8 +155,16 @@ def make_run_log(problem: Problem, problem_sha256: str, plan, config, steps: lis
 
 
 def write_run_log(out_dir: str | Path, log: RunLog) -> Path:
+    """Write `runlog.json` through a temporary file renamed over it: a reader (`calibrate` on a
+    folder another machine fills, say) sees the old log or the whole new one, never half."""
     path = Path(out_dir) / RUNLOG_FILE
-    path.write_text(log.model_dump_json(indent=1) + "\n")
+    temporary = path.with_name(f".{RUNLOG_FILE}.{os.getpid()}.tmp")  # this process's own; the umask's mode
+    try:
+        temporary.write_text(log.model_dump_json(indent=1) + "\n")
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -165,6 +175,28 @@ def read_run_log(path: str | Path) -> RunLog:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise ValueError(f"not a run log: format is {found!r}, expected {RUNLOG_FORMAT!r}")
     return RunLog.model_validate(data)
+
+
+def finished_steps(out_dir: str | Path) -> list[dict]:
+    """The step records rank 0 wrote into `out_dir/metrics.json` once every step was done
+    ([] when there is none: a run that failed, or another machine's folder)."""
+    path = Path(out_dir) / METRICS_FILE
+    return json.loads(path.read_text())["steps"] if path.is_file() else []
+
+
+def log_finished_job(job) -> Path | None:
+    """The run log of a finished run written by its rank 0 from the job alone: a --torchrun run
+    has no launcher that gathers the machines' results, and only rank 0's out folder holds the
+    steps. None for a job without a problem (made before jobs carried one, or by hand), without
+    an out_dir, or without finished steps. OSError or ValueError if the folder cannot be read or
+    written."""
+    if job.problem is None or not job.config.out_dir:
+        return None
+    steps = finished_steps(job.config.out_dir)
+    if not steps:
+        return None
+    log = make_run_log(job.problem, job.problem_hash, job.plan, job.config, steps)
+    return write_run_log(job.config.out_dir, log)
 
 
 def log_run(problem: Problem, job, result) -> Path | None:
