@@ -63,30 +63,50 @@ def _listed(value: Any, argument: str, what: str) -> list:
     return list(value)
 
 
-def lost_devices(problem: Problem, devices=(), machines=()) -> set[int]:
+def lost_devices(problem: Problem, devices=(), machines=(), *, names=("lost", "lost_machines")) -> set[int]:
     """Device ids (ints) and whole machines (by name or index) → the set of lost device ids; at
-    least one must be named (nothing lost re-plans nothing, under a name ending in '-without-')."""
-    devices = _listed(devices, "lost", "device ids (ints)")
-    machines = _listed(machines, "lost_machines", "machine names or indices")
+    least one must be named (nothing lost re-plans nothing, under a name ending in '-without-').
+    `names`: the two lists' names in messages (the CLI's options, where it calls this)."""
+    devices = _listed(devices, names[0], "device ids (ints)")
+    machines = _listed(machines, names[1], "machine names or indices")
     if not devices and not machines:
         raise ReplanError("name what was lost: lost=[3, 7] (device ids) and/or lost_machines=[NAME, ...]")
+    cluster = problem.cluster
+    lost = _lost_ids(cluster, devices, names[0]) | _lost_machines(cluster, machines, names[1])
+    if len(lost) >= cluster.num_devices:
+        raise ReplanError("every device of the cluster is lost: nothing to re-plan on")
+    return lost
+
+
+def _lost_ids(cluster: Cluster, devices: list, name: str) -> set[int]:
+    """Device ids, each named once: a repeat (3,3) is probably a typo for another id, and taken
+    as one device it would re-plan without a loss the caller meant."""
     # a bool or a float is probably a mistake (True is device 1; 3.5 would be device 3)
     odd = next((d for d in devices if not isinstance(d, Integral) or isinstance(d, bool)), None)
     if odd is not None:
-        raise ReplanError(f"lost: device ids are ints, got {odd!r} ({type(odd).__name__})")
-    cluster, lost = problem.cluster, set()
-    for d in devices:
-        if not 0 <= int(d) < cluster.num_devices:
+        raise ReplanError(f"{name}: device ids are ints, got {odd!r} ({type(odd).__name__})")
+    lost: set[int] = set()
+    for d in map(int, devices):
+        if not 0 <= d < cluster.num_devices:
             raise ReplanError(f"device {d} is not in the cluster (ids 0..{cluster.num_devices - 1})")
-        lost.add(int(d))
-    index = cluster.machine_index
+        if d in lost:
+            raise ReplanError(f"{name}: device {d} is named twice")
+        lost.add(d)
+    return lost
+
+
+def _lost_machines(cluster: Cluster, machines: list, name: str) -> set[int]:
+    """The devices of whole machines (by name or index), each machine named once, as ids are."""
+    index, named, lost = cluster.machine_index, {}, set()
     for m in machines:
         key = int(m) if str(m).isdigit() else index.get(str(m))
         if key is None or not 0 <= key < len(cluster.machines):
             raise ReplanError(f"machine {m!r} is not in the cluster (machines: {', '.join(index)})")
+        if key in named:
+            spelled = f" (as {named[key]!r} and {m!r})" if str(named[key]) != str(m) else ""
+            raise ReplanError(f"{name}: machine {cluster.machines[key].name!r} is named twice{spelled}")
+        named[key] = m
         lost.update(cluster.devices_of(key))
-    if len(lost) >= cluster.num_devices:
-        raise ReplanError("every device of the cluster is lost: nothing to re-plan on")
     return lost
 
 

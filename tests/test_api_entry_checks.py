@@ -137,6 +137,8 @@ def test_a_local_run_past_8_processes_per_core_is_refused_before_any_starts(monk
     ([True], r"^lost: device ids are ints, got True \(bool\)"),  # had lost device 1
     ([3.0], r"^lost: device ids are ints, got 3.0 \(float\)"),  # had lost device 3
     ([], "^name what was lost"),  # had re-planned as 'demo-asym-without-'
+    ([3, 2, 3], "^lost: device 3 is named twice$"),  # had re-planned as if only 2 and 3 were named
+    (np.array([1, 1]), "^lost: device 1 is named twice$"),
 ])
 def test_replan_takes_a_list_of_int_device_ids_and_at_least_one(lost, reason):
     problem, plan = hx.load_problem("demo-asym"), hx.load_plan("demo-tiny")
@@ -151,6 +153,8 @@ def test_nothing_lost_by_default_is_refused_and_numpy_ids_and_machines_are_kept(
     with pytest.raises(ReplanError, match="^lost_machines: expected a list"):
         lost_devices(problem, machines="r3090-0")
     assert lost_devices(problem, np.array([3, 2])) == {2, 3} == lost_devices(problem, machines=["r3090-0", 1])
+    with pytest.raises(ReplanError, match=r"^lost_machines: machine 'r4090-0' is named twice \(as 'r4090-0' and 1\)$"):
+        hx.replan(problem, hx.load_plan("demo-tiny"), lost_machines=["r4090-0", 1], options=QUICK)
 
 
 @pytest.mark.parametrize("limit", [math.inf, math.nan, 1e30, MAX_TIME_LIMIT_S * 1.001, 0])

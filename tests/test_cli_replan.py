@@ -11,6 +11,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from cli_checks import one_error_line
 from hexiscale.cli import app
 from planner.io import load_plan, load_problem
 from solvers.replan import survivors, survivors_name
@@ -87,3 +88,17 @@ def test_many_scattered_lost_ids_still_make_a_short_distinct_name():
     names = {survivors_name("p", every_other), survivors_name("p", shifted)}
     assert len(names) == 2 and all(len(n) < 100 for n in names)
     assert survivors_name("p", every_other).startswith("p-without-200-devices-")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lost", "3,3"], "--lost: device 3 is named twice"),  # had re-planned as if only 3 were named
+    (["--lost", "1,3,01"], "--lost: device 1 is named twice"),
+    (["--lost-machines", "r3090-0,r3090-0"], "--lost-machines: machine 'r3090-0' is named twice"),
+    (["--lost-machines", "1,r3090-0"], "--lost-machines: machine 'r3090-0' is named twice (as '1' and 'r3090-0')"),
+])
+def test_a_repeated_lost_id_is_refused_before_the_solve(args, message, monkeypatch):
+    import hexiscale.cli.replan as replan_mod
+
+    monkeypatch.setattr(replan_mod, "replan_plan", lambda *a, **k: pytest.fail("solved before refusing the repeat"))
+    result = CliRunner().invoke(app, ["replan", "demo-tiny", "demo-tiny", *args, "-t", "5"])
+    assert result.exit_code == 2 and one_error_line(result) == f"error: {message}"

@@ -82,9 +82,10 @@ def replan(problem: str = typer.Argument(..., help="problem file or bundled name
     devices, machines = device_ids(lost), id_list(lost_machines, "--lost-machines")
     if not devices and not machines:
         fail("name what was lost: --lost 3,7 and/or --lost-machines NAME,...")
-    try:
+    try:  # what was lost is checked before the solve (an unknown or repeated id), in the options' names
+        gone = lost_devices(prob, devices, machines, names=("--lost", "--lost-machines"))
         if problem_out is None and output is not None:  # its name says what was lost: known before the solve
-            problem_out = survivors_path(output, prob, lost_devices(prob, devices, machines))
+            problem_out = survivors_path(output, prob, gone)
         result = replan_plan(prob, old, devices, lost_machines=machines, solver=solver,
                              options=SolverOptions(time_limit_s=replan_budget(budget, prob.cluster.num_devices)))
     except NoReplanError as exc:
