@@ -47,9 +47,10 @@ class Frozen(BaseModel):
 
 # Names are labels in tables, messages and plan files: one line of readable text. A name in a
 # file has at most MAX_NAME characters (a 10^5-character one made `validate` take over a minute
-# to print it); names the planner derives from one may be longer (a replanned problem is named
-# "NAME-without-" and the lost device ids), so the limit holds where files are read: with
-# FROM_FILE as the validation context (planner.io.build).
+# to print it); names derived from one may be longer (a run's tiny model is "tiny(NAME)"), so the
+# limit holds where files are read: with FROM_FILE as the validation context (planner.io.build).
+# A derived name that is written to a file and read back (a replanned problem's "NAME-without-"
+# and the lost ids, solvers.replan.survivors_name) is cut to fit it.
 MAX_NAME = 200
 FROM_FILE = {"from_file": True}
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import Field
 
-from planner.base import Frozen, format_runs, format_seconds
+from planner.base import MAX_NAME, Frozen, format_runs, format_seconds
 from planner.hardware import Cluster
 from planner.kinds import AnyPlan, kind_of, validate
 from planner.problem import Problem
@@ -131,16 +131,36 @@ def survivors(problem: Problem, lost: set[int]) -> tuple[Problem, dict[int, int]
 
 
 MAX_RUNS_IN_NAME = 64  # characters of lost ids a name spells out; more are counted and hashed
+# the name is the survivors' file's name too (`<name>.yaml`), and a file system takes 255 bytes
+MAX_NAME_BYTES = 255 - len(".yaml")
 
 
 def survivors_name(name: str, lost) -> str:
     """The survivors' problem's name: which devices were lost, not only how many (two replans
     that lose as many devices would write one file, and the later would judge the earlier plan).
-    Many scattered ids are counted and hashed instead: the name is a file name too."""
+    Many scattered ids are counted and hashed instead. The name must read back from its file
+    (MAX_NAME characters) and name that file (MAX_NAME_BYTES): past either (a long problem name,
+    or one that earlier re-plans grew) the problem's name is cut, and a hash of the whole name
+    and of every lost id keeps distinct problems and distinct losses apart."""
     runs = format_runs(sorted(lost))
-    if len(runs) > MAX_RUNS_IN_NAME:
-        runs = f"{len(lost)}-devices-{hashlib.sha256(runs.encode()).hexdigest()[:10]}"
-    return f"{name}-without-{runs}"
+    counted = f"{len(lost)}-devices-{_digest(runs)}"
+    for what in ([runs] if len(runs) <= MAX_RUNS_IN_NAME else []) + [counted]:
+        if _fits(whole := f"{name}-without-{what}"):
+            return whole
+    whole_key = "\n".join((name, runs))  # a name holds no newline: no two pairs join alike
+    tail = f"…-without-{len(lost)}-devices-{_digest(whole_key)}"
+    cut = name[:MAX_NAME - len(tail)]
+    while not _fits(cut + tail):  # a character outside ASCII takes 2-4 of a file name's bytes
+        cut = cut[:-1]
+    return cut + tail
+
+
+def _fits(name: str) -> bool:
+    return len(name) <= MAX_NAME and len(name.encode()) <= MAX_NAME_BYTES
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 def replan(problem: Problem, plan: Any, lost=(), *, lost_machines=(), solver: str = "heuristic",

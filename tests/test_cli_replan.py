@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from cli_checks import one_error_line
 from hexiscale.cli import app
-from planner.io import load_plan, load_problem
-from solvers.replan import survivors, survivors_name
+from planner.base import MAX_NAME
+from planner.io import load_plan, load_problem, problem_to_dict, save_yaml
+from solvers.replan import MAX_NAME_BYTES, survivors, survivors_name
 
 # demo-asym's three-stage plan (devices 0,1 | 3 | 2): the heuristic's, written out
 DEMO_ASYM_PLAN = {"format": "hexiscale.plan/1", "problem": "demo-asym", "pipelines": [
@@ -102,3 +103,39 @@ def test_a_repeated_lost_id_is_refused_before_the_solve(args, message, monkeypat
     monkeypatch.setattr(replan_mod, "replan_plan", lambda *a, **k: pytest.fail("solved before refusing the repeat"))
     result = CliRunner().invoke(app, ["replan", "demo-tiny", "demo-tiny", *args, "-t", "5"])
     assert result.exit_code == 2 and one_error_line(result) == f"error: {message}"
+
+
+def long_named(tmp_path, name: str) -> tuple[str, str]:
+    """demo-tiny and its bundled plan, the problem renamed `name` (the plan names it too)."""
+    problem, plan = tmp_path / "long.yaml", tmp_path / "long-plan.json"
+    save_yaml(problem_to_dict(load_problem("demo-tiny")) | {"name": name}, problem)
+    plan.write_text(json.dumps(json.loads(load_plan("demo-tiny").model_dump_json()) | {"problem": name}))
+    return str(problem), str(plan)
+
+
+@pytest.mark.parametrize("lost", ["0,1,3", "1,3"])
+def test_a_long_problem_names_survivors_read_back_from_their_file(tmp_path, lost):
+    """A 190-character problem name (a file allows 200) and the lost ids: the survivors' problem
+    was named past 200 characters, and neither its file nor the plan naming it read back."""
+    runner = CliRunner()
+    problem, plan = long_named(tmp_path, "hexiscale-" * 19)
+    out = tmp_path / "new.json"
+    result = runner.invoke(app, ["replan", problem, plan, "--lost", lost, "-o", str(out), "-t", "5"])
+    assert result.exit_code == 0, result.output
+    name = json.loads(out.read_text())["problem"]  # read as written: load_plan refused it
+    survivors_file = tmp_path / f"{name}.yaml"  # the file is named as the problem it holds
+    for command in ("validate", "evaluate"):
+        judged = runner.invoke(app, [command, str(survivors_file), str(out)])
+        assert judged.exit_code == 0, judged.output
+    assert load_problem(survivors_file).name == name == load_plan(out).problem
+    assert len(name) == MAX_NAME and name.startswith("hexiscale-" * 15) and "…-without-" in name
+
+
+def test_a_cut_survivors_name_keeps_distinct_losses_and_problems_apart():
+    long, other = "p" * 195, "p" * 194 + "q"  # alike in every character a cut name keeps
+    names = {survivors_name(n, lost) for n in (long, other) for lost in ({3}, {4}, {3, 4}, set(range(0, 400, 2)))}
+    assert len(names) == 8 and all(len(n) <= MAX_NAME for n in names)
+    assert survivors_name(long, {3}) == survivors_name(long, {3})  # the same file for the same loss
+    assert survivors_name("p" * 190, {3}) == "p" * 190 + "-without-3"  # what fits is not cut
+    wide = survivors_name("模" * 190, {1, 2})  # 3 bytes each: the file name's bytes bind first
+    assert len(wide.encode()) <= MAX_NAME_BYTES and wide.startswith("模" * 50)
