@@ -17,24 +17,11 @@ from functools import lru_cache
 import numpy as np
 
 from planner.problem import Problem
+from solvers.sequence.shard_memory import fit_shards, proportional, rings_fit
 from solvers.sequence.space import Ring, compositions, per_cluster
 
 TAU = 4  # ring starts tried by the greedy order search
 MAX_FINE = 256  # largest (heads × tokens) split enumerated exactly per group
-
-
-def proportional(weights: Sequence[float], units: int, least: Sequence[int]) -> list[int] | None:
-    """`units` split by weight, each part ≥ least[i] (largest remainder); None if too few."""
-    extra = units - sum(least)
-    if extra < 0:
-        return None
-    total = float(sum(weights)) or 1.0
-    exact = [extra * w / total for w in weights]
-    out = [lo + math.floor(x) for lo, x in zip(least, exact)]
-    order = sorted(range(len(out)), key=lambda i: (math.floor(exact[i]) - exact[i], i))
-    for i in order[: units - sum(out)]:
-        out[i] += 1
-    return out
 
 
 def machine_groups(problem: Problem, devices: Sequence[int], degree: int) -> list[list[int]]:
@@ -143,15 +130,23 @@ def order_ring(problem: Problem, groups: list[list[int]], tau: int = TAU) -> lis
 
 def shard_units(problem: Problem, groups: list[list[int]]) -> list[int] | None:
     """Shard units (2q tokens each) of every group, proportional to its speed; ≥ ⌈n_g/2⌉ each."""
-    q = problem.training.token_block
+    return proportional(group_speeds(problem, groups), problem.training.seq_len // (2 * problem.training.token_block),
+                        least_units(groups))
+
+
+def group_speeds(problem: Problem, groups: list[list[int]]) -> list[float]:
     speed = device_speed(problem)
-    return proportional([float(speed[g].sum()) for g in groups], problem.training.seq_len // (2 * q),
-                        [math.ceil(len(g) / 2) for g in groups])
+    return [float(speed[g].sum()) for g in groups]
+
+
+def least_units(groups: list[list[int]]) -> list[int]:
+    """⌈n_g/2⌉ shard units per group: each member holds at least one token block."""
+    return [math.ceil(len(g) / 2) for g in groups]
 
 
 def shards_cover(problem: Problem, groups: list[list[int]]) -> bool:
     """Whether the s/(2q) shard units cover these groups (`shard_units` is not None)."""
-    return sum(math.ceil(len(g) / 2) for g in groups) <= problem.training.seq_len // (2 * problem.training.token_block)
+    return sum(least_units(groups)) <= problem.training.seq_len // (2 * problem.training.token_block)
 
 
 def fine_split(problem: Problem, devices: list[int], units: int) -> list[tuple[int, int, int]] | None:
@@ -180,10 +175,26 @@ def _split(speed: tuple[float, ...], kv: int, blocks: int) -> tuple[tuple[int, .
 
 def coarse_ring(problem: Problem, groups: list[list[int]]) -> Ring | None:
     """Order, shard and split one replica's groups (None when the shards cannot cover them)."""
-    ordered = order_ring(problem, groups)
-    units = shard_units(problem, ordered)
-    if units is None:
-        return None
+    return coarse_rings(problem, [groups])[0]
+
+
+def coarse_rings(problem: Problem, dealt: list[list[list[int]]]) -> list[Ring | None]:
+    """`coarse_ring` of every replica's groups: shards by speed, and where a ring is then over
+    memory, capped by it (`shard_memory.fit_shards`); one memory check covers every ring."""
+    ordered = [order_ring(problem, groups) for groups in dealt]
+    units = [shard_units(problem, groups) for groups in ordered]
+    rings = [None if u is None else _split_ring(problem, g, u) for g, u in zip(ordered, units)]
+    built = [i for i, ring in enumerate(rings) if ring is not None]
+    fits = rings_fit(problem, [rings[i] for i in built]) if built else []
+    for i, ok in zip(built, fits):
+        if not ok:
+            rings[i] = fit_shards(problem, group_speeds(problem, ordered[i]), units[i], least_units(ordered[i]),
+                                  lambda parts, i=i: _split_ring(problem, ordered[i], parts)) or rings[i]
+    return rings
+
+
+def _split_ring(problem: Problem, ordered: list[list[int]], units: list[int]) -> Ring | None:
+    """Stage 2 over a ring's groups with these shard units (None where a group cannot split)."""
     ring = [fine_split(problem, g, u) for g, u in zip(ordered, units)]
     return None if any(g is None for g in ring) else ring
 

@@ -35,7 +35,7 @@ from planner.problem import Problem
 from planner.solver_info import SolveStatus
 from solvers.common import SolveResult, SolverOptions
 from solvers.progress import terminal_progress
-from solvers.sequence.coarse import DEALS, coarse_ring, deal_replicas, degrees, devices_by_speed, growth_machines, \
+from solvers.sequence.coarse import DEALS, coarse_rings, deal_replicas, degrees, devices_by_speed, growth_machines, \
     machine_groups, replica_counts, shards_cover
 from solvers.sequence.baselines import type_ranking
 from solvers.sequence.polish import State, polish
@@ -122,7 +122,7 @@ class Coarse:
             return None
         if any(not shards_cover(self.problem, r) for r in dealt):
             return None  # what `coarse_ring` would find, before ordering thousands of rings
-        rings = [coarse_ring(self.problem, r) for r in dealt]
+        rings = coarse_rings(self.problem, dealt)
         return rings if all(r is not None for r in rings) else None
 
     @cached_property
