@@ -87,3 +87,20 @@ def test_the_entry_point_imports_nothing_heavy():
     probe = f"import sys, {entry}; print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))"
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_ctrl_c_during_the_work_is_the_same_one_line(tmp_path):
+    """A Ctrl-C while `frontier` solves its budget levels (its first progress line on stderr
+    shows the work has started): typer's own handling ended it with 130 and printed nothing."""
+    command = [sys.executable, "-c", console_script(), "frontier", "instances/problems/offers-llama2-13b.yaml",
+               "-t", "120", "-o", str(tmp_path / "frontier")]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stderr.readline()  # "…: level 1 of 10 …": the work has started
+        assert "level" in first, first
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.splitlines()[-1:] == ["error: interrupted"], (first, err)
+    assert "Traceback" not in err and not (tmp_path / "frontier").exists()

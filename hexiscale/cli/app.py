@@ -18,6 +18,7 @@ import typer.rich_utils
 from rich.console import Console
 from rich.markup import escape
 
+from hexiscale.interrupt import interrupted
 from planner.violations import InvalidPlanError
 from planner.io import InputError
 from solvers.common import MAX_TIME_LIMIT_S
@@ -84,8 +85,10 @@ def friendly_errors(func: Callable) -> Callable:
             fail(str(exc))
         except InvalidPlanError as exc:
             fail("; ".join(str(v) for v in exc.violations))
-        except (typer.Exit, typer.Abort, typer.exceptions.TyperException, KeyboardInterrupt):
-            raise  # typer's own exits and usage errors, and ^C
+        except (typer.Exit, typer.Abort, typer.exceptions.TyperException):
+            raise  # typer's own exits and usage errors
+        except KeyboardInterrupt:
+            interrupted()  # one line: typer's own handling printed nothing at all
         except Exception as exc:  # noqa: BLE001 - the one place a bug meets the user
             if os.environ.get("HEXISCALE_DEBUG"):
                 raise

@@ -30,7 +30,7 @@ from solvers.replan import ReplanError, replan
 from planner.base import plural
 
 EXIT_RUN_FAILED = 1
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+from hexiscale.interrupt import EXIT_INTERRUPTED
 # what a run writes into its --out folder (and each elastic attempt-N folder), besides rank<R>.log:
 # an earlier run's are removed before this one writes, so that none is taken for this run's
 RUN_FILES = ("job.json", "steps.jsonl", "metrics.json", "runlog.json", "loss.png", ELASTIC_LOG)

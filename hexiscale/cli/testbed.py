@@ -15,7 +15,7 @@ from planner.io import load_cluster
 from runtime.testbed import PREFIX, Testbed, TestbedError, TestbedLayout, leftovers, remove_leftovers, unavailable_reason
 
 EXIT_NO_TESTBED = 1
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+from hexiscale.interrupt import EXIT_INTERRUPTED
 CLI_PREFIX = f"{PREFIX}cli"  # the command's own testbed; tests' testbeds have prefixes of their own
 
 testbed_app = typer.Typer(no_args_is_help=True, help="Emulate a cluster on this host (network namespaces): up CLUSTER | down.")
