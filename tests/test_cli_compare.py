@@ -84,3 +84,14 @@ def test_unknown_solver_and_missing_problem_fail_with_one_line():
     assert bad_solver.exit_code == 2 and "nope" in bad_solver.output
     missing = runner.invoke(app, ["compare", "no-such-problem", "--solvers", "symmetric"])
     assert missing.exit_code == 2 and "Traceback" not in missing.output
+
+
+def test_saved_plans_of_a_problem_named_with_a_slash(tmp_path):
+    """'--plans' wrote '<name>.<solver>.json', a path into a folder named after the name's first
+    part: exit 2 'cannot write'. The name's '/' is escaped in the file's name."""
+    from planner.io import problem_to_dict, save_yaml
+    problem = tmp_path / "p.yaml"
+    save_yaml(problem_to_dict(load_problem("small-8-llama2-7b")) | {"name": "team/small-8"}, problem)
+    result = CliRunner().invoke(app, ["compare", str(problem), "--solvers", "symmetric", "--plans", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert load_plan(tmp_path / "team%2Fsmall-8.symmetric.json").problem == "team/small-8"

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from cli_checks import one_error_line
 from hexiscale.cli import app
+from hexiscale.cli.app import file_stem
 from planner.base import MAX_NAME
 from planner.io import load_plan, load_problem, problem_to_dict, save_yaml
 from solvers.replan import MAX_NAME_BYTES, survivors, survivors_name
@@ -139,3 +140,23 @@ def test_a_cut_survivors_name_keeps_distinct_losses_and_problems_apart():
     assert survivors_name("p" * 190, {3}) == "p" * 190 + "-without-3"  # what fits is not cut
     wide = survivors_name("模" * 190, {1, 2})  # 3 bytes each: the file name's bytes bind first
     assert len(wide.encode()) <= MAX_NAME_BYTES and wide.startswith("模" * 50)
+
+
+def test_a_problem_name_with_a_slash_gets_a_file_of_its_own(tmp_path):
+    """'llama/7b' named the survivors' file 'llama/7b-without-1.yaml', a path into a folder that
+    does not exist: exit 3, internal error. The file's name now escapes '/', '\\' and '%'."""
+    runner = CliRunner()
+    problem, plan = long_named(tmp_path, "llama/7b%")
+    out = tmp_path / "new.json"
+    result = runner.invoke(app, ["replan", problem, plan, "--lost", "1", "-o", str(out), "-t", "5"])
+    assert result.exit_code == 0, result.output
+    survivors_file = tmp_path / "llama%2F7b%25-without-1.yaml"
+    assert load_problem(survivors_file).name == "llama/7b%-without-1" == load_plan(out).problem
+    judged = runner.invoke(app, ["evaluate", str(survivors_file), str(out)])
+    assert judged.exit_code == 0, judged.output
+
+
+def test_file_stems_of_distinct_names_are_distinct():
+    names = ["a/b", "a%2Fb", "a\\b", "a%5Cb", "a_b", "a%b", "a%25b"]
+    assert len({file_stem(n) for n in names}) == len(names)
+    assert all("/" not in file_stem(n) and "\\" not in file_stem(n) for n in names)

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from hexiscale.cli.budget import CommandBudget
 from hexiscale.cli.views import plain
-from hexiscale.cli.app import (app, console, err_console, fail, friendly_errors, progress_line, time_limit_option,
+from hexiscale.cli.app import (app, console, err_console, fail, file_stem, friendly_errors, progress_line, time_limit_option,
                                writable_file, writable_folder, writing)
 from planner.base import Frozen
 from planner.io import load_problem, save_plan
@@ -150,7 +150,7 @@ def compare_problem(problem: Problem, solvers: list[str], options: SolverOptions
         rows.append(row)
         if plans_dir is not None and result is not None and result.plan is not None:
             label = name if row_kind == kind else f"{row_kind}-{name}"
-            with writing(plans_dir / f"{problem.name}.{label}.json") as path:
+            with writing(plans_dir / f"{file_stem(problem.name)}.{label}.json") as path:
                 plans_dir.mkdir(parents=True, exist_ok=True)
                 save_plan(result.plan, path)
         if row_kind == kind and name == ref_name:

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from hexiscale.cli.budget import CommandBudget
-from hexiscale.cli.app import (EXIT_INFEASIBLE, app, check_plan_is_for, console, fail, friendly_errors,
+from hexiscale.cli.app import (EXIT_INFEASIBLE, app, check_plan_is_for, console, fail, file_stem, friendly_errors,
                                time_limit_option, writable_file, writing)
 from planner.base import format_seconds, plural
 from planner.io import InputError, load_plan, load_problem, problem_to_dict, read_mapping, save_plan, save_yaml
@@ -123,7 +123,7 @@ def survivors_path(output: Path, problem, lost: set[int]) -> Path:
     """Where the survivors' problem goes by default: beside the plan, named as the plan names it
     (by the lost devices). An existing file of that name that holds another problem (the problem
     was edited since) is not overwritten: the plans judged by it would be judged wrongly."""
-    path = output.with_name(f"{survivors_name(problem.name, lost)}.yaml")
+    path = output.with_name(f"{file_stem(survivors_name(problem.name, lost))}.yaml")
     if path.exists() and _mapping_or_none(path) != problem_to_dict(survivors(problem, lost)[0]):
         fail(f"{path} exists and holds another problem than the survivors' (a plan judged by it would be "
              f"judged wrongly): move it, or name the file with --problem-out")
