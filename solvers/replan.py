@@ -176,9 +176,11 @@ def replan(problem: Problem, plan: Any, lost=(), *, lost_machines=(), solver: st
     gone = lost_devices(problem, lost, lost_machines)
     new, mapping = survivors(problem, gone)
     options = options or SolverOptions()
-    repaired, repaired_s, changes, fresh, notes = solver_kind(kind_of(plan).name).replanner()(
+    found = solver_kind(kind_of(plan).name).replanner()(
         problem, plan, new, mapping, solver=solver, options=options, trained=trained,
         trained_seq_len=trained_seq_len, deadline=start + options.time_limit_s)
+    repaired, repaired_s, changes, fresh, notes = found[:5]
+    why_not = found.why or _not_a_candidate(new, plan, repaired, repaired_s)  # the repair's own reason first
     fresh_s = valid_time(new, fresh.plan)
     if repaired_s is None and fresh_s is None:
         raise NoReplanError(f"no valid plan on the {new.cluster.num_devices} surviving devices "
@@ -188,7 +190,7 @@ def replan(problem: Problem, plan: Any, lost=(), *, lost_machines=(), solver: st
     old_s = valid_time(problem, plan)
     return ReplanResult(problem=new, plan=chosen_plan, lost=tuple(sorted(gone)), old_to_new=mapping,
                         old_s=old_s, new_s=new_s, chosen="repaired" if use_repaired else fresh.solver,
-                        repaired_s=repaired_s, repaired_why=_not_a_candidate(new, plan, repaired, repaired_s),
+                        repaired_s=repaired_s, repaired_why=why_not,
                         fresh_s=fresh_s, wall_s=time.perf_counter() - start,
                         changes=tuple(summary(plan, chosen_plan, (changes if use_repaired else []) + notes, old_s, new_s)))
 
