@@ -1,8 +1,9 @@
 """Solvers for sequence plans (docs/sequence-plans.md §7), built on `planner.sequence`:
 
 - `brute`: the exhaustive oracle for tiny problems (≤ 5 devices, ≤ 8 shard units);
-- `heuristic`: HexiSeq's two-stage scheduler (`coarse` placement, per-group split, `polish`
-  and `regroup` moves priced by the planner), any size;
+- `heuristic`: HexiSeq's two-stage scheduler (`coarse` placement with shards by speed capped
+  by memory in `shard_memory`, per-group split, `polish` and `regroup` moves priced by the
+  planner), any size;
 - `baselines`: `seq-uniform` (best uniform layout over the device sets a user would try),
   `seq-uniform-all` (the whole cluster) and `seq-roundrobin`;
 - `exact/`: CP-SAT and MILP over the whole §7.1 space (small clusters), equal to `brute`;
