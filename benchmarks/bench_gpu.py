@@ -246,8 +246,10 @@ def main() -> None:
     parser.add_argument("--parts", default="123456", help="which parts to run (digits 1–6)")
     args = parser.parse_args()
     if not args.dry_run and not torch.cuda.is_available():
-        print("bench_gpu: no CUDA device here (torch.cuda.is_available() is False); --dry-run runs the same code on CPU")
-        return
+        # exit 2, not 0: a scripted GPU check must not read "nothing checked" as passed
+        print("bench_gpu: no CUDA device here (torch.cuda.is_available() is False); --dry-run runs the same code on CPU",
+              file=sys.stderr)
+        raise SystemExit(2)
     setup = setup_for(args.dry_run)
     gpu = report_device(setup) if "1" in args.parts else catalogue_entry("H200")
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as folder:  # the runs' files, gone afterwards

@@ -54,3 +54,10 @@ def test_dry_run_drives_every_part_on_cpu(tmp_path):
     assert out.count("q=") == 4 and "replicas identical: True" in out
     # the runs' folders are gone (97 had piled up in /tmp); torch keeps its compile cache there on purpose
     assert not [p.name for p in tmp_path.iterdir() if not p.name.startswith("torchinductor_")]
+
+
+def test_without_a_gpu_the_check_says_so_and_fails():
+    """It printed 'no CUDA device here' and exited 0, so a scripted check read it as passed."""
+    done = subprocess.run([sys.executable, "benchmarks/bench_gpu.py"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "no CUDA device here" in done.stderr, (done.returncode, done.stderr)

@@ -174,9 +174,17 @@ def test_too_few_points_and_unphysical_figures(tmp_path, logs):
     assert not out.exists()
 
 
+def test_processes_split_over_machines_as_evenly_as_they_go():
+    """3 over 2 is (2, 1), the split of docs/calibration.md's cross-machine figures; it had been
+    refused ("do not split evenly"), so the command could not make them."""
+    from hexiscale.cli.profile import split_processes
+    assert split_processes(3, 2) == (2, 1) and split_processes(4, 2) == (2, 2)
+    assert split_processes(7, 3) == (3, 2, 2) and split_processes(5, 5) == (1,) * 5
+
+
 def test_profile_bad_options(tmp_path):
     out = str(tmp_path / "c.yaml")
-    one_error_line(invoke("profile", "-o", out, "--processes", "3", "--machines", "2"), "--machines")
+    one_error_line(invoke("profile", "-o", out, "--processes", "2", "--machines", "3"), "--machines", "cannot fill")
     one_error_line(invoke("profile", "-o", out, "--max-bytes", "1024"), "max-bytes")
     one_error_line(invoke("profile", "-o", out, "--device", "tpu"), "--device")
     one_error_line(invoke("profile", "-o", out, "--statistic", "mode"), "--statistic")

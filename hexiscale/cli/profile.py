@@ -40,9 +40,13 @@ def shapes_source(problem: str | None, model: str | None, seq_len: int | None, m
 
 
 def split_processes(processes: int, machines: int) -> tuple[int, ...]:
-    if machines < 1 or processes % machines:
-        fail(f"--machines: {processes} processes do not split evenly over {plural(machines, 'machine')}")
-    return (processes // machines,) * machines
+    """`processes` over `machines` as evenly as they go, the first machines one more: 3 over 2
+    is (2, 1), the split of docs/calibration.md's cross-machine figures (an inter link between
+    machines of unlike sizes, and an intra class that still has a pair)."""
+    if processes < machines:
+        fail(f"--machines: {processes} processes cannot fill {plural(machines, 'machine')} (each needs one)")
+    base, extra = divmod(processes, machines)
+    return tuple(base + 1 if i < extra else base for i in range(machines))
 
 
 def gpu_type_name(device: str, name: str | None) -> str:
@@ -128,7 +132,7 @@ def measure_on_testbed(spec, folder: Path, cluster, update):
 def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster file (YAML) to write"),
             device: str = typer.Option("cpu", help="cpu (gloo processes) | cuda (NCCL, one GPU per process)"),
             processes: int = typer.Option(2, min=2, help="processes (devices) to measure at once"),
-            machines: int = typer.Option(1, min=1, help="simulated machines the processes split into"),
+            machines: int = typer.Option(1, min=1, help="simulated machines the processes split into (as evenly as they go, the first ones one more)"),
             problem: str = typer.Option(None, help="take the GEMM shapes from this problem's model and training"),
             model: str = typer.Option(None, help="take the shapes from this model (default: tiny)"),
             seq_len: int = typer.Option(None, min=1, help="tokens per sequence (default: the problem's, or 128)"),
