@@ -325,3 +325,30 @@ def test_the_progress_bars_cover_the_d_search_and_the_structure_moves():
     assert d_bar.description == "heuristic: D search" and moves_bar.description == "heuristic: structure moves"
     assert d_bar.finished and d_bar.total >= len({d for d, _, _ in search.found})
     assert moves_bar.finished and moves_bar.total == expected
+
+
+def alike_pipelines(problem, pattern: list[tuple[int, int]], count: int):
+    """`count` pipelines, each the stages (machine, TP size) of `pattern`, devices dealt in order."""
+    from solvers.layered.heuristic.pipeline import StageSlot
+
+    free = {m: list(problem.cluster.devices_of(m)) for m in range(len(problem.cluster.machines))}
+    return tuple(tuple(StageSlot(machine=m, devices=tuple(free[m].pop(0) for _ in range(t))) for m, t in pattern)
+                 for _ in range(count))
+
+
+def test_reorders_change_the_machine_order_of_every_pipeline_at_once():
+    """The heuristic's old hetero-2 7B structure (four alike pipelines, the A800 pair first; 10.738 s):
+    every reorder keeps each pipeline's stages and gives all pipelines one machine order, and one
+    of them (the 3090s first, the A800 next to last) assembles below 10.72 s unpolished."""
+    from solvers.layered.heuristic.moves import _reorders_everywhere, assemble
+
+    problem = load_problem("hetero2-llama2-7b")
+    old = alike_pipelines(problem, [(5, 2), (4, 1), (4, 1), (3, 1), (3, 1), (1, 2), (0, 2), (2, 1), (2, 1)], 4)
+    out = list(_reorders_everywhere(old))
+    assert len(out) == 1 + 6 * 5  # reversed; each of 6 machine runs to each of the 5 places it is not at
+    for cand in out:
+        assert [Counter(pipe) for pipe in cand] == [Counter(pipe) for pipe in old]
+        assert len({tuple(s.machine for s in pipe) for pipe in cand}) == 1
+    assert tuple(pipe[::-1] for pipe in old) == out[0]
+    best = min(iteration_time(problem, plan, check=False) for c in out if (plan := assemble(problem, c)))
+    assert best < 10.72 < iteration_time(problem, assemble(problem, old), check=False)
