@@ -104,3 +104,50 @@ def test_ctrl_c_during_the_work_is_the_same_one_line(tmp_path):
         proc.kill()
     assert proc.returncode == 130 and err.splitlines()[-1:] == ["error: interrupted"], (first, err)
     assert "Traceback" not in err and not (tmp_path / "frontier").exists()
+
+
+AFTER_A_SOLVE = '''
+import sys, time
+sys.path.insert(0, {root!r})
+from ortools.sat.python import cp_model
+from solvers.cp_sat import cp_solver
+model = cp_model.CpModel()
+x = model.new_int_var(0, 10, "x")
+model.maximize(x)
+cp_solver(time_limit_s=5, threads=1).solve(model)
+try:
+    print("solved", flush=True)
+    time.sleep(60)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+'''
+
+
+def test_after_a_cp_sat_solve_ctrl_c_is_still_pythons():
+    """CP-SAT's own SIGINT handler left SIGINT at the OS default after a solve: a later Ctrl-C
+    killed the process (frontier, after its exact levels) with nothing printed."""
+    proc = subprocess.Popen([sys.executable, "-c", AFTER_A_SOLVE.format(root=str(ROOT))], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "solved\n"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert (proc.returncode, out) == (0, "KeyboardInterrupt\n"), (proc.returncode, err)
+
+
+def test_ctrl_c_during_a_cp_sat_solve_is_one_line():
+    """`solve -s cpsat`: a Ctrl-C during the solve aborted the process (std::bad_function_call,
+    SIGABRT). Its first log line on stderr shows the solve has started."""
+    command = [sys.executable, "-c", console_script(), "solve", "small-16-llama2-13b", "-s", "cpsat", "-t", "60"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stderr.readline()
+        assert first, "cpsat logged no progress line"
+        time.sleep(1.0)  # into the solve itself
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.splitlines()[-1:] == ["error: interrupted"], (first, proc.returncode, err[-500:])

@@ -22,6 +22,7 @@ from ortools.sat.python import cp_model
 
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
+from solvers.cp_sat import cp_solver
 from solvers.layered.exact.cpsat_model import CpSatBuilder, LayoutVars, MemoryVars, SyncVars, TimeVars
 from solvers.layered.exact.cpsat_units import TimeScale, time_scale
 from solvers.layered.exact.driver import solve_exact, solver_time
@@ -99,12 +100,8 @@ STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
 
 
 def _solver(sub: SubProblem, build_start: float) -> cp_model.CpSolver:
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = solver_time(sub, build_start)
-    solver.parameters.num_workers = sub.options.threads
-    solver.parameters.random_seed = sub.options.seed
-    solver.parameters.log_search_progress = sub.options.verbose
-    return solver
+    return cp_solver(time_limit_s=solver_time(sub, build_start), threads=sub.options.threads, seed=sub.options.seed,
+                     verbose=sub.options.verbose)
 
 
 def solve_fixed_d(sub: SubProblem) -> SubResult:

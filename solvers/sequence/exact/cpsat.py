@@ -18,6 +18,7 @@ from ortools.sat.python import cp_model
 
 from planner.problem import Problem
 from solvers.common import SolveResult, SolverOptions
+from solvers.cp_sat import cp_solver
 from solvers.sequence.exact import driver
 from solvers.sequence.exact.driver import SetOutcome
 from solvers.sequence.exact.model import ModelVars, build_model, scale_of, tables_of
@@ -44,9 +45,7 @@ def _solve_one(problem: Problem, out: SetOutcome, spec: RingSpec, tb, scale, cut
     proto = m.proto
     out.models, out.variables, out.constraints = out.models + 1, out.variables + len(proto.variables), \
         out.constraints + len(proto.constraints)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, deadline - time.perf_counter())
-    solver.parameters.num_workers = threads
+    solver = cp_solver(time_limit_s=max(0.01, deadline - time.perf_counter()), threads=threads)
     status = solver.solve(m)
     out.solve_s.append(solver.wall_time)
     if status == cp_model.INFEASIBLE:
