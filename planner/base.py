@@ -73,6 +73,12 @@ Name = Annotated[str, StringConstraints(min_length=1), AfterValidator(_checked_n
 OptionalName = Annotated[str, AfterValidator(_checked_name), WithJsonSchema(_NAME_SCHEMA)]
 
 
+def file_stem(name: str) -> str:
+    """A name as part of a file name: names may hold '/' (a path separator) and '\\'; those,
+    and '%' itself, are written as %2F, %5C and %25, so distinct names stay distinct files."""
+    return name.replace("%", "%25").replace("/", "%2F").replace("\\", "%5C")
+
+
 @lru_cache(maxsize=None)
 def _numeric_fields(cls: type[BaseModel]) -> frozenset[str]:
     """The fields of `cls` that hold a number: int, float, a Literal of integers, or one of

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import Field
 
-from planner.base import MAX_NAME, Frozen, format_runs, format_seconds
+from planner.base import MAX_NAME, Frozen, file_stem, format_runs, format_seconds
 from planner.hardware import Cluster
 from planner.kinds import AnyPlan, kind_of, validate
 from planner.problem import Problem
@@ -99,7 +99,7 @@ def _lost_machines(cluster: Cluster, machines: list, name: str) -> set[int]:
     """The devices of whole machines (by name or index), each machine named once, as ids are."""
     index, named, lost = cluster.machine_index, {}, set()
     for m in machines:
-        key = int(m) if str(m).isdigit() else index.get(str(m))
+        key = int(m) if str(m).isascii() and str(m).isdigit() else index.get(str(m))  # not '²' or '٣'
         if key is None or not 0 <= key < len(cluster.machines):
             raise ReplanError(f"machine {m!r} is not in the cluster (machines: {', '.join(index)})")
         if key in named:
@@ -156,7 +156,9 @@ def survivors_name(name: str, lost) -> str:
 
 
 def _fits(name: str) -> bool:
-    return len(name) <= MAX_NAME and len(name.encode()) <= MAX_NAME_BYTES
+    """Within a name's characters, and its file's name (`file_stem`: '/' takes 3 bytes there)
+    within a file name's bytes."""
+    return len(name) <= MAX_NAME and len(file_stem(name).encode()) <= MAX_NAME_BYTES
 
 
 def _digest(text: str) -> str:

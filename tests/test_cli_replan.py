@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cli_checks import one_error_line
 from hexiscale.cli import app
-from hexiscale.cli.app import file_stem
+from planner.base import file_stem
 from planner.base import MAX_NAME
 from planner.io import load_plan, load_problem, problem_to_dict, save_yaml
 from solvers.replan import MAX_NAME_BYTES, survivors, survivors_name
@@ -97,8 +97,13 @@ def test_many_scattered_lost_ids_still_make_a_short_distinct_name():
     (["--lost", "1,3,01"], "--lost: device 1 is named twice"),
     (["--lost-machines", "r3090-0,r3090-0"], "--lost-machines: machine 'r3090-0' is named twice"),
     (["--lost-machines", "1,r3090-0"], "--lost-machines: machine 'r3090-0' is named twice (as '1' and 'r3090-0')"),
+    # digits to str.isdigit that are no integers here: '²' had ended in an internal error, '٣' was device 3
+    (["--lost", "²"], "--lost: device ids are integers ≥ 0, got ²"),
+    (["--lost", "٣"], "--lost: device ids are integers ≥ 0, got ٣"),
+    (["--lost-machines", "²"], "machine '²' is not in the cluster (machines: r4090-0, r3090-0)"),
+    (["--lost", "3,,4"], "--lost: expected a comma-separated list without empty items, got '3,,4'"),  # had been 3, 4
 ])
-def test_a_repeated_lost_id_is_refused_before_the_solve(args, message, monkeypatch):
+def test_a_repeated_or_odd_lost_id_is_refused_before_the_solve(args, message, monkeypatch):
     import hexiscale.cli.replan as replan_mod
 
     monkeypatch.setattr(replan_mod, "replan_plan", lambda *a, **k: pytest.fail("solved before refusing the repeat"))
@@ -160,3 +165,17 @@ def test_file_stems_of_distinct_names_are_distinct():
     names = ["a/b", "a%2Fb", "a\\b", "a%5Cb", "a_b", "a%b", "a%25b"]
     assert len({file_stem(n) for n in names}) == len(names)
     assert all("/" not in file_stem(n) and "\\" not in file_stem(n) for n in names)
+
+
+@pytest.mark.parametrize("name", ["a/" * 5 + "é" * 115, "/" * 100])
+def test_a_name_whose_file_name_grows_past_255_bytes_is_cut_to_fit(tmp_path, name):
+    """'/' is 3 bytes in the file's name (%2F): a name within 250 bytes made a file name over
+    255 and replan ended in an internal error (OSError: File name too long)."""
+    runner = CliRunner()
+    problem, plan = long_named(tmp_path, name)
+    out = tmp_path / "new.json"
+    result = runner.invoke(app, ["replan", problem, plan, "--lost", "1", "-o", str(out), "-t", "5"])
+    assert result.exit_code == 0, result.output
+    written = load_plan(out).problem
+    assert len(file_stem(written).encode()) <= MAX_NAME_BYTES
+    assert load_problem(tmp_path / f"{file_stem(written)}.yaml").name == written

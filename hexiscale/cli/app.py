@@ -215,12 +215,6 @@ def writing(path):
         fail(f"{path}: cannot write: {exc.strerror or exc}")
 
 
-def file_stem(name: str) -> str:
-    """A problem's name as part of a file name: names may hold '/' (a path separator) and '\\';
-    those, and '%' itself, are written as %2F, %5C and %25, so distinct names stay distinct files."""
-    return name.replace("%", "%25").replace("/", "%2F").replace("\\", "%5C")
-
-
 # --time-limit, the same option on every command that has one: seconds, finite, at most a week
 MIN_TIME_LIMIT_S = 0.001  # the options' own floor (a command's budget is spent on loading before that)
 

@@ -26,9 +26,9 @@ from rich.table import Table
 
 from hexiscale.cli.budget import CommandBudget
 from hexiscale.cli.views import plain
-from hexiscale.cli.app import (app, console, err_console, fail, file_stem, friendly_errors, progress_line, time_limit_option,
+from hexiscale.cli.app import (app, console, err_console, fail, friendly_errors, progress_line, time_limit_option,
                                writable_file, writable_folder, writing)
-from planner.base import Frozen
+from planner.base import Frozen, file_stem
 from planner.io import load_problem, save_plan
 from planner.kinds import headline, kind_of, validate
 from planner.problem import Objective, Problem

@@ -9,9 +9,9 @@ from pathlib import Path
 import typer
 
 from hexiscale.cli.budget import CommandBudget
-from hexiscale.cli.app import (EXIT_INFEASIBLE, app, check_plan_is_for, console, fail, file_stem, friendly_errors,
+from hexiscale.cli.app import (EXIT_INFEASIBLE, app, check_plan_is_for, console, fail, friendly_errors,
                                time_limit_option, writable_file, writing)
-from planner.base import format_seconds, plural
+from planner.base import file_stem, format_seconds, plural
 from planner.io import InputError, load_plan, load_problem, problem_to_dict, read_mapping, save_plan, save_yaml
 from solvers.common import SolverOptions
 from solvers.replan import (NoReplanError, ReplanError, ReplanResult, lost_devices, replan as replan_plan,
@@ -19,15 +19,16 @@ from solvers.replan import (NoReplanError, ReplanError, ReplanResult, lost_devic
 
 
 def id_list(text: str, option: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()] if text else []
-    if text and not items:
-        fail(f"{option}: expected a comma-separated list, got {text!r}")
+    """The items of a comma-separated list; an empty item ('3,,4', '3,') is probably a typo."""
+    items = [t.strip() for t in text.split(",")] if text else []
+    if items and not all(items):
+        fail(f"{option}: expected a comma-separated list without empty items, got {text!r}")
     return items
 
 
 def device_ids(text: str) -> list[int]:
     ids = id_list(text, "--lost")
-    bad = [t for t in ids if not t.isdigit()]
+    bad = [t for t in ids if not (t.isascii() and t.isdigit())]  # '²' and '٣' are digits to str.isdigit
     if bad:
         fail(f"--lost: device ids are integers ≥ 0, got {', '.join(bad)}")
     return [int(t) for t in ids]
