@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.problem import Problem
-from solvers.sequence.shard_memory import fit_shards, proportional, rings_fit
+from solvers.sequence.shard_memory import ShardDeal, fit_shards, proportional, rings_fit
 from solvers.sequence.space import Ring, compositions, per_cluster
 
 TAU = 4  # ring starts tried by the greedy order search
@@ -186,10 +186,11 @@ def coarse_rings(problem: Problem, dealt: list[list[list[int]]]) -> list[Ring | 
     rings = [None if u is None else _split_ring(problem, g, u) for g, u in zip(ordered, units)]
     built = [i for i, ring in enumerate(rings) if ring is not None]
     fits = rings_fit(problem, [rings[i] for i in built]) if built else []
-    for i, ok in zip(built, fits):
-        if not ok:
-            rings[i] = fit_shards(problem, group_speeds(problem, ordered[i]), units[i], least_units(ordered[i]),
-                                  lambda parts, i=i: _split_ring(problem, ordered[i], parts)) or rings[i]
+    over = [i for i, ok in zip(built, fits.tolist() if len(built) else []) if not ok]
+    deals = [ShardDeal(group_speeds(problem, ordered[i]), least_units(ordered[i]), units[i],
+                       lambda parts, i=i: _split_ring(problem, ordered[i], parts)) for i in over]
+    for i, fitted in zip(over, fit_shards(problem, deals) if deals else []):
+        rings[i] = fitted or rings[i]
     return rings
 
 
