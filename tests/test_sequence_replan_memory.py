@@ -163,3 +163,19 @@ def test_every_offered_repair_passes_the_validator_on_random_problems(random_cas
                 assert shares(fixed) == shares(plain)
             offered += 1
     assert offered > 50 and refused > 10, (offered, refused)  # the cases tell the two apart
+
+
+def test_the_redeal_fits_where_the_greedy_deal_filled_the_fast_groups_first():
+    """12 GPUs of three types, Llama-2 13B at 256K, device 4 lost (from a QA pass): the greedy
+    deal filled the L40S groups to the brim, then took the A100 groups for full (growing them
+    grows the ring buffers on the full L40S) and said 'cannot hold the sequence'; the memory fit
+    of the heuristic's coarse stage deals the same survivors, and the repair is a candidate."""
+    from instances.generate import generate_cluster, generated_problem
+
+    base = generated_problem(generate_cluster(12, "A100-80G:0.25,L40S:0.25,RTX4090:0.5", seed=45), "llama2-13b",
+                             seq_len=262144, global_batch=4)
+    problem = base.model_copy(update={"training": base.training.model_copy(update={"token_block": 128})})
+    plan = heuristic.solve(problem, SolverOptions(time_limit_s=5, progress=False)).plan
+    result = hx.replan(problem, plan, [4], options=SolverOptions(time_limit_s=5, progress=False))
+    assert result.repaired_why == "" and result.repaired_s is not None, result.repaired_why
+    assert result.repaired_s <= result.fresh_s * (1 + 1e-9)
