@@ -102,7 +102,7 @@ def test_replan_says_when_no_repair_fits_in_memory():
     result = hx.replan(problem, old, [1], options=SolverOptions(time_limit_s=3))
     assert result.repaired_s is None and result.chosen == "heuristic"
     why = result.repaired_why
-    assert why.startswith("no memory-feasible repair (replica 0: its survivors' memory cannot hold"), why
+    assert why.startswith("no memory-feasible repair: replica 0: its survivors' memory cannot hold"), why
     assert hx.validate(result.problem, result.plan) == []
 
 

@@ -380,11 +380,11 @@ def best_repair(old: Problem, plan: SeqPlan, new: Problem, mapping: Mapping, fit
     candidates = [(priced(new, p, fit), i, p) for i, p in enumerate((repaired, polished))]
     found = [c for c in candidates if c[0] is not None]
     if not found:
-        why = (f"no memory-feasible repair ({no_room})" if no_room
+        why = (f"no memory-feasible repair: {no_room}" if no_room
                else str((validate(new, repaired) or [fit.misfit(new, repaired)])[0]))
         return None, None, changes, why
     best_s, index, best = min(found, key=lambda c: (c[0], c[1]))
-    said = ([f"the repair's deal fits in no memory ({no_room}); the plain deal, polished, fits"] if no_room
+    said = ([f"no deal of the repair fits in memory ({no_room}); the plain deal, polished, fits"] if no_room
             else ["polished: heads, tokens and batches moved"] if index else [])
     return best, best_s, changes + said, ""
 
