@@ -151,3 +151,23 @@ def test_ctrl_c_during_a_cp_sat_solve_is_one_line():
     finally:
         proc.kill()
     assert proc.returncode == 130 and err.splitlines()[-1:] == ["error: interrupted"], (first, proc.returncode, err[-500:])
+
+
+def test_ctrl_c_during_a_profile_leaves_no_temporary_folder(tmp_path):
+    """The profile's temporary folder (rank logs, its spec) was left behind by a Ctrl-C."""
+    command = [sys.executable, "-c", console_script(), "profile", "-o", str(tmp_path / "c.yaml"), "--processes", "2"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, TMPDIR=str(tmp_path)))
+    try:
+        first = proc.stdout.readline()  # "profiling 2 cpu processes …": the folder is made next
+        assert first.startswith("profiling"), first
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("hexiscale-profile-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # into the measurement
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.splitlines()[-1:] == ["error: interrupted"], (proc.returncode, err[-500:])
+    assert not list(tmp_path.glob("hexiscale-profile-*")) and not (tmp_path / "c.yaml").exists()

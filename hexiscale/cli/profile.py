@@ -174,7 +174,11 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
                   f"{spec_model.name} (seq {seq}, micro-batch {micro}), messages {spec.min_bytes}…{spec.max_bytes} B",
                   highlight=False, soft_wrap=True)
     folder = Path(tempfile.mkdtemp(prefix="hexiscale-profile-"))  # after every check: a refusal leaves none
-    result = measure(spec, folder, cluster) if testbed else measure(spec, folder)
+    try:
+        result = measure(spec, folder, cluster) if testbed else measure(spec, folder)
+    except KeyboardInterrupt:
+        shutil.rmtree(folder, ignore_errors=True)  # a Ctrl-C left its rank logs and spec behind
+        raise
     write_profile(result, output, name or f"profiled-{socket.gethostname()}", gpu_type_name(device, gpu_name),
                   statistic, plans, raw=folder / "profile.json", honesty=TESTBED_NOTE if testbed else HONESTY)
     shutil.rmtree(folder, ignore_errors=True)  # written: the raw measurements are kept only when a failure names them
