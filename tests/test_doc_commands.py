@@ -2,8 +2,10 @@
 tests/test_readme_commands.py does for the README: each line of their ```sh blocks (comments
 after `#` dropped) in a fresh empty folder, one after the other, as a reader would type them,
 each exiting 0; and runtime/README.md's ```python example, run as a script there. Each
-subprocess gets a temporary folder inside that folder (TMPDIR), so the `hexiscale-run-*` logs
-of runs without `--out` stay there. Skipped, and why:
+subprocess gets a temporary folder of the test's own (TMPDIR, removed after it), so the
+`hexiscale-run-*` logs of runs without `--out` do not pile up in /tmp; it sits right under the
+system's temporary folder, since a run's processes meet on a Unix socket under it (107
+characters at most, which pytest's own folders under xdist pass). Skipped, and why:
 
 - `hexiscale profile -o measured.yaml` (docs/cli.md): it measures this machine, and on a busy
   one a fit can be meaningless, which it refuses (exit 2, on purpose); tests/test_profile_*.py
@@ -17,8 +19,11 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -52,16 +57,18 @@ def hexiscale_program() -> str:
     return str(beside)
 
 
-def environment(folder: Path) -> dict[str, str]:
-    temporary = folder / ".tmp"
-    temporary.mkdir(exist_ok=True)
-    return {**os.environ, "TMPDIR": str(temporary)}
+@pytest.fixture
+def short_tmpdir():
+    """A temporary folder right under the system's (short: the runs' Unix sockets live in it)."""
+    folder = Path(tempfile.mkdtemp(prefix="hx-doc-"))
+    yield {**os.environ, "TMPDIR": str(folder)}
+    shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_lines(doc: Path, folder: Path) -> None:
-    program, env = hexiscale_program(), environment(folder)
+def run_lines(doc: Path, folder: Path, env: dict[str, str]) -> None:
+    program = hexiscale_program()
     for line in shell_lines(doc):
-        done = subprocess.run([program, *line.split()[1:]], cwd=folder, env=env, capture_output=True,
+        done = subprocess.run([program, *shlex.split(line)[1:]], cwd=folder, env=env, capture_output=True,
                               text=True, timeout=180)
         assert done.returncode == 0, f"{doc.name}: {line}\nexited {done.returncode}:\n{done.stdout}{done.stderr}"
 
@@ -74,8 +81,8 @@ def test_the_doc_prints_commands_and_each_is_a_hexiscale_command_or_skipped_on_p
 
 
 @pytest.mark.slow
-def test_the_cli_page_commands_run_as_written(tmp_path):
-    run_lines(CLI, tmp_path)
+def test_the_cli_page_commands_run_as_written(tmp_path, short_tmpdir):
+    run_lines(CLI, tmp_path, short_tmpdir)
     for made in ("plan.json", "seq.json", "survivors.json", "demo-asym-without-3.yaml", "calibrated.yaml",
                  "frontier/frontier.png", "run/runlog.json", "run/loss.png", "hf/config.json", "tr/job.json"):
         assert (tmp_path / made).exists(), made
@@ -84,11 +91,11 @@ def test_the_cli_page_commands_run_as_written(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_runtime_readme_commands_run_as_written(tmp_path):
-    run_lines(RUNTIME, tmp_path)
+def test_the_runtime_readme_commands_run_as_written(tmp_path, short_tmpdir):
+    run_lines(RUNTIME, tmp_path, short_tmpdir)
     assert (tmp_path / "ck" / "step-00000004" / "manifest.json").exists()
     assert (tmp_path / "ck2" / "step-00000008" / "manifest.json").exists()
     (example,) = blocks(RUNTIME, "python")
-    done = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, env=environment(tmp_path),
+    done = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, env=short_tmpdir,
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
