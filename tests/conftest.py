@@ -1,8 +1,21 @@
 """Fixtures shared by several test modules."""
 
+import signal
 import tempfile
 
 import pytest
+
+
+@pytest.fixture(autouse=True)
+def sigint_kept():
+    """SIGINT's handler as the test found it: a command run in-process that is interrupted ends by
+    ignoring SIGINT (so that a second Ctrl-C cannot cut its last line), and every process this
+    worker started after it inherited the ignored SIGINT (exec keeps SIG_IGN): a later test's run
+    then went on through its Ctrl-C (make test, 2026-12-07)."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not before:
+        signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture(scope="session", autouse=True)
