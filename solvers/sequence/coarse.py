@@ -185,11 +185,11 @@ def coarse_rings(problem: Problem, dealt: list[list[list[int]]]) -> list[Ring | 
     units = [shard_units(problem, groups) for groups in ordered]
     rings = [None if u is None else _split_ring(problem, g, u) for g, u in zip(ordered, units)]
     built = [i for i, ring in enumerate(rings) if ring is not None]
-    fits = rings_fit(problem, [rings[i] for i in built]) if built else []
-    over = [i for i, ok in zip(built, fits.tolist() if len(built) else []) if not ok]
+    fits = rings_fit(problem, [rings[i] for i in built]).tolist() if built else []
+    over = [i for i, ok in zip(built, fits) if not ok]
     deals = [ShardDeal(group_speeds(problem, ordered[i]), least_units(ordered[i]), units[i],
                        lambda parts, i=i: _split_ring(problem, ordered[i], parts)) for i in over]
-    for i, fitted in zip(over, fit_shards(problem, deals) if deals else []):
+    for i, fitted in zip(over, fit_shards(problem, deals)):
         rings[i] = fitted or rings[i]
     return rings
 

@@ -52,16 +52,15 @@ from pydantic import Field
 from planner.base import Frozen
 from planner.kinds import evaluate, validate
 from planner.problem import Problem
-from planner.sequence.pricing import memory_parts
 from planner.sequence.plan import Replica, SeqPlan
 from planner.workload import ModelSpec
 from solvers.common import SolveResult, SolverOptions
 from solvers.registry import solve
 from solvers.repair_parts import Candidates, Moves, deal, deal_capped, keep_or_move
-from solvers.sequence.shard_memory import ShardDeal, fit_shards, proportional
+from solvers.sequence.shard_memory import ShardDeal, fit_shards, proportional, rings_fit
 from solvers.sequence.coarse import device_speed
 from solvers.sequence.polish import polish
-from solvers.sequence.space import plan_of, table_of
+from solvers.sequence.space import plan_of
 
 MIN_FRESH_S = 0.05  # the fresh solve's least time, even when the repair spent the limit
 
@@ -119,10 +118,7 @@ class Dealer:
     def fits(self, ring: Ring) -> bool:
         """Whether every member of a replica's ring fits in its device's memory: the validator's
         own §7.3 terms (`memory_parts`, rule 5), for one micro-batch (memory does not depend on B_r)."""
-        if not self.capped:
-            return True
-        mem = memory_parts(self.problem, table_of([ring], [self.problem.training.micro_batch]))
-        return bool((mem.total <= mem.capacity).all())
+        return not self.capped or bool(rings_fit(self.problem, [ring])[0])
 
     def speeds(self, group: list[list[int]]) -> list[float]:
         return [float(self.speed[m[0]]) for m in group]
