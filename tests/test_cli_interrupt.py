@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from terminal import terminal_popen
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("typer", "numpy", "solvers")  # imported with the command's modules, not with its entry point
@@ -51,7 +52,7 @@ def interrupted_in_import(tmp_path: Path, module: str, command: list[str]) -> su
     marker = tmp_path / "held"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]), SLOW_IMPORT=module,
                SLOW_IMPORT_MARKER=str(marker))
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = terminal_popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120  # a loaded machine starts Python slowly: no tight timing here
         while not marker.exists():
@@ -94,7 +95,7 @@ def test_ctrl_c_during_the_work_is_the_same_one_line(tmp_path):
     shows the work has started): typer's own handling ended it with 130 and printed nothing."""
     command = [sys.executable, "-c", console_script(), "frontier", "instances/problems/offers-llama2-13b.yaml",
                "-t", "120", "-o", str(tmp_path / "frontier")]
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = terminal_popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = proc.stderr.readline()  # "…: level 1 of 10 …": the work has started
         assert "level" in first, first
@@ -126,7 +127,7 @@ except KeyboardInterrupt:
 def test_after_a_cp_sat_solve_ctrl_c_is_still_pythons():
     """CP-SAT's own SIGINT handler left SIGINT at the OS default after a solve: a later Ctrl-C
     killed the process (frontier, after its exact levels) with nothing printed."""
-    proc = subprocess.Popen([sys.executable, "-c", AFTER_A_SOLVE.format(root=str(ROOT))], stdout=subprocess.PIPE,
+    proc = terminal_popen([sys.executable, "-c", AFTER_A_SOLVE.format(root=str(ROOT))], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline() == "solved\n"
@@ -141,7 +142,7 @@ def test_ctrl_c_during_a_cp_sat_solve_is_one_line():
     """`solve -s cpsat`: a Ctrl-C during the solve aborted the process (std::bad_function_call,
     SIGABRT). Its first log line on stderr shows the solve has started."""
     command = [sys.executable, "-c", console_script(), "solve", "small-16-llama2-13b", "-s", "cpsat", "-t", "60"]
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = terminal_popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = proc.stderr.readline()
         assert first, "cpsat logged no progress line"
@@ -156,7 +157,7 @@ def test_ctrl_c_during_a_cp_sat_solve_is_one_line():
 def test_ctrl_c_during_a_profile_leaves_no_temporary_folder(tmp_path):
     """The profile's temporary folder (rank logs, its spec) was left behind by a Ctrl-C."""
     command = [sys.executable, "-c", console_script(), "profile", "-o", str(tmp_path / "c.yaml"), "--processes", "2"]
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = terminal_popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, TMPDIR=str(tmp_path)))
     try:
         first = proc.stdout.readline()  # "profiling 2 cpu processes …": the folder is made next

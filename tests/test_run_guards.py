@@ -27,6 +27,7 @@ from runtime.checkpoints.manifest import (CheckpointError, commit, latest_checkp
                                           step_dir, tiling_error)
 from runtime.launch.launcher import RunResult, make_job
 from test_checkpoint_files import fake_checkpoint, snapshot
+from terminal import terminal_popen
 from test_runtime_launch import descendants, running
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -338,12 +339,8 @@ def test_the_torch_build_note_follows_the_backend(tmp_path):
 def test_ctrl_c_says_what_stopped_and_where_the_logs_are(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
     command = ["run", "demo-tiny", str(two_rank_plan(tmp_path)), "--steps", "1000", "--seq-len", "8"]
-    # SIGINT at its default in the child, as a terminal starts a command: a test process that had
-    # come to ignore it (a command run in-process that ignored it) passes SIG_IGN on (exec keeps it),
-    # and the run then went on through the signal (make test, 2026-12-07)
-    run = subprocess.Popen([sys.executable, "-c", "from hexiscale.cli import main; main()", *command], cwd=ROOT,
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    run = terminal_popen([sys.executable, "-c", "from hexiscale.cli import main; main()", *command], cwd=ROOT,
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         while not run.stdout.readline().startswith("step 1/"):
             assert run.poll() is None, run.stderr.read()

@@ -18,6 +18,7 @@ from hexiscale.cli import app
 from planner.hardware import Cluster, Link, Machine
 from planner.io import load_cluster
 from runtime.testbed import MAX_LINK_MBIT, Testbed, fitting_scale, leftovers, namespaces, plan_layout, scaled_cluster
+from tests.terminal import terminal_popen
 from tests.testbed_helpers import (PYTHON, ROOT, needs_testbed, namespace_inodes, processes_in, state, test_prefix,
                                    wait_gone)
 
@@ -124,8 +125,8 @@ with Testbed(load_cluster("tiny-2"), prefix=sys.argv[1]) as bed:
 def test_a_signal_tears_the_testbed_down(signum):
     prefix = test_prefix()
     before = state(prefix)
-    proc = subprocess.Popen([PYTHON, "-c", BED_SCRIPT, prefix], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = terminal_popen([PYTHON, "-c", BED_SCRIPT, prefix], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "up", proc.stderr.read()
         assert leftovers(prefix)
@@ -235,8 +236,8 @@ def test_cli_up_interrupted_during_the_build_and_its_cleanup_leaves_nothing(tmp_
 
     before = state(CLI_PREFIX)
     assert not before["namespaces and hosts folders"], "a testbed of the command is already up"
-    proc = subprocess.Popen([str(ROOT / ".venv/bin/hexiscale"), "testbed", "up", many_machines_file(tmp_path)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = terminal_popen([str(ROOT / ".venv/bin/hexiscale"), "testbed", "up", many_machines_file(tmp_path)], cwd=ROOT,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while len(leftovers(CLI_PREFIX)) < 3 and proc.poll() is None and time.monotonic() < deadline:
