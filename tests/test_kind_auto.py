@@ -24,7 +24,7 @@ from bench_seqlen import seqlen_problem  # noqa: E402
 
 OPTIONS = SolverOptions(time_limit_s=30, progress=False)
 
-# (`least_move_work`, tests/conftest.py: the choice of kind is under test, not the plan's quality,
+# (`no_move_work`, tests/conftest.py: the choice of kind is under test, not the plan's quality,
 # and with the moves' work fixed the explicit and the automatic solves do the same search)
 
 
@@ -35,7 +35,7 @@ def _explicit(problem, kind: str) -> float | None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seq_len", [8192, 32768])  # the near tie, and a clear case (16K: the CLI test below)
-def test_auto_keeps_the_faster_kind(seq_len, least_move_work):
+def test_auto_keeps_the_faster_kind(seq_len, no_move_work):
     problem = seqlen_problem(seq_len)
     times = {kind: _explicit(problem, kind) for kind in ("layered", "sequence")}
     faster = min((k for k in times if times[k] is not None), key=times.get)
@@ -46,7 +46,7 @@ def test_auto_keeps_the_faster_kind(seq_len, least_move_work):
     assert faster in result.kind_reason and "faster" in result.kind_reason
 
 
-def test_the_cli_says_which_kind_and_why(tmp_path, least_move_work):
+def test_the_cli_says_which_kind_and_why(tmp_path, no_move_work):
     problem = seqlen_problem(16384)
     path = tmp_path / "p.yaml"
     save_yaml(problem_to_dict(problem), path)
@@ -58,7 +58,7 @@ def test_the_cli_says_which_kind_and_why(tmp_path, least_move_work):
     assert data["kind"] == best and best in data["kind_reason"]
 
 
-def test_an_explicit_kind_solves_that_kind_only(least_move_work):
+def test_an_explicit_kind_solves_that_kind_only(no_move_work):
     result = solve_auto(seqlen_problem(65536), "heuristic", OPTIONS, kind="layered")
     assert kind_of(result.plan).name == "layered" and result.kinds_tried == {} and result.kind_reason == ""
 

@@ -35,7 +35,7 @@ def test_choose_kind_rule():
     assert choose_kind(short, "auto", "seq-uniform")[0] == "sequence"
 
 
-def test_solve_auto_picks_sequence_on_a_long_context_problem(least_move_work):
+def test_solve_auto_picks_sequence_on_a_long_context_problem(no_move_work):
     result = CliRunner().invoke(app, ["solve", LONG, "--json", *QUICK])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -56,7 +56,7 @@ def test_solve_rejects_a_solver_of_the_other_kind():
     assert result.exit_code == 2 and "symmetric" in result.output
 
 
-def test_compare_has_rows_of_both_kinds_on_a_long_context_problem(least_move_work):
+def test_compare_has_rows_of_both_kinds_on_a_long_context_problem(no_move_work):
     problem = load_problem(LONG)
     kind, solvers, why = solvers_for(problem, "auto", parse_solvers(None))
     assert kind == "sequence" and solvers == ["heuristic", "seq-uniform", "seq-roundrobin", "layered:heuristic"]
@@ -70,7 +70,7 @@ def test_compare_has_rows_of_both_kinds_on_a_long_context_problem(least_move_wor
     assert with_cross_kind(["heuristic", "layered:symmetric"], "sequence") == ["heuristic", "layered:symmetric"]
 
 
-def test_compare_cli_labels_the_kinds(least_move_work):
+def test_compare_cli_labels_the_kinds(no_move_work):
     result = CliRunner().invoke(app, ["compare", LONG, "-s", "seq-uniform,layered:symmetric", "--json", *QUICK])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)

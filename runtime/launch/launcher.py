@@ -116,14 +116,21 @@ def _spawn(job_path: Path, world: int, out: Path, threads: int, echo_rank0: bool
     return procs
 
 
+def _rank_entry(*args) -> None:
+    """The processes' target. Here, not `worker.spawned_entry` itself, so that this process never
+    imports torch (two seconds): pickling a target takes the function object, and the forkserver
+    has imported the worker already, so in a rank the import below is free."""
+    from runtime.launch.worker import spawned_entry
+
+    spawned_entry(*args)
+
+
 def _start_rank(ctx, rank: int, env: dict[str, str], job_path: Path, out: Path, threads: int,
                 echo_rank0: bool, failure: FailureInjection | None):
-    from runtime.launch.worker import spawned_entry  # imports torch: only when a run starts
-
     rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
     if failure is not None and failure.rank == rank:
         rank_env.update(failure.env())
-    proc = ctx.Process(target=spawned_entry, daemon=True,
+    proc = ctx.Process(target=_rank_entry, daemon=True,
                        args=(str(job_path), rank_env, str(out / f"rank{rank}.log"), rank == 0 and echo_rank0, threads))
     try:
         proc.start()
