@@ -75,7 +75,10 @@ def test_the_printed_torchrun_commands_train_like_the_local_launcher(tmp_path):
 
 def check_torchrun_run_log(tmp_path: Path, outputs: list[str], steps: list[dict], local_log: Path) -> None:
     """Rank 0's machine (the first, r4090-0) wrote the run log a local run writes, said so last,
-    and `hexiscale calibrate` fits from it (beside the local run's: one problem, one cluster)."""
+    and `hexiscale calibrate` reads it beside the local run's as one problem on one cluster and
+    fits both. Whether the fit can determine a figure is the data's verdict, not the log's: two
+    runs of one plan give every stage one point, and this passed only while each rank's first
+    step carried a second of imports (torch._dynamo, now in the local launcher's forkserver)."""
     path = tmp_path / "torchrun" / "runlog.json"
     assert outputs[0].strip().splitlines()[-1] == f"run log: {path.resolve()} on machine r4090-0 (for `hexiscale calibrate`)"
     assert "run log:" not in outputs[1]
@@ -85,8 +88,13 @@ def check_torchrun_run_log(tmp_path: Path, outputs: list[str], steps: list[dict]
     fitted = tmp_path / "fitted.yaml"
     result = CliRunner().invoke(app, ["calibrate", str(tmp_path / "torchrun"), str(tmp_path / "local"), "-o",
                                       str(fitted), "--warmup", "0", "--keep-undetermined"])
-    assert result.exit_code == 0, result.output
-    assert load_cluster(fitted).catalog  # a cluster the planner reads
+    sources = f"{tmp_path / 'torchrun' / 'runlog.json'}, {tmp_path / 'local' / 'runlog.json'}: "
+    said = " ".join(result.output.split())
+    if result.exit_code == 0:
+        assert load_cluster(fitted).catalog  # a cluster the planner reads
+    else:  # both read and fitted together; refused only for what the points cannot tell apart
+        assert result.exit_code == 2 and sources in said, said
+        assert "no figure can be determined from these runs" in said, said
 
 
 def descendants(pid: int) -> set[int]:
