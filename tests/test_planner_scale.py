@@ -18,6 +18,7 @@ from planner.hardware import DENSE_MACHINES, Cluster, Link, Machine, Rack
 from planner.layered.pricing import iteration_time
 from planner.problem import Problem
 from solvers.common import SolverOptions
+from solvers.layered.heuristic import assemble
 from solvers.layered.heuristic.assemble import greedy_increments
 from solvers.registry import solve
 
@@ -207,6 +208,28 @@ def test_batch_split_equals_the_heap(seed):
         base, step = rng.random(d) * 1e-3, rng.choice([0.1, 0.3, 0.7], d)
     for extra in (0, 1, int(rng.integers(2, 400))):
         assert np.array_equal(greedy_increments(base, step, extra), heap_split(base, step, extra))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_both_ways_to_the_split_equal_the_heap(seed):
+    """The water level corrected by a heap (up to 512 pipelines) and the bisection (above, and
+    where a pipeline costs nothing more per micro-batch): pipelines far above the level, tiny
+    steps, equal values across pipelines."""
+    rng = np.random.default_rng(seed)
+    d, kind = int(rng.integers(1, 40)), seed % 3
+    if kind == 0:
+        base, step = rng.random(d) * 1e3, rng.random(d) * 1e-3 + 1e-12
+    elif kind == 1:
+        base, step = rng.choice([0.1, 0.2, 0.3], d), rng.choice([0.1, 0.3, 0.7], d)
+    else:
+        base, step = rng.random(d) * 10, rng.random(d) + 1e-9
+    for extra in (1, d, int(rng.integers(2, 3000))):
+        expected = heap_split(base, step, extra)
+        level = assemble._water_level(base, step, extra)
+        # from the water level, and from levels that take too many or too few to start with
+        for start in (level, level * 1.01 + 0.05, level * 0.98 - 0.02):
+            assert np.array_equal(assemble._corrected_at_level(base, step, extra, start), expected), start
+        assert np.array_equal(assemble._bisected(base, step, extra), expected)
 
 
 def test_batch_split_of_a_huge_batch_is_quick():
