@@ -3,7 +3,11 @@ base of the input types with the name type they share."""
 
 from __future__ import annotations
 
+import os
+import stat
+import threading
 from functools import lru_cache
+from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -117,3 +121,38 @@ class Input(Frozen):
             if _numeric_text(value):  # other text is left to pydantic's own "not a valid number"
                 raise ValueError("expected a number, not a quoted string: write it without quotes")
         return value
+
+
+def write_atomically(path: str | Path, text: str) -> Path:
+    """Write `text` to `path` through a temporary file beside it, renamed over it: a Ctrl-C, a
+    full disk or a reader at the wrong moment sees the old file or the whole new one, never a
+    half-written plan or cluster (which the next command would refuse, or worse, read).
+
+    Only a regular file (or none) is replaced: a link is followed and its target replaced (the
+    link stays), and a device or a pipe (`-o /dev/stdout`, /dev/full) is written through, as
+    the rename would have put a file in its place. The old file's permissions are kept. Where
+    its folder takes no new file, it is written in place."""
+    path = Path(path)
+    real = Path(os.path.realpath(path))
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        real.write_text(text)
+        return path
+    # this process's own, and short: the output's own name may already be the 255 bytes allowed
+    temporary = real.with_name(f".hexiscale-{os.getpid()}-{threading.get_ident() % 10**6}.tmp")
+    try:
+        with open(temporary, "w") as handle:
+            if mode is not None:
+                os.chmod(temporary, stat.S_IMODE(mode))
+            handle.write(text)
+        os.replace(temporary, real)
+    except PermissionError:
+        temporary.unlink(missing_ok=True)
+        real.write_text(text)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return path

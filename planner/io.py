@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from planner.base import FROM_FILE, MAX_NAME, Name
+from planner.base import FROM_FILE, MAX_NAME, Name, write_atomically
 from planner.hardware import Cluster
 from planner.hf_config import HFConfigError, read_hf_model
 from planner.kinds import PLAN_KINDS, kind_of_format
@@ -348,7 +348,7 @@ def load_plan(path: str | Path):
 
 
 def save_plan(plan, path: str | Path) -> None:
-    Path(path).write_text(plan.to_json() + "\n")
+    write_atomically(path, plan.to_json() + "\n")
 
 
 def problem_to_dict(problem: Problem) -> dict[str, Any]:
@@ -374,4 +374,4 @@ for _tag, _regexp, _first in YAML_12_NUMBERS:
 
 
 def save_yaml(data: dict[str, Any], path: str | Path) -> None:
-    Path(path).write_text(yaml.dump(data, Dumper=_Dumper, sort_keys=False))
+    write_atomically(path, yaml.dump(data, Dumper=_Dumper, sort_keys=False))

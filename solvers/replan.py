@@ -72,7 +72,12 @@ def lost_devices(problem: Problem, devices=(), machines=(), *, names=("lost", "l
     if not devices and not machines:
         raise ReplanError("name what was lost: lost=[3, 7] (device ids) and/or lost_machines=[NAME, ...]")
     cluster = problem.cluster
-    lost = _lost_ids(cluster, devices, names[0]) | _lost_machines(cluster, machines, names[1])
+    ids, whole = _lost_ids(cluster, devices, names[0]), _lost_machines(cluster, machines, names[1])
+    if both := sorted(ids & whole):  # named twice, as a repeated id is: probably a typo for another
+        machine = cluster.machines[int(cluster.machine_of_device[both[0]])].name
+        raise ReplanError(f"{names[0]}: device {both[0]} is on machine {machine}, which {names[1]} names whole: "
+                          f"name each lost device once")
+    lost = ids | whole
     if len(lost) >= cluster.num_devices:
         raise ReplanError("every device of the cluster is lost: nothing to re-plan on")
     return lost

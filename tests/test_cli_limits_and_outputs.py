@@ -147,3 +147,44 @@ def test_a_solve_off_a_terminal_leaves_no_blank_lines_on_stderr(tmp_path):
     result = CliRunner().invoke(app, ["solve", "small-8-llama2-7b", "-t", "4"])
     assert result.exit_code == 0, result.output
     assert result.stderr.strip() and all(line.strip() for line in result.stderr.splitlines()), repr(result.stderr)
+
+
+def test_a_write_cut_short_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    """Plans, clusters, problems and compare tables are written through a temporary file renamed
+    over the old one: a Ctrl-C (or a full disk) in the middle leaves the old file as it was and
+    no temporary file beside it."""
+    from planner import base
+    from planner.io import load_plan, save_plan
+
+    path = tmp_path / "plan.json"
+    plan = load_plan("demo-tiny")
+    save_plan(plan, path)
+    before = path.read_text()
+
+    def interrupted_replace(source, target):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(base.os, "replace", interrupted_replace)
+    with pytest.raises(KeyboardInterrupt):
+        save_plan(plan.model_copy(update={"problem": "another"}), path)
+    assert path.read_text() == before and sorted(os.listdir(tmp_path)) == ["plan.json"]
+
+
+def test_the_write_keeps_links_permissions_and_devices(tmp_path):
+    """Renaming over a link would have put a file in its place, and over /dev/full a file in
+    /dev (as root: it did, once, before this test): a link's target is replaced, a device
+    written through, and a replaced file keeps its permissions."""
+    from planner.base import write_atomically
+
+    target = tmp_path / "real.yaml"
+    target.write_text("old")
+    target.chmod(0o600)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(target)
+    write_atomically(link, "new")
+    assert link.is_symlink() and target.read_text() == "new" and (target.stat().st_mode & 0o777) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.yaml", "real.yaml"]
+    if os.path.exists("/dev/full"):
+        with pytest.raises(OSError, match="No space left"):
+            write_atomically("/dev/full", "x")
+        assert os.path.exists("/dev/full") and not os.path.isfile("/dev/full")

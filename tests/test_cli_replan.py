@@ -97,6 +97,9 @@ def test_many_scattered_lost_ids_still_make_a_short_distinct_name():
     (["--lost", "1,3,01"], "--lost: device 1 is named twice"),
     (["--lost-machines", "r3090-0,r3090-0"], "--lost-machines: machine 'r3090-0' is named twice"),
     (["--lost-machines", "1,r3090-0"], "--lost-machines: machine 'r3090-0' is named twice (as '1' and 'r3090-0')"),
+    # a device of a machine also lost whole: named twice as well (had been merged without a word)
+    (["--lost", "3", "--lost-machines", "r3090-0"],
+     "--lost: device 3 is on machine r3090-0, which --lost-machines names whole: name each lost device once"),
     # digits to str.isdigit that are no integers here: '²' had ended in an internal error, '٣' was device 3
     (["--lost", "²"], "--lost: device ids are integers ≥ 0, got ²"),
     (["--lost", "٣"], "--lost: device ids are integers ≥ 0, got ٣"),

@@ -24,7 +24,7 @@ from runtime.launch.commands import rank0_machine
 from runtime.kinds import RUNTIME_KINDS
 from runtime.profiling.launcher import Repeated  # the mean's standard error, as profile's repetitions have it
 from runtime.metrics.runlog import RUNLOG_FILE, WARMUP_STEPS, RunLog, log_run, read_run_log
-from planner.base import plural
+from planner.base import plural, write_atomically
 
 
 def torchrun_refusal(path: Path) -> str:
@@ -255,5 +255,6 @@ def calibrate(run_logs: list[Path] = typer.Argument(..., help="runs' out folders
     if note := links_note(records, figures):
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
         header += f"# {note}.\n"
-    output.write_text(header + yaml.safe_dump(cluster.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
+    write_atomically(output, header + yaml.safe_dump(cluster.model_dump(mode="json", exclude_defaults=True),
+                                                     sort_keys=False))
     console.print(f"wrote {output}", highlight=False)

@@ -16,6 +16,7 @@ kind, so that the table shows which kind wins at that sequence length.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from hexiscale.cli.budget import CommandBudget
 from hexiscale.cli.views import plain
 from hexiscale.cli.app import (app, console, err_console, fail, friendly_errors, progress_line, time_limit_option,
                                writable_file, writable_folder, writing)
-from planner.base import Frozen, file_stem
+from planner.base import Frozen, file_stem, plural, write_atomically
 from planner.io import load_problem, save_plan
 from planner.kinds import headline, kind_of, validate
 from planner.problem import Objective, Problem
@@ -36,7 +37,6 @@ from solvers.choose import AUTO_KIND, choose_kind
 from solvers.common import SolveResult, SolverOptions
 from solvers.kinds import SOLVER_KINDS, solver_kind
 from solvers.registry import DEFAULT_KIND, SOLVERS_BY_KIND, solve
-from planner.base import plural
 
 EXACT_SOLVERS = ("cpsat", "milp")
 # each kind's defaults, its speed-up column's baseline and the other kinds' rows priced beside
@@ -254,15 +254,15 @@ def _best(problem: Problem, rows: list[ComparisonRow]) -> ComparisonRow | None:
 
 
 def write_csv(rows: list[ComparisonRow], path: Path) -> None:
-    fields = list(ComparisonRow.model_fields)
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(r.model_dump() for r in rows)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(ComparisonRow.model_fields))
+    writer.writeheader()
+    writer.writerows(r.model_dump() for r in rows)
+    write_atomically(path, text.getvalue())
 
 
 def write_json(rows: list[ComparisonRow], path: Path) -> None:
-    Path(path).write_text(json.dumps([r.model_dump() for r in rows], indent=2) + "\n")
+    write_atomically(path, json.dumps([r.model_dump() for r in rows], indent=2) + "\n")
 
 
 def parse_solvers(spec: str | None, kind: str = AUTO_KIND) -> list[str]:

@@ -19,7 +19,7 @@ from planner.calibration import BandwidthError, CalibrationError
 from planner.io import load_cluster, load_model, load_problem
 from runtime.host import shared_cores_note, too_many_ranks
 from runtime.kinds import RUNTIME_KINDS
-from planner.base import plural
+from planner.base import plural, write_atomically
 
 EXIT_PROFILE_FAILED = 1
 HONESTY = ("one host: 'inter' links join processes of simulated machines; on CPU every pair of processes "
@@ -223,9 +223,10 @@ def write_profile(result, output: Path, name: str, gpu_name: str, statistic: str
               f"processes, {len(result.spec.machines)} simulated machine(s); links: the "
               f"{RUNTIME_KINDS[plans].profiled_op} fit, for {plans} plans.\n"
               f"# {honesty if result.spec.device == 'cpu' else ''}\n")
-    output.write_text(header + yaml.safe_dump(cluster.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
+    write_atomically(output, header + yaml.safe_dump(cluster.model_dump(mode="json", exclude_defaults=True),
+                                                     sort_keys=False))
     raw = output.with_suffix(".profile.json")
-    raw.write_text(result.model_dump_json(indent=1))
+    write_atomically(raw, result.model_dump_json(indent=1))
     console.print(f"wrote {output} (raw measurements: {raw})", highlight=False)
 
 

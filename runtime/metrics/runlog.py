@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from collections.abc import Sequence
 from typing import Literal, TypeVar
@@ -26,7 +25,7 @@ import numpy as np
 
 from pydantic import Field, model_validator
 
-from planner.base import Frozen
+from planner.base import Frozen, write_atomically
 from planner.calibration import Statistic, summarize
 from planner.calibration_runs import RunRecord
 from planner.hardware import Cluster
@@ -157,15 +156,7 @@ def make_run_log(problem: Problem, problem_sha256: str, plan, config, steps: lis
 def write_run_log(out_dir: str | Path, log: RunLog) -> Path:
     """Write `runlog.json` through a temporary file renamed over it: a reader (`calibrate` on a
     folder another machine fills, say) sees the old log or the whole new one, never half."""
-    path = Path(out_dir) / RUNLOG_FILE
-    temporary = path.with_name(f".{RUNLOG_FILE}.{os.getpid()}.tmp")  # this process's own; the umask's mode
-    try:
-        temporary.write_text(log.model_dump_json(indent=1) + "\n")
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomically(Path(out_dir) / RUNLOG_FILE, log.model_dump_json(indent=1) + "\n")
 
 
 def read_run_log(path: str | Path) -> RunLog:
