@@ -133,14 +133,14 @@ def write_atomically(path: str | Path, text: str) -> Path:
     the rename would have put a file in its place. The old file's permissions are kept. Where
     its folder takes no new file, it is written in place."""
     path = Path(path)
-    real = Path(os.path.realpath(path))
     try:
-        mode = os.stat(real).st_mode
+        mode = os.stat(path).st_mode  # of what a link points at
     except FileNotFoundError:
         mode = None
-    if mode is not None and not stat.S_ISREG(mode):
-        real.write_text(text)
+    if mode is not None and not stat.S_ISREG(mode):  # by its own name: /dev/stdout's target may be a pipe
+        path.write_text(text)
         return path
+    real = Path(os.path.realpath(path))
     # this process's own, and short: the output's own name may already be the 255 bytes allowed
     temporary = real.with_name(f".hexiscale-{os.getpid()}-{threading.get_ident() % 10**6}.tmp")
     try:

@@ -188,3 +188,11 @@ def test_the_write_keeps_links_permissions_and_devices(tmp_path):
         with pytest.raises(OSError, match="No space left"):
             write_atomically("/dev/full", "x")
         assert os.path.exists("/dev/full") and not os.path.isfile("/dev/full")
+    # `-o /dev/stdout` into a pipe: the link's target, pipe:[N], is no path a file could be put at
+    reader, writer = os.pipe()
+    try:
+        write_atomically(f"/proc/self/fd/{writer}", "through the pipe")
+    finally:
+        os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        assert pipe.read() == b"through the pipe"
