@@ -171,3 +171,26 @@ def test_run_plan_works_from_a_script_without_a_main_guard(tmp_path):
                           timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("steps 1") == 1  # the script ran once, not again in the workers
+
+
+LAUNCHER_PROBE = '''
+import atexit, sys
+atexit.register(lambda: print("torch in the launcher:", "torch" in sys.modules))
+from hexiscale.__main__ import main
+sys.argv = ["hexiscale", "run", "demo-tiny", "demo-tiny", "--steps", "1", "--out", sys.argv[1]]
+main()
+'''
+
+
+@pytest.mark.slow
+def test_the_launcher_never_imports_torch_and_the_ranks_find_dynamo_imported(tmp_path):
+    """`hexiscale run`'s own process imports no torch (pickling the ranks' target had imported
+    it, two seconds before the forkserver did), and the forkserver has imported torch._dynamo,
+    which torch imports on each rank's first optimizer (a second of a core per rank)."""
+    from runtime.launch.launcher import FORKSERVER_PRELOAD
+
+    assert "torch._dynamo" in FORKSERVER_PRELOAD
+    done = subprocess.run([sys.executable, "-c", LAUNCHER_PROBE, str(tmp_path / "run")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "torch in the launcher: False"
