@@ -195,6 +195,19 @@ def test_only_the_communicator_touches_torch_distributed():
         "runtime.communication.communicator"]
 
 
+def test_every_cp_sat_solver_is_made_by_cp_solver():
+    """CP-SAT catches SIGINT by default and on its way out leaves SIGINT at the operating system's
+    default, whatever it was: a Ctrl-C then kills the command with nothing printed, and in a
+    test run whose SIGINT was ignored (a CI job started in the background) it un-ignored it in
+    one pytest worker and not the other. `solvers.cp_sat.cp_solver` turns that off; nothing else,
+    tests and benchmarks included, makes a CpSolver."""
+    makers = sorted(str(path.relative_to(ROOT)) for folder in ("solvers", "planner", "hexiscale", "runtime",
+                                                              "tests", "benchmarks")
+                    for path in (ROOT / folder).rglob("*.py")
+                    if "CpSolver(" in path.read_text() and path.name != "test_architecture.py")
+    assert makers == ["solvers/cp_sat.py"]
+
+
 def _long_functions() -> list[str]:
     out = []
     for name, path in project_modules().items():

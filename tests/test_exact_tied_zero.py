@@ -25,6 +25,7 @@ from planner.problem import Problem
 from planner.solver_info import SolveStatus
 from planner.workload import ModelSpec, TrainingSpec
 from solvers.common import SolverOptions
+from solvers.cp_sat import cp_solver
 from solvers.layered.exact import brute, cpsat, milp
 from solvers.layered.exact.bounds import DBounds, ordered_floor
 from solvers.layered.exact.subproblem import SubProblem
@@ -143,8 +144,7 @@ def _fix_cpsat(problem: Problem, tables: Tables, plan) -> tuple[float, float]:
             model.add(v.layout.z[p, layer, ci] == 1)
             if layer:
                 model.add(v.layout.beta[p, layer] == int(starts))
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
+    solver = cp_solver(time_limit_s=60, threads=1)  # the project's: SIGINT left to Python (solvers/cp_sat.py)
     assert solver.solve(model) == cp_model.OPTIMAL
     return solver.objective_value * scale.unit, scale.error_units * scale.unit
 
