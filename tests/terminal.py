@@ -1,11 +1,12 @@
 """Commands started as a terminal starts them, for the tests that Ctrl-C them.
 
 A process keeps the signals its parent ignored (exec keeps SIG_IGN) and the parent's signal mask.
-A pytest worker can have come to ignore SIGINT (a command run in-process and interrupted ends by
-ignoring it, so that a second Ctrl-C cannot cut its last line) or to hold it in its mask: a
-command it then started went on through the test's SIGINT and the test timed out with nothing on
-stderr (make test, twice on 2026-12-07). A shell starts each command with SIGINT and SIGTERM at
-their defaults and unmasked; so do these."""
+A suite started in the background of a non-interactive shell (as CI may start it) begins with
+SIGINT ignored in every process, POSIX's rule for asynchronous commands; a command run
+in-process and interrupted ends by ignoring it too. A command a test then started went on through
+the test's SIGINT, and the test timed out with nothing on stderr (CI, and make test here, on
+2026-12-07). A shell starts each command of a terminal with SIGINT and SIGTERM at their defaults
+and unmasked; so do these."""
 
 from __future__ import annotations
 
