@@ -130,8 +130,10 @@ def write_atomically(path: str | Path, text: str) -> Path:
 
     Only a regular file (or none) is replaced: a link is followed and its target replaced (the
     link stays), and a device or a pipe (`-o /dev/stdout`, /dev/full) is written through, as
-    the rename would have put a file in its place. The old file's permissions are kept. Where
-    its folder takes no new file, it is written in place."""
+    the rename would have put a file in its place. The old file's permissions are kept, and a
+    file this process may not write is written in place, so it is refused as before (a rename
+    in a writable folder would replace it). Where its folder takes no new file, it is written
+    in place too."""
     path = Path(path)
     try:
         mode = os.stat(path).st_mode  # of what a link points at
@@ -141,6 +143,9 @@ def write_atomically(path: str | Path, text: str) -> Path:
         path.write_text(text)
         return path
     real = Path(os.path.realpath(path))
+    if mode is not None and not os.access(real, os.W_OK):
+        real.write_text(text)  # PermissionError, as an in-place write has always said
+        return path
     # this process's own, and short: the output's own name may already be the 255 bytes allowed
     temporary = real.with_name(f".hexiscale-{os.getpid()}-{threading.get_ident() % 10**6}.tmp")
     try:
