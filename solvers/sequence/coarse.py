@@ -188,7 +188,7 @@ def coarse_rings(problem: Problem, dealt: list[list[list[int]]]) -> list[Ring | 
     fits = rings_fit(problem, [rings[i] for i in built]).tolist() if built else []
     over = [i for i, ok in zip(built, fits) if not ok]
     deals = [ShardDeal(group_speeds(problem, ordered[i]), least_units(ordered[i]), units[i],
-                       lambda parts, i=i: _split_ring(problem, ordered[i], parts)) for i in over]
+                       lambda parts, i=i: _split_ring(problem, ordered[i], parts), ring=rings[i]) for i in over]
     for i, fitted in zip(over, fit_shards(problem, deals)):
         rings[i] = fitted or rings[i]
     return rings

@@ -68,20 +68,30 @@ def growth_rooms(problem: Problem, rings: Sequence[Ring]) -> tuple[list[np.ndarr
     its members of (capacity − fixed) / proportional, module docstring), and whether each ring
     fits now; one table for all the rings. A member with nothing proportional (no tokens) does
     not limit its group."""
-    table = table_of(rings, [problem.training.micro_batch] * len(rings))
-    mem = memory_parts(problem, table)
+    table, mem = _memory(problem, rings)
     proportional = mem.activations + mem.logits
     fixed = mem.total - proportional
     with np.errstate(divide="ignore", invalid="ignore"):
         room = np.where(proportional > 0, (mem.capacity - fixed) / proportional, np.inf)
     per_group = np.minimum.reduceat(room, table.group_start[:-1])
-    fits = np.maximum.reduceat(mem.total - mem.capacity, table.member_start[:-1]) <= 0
-    return np.split(per_group, table.ring_start[1:-1]), fits
+    return np.split(per_group, table.ring_start[1:-1]), _fits(table, mem)
 
 
 def rings_fit(problem: Problem, rings: Sequence[Ring]) -> np.ndarray:
-    """Whether each ring, as a replica of its own, fits in memory (one table for all)."""
-    return growth_rooms(problem, rings)[1]
+    """Whether each ring, as a replica of its own, fits in memory (one table for all; no rooms:
+    the replan's dealer asks this once per deal step)."""
+    return _fits(*_memory(problem, rings))
+
+
+def _memory(problem: Problem, rings: Sequence[Ring]):
+    """The rings' table, each a replica of its own at one micro-batch (memory does not depend on
+    B_r), and its members' memory terms (the validator's §7.3 `memory_parts`)."""
+    table = table_of(rings, [problem.training.micro_batch] * len(rings))
+    return table, memory_parts(problem, table)
+
+
+def _fits(table, mem) -> np.ndarray:
+    return np.maximum.reduceat(mem.total - mem.capacity, table.member_start[:-1]) <= 0
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,7 @@ class ShardDeal:
     least: Sequence[int]
     units: list[int]
     split: Callable[[list[int]], Ring | None]
+    ring: Ring | None = None  # split(units), where the caller has split it already
 
 
 def fit_shards(problem: Problem, deals: Sequence[ShardDeal]) -> list[Ring | None]:
@@ -103,7 +114,7 @@ def fit_shards(problem: Problem, deals: Sequence[ShardDeal]) -> list[Ring | None
     (the caller keeps its ring, and the heuristic ranks it by its overflow)."""
     out: list[Ring | None] = [None] * len(deals)
     units = {i: d.units for i, d in enumerate(deals)}
-    rings = {i: d.split(d.units) for i, d in enumerate(deals)}
+    rings = {i: d.ring if d.ring is not None else d.split(d.units) for i, d in enumerate(deals)}
     for round_ in range(FIT_ROUNDS + 1):
         live = [(i, ring) for i, ring in rings.items() if ring is not None]
         if not live:
