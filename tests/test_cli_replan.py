@@ -13,8 +13,7 @@ from typer.testing import CliRunner
 
 from cli_checks import one_error_line
 from hexiscale.cli import app
-from planner.base import file_stem
-from planner.base import MAX_NAME
+from planner.base import MAX_NAME, file_stem
 from planner.io import load_plan, load_problem, problem_to_dict, save_yaml
 from solvers.replan import MAX_NAME_BYTES, survivors, survivors_name
 
