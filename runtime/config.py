@@ -7,9 +7,9 @@ Test-only failure hooks are not settings: they live in `runtime.failure`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from planner.base import Frozen
 from planner.hardware import Cluster
@@ -94,6 +94,34 @@ class Job(Frozen):
     # a --torchrun run has no launcher to gather it: rank 0 writes the run log from the job alone
     problem: Problem | None = Field(default=None, description="the problem the job was made for, which its "
                                     "run log names and prices (runtime.metrics.runlog); None: unknown")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cluster_from_problem(cls, data: Any) -> Any:
+        """A job file carries the cluster once, inside its problem (a 10^5-device cluster is
+        megabytes): read back, the job's cluster is its problem's, the same object."""
+        if isinstance(data, dict) and data.get("cluster") is None and data.get("problem") is not None:
+            problem = data["problem"]
+            problem = problem if isinstance(problem, Problem) else Problem.model_validate(problem)
+            data = {**data, "problem": problem, "cluster": problem.cluster}
+        return data
+
+    @model_validator(mode="after")
+    def _one_cluster(self) -> Job:
+        """A job made for a problem runs on that problem's cluster, no other."""
+        if self.problem is not None and self.cluster is not None and self.cluster is not self.problem.cluster \
+                and self.cluster != self.problem.cluster:
+            raise ValueError(f"cluster: the job's cluster {self.cluster.name!r} is not its problem's "
+                             f"({self.problem.cluster.name!r})")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _cluster_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The cluster is written once: inside the problem where the job has one."""
+        data = handler(self)
+        if self.problem is not None:
+            data["cluster"] = None
+        return data
 
     @property
     def kind(self) -> str:

@@ -263,6 +263,27 @@ def test_run_settings_hold_no_test_hooks_and_ranks_know_machine_and_vendor():
     assert rank_places(job.model_copy(update={"cluster": None}))[2] == RankPlace(0, None, Vendor.other)
 
 
+def test_a_job_file_carries_the_cluster_once_and_reads_back_equal():
+    import json
+
+    from pydantic import ValidationError
+
+    from runtime import make_job
+    from runtime.config import Job
+
+    problem = _four_device_problem()
+    job = make_job(problem, TWO_MACHINES)
+    text = job.model_dump_json()
+    assert json.loads(text)["cluster"] is None and text.count('"intra_bw_gbps"') == 2  # two machines, once each
+    back = Job.model_validate_json(text)
+    assert back == job and back.cluster is back.problem.cluster and back.cluster == problem.cluster
+    bare = Job(plan=job.plan, config=job.config, cluster=problem.cluster)  # no problem: the cluster is written
+    assert Job.model_validate_json(bare.model_dump_json()).cluster == problem.cluster
+    other = problem.cluster.model_copy(update={"inter_bw_gbps": 2.0})
+    with pytest.raises(ValidationError, match="the job's cluster 'cluster' is not its problem's"):
+        Job(plan=job.plan, config=job.config, cluster=other, problem=problem)
+
+
 def test_a_sequence_plan_gets_the_sequence_runtime():
     from planner.io import load_plan, load_problem
     from runtime import make_job

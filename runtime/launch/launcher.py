@@ -231,7 +231,7 @@ def make_job(problem: Problem, plan: Any, model: str = "tiny", **settings) -> Jo
     a --torchrun run's rank 0 writes the run log from it, having no launcher that knows it."""
     model = checked_model(model)
     kind = runtime_of(plan)
-    job = kind.make_job(problem, plan, model, **settings).model_copy(update={"problem": problem})
+    job = kind.make_job(problem, plan, model, **settings)
     if job.config.precision not in kind.precisions:
         raise RunError(f"precision {job.config.precision}: {kind.name} plans run {' or '.join(kind.precisions)}")
     if job.config.init_from:  # before any process: a folder that is not this model is one line
