@@ -13,7 +13,9 @@ A search the heuristic does not do, around its plan, every candidate priced by t
 - a large-neighbourhood step: one or two pipelines' devices freed and their pipelines rebuilt
   from scratch by a randomized constructor, then annealed again.
 
-    python benchmarks/bench_lns.py [problem ...] [--seconds 300] [--start plan.json] [--save DIR]
+    python benchmarks/bench_lns.py [problem ...] [--seconds 300] [--save DIR]
+
+(a problem: a bundled one by name, or bench_bounds' generated gen-G-sS-llama2-13b)
 
 Prints a table: problem, heuristic T, best T found, gain, time, and what changed.
 """
@@ -25,6 +27,7 @@ import heapq
 import json
 import math
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -656,9 +659,18 @@ def heuristic_plan(problem, path, seconds):
     return plan
 
 
+def named_problem(name):
+    """A bundled problem by name, or one of bench_bounds' generated ones (gen-G-sS-llama2-13b)."""
+    generated = re.fullmatch(r"gen-(\d+)-s(\d+)-llama2-13b", name)
+    if generated:
+        from bench_bounds import generated as generated_problem
+        return generated_problem(int(generated[1]), int(generated[2]))
+    return load_problem(ROOT / "instances" / "problems" / f"{name}.yaml")
+
+
 def search(name, seconds, save, heuristic_seconds, seed=0, log=print):
     """Heuristic plan, the aligned enumeration, then annealing and rebuilds from the best plans."""
-    problem = load_problem(ROOT / "instances" / "problems" / f"{name}.yaml")
+    problem = named_problem(name)
     space = Space(problem)
     start_plan = heuristic_plan(problem, save / f"{name}.heuristic.json", heuristic_seconds)
     start = from_plan(space, start_plan)
