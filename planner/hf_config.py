@@ -169,3 +169,25 @@ def eos_token_id(path: str | Path) -> int | None:
     if eos is not None and (not isinstance(eos, int) or isinstance(eos, bool) or eos < 0):
         raise HFConfigError(file, "eos_token_id", f"expected a token id, got {eos!r}")
     return eos
+
+
+# ModelSpec's fields a config.json sets → its key (two configs of one model say the same for each)
+CONFIG_FIELDS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+                 "num_kv_heads": "num_key_value_heads", "ffn_hidden": "intermediate_size", "vocab": "vocab_size",
+                 "tied_embeddings": "tie_word_embeddings", "qkv_bias": "model_type (q/k/v biases)",
+                 "rope_theta": "rope_theta", "norm_eps": "rms_norm_eps"}
+
+
+def config_differences(first: ModelSpec, second: ModelSpec) -> list[tuple[str, str, str]]:
+    """(config.json key, first's value, second's value) of every field the two models' configs
+    set differently, as JSON."""
+    return [(key, json.dumps(getattr(first, field)), json.dumps(getattr(second, field)))
+            for field, key in CONFIG_FIELDS.items() if getattr(first, field) != getattr(second, field)]
+
+
+def max_positions(path: str | Path) -> int | None:
+    """The folder's max_position_embeddings (None: its config.json gives none)."""
+    _, data = read_config(path)
+    value = data.get("max_position_embeddings")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+

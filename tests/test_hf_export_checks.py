@@ -151,3 +151,57 @@ def test_export_takes_the_precisions_spelling_of_a_dtype(work, tmp_path):
     with safe_open(str(tmp_path / "bf16" / SINGLE), framework="pt") as handle:
         assert {handle.get_tensor(name).dtype for name in handle.keys()} == {torch.bfloat16}
     assert json.loads((tmp_path / "bf16" / "config.json").read_text())["dtype"] == "bfloat16"
+
+
+def test_an_interrupted_save_leaves_the_earlier_one_whole_and_its_leftovers_are_removed(work, tmp_path):
+    """Stopped while it writes, a save leaves the folder as it was (it had written config.json
+    first: a new config over the old weights, which transformers loaded without a word); its
+    staged files go, and `cut_short` says the folder is as it was."""
+    from runtime.checkpoints.staged_save import PARAMS_FOLDER, cut_short, partial_saves
+
+    spec, weights = load_model(f"hf:{work / 'qwen'}"), read_back(work / "qwen")
+    out = tmp_path / "out"
+    write_hf_folder(out, spec, weights.__getitem__)
+    before = folder_bytes(out)
+    calls = []
+
+    def stopped(name):
+        calls.append(name)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return weights[name]
+
+    with pytest.raises(KeyboardInterrupt):
+        write_hf_folder(out, spec, stopped, dtype="bfloat16")
+    assert folder_bytes(out) == before and not partial_saves(out)
+    (out / PARAMS_FOLDER).mkdir()  # what a rank stopped before its conversion leaves
+    (out / ".hexiscale-save-1").mkdir()
+    assert cut_short(out) == f"the save to {out} was cut short: its partial files were removed and {out} is as it was"
+    assert folder_bytes(out) == before
+
+
+def test_a_save_stopped_while_it_is_published_has_no_config(work, tmp_path, monkeypatch):
+    """Between the first and the last move of publishing, config.json is gone: transformers
+    refuses the folder instead of loading a mix, and `cut_short` says it is incomplete."""
+    import os
+
+    from runtime.checkpoints import staged_save
+
+    spec, weights = load_model(f"hf:{work / 'qwen'}"), read_back(work / "qwen")
+    out = tmp_path / "out"
+    write_hf_folder(out, spec, weights.__getitem__)
+    moves = []
+
+    def one_move_then_stop(source, target):
+        if moves:
+            raise KeyboardInterrupt
+        moves.append(target)
+        os.replace(source, target)
+
+    monkeypatch.setattr(staged_save.os, "replace", one_move_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        write_hf_folder(out, spec, weights.__getitem__, dtype="bfloat16")
+    monkeypatch.undo()
+    assert not (out / "config.json").exists() and (out / SINGLE).is_file()
+    assert staged_save.cut_short(out) == (f"the save to {out} was cut short while it was published: {out} has no "
+                                          "config.json (incomplete)")

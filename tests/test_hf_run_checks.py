@@ -145,3 +145,39 @@ def test_precision_takes_a_dtypes_spelling(work, tmp_path):
     assert json.loads((tmp_path / "job" / "job.json").read_text())["config"]["precision"] == "bf16"
     assert "float16" in error_line(run(work / "llama.yaml", work / "layered.json", "--precision", "float16",
                                        "--torchrun", "--out", tmp_path / "other"))
+
+
+def test_an_init_folder_of_another_config_or_a_save_over_the_start_is_refused_before_the_text_is_read(work, tmp_path):
+    """--init-from a folder whose config.json differs in a field the tensors' shapes do not show
+    (it trained with the problem's rms_norm_eps), and --save-hf into the --init-from folder (it
+    replaced the start's weights): each one line, before --data is tokenized (they came after)."""
+    write_jsonl(tmp_path / "new.jsonl", CORPUS_PATH.read_text()[::-1])
+    cached = sorted((work / "cache").iterdir())
+    other = copy_with_config(work, "llama", "llama-eps", rms_norm_eps=1e-3)
+    line = error_line(run(work / "llama.yaml", work / "layered.json", "--init-from", other,
+                          "--data", tmp_path / "new.jsonl", "--out", tmp_path / "a"))
+    assert line.startswith(f"error: --init-from: {other / 'config.json'}: rms_norm_eps: 0.001 there, but the "
+                           "problem's model has") and "another model's" in line
+    start = tmp_path / "start"
+    shutil.copytree(work / "llama", start)
+    line = error_line(run(work / "llama.yaml", work / "layered.json", "--init-from", start, "--save-hf", start,
+                          "--data", tmp_path / "new.jsonl", "--out", tmp_path / "b"))
+    assert line == (f"error: --save-hf: {start} is the --init-from folder (the save would replace the weights it "
+                    "starts from): write to another folder")
+    assert sorted((work / "cache").iterdir()) == cached  # nothing was tokenized
+
+
+def test_a_folder_models_run_says_what_its_user_may_not_have_meant(work, tmp_path):
+    """Random weights without --init-from, random tokens without --data, a sequence past the
+    folder's max_position_embeddings, an eval loss on the training text: a note each (they were
+    silent; the saved folder then looked like a fine-tune of the model)."""
+    short = copy_with_config(work, "llama", "llama-short", max_position_embeddings=8)
+    problem(work, "short", "llama-short")
+    plain = said(run(work / "short.yaml", work / "layered.json", "--torchrun", "--out", tmp_path / "a"))
+    assert f"note: the weights start random (no --init-from): {short}'s safetensors are not read" in plain
+    assert "note: the data is random tokens (no --data)" in plain
+    assert f"note: seq_len {S} is longer than the model's max_position_embeddings 8 (config.json)" in plain
+    chosen = said(run(work / "llama.yaml", work / "layered.json", "--init-from", work / "llama", "--data",
+                      work / "text.jsonl", "--eval-data", work / "text.jsonl", "--torchrun", "--out", tmp_path / "b"))
+    assert "note: --eval-data is the --data text: the eval loss is measured on training text" in chosen
+    assert "weights start random" not in chosen and "random tokens" not in chosen and "max_position" not in chosen

@@ -5,6 +5,7 @@ settings of --data PATH / --eval-data (tokenized once, from the cache after that
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import typer
 
 from hexiscale.cli.app import app, console, fail, friendly_errors, writable_folder
 from hexiscale.cli.precision import DTYPE_NAMES
+from hexiscale.interrupt import EXIT_INTERRUPTED
 from runtime.checkpoints.manifest import CheckpointError
+from runtime.checkpoints.staged_save import cut_short
 from runtime.config import SaveDtype
 from runtime.errors import RunError
 from runtime.launch.launcher import MODELS
@@ -84,16 +87,47 @@ def save_dtype_of(save_dtype: str | None) -> str:
     return dtype
 
 
-def weight_settings(problem, init_from: Path | None, save_hf: Path | None, save_dtype: str | None) -> dict:
-    """--init-from (checked against the model when the job is made), --save-hf, --save-dtype."""
+def weight_settings(problem, model: str, init_from: Path | None, save_hf: Path | None, save_dtype: str | None) -> dict:
+    """--init-from (its config here; its tensors when the job is made), --save-hf, --save-dtype:
+    checked before the data is tokenized, so that a typo fails in a second."""
     dtype = save_dtype_of(save_dtype)
     if save_dtype is not None and save_hf is None:
         fail("--save-dtype: sets the dtype --save-hf writes, and no --save-hf is given")
-    if init_from is not None and not init_from.is_dir():
-        fail(f"--init-from: {init_from} is not a folder (a Hugging Face model folder)")
+    if init_from is not None:
+        check_init_folder(problem, model, init_from)
+    if save_hf is not None:
+        check_save_folder(problem, init_from, save_hf)
     writable_folder(save_hf, "--save-hf")  # made by rank 0 after the last step: nothing written before
     return {"init_from": str(init_from.resolve()) if init_from else "",
             "save_hf": str(save_hf.resolve()) if save_hf else "", "save_dtype": dtype}
+
+
+def check_init_folder(problem, model: str, init_from: Path) -> None:
+    """--init-from is a folder, and where it has a config.json, one of the trained model: its
+    tensors' shapes alone do not tell a rope_theta or rms_norm_eps apart, and the run would
+    train the problem's model from weights made for another."""
+    from planner.hf_config import HFConfigError, config_differences, read_hf_model
+
+    if not init_from.is_dir():
+        fail(f"--init-from: {init_from} is not a folder (a Hugging Face model folder)")
+    if model != "problem" or not (init_from / "config.json").is_file():
+        return
+    try:
+        theirs = read_hf_model(init_from)
+    except HFConfigError as exc:
+        fail(f"--init-from: {exc}")
+    for key, there, ours in config_differences(theirs, problem.model)[:1]:
+        fail(f"--init-from: {init_from / 'config.json'}: {key}: {there} there, but the problem's model has {ours}: "
+             "its weights are another model's")
+
+
+def check_save_folder(problem, init_from: Path | None, save_hf: Path) -> None:
+    """--save-hf is neither the model's own folder nor the --init-from one: the save replaces
+    the weights there, and an interrupted or bad run would lose the only copy of the start."""
+    for option, folder in (("the model's own folder", problem.model.hf_folder), ("the --init-from folder", init_from)):
+        if folder and save_hf.resolve() == Path(folder).resolve():
+            fail(f"--save-hf: {save_hf} is {option} (the save would replace the weights it starts from): "
+                 "write to another folder")
 
 
 def check_save_target(job) -> None:
@@ -104,6 +138,31 @@ def check_save_target(job) -> None:
     if save and folder and Path(save).resolve() == Path(folder).resolve():
         fail(f"--save-hf: {save} is the model's own folder (its config.json, tokenizer and weights are read "
              "from it): write to another folder")
+
+
+def model_notes(config) -> list[str]:
+    """What a run of a folder's model does that its user may not have meant: random weights
+    (no --init-from), random tokens (no --data), a sequence past the positions the model was
+    made for, an eval loss on the training text."""
+    from planner.hf_config import HFConfigError, max_positions
+
+    folder, notes = config.model.hf_folder, []
+    if not folder:
+        return notes
+    if not config.init_from and not config.resume_from:
+        notes.append(f"note: the weights start random (no --init-from): {folder}'s safetensors are not read")
+    if config.data == "synthetic":
+        notes.append("note: the data is random tokens (no --data): the model learns nothing of text")
+    try:
+        most = max_positions(folder)
+    except HFConfigError:
+        most = None  # a folder gone since the problem was read is said where it is read
+    if most is not None and config.seq_len > most:
+        notes.append(f"note: seq_len {config.seq_len} is longer than the model's max_position_embeddings {most} "
+                     "(config.json): it was made for positions below that")
+    if config.eval_token_file and config.eval_token_file == config.token_file:
+        notes.append("note: --eval-data is the --data text: the eval loss is measured on training text")
+    return notes
 
 
 def checked_model(problem, model: str | None) -> str:
@@ -120,8 +179,8 @@ def model_file_settings(problem, model: str, steps: int, seq_len: int | None, da
     """The run settings of this module's options for the model actually run (`model`: tiny or
     problem), each checked (one line, exit 2)."""
     check_window(problem, model, seq_len)
-    return {**data_settings(problem, model, data, eval_data, eval_every, steps, seq_len),
-            **weight_settings(problem, init_from, save_hf, save_dtype)}
+    weights = weight_settings(problem, model, init_from, save_hf, save_dtype)  # before the text is tokenized
+    return {**data_settings(problem, model, data, eval_data, eval_every, steps, seq_len), **weights}
 
 
 @app.command("export-hf")
@@ -142,4 +201,8 @@ def export_hf(checkpoint: Path = typer.Argument(..., help="a checkpoint folder, 
                                          log=lambda line: console.print(line, highlight=False, soft_wrap=True))
     except CheckpointError as exc:
         fail(str(exc))
+    except KeyboardInterrupt:  # its staged files are gone already (write_hf_folder); say what OUT holds
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        save = cut_short(output)
+        fail("interrupted" + (f": {save}" if save else ""), EXIT_INTERRUPTED)
     console.print(f"[green]wrote[/] {output}: the model of {folder} (step {step}), {dtype}", highlight=False)

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 from hexiscale.cli.calibrate import print_prediction
 from hexiscale.cli.run_accuracy import mean_error_line
 from hexiscale.cli.hf_run import (CLIP_GRAD, DATA, EVAL_DATA, EVAL_EVERY, INIT_FROM, LOG_EVERY, MODEL, SAVE_DTYPE,
-                                  SAVE_HF, WEIGHT_DECAY, check_save_target, checked_model, model_file_settings)
+                                  SAVE_HF, WEIGHT_DECAY, check_save_target, checked_model, model_file_settings,
+                                  model_notes)
 from hexiscale.cli.precision import PRECISION, precision_settings, print_run_notes
 from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
 from runtime.host import too_many_ranks
@@ -21,6 +22,7 @@ from hexiscale.cli.views import views_for
 from planner.io import load_plan, load_problem
 from planner.kinds import kind_of
 from runtime.checkpoints.manifest import CheckpointError, incomplete_steps, saved_steps, step_dir
+from runtime.checkpoints.staged_save import cut_short
 from runtime.launch.elastic import ELASTIC_LOG, attempts_folder, run_elastic
 from runtime.launch.launcher import RunError, RunResult, launch_local, make_job
 from runtime.launch.resume import check_fresh_dir, resume_job
@@ -149,6 +151,8 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     job = start_from_checkpoint(built_job(prob, the_plan, model, settings), resume, force)
     check_save_target(job)
     print_run_notes(prob, job)
+    for note in model_notes(job.config):
+        console.print(note, highlight=False, soft_wrap=True, markup=False)
     job = clear_earlier_run(job, out, elastic, torchrun)
     if torchrun:
         return print_torchrun(job, prob, the_plan, master_addr, ifname, out, describe_job)
@@ -167,8 +171,9 @@ def launch(prob, job, the_plan, elastic: bool) -> tuple[RunResult, object]:
     except RunError as exc:  # the processes could not start (e.g. TMPDIR too long for their socket)
         fail(f"{exc} (logs in {logs})", EXIT_RUN_FAILED)
     except KeyboardInterrupt:  # the workers end with this process (daemons; and each watches its launcher)
-        fail(f"interrupted: stopped the run's {count} process{'es' if count > 1 else ''}; logs in {logs}",
-             EXIT_INTERRUPTED)
+        save = cut_short(job.config.save_hf) if job.config.save_hf else ""
+        fail(f"interrupted: stopped the run's {count} process{'es' if count > 1 else ''}; logs in {logs}"
+             + (f"; {save}" if save else ""), EXIT_INTERRUPTED)
     if not result.ok:
         fail(f"the run failed (logs in {result.out_dir}):\n" + result.failure_summary(), EXIT_RUN_FAILED)  # fail escapes it
     return result, the_plan

@@ -9,7 +9,9 @@ its parameters from a model folder exactly as it resumes from a checkpoint.
 Out: `write_hf_folder` writes config.json, every other file of the source folder except the
 weights and their index (the tokenizer's among them), and model.safetensors (or shards of at
 most `max_shard_bytes` with model.safetensors.index.json) under transformers' names; a tied
-head is not written (transformers ties it to the embedding on loading). The source folder's
+head is not written (transformers ties it to the embedding on loading). Every file is staged
+first and config.json published last (`staged_save`): an interrupted save never passes for a
+whole one. The source folder's
 config.json must still say what the trained model is (an edited one is refused); a folder that
 is gone is said, with what the export lacks; the weight files of an earlier save that this one
 does not write over are removed, and said. `export_checkpoint` converts a plan-independent
@@ -29,10 +31,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from planner.hf_config import HFConfigError, read_config, read_hf_model
+from planner.hf_config import HFConfigError, config_differences, read_config, read_hf_model
 from planner.workload import ModelSpec
 from runtime.checkpoints.hf_names import INDEX, SINGLE, HFWeights, hf_name
 from runtime.checkpoints.manifest import CheckpointError, commit, latest_checkpoint
+from runtime.checkpoints.staged_save import PARAMS_FOLDER, publish, remove_partial_saves, staging_folder
 from runtime.checkpoints.tensors import ShardReader, write_shard
 from runtime.model.llama import model_tensors
 
@@ -40,11 +43,6 @@ SAVE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": 
 # the weight files and indexes transformers loads from a folder (an earlier save's are removed)
 STALE_WEIGHTS = re.compile(r"(model|pytorch_model)(-\d{5}-of-\d{5})?\.(safetensors|bin)"
                            r"|(model\.safetensors|pytorch_model\.bin)\.index\.json")
-# ModelSpec's fields a config.json sets → its key (an export's config must still say the same)
-CONFIG_FIELDS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
-                 "num_kv_heads": "num_key_value_heads", "ffn_hidden": "intermediate_size", "vocab": "vocab_size",
-                 "tied_embeddings": "tie_word_embeddings", "qkv_bias": "model_type (q/k/v biases)",
-                 "rope_theta": "rope_theta", "norm_eps": "rms_norm_eps"}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
 WEIGHT_INDEXES = (INDEX, "pytorch_model.bin.index.json")
 MAX_SHARD_BYTES = 5 * 2**30
@@ -83,11 +81,9 @@ def folder_config(spec: ModelSpec) -> dict | None:
         file, config = read_config(spec.hf_folder)
     except HFConfigError as exc:
         raise CheckpointError(f"{exc} (the model folder's config, which the export would copy)") from None
-    for field, key in CONFIG_FIELDS.items():
-        if getattr(now, field) != getattr(spec, field):
-            raise CheckpointError(f"{file}: {key}: {json.dumps(getattr(now, field))} there, but the trained model "
-                                  f"has {json.dumps(getattr(spec, field))} (the folder changed since): its config.json "
-                                  "would describe another model")
+    for key, there, trained in config_differences(now, spec)[:1]:
+        raise CheckpointError(f"{file}: {key}: {there} there, but the trained model has {trained} (the folder "
+                              "changed since): its config.json would describe another model")
     return config
 
 
@@ -135,18 +131,17 @@ def shard_plan(spec: ModelSpec, itemsize: int, max_shard_bytes: int) -> list[lis
     return shards
 
 
-def clear_stale_weights(out: Path, written: list[str], log: Callable[[str], None]) -> None:
-    """Remove the weight files of an earlier save that this one does not write over, and say
-    so: transformers loads model.safetensors before an index, and an index names its own
-    shards, so a left-over one would be loaded instead of the new weights (save_pretrained
-    removes its stale shards likewise)."""
+def stale_weights(out: Path, written: list[str], log: Callable[[str], None]) -> list[Path]:
+    """The weight files of an earlier save that this one does not write over (removed when it
+    is published, and said): transformers loads model.safetensors before an index, and an index
+    names its own shards, so a left-over one would be loaded instead of the new weights
+    (save_pretrained removes its stale shards likewise)."""
     stale = sorted(p for p in out.iterdir()
                    if p.is_file() and STALE_WEIGHTS.fullmatch(p.name) and p.name not in written)
-    for path in stale:
-        path.unlink()
     if stale:
         log(f"removed from {out} the weight files of an earlier save, which this one does not write: "
             + ", ".join(p.name for p in stale))
+    return stale
 
 
 def write_hf_folder(out: str | Path, spec: ModelSpec, full_tensor: Callable[[str], torch.Tensor],
@@ -163,19 +158,31 @@ def write_hf_folder(out: str | Path, spec: ModelSpec, full_tensor: Callable[[str
     files = [SINGLE] if len(shards) == 1 else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
                                                for i in range(len(shards))]
     out.mkdir(parents=True, exist_ok=True)
-    clear_stale_weights(out, files + ([INDEX] if len(files) > 1 else []), log)
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    if spec.hf_folder and Path(spec.hf_folder).is_dir():
-        copy_other_files(Path(spec.hf_folder), out)
+    remove_partial_saves(out, log, params=False)  # (run --save-hf's chunks are being read: theirs to remove)
+    staging = staging_folder(out)
+    try:
+        (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        if spec.hf_folder and Path(spec.hf_folder).is_dir():
+            copy_other_files(Path(spec.hf_folder), staging)
+        write_weights(staging, files, shards, full_tensor, torch_dtype)
+        publish(staging, out, stale_weights(out, files + ([INDEX] if len(files) > 1 else []), log))
+    finally:  # stopped or refused: the staged files go, and `out` is as it was
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def write_weights(folder: Path, files: list[str], shards: list[list[str]], full_tensor: Callable[[str], torch.Tensor],
+                  torch_dtype: torch.dtype) -> None:
+    """The weight files (one shard's tensors in memory at a time) and, for several, their index."""
     weight_map, total = {}, 0
     for file, names in zip(files, shards):
         tensors = {hf_name(n): full_tensor(n).to(torch_dtype).contiguous() for n in names}
-        save_file(tensors, str(out / file), metadata={"format": "pt"})
+        save_file(tensors, str(folder / file), metadata={"format": "pt"})
         weight_map.update({name: file for name in tensors})
         total += sum(t.numel() * t.element_size() for t in tensors.values())
     if len(files) > 1:
-        (out / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
-    return out
+        (folder / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
+                                               indent=2))
 
 
 def checkpoint_tensors(folder: Path, manifest) -> Callable[[str], torch.Tensor]:
@@ -215,7 +222,7 @@ def save_hf_folder(out: str | Path, step: int, comm, tensors: dict[str, torch.Te
     """--save-hf after the last step: the writing ranks put their weight chunks (`param/`
     keys) in a plan-independent checkpoint under OUT/.hexiscale-params, and rank 0 converts
     it (export_checkpoint) and removes it: the same path `hexiscale export-hf` takes."""
-    root = Path(out) / ".hexiscale-params"
+    root = Path(out) / PARAMS_FOLDER
     if comm.rank == 0:
         shutil.rmtree(root, ignore_errors=True)
     comm.barrier()
