@@ -18,8 +18,8 @@ from planner.hardware import DENSE_MACHINES, Cluster, Link, Machine, Rack
 from planner.layered.pricing import iteration_time
 from planner.problem import Problem
 from solvers.common import SolverOptions
-from solvers.layered.heuristic import assemble
-from solvers.layered.heuristic.assemble import greedy_increments
+from solvers import batch_split
+from solvers.batch_split import greedy_increments
 from solvers.registry import solve
 
 MIX = "A100-80G:0.3,H800:0.2,H20:0.2,RTX4090:0.15,L40S:0.15"
@@ -225,11 +225,11 @@ def test_both_ways_to_the_split_equal_the_heap(seed):
         base, step = rng.random(d) * 10, rng.random(d) + 1e-9
     for extra in (1, d, int(rng.integers(2, 3000))):
         expected = heap_split(base, step, extra)
-        level = assemble._water_level(base, step, extra)
+        level = batch_split._water_level(base, step, extra)
         # from the water level, and from levels that take too many or too few to start with
         for start in (level, level * 1.01 + 0.05, level * 0.98 - 0.02):
-            assert np.array_equal(assemble._corrected_at_level(base, step, extra, start), expected), start
-        assert np.array_equal(assemble._bisected(base, step, extra), expected)
+            assert np.array_equal(batch_split._corrected_at_level(base, step, extra, start), expected), start
+        assert np.array_equal(batch_split._bisected(base, step, extra), expected)
 
 
 def test_batch_split_of_a_huge_batch_is_quick():

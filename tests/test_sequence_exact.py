@@ -132,3 +132,35 @@ def test_registry_reaches_the_sequence_exact_solvers(name):
     assert res.status == oracle.status
     if oracle.objective_s is not None:
         assert math.isclose(res.objective_s, oracle.objective_s, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_exact_solvers_replica_split_is_brute_forces_least_max(seed):
+    """The exact solvers split B/b over the replicas greedily (`least_max_split`: any size of
+    B/b); brute force enumerates every split. Their least max agrees, ties of equal replicas
+    included, and the split found reaches it."""
+    from solvers.sequence.exact.driver import least_max_split
+
+    rng = np.random.default_rng(seed)
+    replicas = int(rng.integers(1, 5))
+    times = [float(t) for t in rng.choice([0.5, 1.0, 1.5, 2.0, 3.0], replicas)] if seed % 2 else \
+        [float(t) for t in rng.random(replicas) + 0.1]
+    micro = int(rng.integers(replicas, 24))
+    value, split = least_max_split(micro, times)
+    assert value == pytest.approx(brute.best_batches(micro, times)[0], rel=1e-12)
+    assert sum(split) == micro and min(split) >= 1
+    assert max(m * t for m, t in zip(split, times)) == pytest.approx(value, rel=1e-12)
+
+
+def test_a_large_batch_count_is_split_at_once_and_refused_by_brute_force():
+    """B/b = 10⁸: the exact solvers' split needs no enumeration (it filled 12 GB), and brute
+    force, which enumerates, says it is too big instead of running past its time."""
+    from solvers.sequence.exact.driver import least_max_split
+
+    value, split = least_max_split(10**8, [1.0, 2.0, 4.0])
+    assert sum(split) == 10**8 and value == pytest.approx(4 / 7 * 10**8, rel=1e-7)
+    problem = tiny_seq(0)
+    big = problem.model_copy(update={"training": problem.training.model_copy(
+        update={"global_batch": 10**8 * problem.training.micro_batch})})
+    result = brute.solve(big)
+    assert result.plan is None and "≤ 64 micro-batches B/b" in result.message and "100,000,000 micro-batches" in result.message

@@ -30,6 +30,8 @@ from solvers.sequence.space import (Ring, compositions, memory_proof, mixes_vend
 from planner.base import plural
 
 MAX_DEVICES, MAX_UNITS, CHUNK = 5, 8, 4096
+# every split of B/b micro-batches over the replicas is enumerated: B/b = 10⁸ filled 12 GB
+MAX_MICRO_BATCHES = 64
 
 
 def set_partitions(items: tuple[int, ...]):
@@ -86,17 +88,18 @@ def best_ring(problem: Problem, devices: tuple[int, ...]) -> tuple[float, Ring] 
 
 def best_batches(micro_batches: int, tmb: list[float]) -> tuple[float, list[int]] | None:
     """min over every split m_r ≥ 1, Σ m_r = M, of max_r m_r·T_mb(r)."""
-    options = [(max(m * t for m, t in zip(comp, tmb)), list(comp))
-               for comp in compositions(micro_batches, len(tmb))]
+    options = ((max(m * t for m, t in zip(comp, tmb)), list(comp)) for comp in compositions(micro_batches, len(tmb)))
     return min(options, default=None)
 
 
 def _too_big(problem: Problem) -> str | None:
     n = problem.cluster.num_devices
     units = problem.training.seq_len // (2 * problem.training.token_block)
-    if n > MAX_DEVICES or units > MAX_UNITS:
-        return (f"brute force handles ≤ {MAX_DEVICES} devices and ≤ {MAX_UNITS} shard units s/(2q); this "
-                f"problem has {plural(n, 'device')} and {units} units")
+    micro = problem.training.global_batch // problem.training.micro_batch
+    if n > MAX_DEVICES or units > MAX_UNITS or micro > MAX_MICRO_BATCHES:
+        return (f"brute force handles ≤ {MAX_DEVICES} devices, ≤ {MAX_UNITS} shard units s/(2q) and ≤ "
+                f"{MAX_MICRO_BATCHES} micro-batches B/b; this problem has {plural(n, 'device')}, {units} units and "
+                f"{micro:,} micro-batch{'es' if micro != 1 else ''}")
     return None
 
 

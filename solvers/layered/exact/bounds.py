@@ -29,6 +29,9 @@ from solvers.layered.tables import Tables
 
 MAX_SHAPES = 20_000  # beyond this (larger clusters) the bounds are skipped: the models alone run
 SECONDS_PER_SHAPE = 1e-3  # measured: small-16's 10⁴ shapes tabulate in about 10 s on a shared core
+# `fits` sweeps (B/b + 1)² × allocations booleans, twice: beyond this many the bounds are skipped
+# (B/b = 65,536 on two 1-GPU machines asked for 17 GB, and 10⁶ for 3.6 TiB, before any deadline)
+MAX_REACH_CELLS = 1e8
 
 
 @dataclass(frozen=True)
@@ -57,10 +60,12 @@ class PipelineFloors:
         return float(np.prod([len(self._machine_options(k)) for k in range(len(self.counts))], dtype=float))
 
     def affordable(self, seconds: float) -> bool:
-        """Few enough shapes and allocations to tabulate (small clusters), in about half the
-        time left (each shape costs about a millisecond, once per D)."""
+        """Few enough shapes and allocations to tabulate (small clusters), and micro-batches
+        to sweep (`fits`), in about half the time left (each shape costs about a millisecond,
+        once per D)."""
         small = self.shape_count <= MAX_SHAPES and self.num_allocations <= MAX_SHAPES
-        return small and self.shape_count * SECONDS_PER_SHAPE <= 0.5 * seconds
+        sweep = float(self.tb.total_micro + 1) ** 2 * self.num_allocations <= MAX_REACH_CELLS
+        return small and sweep and self.shape_count * SECONDS_PER_SHAPE <= 0.5 * seconds
 
     def _machine_options(self, k: int) -> list[tuple[int, ...]]:
         """Every multiset of stage types on machine k that fits its devices (empty included)."""

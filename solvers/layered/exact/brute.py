@@ -29,6 +29,8 @@ from solvers.common import SolveResult, SolverOptions
 from planner.base import plural
 
 MAX_DEVICES, MAX_LAYERS = 5, 6
+# every split of B/b micro-batches over the pipelines is enumerated: B/b = 10⁸ ran past its time limit at 4 GB
+MAX_MICRO_BATCHES = 64
 
 StageKey = tuple[int, int]  # (machine, t)
 PipeKey = tuple[tuple[StageKey, ...], tuple[int, ...], int]  # stage types, layer counts, m_p
@@ -157,9 +159,11 @@ def _plans_of(problem: Problem, structures: list, size: int | None):
 
 def _too_big(problem: Problem) -> str | None:
     n, big_l = problem.cluster.num_devices, problem.model.layers
-    if n > MAX_DEVICES or big_l > MAX_LAYERS:
-        return (f"brute force handles ≤ {MAX_DEVICES} devices and ≤ {MAX_LAYERS} "
-                f"layers; this problem has {plural(n, 'device')} and {plural(big_l, 'layer')}")
+    micro = problem.training.global_batch // problem.training.micro_batch
+    if n > MAX_DEVICES or big_l > MAX_LAYERS or micro > MAX_MICRO_BATCHES:
+        return (f"brute force handles ≤ {MAX_DEVICES} devices, ≤ {MAX_LAYERS} layers and ≤ {MAX_MICRO_BATCHES} "
+                f"micro-batches B/b; this problem has {plural(n, 'device')}, {plural(big_l, 'layer')} and "
+                f"{micro:,} micro-batch{'es' if micro != 1 else ''}")
     return None
 
 
