@@ -334,3 +334,24 @@ def test_an_incomplete_bound_names_the_d_the_time_limit_stopped():
     assert config.unfinished == [2, 3] and config.value == pytest.approx(4.0, rel=1e-6)
     assert "D 2-3 stopped by the time limit" in _unexamined(config)
     assert _unexamined(ConfigurationBound(per_d=config.per_d, floor=3.0, complete=True)) == ""
+
+
+def test_the_exact_bounds_skip_a_sweep_of_too_many_micro_batches(tmp_path):
+    """`DBounds.fits` sweeps (B/b + 1)² × allocations booleans: at B/b = 65,536 on two 1-GPU
+    machines that was 17 GB before any deadline (10⁶: a MemoryError). Past MAX_REACH_CELLS the
+    bounds are not affordable, whatever the time; the exact solver still returns the plan."""
+    from planner.io import load_problem
+    from solvers.layered.exact import cpsat
+    from solvers.layered.exact.bounds import MAX_REACH_CELLS, PipelineFloors
+
+    (tmp_path / "p.yaml").write_text("name: t\ncluster: tiny-2\nmodel: tiny\n"
+                                     "training: {seq_len: 128, global_batch: 64, micro_batch: 1}\n")
+    problem = load_problem(tmp_path / "p.yaml")
+    for micro, affordable in ((64, True), (65536, False), (10**6, False)):
+        big = problem.model_copy(update={"training": problem.training.model_copy(
+            update={"global_batch": micro * problem.training.micro_batch})})
+        floors = PipelineFloors(Tables(big))
+        assert floors.affordable(3600.0) is affordable
+        assert ((micro + 1) ** 2 * floors.num_allocations <= MAX_REACH_CELLS) is affordable
+    result = cpsat.solve(big, SolverOptions(time_limit_s=5))
+    assert result.plan is not None and iteration_time(big, result.plan) == pytest.approx(result.objective_s)
