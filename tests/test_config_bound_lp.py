@@ -151,3 +151,23 @@ def test_the_equal_pipeline_row_never_lowers_the_lp_bound_and_raises_it_on_some(
         pairs.append((lp_bound(problem), before))
     assert all(now >= before * (1 - RELATIVE_TOLERANCE) for now, before in pairs)
     assert sum(now > before * (1 + 1e-6) for now, before in pairs) >= 1
+
+
+def test_past_its_deadline_the_master_refutes_nothing_more() -> None:
+    """Column generation stops at the route's deadline (1,024 GPUs ran 13 s of a 5 s solve in
+    its rounds): past it a threshold is refuted only by the checks that need no LP, never by
+    more than in time; and on some problems the LP's refutation is then lost (a weaker bound)."""
+    from solvers.layered.bound.classes import class_types
+
+    lost = 0
+    for seed in SEEDS[:20]:
+        if not best_per_d(seed):
+            continue  # no plan at all
+        tables, best = Tables(random_small(seed, tiny=True)), min(best_per_d(seed).values())
+        for d in range(1, tables.max_pipelines + 1):
+            types = class_types(tables, d)
+            for v in (0.9 * best, 0.99 * best):
+                in_time, late = master.Master(types).refuted(v), master.Master(types, deadline=0.0).refuted(v)
+                assert in_time or not late
+                lost += in_time and not late
+    assert lost > 0

@@ -16,6 +16,8 @@ there are are refuted before any LP [P7] (docs/bounds.md §4a).
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field, replace
 
 import highspy
@@ -43,6 +45,7 @@ class Master:
     types: ClassTypes
     budget: float | None = None  # rent per hour a plan may spend, with the planner's slack ([P5])
     fewest: int | None = None  # the least D the certificate covers (None: types.pipelines only) [P6]
+    deadline: float = math.inf  # perf_counter: past it, column generation stops (refutes nothing more)
     columns: list[Column] = field(default_factory=list)
     seen: set = field(default_factory=set)
 
@@ -103,6 +106,8 @@ class Master:
         certificate bounds (tiny seed 16: 0.0495 s by the first alone, 0.0561 s with both)."""
         need = self.types.micro_batches
         for _ in range(MAX_ROUNDS):
+            if time.perf_counter() > self.deadline:
+                return None  # a stall: nothing refuted (1,024 GPUs ran 13 s of a 5 s solve in these rounds)
             value, prices, constant = self._solve_lp(threshold, seated)
             if value >= need - 1e-9:
                 return False

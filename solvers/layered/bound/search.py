@@ -254,12 +254,13 @@ class DRange:
     hi: int
     bound: DBound
 
-    def test(self, tables: Tables, d_values: list[int]):
-        """`refuted(v)` for every D of the range at once (under the budget: [P5])."""
+    def test(self, tables: Tables, d_values: list[int], deadline: float = math.inf):
+        """`refuted(v)` for every D of the range at once (under the budget: [P5]); past
+        `deadline` it refutes nothing more."""
         fewest, most = d_values[self.lo], d_values[self.hi]
         budget = None if tables.budget is None else spendable(tables.budget)
         types = class_types(tables, most) if fewest == most else range_types(tables, fewest, most)
-        return Master(types, budget=budget, fewest=fewest).refuted
+        return Master(types, budget=budget, fewest=fewest, deadline=deadline).refuted
 
     def halves(self) -> list[DRange]:
         """Two ranges that split this one, each starting from what it refuted."""
@@ -281,7 +282,7 @@ def _lp_ranges(tables: Tables, result: ConfigurationBound, top: float, deadline:
             log(f"configuration bound: time limit before D={d_values[todo[0].lo]}..{d_values[todo[0].hi]}")
             break
         leaf = todo.pop(0)
-        _bisect(leaf.test(tables, d_values), leaf.bound, result.floor, top, deadline)
+        _bisect(leaf.test(tables, d_values, deadline), leaf.bound, result.floor, top, deadline)
         _cover(result, leaf, d_values, incumbent, first_d, log)
         if not todo:  # the range whose D hold the least: what each D holds counts [U7]'s floor too
             least = min(leaves, key=lambda r: min(result.per_d[d].refuted for d in d_values[r.lo:r.hi + 1]))
@@ -394,12 +395,14 @@ def _route_classes(tables: Tables, d_values: list[int], top: float, seconds: flo
     bare table left hetero-2 7B's D = 7 and 8 at 10.12 and 10.01 s, their own at 10.47 and
     10.43); else the D in `near`."""
     for by_gpu in (False, True):
-        by_d = {d: class_types(tables, d, by_gpu) for d in d_values}
-        any_types = by_d[d_values[0]]
+        any_types = class_types(tables, d_values[0], by_gpu)
         b = breakpoints(any_types, top)
         prefix_s = SECONDS_PER_CELL * len(b) * (tables.layers + 1) * usage_size(any_types) * any_types.num_types \
             * tables.layers / 2
         table_bytes = 4.0 * len(b) * usage_size(any_types)
+        if prefix_s > seconds * TABLE_SHARE or table_bytes > MAX_TABLE_BYTES:
+            continue  # not one table fits: every D's classes are not built (1,024 D took 58 s of a 5 s solve)
+        by_d = {d: class_types(tables, d, by_gpu) for d in d_values}
         bare = len({t.caps.tobytes() for t in by_d.values()})
 
         def fits(own, pending: int, crossing: bool) -> bool:
