@@ -218,7 +218,8 @@ def cheapest(problem: Problem, options: SolverOptions, budgeted: SolverFn, *, ex
                                                                objective_s=point.iteration_s, wall_s=wall)})
     note = (f"the cheapest per token of {len(front.points)} frontier point(s)"
             + (f"; proven least cost {bound:.6g} per million tokens" if status == SolveStatus.optimal
-               else f"; cost bound {bound:.6g} per million tokens" if bound is not None else ""))
+               else f"; cost bound {bound:.6g} per million tokens" if bound is not None else "")
+            + (f"; {front.cut_short()}" if front.cut_short() else ""))
     return SolveResult(solver=front.solver, status=status, plan=plan, objective_s=point.iteration_s,
                        wall_s=wall, message=note, cost_bound_per_mtok=bound)
 

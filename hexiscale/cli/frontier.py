@@ -155,8 +155,9 @@ def _summary(front) -> str:
     how = front.proof_phrase()
     bound = (f"; least cost per Mtok ≥ {front.cost_bound_per_mtok:.4g} (proven)"
              if front.cost_bound_per_mtok is not None else "")
+    short = front.cut_short()
     return f"{plural(len(front.points), 'plan')} on the frontier ({how}), ★ cheapest per token{bound}; " \
-           f"solved by {front.solver} in {front.wall_s:.1f} s"
+           f"solved by {front.solver} in {front.wall_s:.1f} s" + (f"\nnote: {short}" if short else "")
 
 
 def _write(problem: Problem, front, labels: list[str], out: Path) -> None:
