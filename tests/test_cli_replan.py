@@ -181,3 +181,21 @@ def test_a_name_whose_file_name_grows_past_255_bytes_is_cut_to_fit(tmp_path, nam
     written = load_plan(out).problem
     assert len(file_stem(written).encode()) <= MAX_NAME_BYTES
     assert load_problem(tmp_path / f"{file_stem(written)}.yaml").name == written
+
+
+def test_a_plan_of_many_stages_is_outlined_in_a_short_line(tmp_path, asym_plan):
+    """replan's 'plan: … → …' line listed every stage's TP: 37 KB at 10^5 GPUs. Past 16 stages
+    (groups) the outline counts the sizes instead; a paste-able command is never wrapped."""
+    from planner.base import sizes_phrase
+    from planner.layered.plan import Pipeline, Plan, Stage, outline
+    from planner.sequence.plan import outline as seq_outline
+
+    assert sizes_phrase([2, 1, 1]) == "2/1/1"
+    assert sizes_phrase([4] * 18_000 + [2] * 559 + [8]) == "8 ×1 · 4 ×18,000 · 2 ×559"
+    many = Plan(problem="p", pipelines=[Pipeline(batch=1, stages=[Stage(devices=[d], layers=1)]) for d in range(40)])
+    assert outline(many) == "D=40, 40 stages, 40 devices, TP 1 ×40"
+    assert seq_outline(load_plan("longctx-tiny")).startswith("D=")
+    result = CliRunner().invoke(app, ["replan", "demo-asym", str(asym_plan), "--lost", "3", "-o",
+                                      str(tmp_path / ("a" * 60 + ".json"))], terminal_width=80)
+    line = next(line for line in result.output.splitlines() if "judge it with" in line)
+    assert line.endswith(".json") and "hexiscale evaluate" in line, result.output

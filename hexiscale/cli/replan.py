@@ -103,12 +103,12 @@ def write_result(result: ReplanResult, output: Path | None, problem_out: Path | 
         with writing(problem_out):
             save_yaml(problem_to_dict(result.problem), problem_out)
         console.print(f"wrote {problem_out} (the survivors' problem, {result.problem.name})", highlight=False,
-                      markup=False)
+                      markup=False, soft_wrap=True)
     if output:
         with writing(output):
             save_plan(result.plan, output)
         console.print(f"wrote {output}; judge it with: hexiscale evaluate {problem_out} {output}", highlight=False,
-                      markup=False)
+                      markup=False, soft_wrap=True)  # a command to paste: never cut into lines
 
 
 # writing the survivors' problem file (YAML) after the solve: 2.6 s at 10^5 GPUs, measured

@@ -14,7 +14,7 @@ from pydantic import Field, field_validator
 
 from planner.base import Frozen
 from planner.solver_info import SolverInfo
-from planner.base import plural
+from planner.base import plural, sizes_phrase
 
 PLAN_FORMAT = "hexiscale.plan/1"
 
@@ -144,4 +144,4 @@ def devices_in_order(first_device: Sequence[int], shapes: Sequence[Sequence[tupl
 def outline(plan: Plan) -> str:
     """The plan's structure in one phrase: pipelines, stages, devices and each stage's TP."""
     return (f"D={len(plan.pipelines)}, {plural(plan.num_stages, 'stage')}, {plural(len(plan.devices), 'device')}, "
-            f"TP {'/'.join(str(s.tp) for p in plan.pipelines for s in p.stages)}")
+            f"TP {sizes_phrase([s.tp for p in plan.pipelines for s in p.stages])}")

@@ -16,7 +16,7 @@ from pydantic import Field, field_validator
 from planner.base import Frozen
 from planner.layered.plan import MAX_DEVICE_ID, whole_numbers
 from planner.solver_info import SolverInfo
-from planner.base import plural
+from planner.base import plural, sizes_phrase
 
 SEQPLAN_FORMAT = "hexiscale.seqplan/1"
 
@@ -119,5 +119,5 @@ class SeqPlan(Frozen):
 
 def outline(plan: SeqPlan) -> str:
     """The plan's structure in one phrase: replicas, groups, devices and each group's HP size."""
-    hp = "/".join(str(len(g.members)) for r in plan.replicas for g in r.ring)
+    hp = sizes_phrase([len(g.members) for r in plan.replicas for g in r.ring])
     return f"D={len(plan.replicas)}, {plural(plan.num_groups, 'group')}, {plural(len(plan.devices), 'device')}, HP {hp}"
