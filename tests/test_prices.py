@@ -181,6 +181,23 @@ def test_solve_json_without_prices_has_no_rent(tmp_path):
     assert "rent_per_hour" not in out and "cost_per_mtok" not in out["estimate"]
 
 
+def test_prices_on_some_machines_only_are_said_where_the_rent_would_be(tmp_path):
+    """One machine priced, the other not (nor its type): validate, solve and evaluate had shown no
+    rent and said nothing; each now names the first unpriced machine's field."""
+    path = write_problem(tmp_path, unpriced_cluster())
+    said = ("no rent: cluster.machines[1].price_per_hour (r3090-0) is missing, and so is price_per_hour of its "
+            "GPU type RTX3090; rent and cost are shown when every machine has a price")
+    checked = CliRunner().invoke(app, ["validate", path])
+    assert checked.exit_code == 0 and f"note: {said}" in flat(checked.output), checked.output
+    solved = CliRunner().invoke(app, ["solve", path, "--kind", "layered", "-t", "10", "-o", str(tmp_path / "s.json")])
+    assert solved.exit_code == 0 and said in flat(solved.output), solved.output
+    judged = CliRunner().invoke(app, ["evaluate", path, str(tmp_path / "s.json")])
+    assert judged.exit_code == 0 and said in flat(judged.output), judged.output
+    bare = write_problem(tmp_path, {**unpriced_cluster(), "gpu_types": [], "machines": [
+        {k: v for k, v in m.items() if k != "price_per_hour"} for m in DEMO_CLUSTER["machines"]]})
+    assert "no rent" not in flat(CliRunner().invoke(app, ["validate", bare]).output)  # no prices at all: as before
+
+
 def test_the_price_table_prices_every_catalog_type_and_cites_each():
     table = builtin_prices()
     assert set(table) == set(builtin_catalog())
@@ -244,7 +261,8 @@ def test_evaluate_and_solve_print_rent_and_cost(tmp_path):
     assert solved.exit_code == 0, solved.output
     assert "rent $" in flat(solved.stdout) and "per million tokens" in flat(solved.stdout)
     bare = CliRunner().invoke(app, ["evaluate", write_problem(tmp_path, unpriced_cluster()), "demo-tiny"])
-    assert "per million tokens" not in bare.stdout and "rent" not in bare.stdout
+    assert "per million tokens" not in bare.stdout and "rent $" not in flat(bare.stdout)
+    assert "no rent: cluster.machines[1].price_per_hour" in flat(bare.stdout)  # some machines priced: said why
 
 
 def test_show_marks_rented_machines(tmp_path):

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from hexiscale.cli.app import WorkLog, app, check_plan_is_for, console, fail, friendly_errors
+from hexiscale.cli.price_views import partial_prices
 from hexiscale.cli.views import plain, views_for
 from planner.violations import InvalidPlanError
 from planner.kinds import PLAN_KINDS, kind_of
@@ -78,6 +79,8 @@ def validate(problem: str = typer.Argument(..., help="problem file or bundled na
     if plan is None:
         console.print(f"[green]ok[/] problem {plain(prob.name)}: {plural(prob.cluster.num_devices, 'device')}, "
                       f"{plural(len(prob.cluster.machines), 'machine')}, model {plain(prob.model.name)}")
+        if partial := partial_prices(prob.cluster):
+            console.print(f"note: {partial}", highlight=False, markup=False, soft_wrap=True)
         return
     work = WorkLog.for_cluster(prob.cluster)
     work.step(f"reading plan {plan}")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from rich import box
 from rich.table import Table
 
@@ -39,10 +41,24 @@ def rent_line(problem: Problem, devices, rent: float) -> str:
     return line
 
 
+def partial_prices(cluster) -> str:
+    """Where some machines have a price and others none: the first unpriced one, and that no rent
+    is shown (a rent that left it out would be wrong, not cheap); '' otherwise."""
+    missing = cluster.unpriced_machine()
+    if missing is None or np.isnan(cluster.machine_prices).all():
+        return ""  # every machine priced, or none
+    machine = cluster.machines[missing]
+    return (f"no rent: cluster.machines[{missing}].price_per_hour ({plain(machine.name)}) is missing, and so is "
+            f"price_per_hour of its GPU type {plain(machine.gpu)}; rent and cost are shown when every machine "
+            "has a price")
+
+
 def price_rows(problem: Problem, devices, estimate: Any) -> list[tuple[str, str]]:
-    """('rent', ...) and ('cost', ...) rows for a summary table; [] without prices."""
+    """('rent', ...) and ('cost', ...) rows for a summary table; [] without prices (one row
+    saying why where only some machines have one)."""
     if estimate.rent_per_hour is None:
-        return []
+        partial = partial_prices(problem.cluster)
+        return [("rent", partial)] if partial else []
     chosen = "  (the objective)" if problem.objective == Objective.cost else ""
     return [("rent", rent_line(problem, devices, estimate.rent_per_hour)),
             ("cost", f"{cost_text(estimate.cost_per_mtok)} per million tokens{chosen}")]
