@@ -155,7 +155,8 @@ def all_keys(problem: Problem) -> np.ndarray:
     counts = [m.count for m in problem.cluster.machines]
     total = key_count(problem)
     if total > MAX_KEYS:
-        raise ValueError(f"{total} device sets per machine exceed the {MAX_KEYS} this bound enumerates")
+        many = f"{total:,}" if total < 10**12 else f"a {len(str(total))}-digit number of"
+        raise ValueError(f"{many} device sets per machine exceed the {MAX_KEYS:,} this bound enumerates")
     keys = np.array(list(itertools.product(*(range(c + 1) for c in counts))), dtype=np.int64)
     return keys[keys.sum(axis=1) > 0]
 
