@@ -182,3 +182,13 @@ def test_a_bad_option_is_one_error_line_naming_the_command_s_help(args, message)
     assert out.exit_code == 2
     assert out.stderr.strip().splitlines() == [out.stderr.strip()] and out.stderr.startswith(message), out.stderr
     assert f"(hexiscale {args[0]} --help)" in out.stderr
+
+
+@pytest.mark.parametrize("what", ["cluster", "problem"])
+def test_generate_refuses_more_gpus_than_it_is_meant_for_before_any_work(tmp_path, what):
+    """--gpus 10^9 ran silent for over a minute (2·10^6 wrote 29 MB): above MAX_GPUS it is one line."""
+    from hexiscale.cli.generate import MAX_GPUS
+
+    result = CliRunner().invoke(app, ["generate", what, "--gpus", str(MAX_GPUS + 4), "-o", str(tmp_path / "g.yaml")])
+    assert result.exit_code == 2 and "--gpus" in result.output and f"{MAX_GPUS}" in result.output
+    assert not (tmp_path / "g.yaml").exists()

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from hexiscale.cli.app import app, console, fail, friendly_errors, writable_file
+from hexiscale.cli.app import LARGE_DEVICES, WorkLog, app, console, fail, friendly_errors, writable_file
 from planner.io import HF_PREFIX, hf_model
 from instances.generate import generate_cluster, generated_problem, write_cluster, write_problem
 from instances.price_table import priced
@@ -17,7 +17,9 @@ from planner.base import plural
 generate_app = typer.Typer(no_args_is_help=True, help="Generate synthetic clusters and problems.")
 app.add_typer(generate_app, name="generate")
 
-GPUS = typer.Option(..., "--gpus", min=4, help="number of GPUs (a multiple of 4)")
+# the planner is measured up to 10^5 devices (README); 10^9 ran silent past a minute, 2·10^6 wrote 29 MB
+MAX_GPUS = 10**6
+GPUS = typer.Option(..., "--gpus", min=4, max=MAX_GPUS, help=f"number of GPUs (a multiple of 4, at most {MAX_GPUS:,})")
 MIX = typer.Option("A100-80G:0.25,RTX4090:0.5,H20:0.25", "--mix",
                    help="GPU types and weights, e.g. A100-80G:0.25,RTX4090:0.5,H20:0.25")
 SEED = typer.Option(0, "--seed", help="random seed (same seed, same cluster)")
@@ -72,8 +74,12 @@ def cluster_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path
                 prices: bool = PRICES) -> None:
     """Write a random heterogeneous cluster (machines of 4 or 8 GPUs, racks, uneven links)."""
     writable_file(output, "--output")
+    work = WorkLog(gpus >= LARGE_DEVICES)
+    work.step(f"generating {gpus:,} GPUs")
     cluster = _cluster_or_fail(gpus, mix, seed, prices)
+    work.step(f"writing {output}")
     write_cluster(cluster, output)
+    work.finish()
     console.print(f"[green]wrote[/] {output}: {_summary(cluster)}")
 
 
@@ -89,11 +95,15 @@ def problem_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path
                 prices: bool = PRICES) -> None:
     """Write a self-contained problem: a generated cluster paired with a model."""
     writable_file(output, "--output")
+    work = WorkLog(gpus >= LARGE_DEVICES)
+    work.step(f"generating {gpus:,} GPUs")
     cluster = _cluster_or_fail(gpus, mix, seed, prices)
     try:
         spec = hf_model(model[len(HF_PREFIX):], seq_len) if model.startswith(HF_PREFIX) else model
         problem = generated_problem(cluster, spec, seq_len, global_batch, micro_batch, recompute)
     except ValidationError as exc:  # e.g. a global batch that is not a multiple of the micro-batch
         fail("training: " + exc.errors()[0]["msg"].removeprefix("Value error, "))
+    work.step(f"writing {output}")
     write_problem(problem, output)
+    work.finish()
     console.print(f"[green]wrote[/] {output}: {problem.name}, {_summary(cluster)}")
