@@ -15,6 +15,7 @@ wanting:
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -180,4 +181,10 @@ def test_a_folder_models_run_says_what_its_user_may_not_have_meant(work, tmp_pat
     chosen = said(run(work / "llama.yaml", work / "layered.json", "--init-from", work / "llama", "--data",
                       work / "text.jsonl", "--eval-data", work / "text.jsonl", "--torchrun", "--out", tmp_path / "b"))
     assert "note: --eval-data is the --data text: the eval loss is measured on training text" in chosen
+    assert "fewer than one step reads" not in chosen
+    write_jsonl(tmp_path / "short.jsonl", CORPUS_PATH.read_text()[:50])  # fewer tokens than B·s = 32 + s + 1
+    short_text = said(run(work / "llama.yaml", work / "layered.json", "--init-from", work / "llama", "--data",
+                          tmp_path / "short.jsonl", "--torchrun", "--out", tmp_path / "c"))
+    assert re.search(r"note: the corpus has \d+ tokens, fewer than one step reads \(B·s = 32\): every step "
+                     r"repeats its sequences", short_text), short_text
     assert "weights start random" not in chosen and "random tokens" not in chosen and "max_position" not in chosen

@@ -140,11 +140,12 @@ def check_save_target(job) -> None:
              "from it): write to another folder")
 
 
-def model_notes(config) -> list[str]:
+def model_notes(config, global_batch: int) -> list[str]:
     """What a run of a folder's model does that its user may not have meant: random weights
     (no --init-from), random tokens (no --data), a sequence past the positions the model was
-    made for, an eval loss on the training text."""
+    made for, an eval loss on the training text, a corpus shorter than one step's B·s tokens."""
     from planner.hf_config import HFConfigError, max_positions
+    from runtime.model.text import TOKEN_DTYPE
 
     folder, notes = config.model.hf_folder, []
     if not folder:
@@ -162,6 +163,12 @@ def model_notes(config) -> list[str]:
                      "(config.json): it was made for positions below that")
     if config.eval_token_file and config.eval_token_file == config.token_file:
         notes.append("note: --eval-data is the --data text: the eval loss is measured on training text")
+    if config.token_file and Path(config.token_file).is_file():
+        tokens = Path(config.token_file).stat().st_size // TOKEN_DTYPE().itemsize
+        step = global_batch * config.seq_len
+        if step > tokens - config.seq_len - 1:  # the offsets wrap within one step (docs/models-and-data.md §12)
+            notes.append(f"note: the corpus has {tokens:,} tokens, fewer than one step reads (B·s = {step:,}): "
+                         "every step repeats its sequences")
     return notes
 
 

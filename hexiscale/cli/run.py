@@ -151,7 +151,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     job = start_from_checkpoint(built_job(prob, the_plan, model, settings), resume, force)
     check_save_target(job)
     print_run_notes(prob, job)
-    for note in model_notes(job.config):
+    for note in model_notes(job.config, prob.training.global_batch):
         console.print(note, highlight=False, soft_wrap=True, markup=False)
     job = clear_earlier_run(job, out, elastic, torchrun)
     if torchrun:
