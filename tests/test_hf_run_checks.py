@@ -108,7 +108,10 @@ def test_a_seq_len_beyond_the_sliding_window_is_refused(work, tmp_path):
 def test_resuming_another_models_checkpoint_needs_force_and_is_said(work, tmp_path):
     args = (work / "qwen.yaml", work / "layered.json", "--steps", 2, "--data", work / "text.jsonl",
             "--resume", work / "ck")
-    line = error_line(run(*args, "--out", tmp_path / "refused"))
+    write_jsonl(tmp_path / "new.jsonl", CORPUS_PATH.read_text()[::-1])
+    cached = sorted((work / "cache").iterdir())
+    line = error_line(run(*args[:-3], tmp_path / "new.jsonl", *args[-2:], "--out", tmp_path / "refused"))
+    assert sorted((work / "cache").iterdir()) == cached  # refused before the new text was tokenized
     assert "--resume" in line and "'llama'" in line and "qkv_bias False (this run: True)" in line and "--force" in line
     forced = run(*args, "--force", "--init-from", work / "qwen", "--out", tmp_path / "forced")
     assert forced.exit_code == 0, forced.output

@@ -21,7 +21,7 @@ from hexiscale.cli.torchrun_views import print_torchrun
 from hexiscale.cli.views import views_for
 from planner.io import load_plan, load_problem
 from planner.kinds import kind_of
-from runtime.checkpoints.manifest import CheckpointError, incomplete_steps, saved_steps, step_dir
+from runtime.checkpoints.manifest import CheckpointError, incomplete_steps, newest_manifest, saved_steps, step_dir
 from runtime.checkpoints.staged_save import cut_short
 from runtime.launch.elastic import ELASTIC_LOG, attempts_folder, run_elastic
 from runtime.launch.launcher import RunError, RunResult, launch_local, make_job
@@ -140,6 +140,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     check_plan_is_for(prob, the_plan, plan, force)
     model = checked_model(prob, model)
     check_backend(backend, torchrun, len(the_plan.devices))
+    check_resume_early(prob, model, resume, force)
     settings = {"steps": steps, "lr": lr, "seed": seed, "weight_decay": weight_decay, **model_file_settings(
                     prob, model, steps, seq_len, data, eval_data, eval_every, init_from, save_hf, save_dtype),
                 "timeout_s": timeout, "wait": wait, "backend": backend, "out_dir": str(out) if out else "",
@@ -321,14 +322,29 @@ def check_resumed_model(run_model, manifest, folder: str, force: bool) -> None:
     model: another model than the run's is refused unless --force, then said; the tiny model
     is the plan's shrink of the problem's, so another plan's tiny one of it is only said."""
     saved, difference = manifest.model, model_difference(manifest.model, run_model)
-    if difference and not force and not (saved.name == run_model.name and saved.name.startswith("tiny(")):
-        fail(f"--resume: {folder} holds another model than this run's {run_model.name!r}: {saved.name!r}, "
-             f"{difference}; resume with the problem of that model, or pass --force to train the checkpoint's")
+    refuse_other_model(run_model, manifest, folder, force)
     console.print(f"resuming at step {manifest.step} from {folder} (saved by a {manifest.plan_kind} plan on "
                   f"{len(manifest.files)} rank(s); model {saved.name})", highlight=False, soft_wrap=True)
     if difference:
         console.print(f"note: training the checkpoint's model {saved.name!r}, not {run_model.name!r}: {difference}",
                       highlight=False, soft_wrap=True)
+
+
+def refuse_other_model(run_model, manifest, folder, force: bool) -> None:
+    """--resume of a checkpoint of another model than the run's: one line, unless --force (the
+    tiny model is the plan's shrink of the problem's: another plan's tiny one of it passes)."""
+    saved, difference = manifest.model, model_difference(manifest.model, run_model)
+    if difference and not force and not (saved.name == run_model.name and saved.name.startswith("tiny(")):
+        fail(f"--resume: {folder} holds another model than this run's {run_model.name!r}: {saved.name!r}, "
+             f"{difference}; resume with the problem of that model, or pass --force to train the checkpoint's")
+
+
+def check_resume_early(prob, model: str, resume: Path | None, force: bool) -> None:
+    """A folder model's --resume of another model is refused before its text is tokenized (it
+    was refused only after); the resume itself checks everything again, verified."""
+    if resume is None or model != "problem" or (found := newest_manifest(resume)) is None:
+        return
+    refuse_other_model(prob.model, found[1], str(resume), force)
 
 
 def run_elastically(prob, job, the_plan):

@@ -229,6 +229,21 @@ def latest_checkpoint(root: str | Path) -> tuple[Path, Manifest]:
     return folder, manifest
 
 
+def newest_manifest(root: str | Path) -> tuple[Path, Manifest] | None:
+    """The newest complete checkpoint's folder and manifest under `root`, not verified: a quick
+    look before long work (None where there is none, or its manifest does not read: the
+    resume itself says why)."""
+    root = Path(root)
+    steps = [] if (root / MANIFEST).is_file() else complete_steps(root)
+    folder = root if (root / MANIFEST).is_file() else step_dir(root, steps[-1]) if steps else None
+    if folder is None:
+        return None
+    try:
+        return folder, read_manifest(folder)
+    except CheckpointError:
+        return None
+
+
 def check_resumable(manifest: Manifest, folder: Path, model: ModelSpec, settings: dict[str, Any]) -> None:
     """The resumed run trains the checkpoint's model with the settings that fix its numbers."""
     if manifest.model.model_dump(exclude={"name"}) != model.model_dump(exclude={"name"}):
