@@ -88,11 +88,16 @@ def test_growth_machines_pick_one_idle_machine_per_type_next_to_the_used_ones():
     problem = load_problem("longctx-sim-128-llama3-8b-128k")
     cluster = problem.cluster
     h100 = type_sets(problem)[-1]
-    picks = [cluster.machines[m] for m in growth_machines(problem, h100)]
+    picks = [cluster.machines[block[0]] for block in growth_machines(problem, h100)]
     assert sorted(m.gpu for m in picks) == ["A100-80G", "L40S", "V100"]
     # a100-80g-0 shares the H100s' rack; a100-80g-2 has a slow link to h100-0
     assert [m.name for m in picks if m.gpu == "A100-80G"] == ["a100-80g-0"]
     assert growth_machines(problem, list(range(cluster.num_devices))) == []
+    # D at a time (one per replica): each type's best first, then the next best linked
+    blocks = growth_machines(problem, h100, per_type=3)
+    assert [cluster.machines[m].gpu for m in blocks[0]] == [picks[0].gpu] * len(blocks[0])
+    assert [block[0] for block in blocks] == [block[0] for block in growth_machines(problem, h100)]
+    assert all(1 <= len(block) <= 3 for block in blocks) and max(len(block) for block in blocks) > 1
 
 
 def test_heuristic_deterministic_and_timely_with_uniform_starts():
@@ -102,3 +107,20 @@ def test_heuristic_deterministic_and_timely_with_uniform_starts():
     start = time.perf_counter()
     quick = heuristic.solve(problem, SolverOptions(time_limit_s=0.02))
     assert quick.plan is not None and time.perf_counter() - start < 2.0
+
+
+def test_a_plan_grows_by_one_machine_per_replica_where_one_alone_cannot_help():
+    """1,024 GPUs (H100 and A100), s = 2^20, B = 4: attention compute bounds every replica and
+    three quarters of the cluster was idle. A machine joining one replica leaves the other
+    three as slow, so growing one machine at a time stopped at the uniform start (256 devices,
+    376 s) where a replan of the same cluster found 295 s on 518; growing D machines at once
+    (one for each replica) goes past it."""
+    from instances.generate import generate_cluster, generated_problem
+    from planner.kinds import iteration_time
+
+    problem = generated_problem(generate_cluster(1024, "H100:0.5,A100-80G:0.5", 5), "llama2-70b", seq_len=2**20,
+                                global_batch=4)
+    start = uniform_starts.best_uniform(problem, time.perf_counter() + 30, time.perf_counter() + 30)
+    result = heuristic.solve(problem, SolverOptions(time_limit_s=60))
+    assert len(result.plan.devices) > len({m[0] for ring in start[0][2] for g in ring for m in g})
+    assert iteration_time(problem, result.plan) < 0.85 * start[0][0][1]

@@ -207,23 +207,22 @@ def devices_by_speed(problem: Problem) -> list[int]:
     return np.lexsort((np.arange(len(flops)), machine, -flops)).tolist()
 
 
-def growth_machines(problem: Problem, devices: Sequence[int]) -> list[int]:
-    """Idle machines that may join `devices`, one per GPU type among the idle ones: the best
-    linked to the machines in use (largest slowest link to them, then most devices, then
-    first in the file), so that a plan grows where its rings and replicas stay fast."""
+def growth_machines(problem: Problem, devices: Sequence[int], per_type: int = 1) -> list[list[int]]:
+    """Idle machines that may join `devices`, per GPU type among the idle ones the `per_type`
+    best linked to the machines in use (largest slowest link to them, then most devices, then
+    first in the file), so that a plan grows where its rings and replicas stay fast: one list
+    per type, types in the order of their best machine."""
     cluster = problem.cluster
     used = np.unique(cluster.machine_of_device[list(devices)])
     idle = np.setdiff1d(np.arange(len(cluster.machines)), used)
     if not len(idle) or not len(used):
         return []
     slowest = np.array(cluster.pair_bw(idle[:, None], used[None, :]), dtype=float).min(axis=1)
-    best: dict[str, tuple] = {}
+    by_type: dict[str, list[tuple]] = {}
     for m, bw in zip(idle.tolist(), slowest.tolist()):
-        key = (-bw, -int(cluster.machine_counts[m]), m)
-        gpu = cluster.machines[m].gpu
-        if gpu not in best or key < best[gpu]:
-            best[gpu] = key
-    return sorted(key[2] for key in best.values())
+        by_type.setdefault(cluster.machines[m].gpu, []).append((-bw, -int(cluster.machine_counts[m]), m))
+    ranked = [sorted(keys)[:per_type] for keys in by_type.values()]
+    return [[key[2] for key in keys] for keys in sorted(ranked, key=lambda keys: keys[0][2])]
 
 
 def degrees(problem: Problem) -> list[int]:
