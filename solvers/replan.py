@@ -51,6 +51,7 @@ class ReplanResult(Frozen):
     repaired_s: float | None = Field(default=None, description="T of the repaired old plan (None: invalid)")
     repaired_why: str = Field(default="", description="why the repaired plan is no candidate ('' when it is)")
     fresh_s: float | None = Field(default=None, description="T of the fresh solve (None: no plan)")
+    fresh_why: str = Field(default="", description="why the fresh solve gave no plan ('' when it gave one)")
     changes: tuple[str, ...] = Field(default=(), description="what changed, one line each")
     wall_s: float = Field(ge=0, description="re-planning wall time")
 
@@ -198,7 +199,8 @@ def replan(problem: Problem, plan: Any, lost=(), *, lost_machines=(), solver: st
     return ReplanResult(problem=new, plan=chosen_plan, lost=tuple(sorted(gone)), old_to_new=mapping,
                         old_s=old_s, new_s=new_s, chosen="repaired" if use_repaired else fresh.solver,
                         repaired_s=repaired_s, repaired_why=why_not,
-                        fresh_s=fresh_s, wall_s=time.perf_counter() - start,
+                        fresh_s=fresh_s, fresh_why="" if fresh_s is not None else fresh.message or fresh.status.value,
+                        wall_s=time.perf_counter() - start,
                         changes=tuple(summary(plan, chosen_plan, (changes if use_repaired else []) + notes, old_s, new_s)))
 
 

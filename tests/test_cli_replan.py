@@ -199,3 +199,24 @@ def test_a_plan_of_many_stages_is_outlined_in_a_short_line(tmp_path, asym_plan):
                                       str(tmp_path / ("a" * 60 + ".json"))], terminal_width=80)
     line = next(line for line in result.output.splitlines() if "judge it with" in line)
     assert line.endswith(".json") and "hexiscale evaluate" in line, result.output
+
+
+def test_a_fresh_solve_without_a_plan_says_why():
+    """`replan --solver cpsat` of a 32-device sequence plan printed 'fresh solve no plan' and no
+    reason (solve prints the exact model's size limit); and the re-planning time, in brackets
+    after the chosen candidate, read as a contradicting T."""
+    from solvers.common import SolverOptions
+    from solvers.registry import get
+    from solvers.replan import replan
+
+    problem = load_problem("longctx-sim-32-llama3-8b-128k")
+    plan = get("seq-uniform", "sequence")(problem, SolverOptions(time_limit_s=10)).plan
+    result = replan(problem, plan, lost=[16], solver="cpsat", options=SolverOptions(time_limit_s=10))
+    assert result.fresh_s is None and "handles ≤ 6 devices" in result.fresh_why
+    from hexiscale.cli.replan import print_result
+    from hexiscale.cli.app import console
+
+    with console.capture() as captured:
+        print_result(result)
+    text = " ".join(captured.get().split())
+    assert f"fresh solve no plan ({result.fresh_why})" in text and "(re-planned in " in text

@@ -50,9 +50,10 @@ def print_result(result: ReplanResult) -> None:
                   soft_wrap=True, markup=False)
     repaired = (format_seconds(result.repaired_s) if result.repaired_s is not None
                 else f"invalid ({result.repaired_why})" if result.repaired_why else "invalid")
-    fresh = format_seconds(result.fresh_s) if result.fresh_s is not None else "no plan"
+    fresh = format_seconds(result.fresh_s) if result.fresh_s is not None else \
+        f"no plan ({result.fresh_why})" if result.fresh_why else "no plan"
     console.print(f"candidates: repaired old plan {repaired}, fresh solve {fresh}; chose {result.chosen} "
-                  f"({result.wall_s:.2f} s)", highlight=False, soft_wrap=True, markup=False)
+                  f"(re-planned in {result.wall_s:.2f} s)", highlight=False, soft_wrap=True, markup=False)
     for line in result.changes:
         console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
     console.print(f"new T = {format_seconds(result.new_s)}", highlight=False)
