@@ -125,8 +125,8 @@ def _reason(problem: Problem, best: str, results: dict[str, SolveResult], tried:
     cost = problem.objective == Objective.cost
 
     def figure(name: str, r: SolveResult) -> str:
-        if r.plan is None:
-            return f"{name}: no plan ({r.status.value})"
+        if r.plan is None:  # with its reason: 'infeasible' alone sent users to --kind to learn why
+            return f"{name}: no plan ({r.status.value}{': ' + r.message if r.message else ''})"
         if cost:
             return f"{name} ${tried[name]:.4g} per Mtok (T {format_seconds(r.objective_s)})"
         return f"{name} {format_seconds(r.objective_s)}"

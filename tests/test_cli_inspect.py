@@ -102,3 +102,19 @@ def test_runs_of_ids_are_collapsed_for_devices_and_d_values():
     assert format_runs(list(range(1, 25))) == "1-24"
     assert format_runs([2, 4, 5, 7]) == "2,4-5,7"
     assert format_runs([5]) == "5" and format_runs([]) == ""
+
+
+def test_a_long_sequence_no_ring_can_split_is_said_where_the_problem_is_made_and_solved(tmp_path):
+    """s = 100,000 is not a multiple of 2q = 128: no sequence plan exists. generate and validate
+    said nothing, and solve's kind choice said only 'sequence: no plan (infeasible)'; each now
+    gives the reason. Short sequences (no ring needed) say nothing."""
+    path = tmp_path / "odd.yaml"
+    made = CliRunner().invoke(app, ["generate", "problem", "--gpus", "8", "--seq-len", "100000", "--model",
+                                    "llama3-8b", "--global-batch", "4", "-o", str(path)])
+    why = "seq_len 100000 is not a multiple of 2·token_block = 128"
+    assert made.exit_code == 0 and f"note: {why}" in made.output and "layered plans only" in made.output
+    checked = CliRunner().invoke(app, ["validate", str(path)])
+    assert checked.exit_code == 0 and f"note: {why}" in checked.output
+    assert "note" not in CliRunner().invoke(app, ["validate", "demo-tiny"]).output
+    solved = CliRunner().invoke(app, ["solve", str(path), "-t", "5", "--json"])
+    assert solved.exit_code == 0 and f"sequence: no plan (infeasible: {why}" in json.loads(solved.stdout)["kind_reason"]

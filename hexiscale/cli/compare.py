@@ -296,7 +296,7 @@ def solvers_for(problem: Problem, kind: str, names: list[str]) -> tuple[str, lis
     plain = [n for n in names if ":" not in n]
     having = [k for k, entries in SOLVERS_BY_KIND.items() if plain and all(n in entries for n in plain)]
     if kind == AUTO_KIND and len(having) == 1:
-        kind, why = having[0], f"only {having[0]} plans have solvers {', '.join(plain)}"
+        kind, why = having[0], f"of the plan kinds only {having[0]} has every solver named: {', '.join(plain)}"
     else:
         kind, why = choose_kind(problem, kind)
     missing = [n for n in plain if n not in SOLVERS_BY_KIND[kind]]

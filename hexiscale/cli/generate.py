@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
+from hexiscale.cli.inspect import no_sequence_plans
 from hexiscale.cli.app import LARGE_DEVICES, WorkLog, app, console, fail, friendly_errors, writable_file
 from planner.io import HF_PREFIX, hf_model
 from instances.generate import generate_cluster, generated_problem, write_cluster, write_problem
@@ -107,3 +108,5 @@ def problem_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path
     write_problem(problem, output)
     work.finish()
     console.print(f"[green]wrote[/] {output}: {problem.name}, {_summary(cluster)}")
+    if note := no_sequence_plans(problem):
+        console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)

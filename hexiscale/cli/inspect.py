@@ -59,6 +59,16 @@ def _guessed(why: str, path: str, load):
         raise InputError(exc.file, f"{why}: {exc.field}" if exc.field else why, exc.reason) from None
 
 
+def no_sequence_plans(problem) -> str:
+    """At long context (where `solve` prefers sequence plans) a sequence no ring can split: why,
+    and that only layered plans remain ('' otherwise; short sequences need no ring)."""
+    from planner.sequence.rules import no_token_layout
+    from solvers.sequence import LONG_CONTEXT_TOKENS
+
+    why = no_token_layout(problem) if problem.training.seq_len >= LONG_CONTEXT_TOKENS else None
+    return f"{why}; this long-context problem can have layered plans only" if why else ""
+
+
 @app.command()
 @friendly_errors
 def validate(problem: str = typer.Argument(..., help="problem file or bundled name (or a cluster or model file)"),
@@ -79,8 +89,9 @@ def validate(problem: str = typer.Argument(..., help="problem file or bundled na
     if plan is None:
         console.print(f"[green]ok[/] problem {plain(prob.name)}: {plural(prob.cluster.num_devices, 'device')}, "
                       f"{plural(len(prob.cluster.machines), 'machine')}, model {plain(prob.model.name)}")
-        if partial := partial_prices(prob.cluster):
-            console.print(f"note: {partial}", highlight=False, markup=False, soft_wrap=True)
+        for note in [partial_prices(prob.cluster), no_sequence_plans(prob)]:
+            if note:
+                console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
         return
     work = WorkLog.for_cluster(prob.cluster)
     work.step(f"reading plan {plan}")
