@@ -94,7 +94,8 @@ class Search:
 
     def note(self, start_s: float | None, start_message: str) -> str:
         exact = sum(k.exact for k in self.known.values())
-        heur = "no heuristic plan" if start_s is None else f"heuristic {start_s:.6g} s ({start_message})"
+        heur = ("no heuristic plan" if start_s is None  # the start: the plan returned may be faster
+                else f"started from the heuristic's plan of {start_s:.6g} s ({start_message})")
         return (f"{heur}; bound over {plural(len(self.keys), 'device set')} per machine, "
                 f"{plural(self.rounds, 'round')}, {plural(self.nodes, 'configuration node')}; "
                 f"rings of {plural(len(self.known), 'key')} ({exact} exact)"
