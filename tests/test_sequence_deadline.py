@@ -18,7 +18,7 @@ from planner.io import load_problem
 from planner.sequence import links
 from solvers.common import SolverOptions
 from solvers.sequence import baselines, heuristic, uniform_starts
-from solvers.sequence.space import _greedy_split, _threshold_split
+from solvers.sequence.space import _greedy_split, split_batches
 from test_planner_scale import random_cluster
 from test_vendor_planner import with_vendors
 
@@ -37,7 +37,7 @@ def test_threshold_split_equals_the_greedy_loop():
             tmb = [rng.uniform(0.1, 10.0) for _ in range(d)]
         else:  # far apart, as memory-overflow scores (1e12 + GiB) are
             tmb = [rng.choice([1e-3, 0.1, 0.7, 1e12 + rng.random()]) for _ in range(d)]
-        assert _threshold_split(extra, np.array(tmb)) == _greedy_split(d + extra, tmb), (extra, tmb)
+        assert split_batches(d + extra, tmb) == _greedy_split(d + extra, tmb), (extra, tmb)
 
 
 def _across_both_ways(cluster, set_of, machine, num_sets, monkeypatch):

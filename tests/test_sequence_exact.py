@@ -139,14 +139,14 @@ def test_the_exact_solvers_replica_split_is_brute_forces_least_max(seed):
     """The exact solvers split B/b over the replicas greedily (`least_max_split`: any size of
     B/b); brute force enumerates every split. Their least max agrees, ties of equal replicas
     included, and the split found reaches it."""
-    from solvers.sequence.exact.driver import least_max_split
+    from solvers.sequence.exact.driver import least_max
 
     rng = np.random.default_rng(seed)
     replicas = int(rng.integers(1, 5))
     times = [float(t) for t in rng.choice([0.5, 1.0, 1.5, 2.0, 3.0], replicas)] if seed % 2 else \
         [float(t) for t in rng.random(replicas) + 0.1]
     micro = int(rng.integers(replicas, 24))
-    value, split = least_max_split(micro, times)
+    value, split = least_max(micro, times)
     assert value == pytest.approx(brute.best_batches(micro, times)[0], rel=1e-12)
     assert sum(split) == micro and min(split) >= 1
     assert max(m * t for m, t in zip(split, times)) == pytest.approx(value, rel=1e-12)
@@ -155,9 +155,9 @@ def test_the_exact_solvers_replica_split_is_brute_forces_least_max(seed):
 def test_a_large_batch_count_is_split_at_once_and_refused_by_brute_force():
     """B/b = 10⁸: the exact solvers' split needs no enumeration (it filled 12 GB), and brute
     force, which enumerates, says it is too big instead of running past its time."""
-    from solvers.sequence.exact.driver import least_max_split
+    from solvers.sequence.exact.driver import least_max
 
-    value, split = least_max_split(10**8, [1.0, 2.0, 4.0])
+    value, split = least_max(10**8, [1.0, 2.0, 4.0])
     assert sum(split) == 10**8 and value == pytest.approx(4 / 7 * 10**8, rel=1e-7)
     problem = tiny_seq(0)
     big = problem.model_copy(update={"training": problem.training.model_copy(

@@ -26,6 +26,7 @@ from planner.sequence import pricing
 from planner.sequence.links import Units, across_sets
 from planner.sequence.pricing import memory_parts
 from planner.solver_info import SolverInfo, SolveStatus
+from solvers.batch_split import greedy_increments
 from solvers.common import SolveResult
 from planner.base import plural
 
@@ -107,21 +108,22 @@ def dp_time(problem: Problem, rings: Sequence[Ring]) -> float:
     return float(cost.dp_time(problem.model, problem.training, table.num_replicas, table.replica_size.min(), bw, lat))
 
 
-GREEDY_SPLIT = 64  # micro-batches handed out by the plain greedy loop, at most (else the threshold search)
+GREEDY_SPLIT = 64  # micro-batches handed out by the plain greedy loop, at most (else `greedy_increments`)
 
 
 def split_batches(micro_batches: int, tmb: Sequence[float]) -> list[int] | None:
     """m_r ≥ 1 with Σ m_r = M minimising max_r m_r·T_mb(r): one micro-batch at a time to the
     replica whose time after it is least (optimal for identical jobs on uniform machines).
-    Large splits find the same m_r by `_threshold_split` (thousands of micro-batches and
-    replicas at 16k+ GPUs made the loop take seconds)."""
+    Large splits find the same m_r without the loop (`solvers.batch_split`, the layered
+    pipelines' split: base = step = T_mb; thousands of micro-batches and replicas at 16k+ GPUs
+    made the loop take seconds)."""
     if len(tmb) > micro_batches:
         return None
     extra = micro_batches - len(tmb)
     t = np.asarray(tmb, dtype=float)
     if extra <= GREEDY_SPLIT or not (np.isfinite(t).all() and (t > 0).all()):
         return _greedy_split(micro_batches, list(tmb))
-    return _threshold_split(extra, t)
+    return (1 + greedy_increments(t, t, extra)).tolist()
 
 
 def _greedy_split(micro_batches: int, tmb: list[float]) -> list[int]:
@@ -130,33 +132,6 @@ def _greedy_split(micro_batches: int, tmb: list[float]) -> list[int]:
         r = min(range(len(tmb)), key=lambda i: ((m[i] + 1) * tmb[i], i))
         m[r] += 1
     return m
-
-
-def _taken(t: np.ndarray, value: float) -> np.ndarray:
-    """Per replica the largest k ≥ 1 with k·t ≤ value, in the float products the greedy compares."""
-    k = np.floor(value / t).astype(np.int64)
-    k = np.where((k + 1) * t <= value, k + 1, k)
-    k = np.where(k * t > value, k - 1, k)
-    return np.maximum(k, 1)
-
-
-def _threshold_split(extra: int, t: np.ndarray) -> list[int]:
-    """The greedy's result without its loop: it hands out the `extra` smallest of the times
-    k·t_r (k ≥ 2) in the order (time, r), so bisect (over the float bit patterns) for the
-    smallest time V that covers `extra` of them, take all below V and the ties at V by index."""
-    bits = lambda v: int(np.float64(v).view(np.int64))  # noqa: E731  positive floats order as ints
-    value = lambda b: float(np.int64(b).view(np.float64))  # noqa: E731
-    lo, hi = bits(0.0), bits((extra + 1) * float(t.min()))
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if int((_taken(t, value(mid)) - 1).sum()) >= extra:
-            hi = mid
-        else:
-            lo = mid
-    below, at = _taken(t, value(hi - 1)), _taken(t, value(hi))
-    ties = np.flatnonzero(at > below)[:extra - int((below - 1).sum())]
-    below[ties] += 1
-    return below.tolist()
 
 
 _LAST: dict[str, tuple[object, object]] = {}  # per-cluster figures of the last cluster asked

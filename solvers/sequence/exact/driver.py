@@ -16,17 +16,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
-
 from planner.problem import Problem
 from planner.sequence.rules import no_token_layout
 from planner.solver_info import SolveStatus
 from solvers.common import ModelSize, SolveResult, SolverOptions
-from solvers.batch_split import greedy_increments
 from solvers.sequence.brute import set_partitions
 from solvers.sequence.exact.model import shard_units
 from solvers.sequence.exact.structure import Key, key_of, rename
-from solvers.sequence.space import dp_time, memory_proof, plan_time, result
+from solvers.sequence.space import dp_time, memory_proof, plan_time, result, split_batches
 from planner.base import plural
 
 MAX_DEVICES, MAX_UNITS = 6, 512
@@ -69,14 +66,12 @@ def replica_splits(problem: Problem):
                     yield replicas
 
 
-def least_max_split(micro: int, tmb: list[float]) -> tuple[float, list[int]]:
-    """min over every split m_r ≥ 1, Σ m_r = M, of max_r m_r·T_mb(r), and that split: the
-    greedy one (each micro-batch where m·T_mb grows least, `solvers.batch_split`), exact for
-    this min–max and independent of M's size (brute force enumerates every split: tests hold
-    the two equal; B/b = 10⁸ had filled 12 GB)."""
-    times = np.asarray(tmb, dtype=float)
-    split = 1 + greedy_increments(times, times, micro - len(times))
-    return float(np.max(split * times)), [int(m) for m in split]
+def least_max(micro: int, tmb: list[float]) -> tuple[float, list[int]]:
+    """min over every split m_r ≥ 1, Σ m_r = M, of max_r m_r·T_mb(r), and that split (the
+    heuristic's exact split, `space.split_batches`, at any M; brute force enumerates every split:
+    tests hold the two equal; B/b = 10⁸ had filled 12 GB)."""
+    split = split_batches(micro, tmb)
+    return max(m * t for m, t in zip(split, tmb)), split
 
 
 def combine(problem: Problem, outcomes: dict, replicas, best, bound: float, label: str):
@@ -87,10 +82,10 @@ def combine(problem: Problem, outcomes: dict, replicas, best, bound: float, labe
     if any(math.isinf(f.bound) for f in found):
         return best, bound  # a replica's devices hold no ring: proven by its models
     dp = dp_time(problem, [[[(d, 1, 1) for d in r]] for r in replicas])
-    bound = min(bound, least_max_split(micro, [f.bound for f in found])[0] + dp)
+    bound = min(bound, least_max(micro, [f.bound for f in found])[0] + dp)
     if any(f.ring is None for f in found):
         return best, bound
-    _, m = least_max_split(micro, [f.tmb for f in found])
+    _, m = least_max(micro, [f.tmb for f in found])
     batches = [x * training.micro_batch for x in m]
     rings = [rename(problem, f.ring, r) for f, r in zip(found, replicas)]
     t, fits = plan_time(problem, batches, rings)
