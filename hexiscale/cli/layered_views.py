@@ -9,7 +9,7 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.plan_summary import composition, composition_words, device_use_table, is_large, plural, shape_table
-from hexiscale.cli.price_views import beyond_budget, cost_text, price_rows
+from hexiscale.cli.price_views import price_rows
 from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
 from hexiscale.cli.vendor_views import bridge_table
 from hexiscale.cli.views import plain
@@ -18,9 +18,9 @@ from planner.layered.bridge import layered_bridge_traffic
 from planner.layered.evaluate import evaluate
 from planner.layered.estimate import Estimate
 from planner.layered.plan import Plan
-from planner.prices import cost_per_mtok
-from planner.problem import Objective, Problem
-from solvers.layered.idle import MAX_MACHINES, IdleMachine, explain_idle, idle_devices
+from planner.problem import Problem
+from hexiscale.cli.idle_views import explained_idle
+from solvers.layered.idle import explain_idle
 
 
 def time_unit(values) -> tuple[str, float]:
@@ -92,42 +92,6 @@ def plan_shape(plan: Plan) -> str:
     return " | ".join("→".join(f"tp{s.tp}×{s.layers}" for s in p.stages) for p in plan.pipelines)
 
 
-def idle_view(problem: Problem, plan: Plan, est: Estimate, deadline: float | None = None) -> Table | None:
-    """Why devices stay idle: per idle machine, the best plan found that also uses them (as many
-    machines as the deadline allows; the rest are counted)."""
-    idle = idle_devices(problem, plan)
-    if not idle:
-        return None
-    beyond = beyond_budget(problem, plan.devices)  # machines the budget cannot rent: no search needed
-    reasons = [r for r in explain_idle(problem, plan, deadline) if r.machine not in beyond]
-    used = len(plan.devices)
-    table = Table(title=f"{used:,}/{problem.cluster.num_devices:,} devices used; why the others are idle",
-                  show_header=False, box=box.SIMPLE, title_justify="left")
-    table.add_column()
-    if beyond:
-        table.add_row(f"{plain(', '.join(beyond))}: not rented, renting any of them would exceed the budget of "
-                      f"${problem.budget_per_hour:,.2f}/h")
-    for r in reasons:
-        table.add_row(plain(_reason(problem, r, est)))
-    more = len(idle) - len(reasons) - len(beyond)
-    if more > 0:
-        why = "the time limit" if len(reasons) < min(len(idle), MAX_MACHINES) else f"at most {MAX_MACHINES}"
-        table.add_row(f"… and {plural(more, 'more machine')} with idle devices, not explained ({why})")
-    return table
-
-
-def _reason(problem: Problem, idle: IdleMachine, est: Estimate) -> str:
-    """Why one machine idles, in the objective's terms: T (with or without a budget), or under
-    objective cost the cost per million tokens of the best plan found that also uses it (its
-    machines' rent is fixed, so the least T of those plans is their least cost too)."""
-    if problem.objective != Objective.cost or idle.best_plan is None or est.cost_per_mtok is None:
-        return idle.describe(est.iteration_s)
-    cost = cost_per_mtok(problem, idle.best_plan, idle.best_time_s)
-    return (f"{idle.machine} ({len(idle.devices)} idle): with them as one more stage, best {cost_text(cost)} "
-            f"per million tokens vs {cost_text(est.cost_per_mtok)} ({(cost / est.cost_per_mtok - 1) * 100:+.1f} %; "
-            f"T {format_seconds(idle.best_time_s)} vs {format_seconds(est.iteration_s)}): {idle.why}")
-
-
 def pipeline_shapes_view(problem: Problem, plan: Plan, est: Estimate) -> Table:
     """The plan's pipelines grouped by what their stages are (GPU type and TP size, counted)."""
     cluster, units = problem.cluster, []
@@ -165,6 +129,11 @@ def estimate_views(problem: Problem, est: Estimate, full: bool | None = None) ->
     if full is None:
         full = len(est.stages) <= SUMMARY_ABOVE_STAGES
     return [stage_table_view(est) if full else pipeline_table_view(est), summary_view(problem, est)]
+
+
+def idle_view(problem: Problem, plan: Plan, est: Estimate, deadline: float | None = None) -> Table | None:
+    """Why devices stay idle (`explain_idle` of this kind), or None when none are."""
+    return explained_idle(problem, plan, est, explain_idle, deadline)
 
 
 def bridge_view(problem: Problem, plan: Plan, est: Estimate) -> Table | None:

@@ -22,7 +22,6 @@ from planner.problem import Problem
 SUMMARY_ABOVE_UNITS = 64  # pipelines or replicas
 SUMMARY_ABOVE_PARTS = 256  # stages or groups
 MAX_SHAPE_ROWS = 24
-MAX_IDLE_ROWS = 8  # idle machines listed one by one
 
 
 def is_large(units: int, parts: int) -> bool:
@@ -82,14 +81,3 @@ def device_use_table(problem: Problem, used: Sequence[int]) -> Table:
     for gpu in sorted(total, key=lambda g: -total[g]):
         table.add_row(plain(gpu), f"{total[gpu]:,}", f"{busy[gpu]:,}", f"{total[gpu] - busy[gpu]:,}")
     return table
-
-
-def idle_machine_rows(problem: Problem, used: Sequence[int]) -> tuple[list[tuple[str, list[int]]], int]:
-    """The first MAX_IDLE_ROWS machines with idle devices (name, idle devices), and how many more there are."""
-    cluster, taken = problem.cluster, set(used)
-    idle = []
-    for m, machine in enumerate(cluster.machines):
-        devices = [d for d in cluster.devices_of(m) if d not in taken]
-        if devices:
-            idle.append((machine.name, devices))
-    return idle[:MAX_IDLE_ROWS], max(0, len(idle) - MAX_IDLE_ROWS)

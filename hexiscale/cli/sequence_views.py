@@ -9,8 +9,9 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.layered_views import time_unit
-from hexiscale.cli.plan_summary import (composition, composition_words, device_use_table, idle_machine_rows,
-                                        is_large, plural, shape_table)
+from hexiscale.cli.idle_views import explained_idle
+from hexiscale.cli.plan_summary import (composition, composition_words, device_use_table, is_large, plural,
+                                        shape_table)
 from hexiscale.cli.run_steps import AFTER_WARMUP, final_steps, mean_over_steps
 from hexiscale.cli.price_views import price_rows
 from hexiscale.cli.vendor_views import bridge_table
@@ -18,6 +19,7 @@ from hexiscale.cli.views import plain
 from planner.base import format_runs, format_seconds as seconds
 from planner.problem import Problem
 from planner.sequence.bridge import sequence_bridge_traffic
+from solvers.sequence.idle import explain_idle
 from planner.sequence.estimate import SeqEstimate
 from planner.sequence.plan import SeqPlan
 
@@ -124,22 +126,6 @@ def plan_shape(plan: SeqPlan) -> str:
                       for r in plan.replicas)
 
 
-def idle_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table | None:
-    """Which devices the plan leaves idle, per machine (the first MAX_IDLE_ROWS machines; the
-    rest are counted; no explanation search yet: that needs a sequence solver)."""
-    rows, more = idle_machine_rows(problem, plan.devices)
-    if not rows:
-        return None
-    table = Table(title=f"{len(plan.devices):,}/{problem.cluster.num_devices:,} devices used; idle devices",
-                  show_header=False, box=box.SIMPLE, title_justify="left")
-    table.add_column()
-    for name, devices in rows:
-        table.add_row(f"{plain(name)}: {len(devices)} idle ({format_runs(devices)})")
-    if more:
-        table.add_row(f"… and {plural(more, 'more machine')} with idle devices")
-    return table
-
-
 def replica_shapes_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table:
     """The plan's replicas grouped by what their groups are (GPU types and members, counted)."""
     cluster, units = problem.cluster, []
@@ -153,6 +139,11 @@ def replica_shapes_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Ta
                        f"groups (--full: every group)", ("batch", "T_rep", "ring"), units)
 
 
+def idle_view(problem: Problem, plan: SeqPlan, est: SeqEstimate, deadline: float | None = None) -> Table | None:
+    """Why devices stay idle (`explain_idle` of this kind), or None when none are."""
+    return explained_idle(problem, plan, est, explain_idle, deadline)
+
+
 def bridge_view(problem: Problem, plan: SeqPlan, est: SeqEstimate) -> Table | None:
     """On a cluster that mixes nvidia and amd: what of T and which bytes cross the bridge."""
     if not problem.cluster.mixes_vendors:
@@ -164,13 +155,14 @@ def solved_views(problem: Problem, plan: SeqPlan, est: SeqEstimate, *, full: boo
                  deadline: float | None = None) -> list[Table]:
     """What `hexiscale solve` prints before the solver's status: the plan (every group, or for a
     large plan unless `full`, its replicas by shape and its devices per GPU type), idle devices,
-    and the cross-vendor traffic on a mixed-vendor cluster. (`deadline`: nothing here searches.)"""
+    and why (`solvers.sequence.idle`, within `deadline`), and the cross-vendor traffic on a
+    mixed-vendor cluster."""
     groups = sum(len(r.ring) for r in plan.replicas)
     if full or not is_large(len(plan.replicas), groups):
         head = [plan_table(problem, plan, est)]
     else:
         head = [replica_shapes_view(problem, plan, est), device_use_table(problem, plan.devices)]
-    extra = [idle_view(problem, plan, est), bridge_view(problem, plan, est)]
+    extra = [idle_view(problem, plan, est, deadline), bridge_view(problem, plan, est)]
     return head + [view for view in extra if view is not None]
 
 

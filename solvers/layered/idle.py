@@ -1,7 +1,4 @@
-"""Why a plan leaves GPUs idle: for each machine with idle devices, the best plan found that
-also puts them to work, and what then limits it.
-
-An idle GPU surprises an expert, so the answer is a number: the plan is re-priced with the
+"""Why a layered plan leaves GPUs idle (`solvers.idle`): the plan is re-priced with the
 idle devices of one machine added as one more stage (TP group) at every position of every
 pipeline, taking 1, 2, … layers from the stages around it, and the best such plan is
 reported with its T and its bottleneck. Pipelines are tried slowest first (adding devices
@@ -14,49 +11,18 @@ found a better plan this way would have been beaten by a local move it does not 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from itertools import islice
 
-from planner.base import format_seconds
 from planner.layered.evaluate import find_bottleneck
 from planner.layered.plan import Pipeline, Plan, Stage
 from planner.layered.pricing import breakdown, iteration_time
 from planner.layered.table import stage_table
 from planner.layered.validate import validate
 from planner.problem import Problem
+from solvers.idle import MAX_MACHINES, TIME_BUDGET_S, IdleMachine, idle_devices
 
-MAX_MACHINES = 6  # explain at most this many idle machines
 MAX_PLACEMENTS = 100  # priced placements per machine: big plans have O(D·S·L) of them
 STAGE_BUDGET = 20_000  # placements × stages of the plan per machine: fewer placements on huge plans
-TIME_BUDGET_S = 5.0  # no further machine is explained once this much time is spent
-
-
-@dataclass(frozen=True)
-class IdleMachine:
-    machine: str
-    devices: tuple[int, ...]  # its idle devices
-    best_time_s: float | None  # T of the best plan found that uses them (None: none fits)
-    why: str  # the bottleneck of that plan, or why nothing fits (and whether the search was cut)
-    best_plan: Plan | None  # that plan
-
-    def describe(self, current_s: float) -> str:
-        head = f"{self.machine} ({len(self.devices)} idle)"
-        if self.best_time_s is None:
-            return f"{head}: {self.why}"
-        slower = (self.best_time_s / current_s - 1) * 100
-        return (f"{head}: with them as one more stage, best {format_seconds(self.best_time_s)} vs "
-                f"{format_seconds(current_s)} ({slower:+.1f} %): {self.why}")
-
-
-def idle_devices(problem: Problem, plan: Plan) -> dict[int, tuple[int, ...]]:
-    """Machine index → its devices that no stage uses."""
-    used, cluster = set(plan.devices), problem.cluster
-    out = {}
-    for m in range(len(cluster.machines)):
-        idle = tuple(d for d in cluster.devices_of(m) if d not in used)
-        if idle:
-            out[m] = idle
-    return out
 
 
 def explain_idle(problem: Problem, plan: Plan, deadline: float | None = None) -> list[IdleMachine]:

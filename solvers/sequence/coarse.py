@@ -18,7 +18,7 @@ import numpy as np
 
 from planner.problem import Problem
 from solvers.sequence.shard_memory import ShardDeal, fit_shards, proportional, rings_fit
-from solvers.sequence.space import Ring, compositions, per_cluster
+from solvers.sequence.space import Ring, compositions, micro_batch_times, per_cluster, plan_time, split_batches, table_of
 
 TAU = 4  # ring starts tried by the greedy order search
 MAX_FINE = 256  # largest (heads × tokens) split enumerated exactly per group
@@ -198,6 +198,26 @@ def _split_ring(problem: Problem, ordered: list[list[int]], units: list[int]) ->
     """Stage 2 over a ring's groups with these shard units (None where a group cannot split)."""
     ring = [fine_split(problem, g, u) for g, u in zip(ordered, units)]
     return None if any(g is None for g in ring) else ring
+
+
+def join_ring(problem: Problem, rings: list[Ring], r: int, devices: Sequence[int]) -> tuple[float, list[int], list[Ring]] | None:
+    """(T, batches, rings) with `devices` as more groups of replica r's ring (of its HP degree),
+    that ring ordered and its shards dealt by speed again (`coarse_rings`), the other rings as
+    they are and the micro-batches split again; None where the ring cannot be built or does
+    not fit in memory."""
+    degree = max(len(g) for g in rings[r])
+    groups = [[member[0] for member in g] for g in rings[r]] + machine_groups(problem, devices, degree)
+    ring = coarse_rings(problem, [groups])[0]
+    if ring is None:
+        return None
+    joined = rings[:r] + [ring] + rings[r + 1:]
+    micro = problem.training.global_batch // problem.training.micro_batch
+    split = split_batches(micro, micro_batch_times(problem, table_of(joined, [1] * len(joined))))
+    if split is None:
+        return None
+    batches = [m * problem.training.micro_batch for m in split]
+    t, fits = plan_time(problem, batches, joined)
+    return (t, batches, joined) if fits else None
 
 
 def devices_by_speed(problem: Problem) -> list[int]:
