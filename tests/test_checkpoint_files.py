@@ -126,3 +126,17 @@ def test_run_plan_resume_checks_the_checkpoint_before_starting(tmp_path):
         hx.run_plan(load_problem("demo-tiny"), load_plan("demo-tiny"), steps=3, seq_len=16, resume=tmp_path)
     with pytest.raises(CheckpointError, match="already holds checkpoints"):
         hx.run_plan(load_problem("demo-tiny"), load_plan("demo-tiny"), steps=3, checkpoint_dir=str(tmp_path))
+
+
+def test_saved_steps_are_every_save_every_th_after_the_start_at_any_size():
+    """As the workers save (after step s when s % save_every == 0), without a loop over the
+    steps: --steps 10^13 had spent 10 silent minutes listing them before the run began."""
+    from runtime.checkpoints.manifest import saved_steps
+
+    for first in range(0, 9):
+        for steps in range(first, 14):
+            for every in range(0, 5):
+                listed = [s for s in range(first + 1, steps + 1) if every and s % every == 0]
+                assert list(saved_steps(first, steps, every)) == listed, (first, steps, every)
+    huge = saved_steps(3, 10**13, 1)
+    assert len(huge) == 10**13 - 3 and huge[-1] == 10**13 and 10**12 in huge and 3 not in huge

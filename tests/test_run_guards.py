@@ -388,3 +388,32 @@ def test_a_failed_run_s_error_lines_are_printed_as_the_ranks_wrote_them(monkeypa
     result = cli("demo-tiny", "demo-tiny", "--steps", 1, "--out", tmp_path / "out")
     assert result.exit_code == 1, result.output
     assert "error: rank 0: no memory on [device 3]" in result.output and "\\[" not in result.output, result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["running", "step 1/"])
+def test_two_quick_ctrl_cs_to_the_group_are_one_line_and_leave_no_forkserver_folder(tmp_path, moment):
+    """A terminal's Ctrl-C reaches the whole process group. Two of them 5 ms apart printed
+    multiprocessing's atexit traceback and left its forkserver's /tmp/pymp-* folder; one during
+    the forkserver's import of torch (the run's first seconds) printed the forkserver's
+    traceback. Either way it is one line and exit 130, and TMPDIR is left empty of pymp-*."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
+    command = ["run", "demo-tiny", str(two_rank_plan(tmp_path)), "--steps", "1000", "--seq-len", "8"]
+    run = terminal_popen([sys.executable, "-c", "from hexiscale.cli import main; main()", *command], cwd=ROOT,
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        while not run.stdout.readline().startswith(moment):
+            assert run.poll() is None, run.stderr.read()
+        for _ in range(2):
+            os.killpg(run.pid, signal.SIGINT)
+            time.sleep(0.005)
+        _, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 130, err
+    assert "Traceback" not in err and [ln for ln in err.splitlines() if ln.strip()][0].startswith(
+        "error: interrupted: stopped the run's 2 processes"), err
+    deadline = time.monotonic() + 10  # the forkserver ends a moment after its launcher
+    while list(tmp_path.glob("pymp-*")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not list(tmp_path.glob("pymp-*"))

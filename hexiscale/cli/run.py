@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import tempfile
 from pathlib import Path
 
@@ -172,6 +173,9 @@ def launch(prob, job, the_plan, elastic: bool) -> tuple[RunResult, object]:
     except RunError as exc:  # the processes could not start (e.g. TMPDIR too long for their socket)
         fail(f"{exc} (logs in {logs})", EXIT_RUN_FAILED)
     except KeyboardInterrupt:  # the workers end with this process (daemons; and each watches its launcher)
+        # a second Ctrl-C must not cut multiprocessing's exit (it printed a traceback and left its
+        # forkserver's /tmp/pymp-* folder): ignored from here, as `interrupted` does
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         save = cut_short(job.config.save_hf) if job.config.save_hf else ""
         fail(f"interrupted: stopped the run's {count} process{'es' if count > 1 else ''}; logs in {logs}"
              + (f"; {save}" if save else ""), EXIT_INTERRUPTED)

@@ -120,10 +120,13 @@ def incomplete_steps(root: str | Path) -> list[int]:
                   and not (p / MANIFEST).is_file())
 
 
-def saved_steps(first: int, steps: int, save_every: int) -> list[int]:
+def saved_steps(first: int, steps: int, save_every: int) -> range:
     """The steps a run from step `first` to `steps` saves: every `save_every`-th (as the
-    workers do: after step s when s % save_every == 0)."""
-    return [s for s in range(first + 1, steps + 1) if save_every and s % save_every == 0]
+    workers do: after step s when s % save_every == 0). A range, not a list: --steps 10^13 had
+    looped over every step before the run started (10 minutes silent)."""
+    if not save_every:
+        return range(0)
+    return range((first // save_every + 1) * save_every, steps + 1, save_every)
 
 
 def sha256_of(path: Path) -> str:

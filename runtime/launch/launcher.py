@@ -14,6 +14,7 @@ import json
 import multiprocessing
 import multiprocessing.context
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -82,7 +83,8 @@ def free_port() -> int:
 # torch._dynamo, which torch imports on a rank's first optimizer (`torch._compile._disable_dynamo`)
 # with sympy and torch.distributed.tensor: one second of one core per rank, more than each rank's
 # training in most test runs (sampled over `make test`: 400 of the ranks' 580 CPU-seconds).
-FORKSERVER_PRELOAD = ["runtime.launch.worker", "torch._dynamo"]
+# (runtime.launch.forkserver_quiet first: the forkserver ignores a Ctrl-C while it imports)
+FORKSERVER_PRELOAD = ["runtime.launch.forkserver_quiet", "runtime.launch.worker", "torch._dynamo"]
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -129,6 +131,7 @@ def _rank_entry(*args) -> None:
     has imported the worker already, so in a rank the import below is free."""
     from runtime.launch.worker import spawned_entry
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as before the forkserver's (forkserver_quiet)
     spawned_entry(*args)
 
 

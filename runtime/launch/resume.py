@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.checkpoints.manifest import (CheckpointError, Manifest, check_resumable, complete_steps, latest_checkpoint,
-                                          saved_steps, step_dir)
+from runtime.checkpoints.manifest import (CheckpointError, Manifest, check_resumable, complete_steps, incomplete_steps,
+                                          latest_checkpoint, saved_steps, step_dir)
 from runtime.config import Job
 from runtime.errors import RunError
 from runtime.kinds import runtime_kind
@@ -47,9 +47,10 @@ def check_fresh_dir(job: Job, resumed_step: int | None = None) -> None:
         raise CheckpointError(f"{root}: holds a checkpoint (step {steps[-1]}) newer than the one "
                               f"resumed (step {resumed_step}); it would be overwritten")
     config = job.config
-    for step in saved_steps(resumed_step or 0, config.steps, config.save_every) if root else ():
+    saves = saved_steps(resumed_step or 0, config.steps, config.save_every)
+    for step in incomplete_steps(root) if root else ():
         # a folder without a manifest (deleted, made by hand) where a save would go: the save's
         # rename cannot replace it, and it is not this run's to remove
-        if (there := step_dir(root, step)).exists():
+        if step in saves and (there := step_dir(root, step)).exists():
             raise CheckpointError(f"{there}: already there without a manifest, where this run would save step {step}: "
                                   f"move it aside or remove it, or choose another --checkpoint-dir")
