@@ -103,6 +103,7 @@ def test_a_fresh_run_refuses_a_folder_with_checkpoints(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--save-every", "2"], "--save-every needs --checkpoint-dir"),
+    (["--checkpoint-dir", "/tmp"], "--checkpoint-dir saves nothing without --save-every N"),
     (["--elastic"], "--elastic needs --checkpoint-dir and --save-every"),
     (["--resume", "/nonexistent/x"], "--resume: /nonexistent/x is not a folder")])
 def test_checkpoint_options_are_checked_first(args, message):

@@ -417,3 +417,22 @@ def test_two_quick_ctrl_cs_to_the_group_are_one_line_and_leave_no_forkserver_fol
     while list(tmp_path.glob("pymp-*")) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not list(tmp_path.glob("pymp-*"))
+
+
+def test_a_resumed_run_takes_the_checkpoints_sequence_length_when_none_is_given(tmp_path):
+    """A sequence plan's tiny run trains at s = 16, a layered plan's at 32: resuming a sequence
+    checkpoint under a layered plan was refused ('trained with seq_len 16, this run has 32')
+    though the user had set neither. Without --seq-len the checkpoint's is taken, and said."""
+    trained = cli("longctx-tiny", "longctx-tiny", "--steps", 2, "--checkpoint-dir", tmp_path / "ck", "--save-every", 2,
+                  "--out", tmp_path / "seq")
+    assert trained.exit_code == 0, trained.output
+    layered = tmp_path / "layered.json"
+    solved = CliRunner().invoke(app, ["solve", "longctx-tiny", "--kind", "layered", "-s", "symmetric", "-o", str(layered)])
+    assert solved.exit_code == 0, solved.output
+    resumed = cli("longctx-tiny", layered, "--steps", 4, "--resume", tmp_path / "ck", "--torchrun",
+                  "--out", tmp_path / "job")
+    assert resumed.exit_code == 0 and "note: --seq-len 16, as the checkpoint was trained" in resumed.output, resumed.output
+    assert json.loads((tmp_path / "job" / "job.json").read_text())["config"]["seq_len"] == 16
+    other = cli("longctx-tiny", layered, "--steps", 4, "--resume", tmp_path / "ck", "--seq-len", 32, "--torchrun",
+                "--out", tmp_path / "job2")
+    assert other.exit_code == 2 and "trained with seq_len 16, this run has 32" in other.output  # given: kept, refused

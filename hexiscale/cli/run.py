@@ -142,6 +142,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     model = checked_model(prob, model)
     check_backend(backend, torchrun, len(the_plan.devices))
     check_resume_early(prob, model, resume, force)
+    seq_len = resumed_seq_len(resume, seq_len)
     settings = {"steps": steps, "lr": lr, "seed": seed, "weight_decay": weight_decay, **model_file_settings(
                     prob, model, steps, seq_len, data, eval_data, eval_every, init_from, save_hf, save_dtype),
                 "timeout_s": timeout, "wait": wait, "backend": backend, "out_dir": str(out) if out else "",
@@ -166,9 +167,9 @@ def launch(prob, job, the_plan, elastic: bool) -> tuple[RunResult, object]:
     """Run the job's processes here (elastically: re-planned when a rank is lost); a run that
     fails, cannot start or is interrupted (Ctrl-C) is one error naming where its logs are."""
     count = len(the_plan.devices)
-    console.print(f"running {count} process{'es' if count > 1 else ''}: {describe_job(job)}", highlight=False)
     logs = attempts_folder(job) if elastic else job.config.out_dir
-    try:
+    try:  # (the line inside: a Ctrl-C right after it is this run's, whatever has started)
+        console.print(f"running {count} process{'es' if count > 1 else ''}: {describe_job(job)}", highlight=False)
         result, the_plan = run_elastically(prob, job, the_plan) if elastic else (launch_local(job), the_plan)
     except RunError as exc:  # the processes could not start (e.g. TMPDIR too long for their socket)
         fail(f"{exc} (logs in {logs})", EXIT_RUN_FAILED)
@@ -248,6 +249,8 @@ def checkpoint_options(checkpoint_dir: Path | None, save_every: int, resume: Pat
         checkpoint_dir = resume.parent if (resume / "manifest.json").is_file() else resume
     if save_every and checkpoint_dir is None:
         fail("--save-every needs --checkpoint-dir")
+    if checkpoint_dir is not None and not save_every and not elastic:  # (--elastic says what it needs)
+        fail("--checkpoint-dir saves nothing without --save-every N (a checkpoint after every N-th step)")
     if elastic and (checkpoint_dir is None or not save_every):
         fail("--elastic needs --checkpoint-dir and --save-every (it restarts from the last checkpoint)")
     if elastic and torchrun:
@@ -341,6 +344,18 @@ def refuse_other_model(run_model, manifest, folder, force: bool) -> None:
     if difference and not force and not (saved.name == run_model.name and saved.name.startswith("tiny(")):
         fail(f"--resume: {folder} holds another model than this run's {run_model.name!r}: {saved.name!r}, "
              f"{difference}; resume with the problem of that model, or pass --force to train the checkpoint's")
+
+
+def resumed_seq_len(resume: Path | None, seq_len: int | None) -> int | None:
+    """--seq-len, or when it is not given and the run resumes, the checkpoint's (said): the
+    default differs by plan kind (a sequence plan's tiny run 16, a layered one's 32), and a
+    checkpoint resumes under a plan of either kind."""
+    if resume is None or seq_len is not None or (found := newest_manifest(resume)) is None:
+        return seq_len
+    trained = found[1].settings.get("seq_len")
+    if trained is not None:
+        console.print(f"note: --seq-len {trained}, as the checkpoint was trained", highlight=False)
+    return trained
 
 
 def check_resume_early(prob, model: str, resume: Path | None, force: bool) -> None:
