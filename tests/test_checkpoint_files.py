@@ -6,6 +6,7 @@ run refuses a folder that already holds checkpoints."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
@@ -141,3 +142,19 @@ def test_saved_steps_are_every_save_every_th_after_the_start_at_any_size():
                 assert list(saved_steps(first, steps, every)) == listed, (first, steps, every)
     huge = saved_steps(3, 10**13, 1)
     assert len(huge) == 10**13 - 3 and huge[-1] == 10**13 and 10**12 in huge and 3 not in huge
+
+
+def test_a_damaged_newest_checkpoint_is_named_with_the_command_of_its_reader_and_a_bad_manifest_field(tmp_path):
+    """export-hf suggested `--resume`, an option of run; an empty manifest said 'Field required'
+    without the field."""
+    from runtime.checkpoints.hf_weights import export_checkpoint
+
+    fake_checkpoint(tmp_path, 1)
+    fake_checkpoint(tmp_path, 2)
+    os.remove(step_dir(tmp_path, 2) / "rank2.pt")
+    older = step_dir(tmp_path, 1)
+    with pytest.raises(CheckpointError, match=re.escape(f"can be exported by naming it (hexiscale export-hf {older} -o")):
+        export_checkpoint(tmp_path, tmp_path / "hf")
+    (older / "manifest.json").write_text("{}")
+    with pytest.raises(CheckpointError, match=r"not a readable checkpoint manifest \(\w+: Field required\)"):
+        latest_checkpoint(older)

@@ -200,7 +200,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "flo
                       max_shard_bytes: int = MAX_SHARD_BYTES, log: Callable[[str], None] = print) -> tuple[Path, int]:
     """A plan-independent checkpoint (the newest under `checkpoint`, verified) in the Hugging
     Face layout (`log`: as write_hf_folder's); returns (its folder, its step)."""
-    folder, manifest = latest_checkpoint(checkpoint)
+    folder, manifest = latest_checkpoint(checkpoint, use="exported by naming it (hexiscale export-hf {folder} -o …)")
     missing = [n for n in model_tensors(manifest.model) if f"param/{n}" not in manifest.tensors]
     if missing:
         raise CheckpointError(f"{folder}: the checkpoint has no tensor param/{missing[0]}")

@@ -133,12 +133,19 @@ def sha256_of(path: Path) -> str:
     return file_sha256(path)
 
 
+def _invalid(exc: ValidationError) -> str:
+    """The first field a manifest gets wrong, named ('{}' said only 'Field required')."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return f"{where}: {error['msg']}" if where else error["msg"]
+
+
 def read_manifest(folder: Path) -> Manifest:
     path = folder / MANIFEST
     try:
         manifest = Manifest.model_validate(json.loads(path.read_text()))
     except (OSError, ValueError, ValidationError) as exc:
-        reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
+        reason = _invalid(exc) if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
         raise CheckpointError(f"{path}: not a readable checkpoint manifest ({reason})") from None
     if manifest.format != FORMAT:
         raise CheckpointError(f"{path}: format {manifest.format!r}, expected {FORMAT!r}")
@@ -209,10 +216,10 @@ def verify(folder: Path, manifest: Manifest) -> None:
             raise CheckpointError(f"{path}: shard checksum differs from the manifest (sha256)")
 
 
-def latest_checkpoint(root: str | Path) -> tuple[Path, Manifest]:
+def latest_checkpoint(root: str | Path, use: str = "resumed by naming it (--resume {folder})") -> tuple[Path, Manifest]:
     """The newest complete checkpoint under `root`, verified (partial ones are skipped). A
     damaged newest one is not passed over for an older one (that would redo steps silently):
-    the error names the older one, to be resumed by its own folder."""
+    the error names the older one, and how to `use` it by its own folder ({folder} in it)."""
     root = Path(root)
     if (root / MANIFEST).is_file():  # the path of one checkpoint folder
         folder, older = root, []
@@ -227,8 +234,9 @@ def latest_checkpoint(root: str | Path) -> tuple[Path, Manifest]:
     except CheckpointError as exc:
         if not older:
             raise
-        raise CheckpointError(f"{exc}; the older checkpoint {step_dir(root, older[-1])} can be resumed by "
-                              f"naming it (--resume {step_dir(root, older[-1])})") from None
+        older_dir = step_dir(root, older[-1])
+        raise CheckpointError(f"{exc}; the older checkpoint {older_dir} can be {use.format(folder=older_dir)}") \
+            from None
     return folder, manifest
 
 
