@@ -436,3 +436,16 @@ def test_a_resumed_run_takes_the_checkpoints_sequence_length_when_none_is_given(
     other = cli("longctx-tiny", layered, "--steps", 4, "--resume", tmp_path / "ck", "--seq-len", 32, "--torchrun",
                 "--out", tmp_path / "job2")
     assert other.exit_code == 2 and "trained with seq_len 16, this run has 32" in other.output  # given: kept, refused
+
+
+def test_show_and_calibrate_of_an_elastic_runs_folder_name_its_attempts(tmp_path):
+    """`show el` and `calibrate el` of an --elastic run's --out folder said it was no run folder,
+    with no word of the attempt-N folders the runs are in."""
+    for n in (0, 1, 10):
+        (tmp_path / f"attempt-{n}").mkdir()
+    attempts = ", ".join(str(tmp_path / f"attempt-{n}") for n in (0, 1, 10))
+    for command in (["show", str(tmp_path)], ["calibrate", str(tmp_path), "-o", str(tmp_path / "c.yaml")]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2 and error_lines(result) == [
+            f"error: {tmp_path} is an --elastic run's folder, each of its attempts a run of one plan: give one of "
+            f"{attempts} (the last holds the whole run's loss curve, loss.png)"], result.output

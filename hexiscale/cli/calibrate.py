@@ -53,7 +53,10 @@ def run_log_path(path: Path) -> Path:
     if not inside.is_file() and (path / "job.json").is_file() and not any(path.glob("rank*.log")):
         fail(torchrun_refusal(path))
     if not inside.is_file():
-        fail(f"{path}: a folder without {RUNLOG_FILE}: give a run's out folder (hexiscale run --out) or its "
+        from runtime.launch.elastic import elastic_folder_refusal
+
+        fail(elastic_folder_refusal(path) or
+             f"{path}: a folder without {RUNLOG_FILE}: give a run's out folder (hexiscale run --out) or its "
              f"{RUNLOG_FILE}")
     return inside
 

@@ -71,7 +71,10 @@ def show_run(folder: str, plan: str | None, out: Path | None) -> bool:
 
     if not is_run_folder(Path(folder)):
         if plan is None:
-            fail(f"{folder}: expected PROBLEM PLAN, or the folder of a run (one holding runlog.json or steps.jsonl)")
+            from runtime.launch.elastic import elastic_folder_refusal
+
+            fail(elastic_folder_refusal(Path(folder)) or
+                 f"{folder}: expected PROBLEM PLAN, or the folder of a run (one holding runlog.json or steps.jsonl)")
         return False
     if plan is not None:
         fail(f"{folder} is a run folder: show draws its loss curve and takes no plan (got {plan!r})")

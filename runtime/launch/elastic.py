@@ -79,6 +79,23 @@ def attempts_folder(job: Job) -> Path:
     return Path(job.config.out_dir or Path(job.config.checkpoint_dir) / "runs")
 
 
+def attempt_folders(base: Path) -> list[Path]:
+    """An elastic run's attempt-N folders under `base`, in order (none for any other folder)."""
+    found = [(int(p.name.split("-", 1)[1]), p) for p in base.glob("attempt-*")
+             if p.is_dir() and p.name.split("-", 1)[1].isdigit()] if base.is_dir() else []
+    return [p for _, p in sorted(found)]
+
+
+def elastic_folder_refusal(base: Path) -> str:
+    """Where a command given an elastic run's --out folder wants one run's (each attempt ran one
+    plan): which they are ('' when `base` holds none). The last holds the whole run's loss curve."""
+    attempts = attempt_folders(base)
+    if not attempts:
+        return ""
+    return (f"{base} is an --elastic run's folder, each of its attempts a run of one plan: give one of "
+            f"{', '.join(str(p) for p in attempts)} (the last holds the whole run's loss curve, loss.png)")
+
+
 def fresh_event_log(base: Path, log: Callable[[str], None]) -> Path:
     """This run's elastic.jsonl: one an earlier run left there is removed (and said), so that
     the file holds this run's events only rather than both runs' appended."""
