@@ -20,7 +20,8 @@ from solvers.idle import MAX_MACHINES, IdleMachine, idle_devices
 Explain = Callable[[Problem, Any, float | None], list[IdleMachine]]  # (problem, plan, deadline) → reasons
 
 
-def explained_idle(problem: Problem, plan: Any, est: Any, explain: Explain, deadline: float | None = None) -> Table | None:
+def explained_idle(problem: Problem, plan: Any, est: Any, explain: Explain,
+                   deadline: float | None = None) -> Table | None:
     """Why devices stay idle: per idle machine, the best plan found that also uses them (the
     plan kind's `explain`; as many machines as the deadline allows; the rest are counted)."""
     idle = idle_devices(problem, plan)

@@ -18,7 +18,8 @@ import numpy as np
 
 from planner.problem import Problem
 from solvers.sequence.shard_memory import ShardDeal, fit_shards, proportional, rings_fit
-from solvers.sequence.space import Ring, compositions, micro_batch_times, per_cluster, plan_time, split_batches, table_of
+from solvers.sequence.space import (Ring, compositions, micro_batch_times, per_cluster, plan_time, split_batches,
+                                    table_of)
 
 TAU = 4  # ring starts tried by the greedy order search
 MAX_FINE = 256  # largest (heads × tokens) split enumerated exactly per group
@@ -200,7 +201,8 @@ def _split_ring(problem: Problem, ordered: list[list[int]], units: list[int]) ->
     return None if any(g is None for g in ring) else ring
 
 
-def join_ring(problem: Problem, rings: list[Ring], r: int, devices: Sequence[int]) -> tuple[float, list[int], list[Ring]] | None:
+def join_ring(problem: Problem, rings: list[Ring], r: int,
+              devices: Sequence[int]) -> tuple[float, list[int], list[Ring]] | None:
     """(T, batches, rings) with `devices` as more groups of replica r's ring (of its HP degree),
     that ring ordered and its shards dealt by speed again (`coarse_rings`), the other rings as
     they are and the micro-batches split again; None where the ring cannot be built or does
