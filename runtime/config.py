@@ -89,7 +89,8 @@ class Job(Frozen):
 
     plan: AnyPlan = Field(description="a plan of any kind (told apart by its format tag)")
     config: RunConfig
-    cluster: Cluster | None = Field(default=None, description="the problem's cluster; None: unknown")
+    cluster: Cluster | None = Field(default=None, description="the problem's cluster (taken from `problem` "
+                                    "where the job has one); None: unknown")
     problem_hash: str = Field(default="", description="sha256 of the problem (checkpoint manifests)")
     # a --torchrun run has no launcher to gather it: rank 0 writes the run log from the job alone
     problem: Problem | None = Field(default=None, description="the problem the job was made for, which its "

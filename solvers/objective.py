@@ -216,10 +216,11 @@ def cheapest(problem: Problem, options: SolverOptions, budgeted: SolverFn, *, ex
     wall = time.perf_counter() - start
     plan = point.plan.model_copy(update={"solver": SolverInfo(name=front.solver, status=status,
                                                                objective_s=point.iteration_s, wall_s=wall)})
+    short = front.cut_short()
     note = (f"the cheapest per token of {len(front.points)} frontier point(s)"
             + (f"; proven least cost {bound:.6g} per million tokens" if status == SolveStatus.optimal
                else f"; cost bound {bound:.6g} per million tokens" if bound is not None else "")
-            + (f"; {front.cut_short()}" if front.cut_short() else ""))
+            + (f"; {short}" if short else ""))
     return SolveResult(solver=front.solver, status=status, plan=plan, objective_s=point.iteration_s,
                        wall_s=wall, message=note, cost_bound_per_mtok=bound)
 

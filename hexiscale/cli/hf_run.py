@@ -96,7 +96,7 @@ def weight_settings(problem, model: str, init_from: Path | None, save_hf: Path |
     if init_from is not None:
         check_init_folder(problem, model, init_from)
     if save_hf is not None:
-        check_save_folder(problem, init_from, save_hf)
+        refuse_save_into(save_hf, own=problem.model.hf_folder, init_from=init_from)
     writable_folder(save_hf, "--save-hf")  # made by rank 0 after the last step: nothing written before
     return {"init_from": str(init_from.resolve()) if init_from else "",
             "save_hf": str(save_hf.resolve()) if save_hf else "", "save_dtype": dtype}
@@ -121,23 +121,22 @@ def check_init_folder(problem, model: str, init_from: Path) -> None:
              "its weights are another model's")
 
 
-def check_save_folder(problem, init_from: Path | None, save_hf: Path) -> None:
-    """--save-hf is neither the model's own folder nor the --init-from one: the save replaces
-    the weights there, and an interrupted or bad run would lose the only copy of the start."""
-    for option, folder in (("the model's own folder", problem.model.hf_folder), ("the --init-from folder", init_from)):
-        if folder and save_hf.resolve() == Path(folder).resolve():
-            fail(f"--save-hf: {save_hf} is {option} (the save would replace the weights it starts from): "
-                 "write to another folder")
+def refuse_save_into(save: str | Path, *, own: str | Path | None, init_from: str | Path | None = None) -> None:
+    """--save-hf is neither the trained model's own folder (its config.json and tokenizer are
+    read from there when the run ends, and writing over them failed only then, half-way) nor the
+    --init-from one (the save would replace the weights it starts from: an interrupted or bad
+    run would lose the only copy)."""
+    for folder, what in ((own, "the model's own folder (its config.json, tokenizer and weights are read from it)"),
+                         (init_from, "the --init-from folder (the save would replace the weights it starts from)")):
+        if folder and Path(save).resolve() == Path(folder).resolve():
+            fail(f"--save-hf: {save} is {what}: write to another folder")
 
 
 def check_save_target(job) -> None:
-    """--save-hf must not be the trained model's own folder (the problem's, or a resumed
-    checkpoint's): its config.json and tokenizer are read from there when the run ends, and
-    writing over them failed only then, half-way, after all the training."""
-    save, folder = job.config.save_hf, job.config.model.hf_folder
-    if save and folder and Path(save).resolve() == Path(folder).resolve():
-        fail(f"--save-hf: {save} is the model's own folder (its config.json, tokenizer and weights are read "
-             "from it): write to another folder")
+    """--save-hf against the model the job trains: the problem's, or a resumed checkpoint's,
+    whose folder only the job knows (`refuse_save_into` checked the problem's before any work)."""
+    if job.config.save_hf:
+        refuse_save_into(job.config.save_hf, own=job.config.model.hf_folder)
 
 
 def model_notes(config, global_batch: int) -> list[str]:
@@ -145,7 +144,7 @@ def model_notes(config, global_batch: int) -> list[str]:
     (no --init-from), random tokens (no --data), a sequence past the positions the model was
     made for, an eval loss on the training text, a corpus shorter than one step's B·s tokens."""
     from planner.hf_config import HFConfigError, max_positions
-    from runtime.model.text import TOKEN_DTYPE
+    from runtime.model.text import TokenStream
 
     folder, notes = config.model.hf_folder, []
     if not folder:
@@ -164,7 +163,7 @@ def model_notes(config, global_batch: int) -> list[str]:
     if config.eval_token_file and config.eval_token_file == config.token_file:
         notes.append("note: --eval-data is the --data text: the eval loss is measured on training text")
     if config.token_file and Path(config.token_file).is_file():
-        tokens = Path(config.token_file).stat().st_size // TOKEN_DTYPE().itemsize
+        tokens = TokenStream.of_file(Path(config.token_file)).tokens
         step = global_batch * config.seq_len
         if step > tokens - config.seq_len - 1:  # the offsets wrap within one step (docs/models-and-data.md §12)
             notes.append(f"note: the corpus has {tokens:,} tokens, fewer than one step reads (B·s = {step:,}): "

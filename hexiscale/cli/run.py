@@ -141,8 +141,9 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     check_plan_is_for(prob, the_plan, plan, force)
     model = checked_model(prob, model)
     check_backend(backend, torchrun, len(the_plan.devices))
-    check_resume_early(prob, model, resume, force)
-    seq_len = resumed_seq_len(resume, seq_len)
+    peeked = newest_manifest(resume) if resume is not None else None  # unverified: resume_job verifies
+    check_resume_early(prob, model, peeked, resume, force)
+    seq_len = resumed_seq_len(peeked, seq_len)
     settings = {"steps": steps, "lr": lr, "seed": seed, "weight_decay": weight_decay, **model_file_settings(
                     prob, model, steps, seq_len, data, eval_data, eval_every, init_from, save_hf, save_dtype),
                 "timeout_s": timeout, "wait": wait, "backend": backend, "out_dir": str(out) if out else "",
@@ -346,24 +347,24 @@ def refuse_other_model(run_model, manifest, folder, force: bool) -> None:
              f"{difference}; resume with the problem of that model, or pass --force to train the checkpoint's")
 
 
-def resumed_seq_len(resume: Path | None, seq_len: int | None) -> int | None:
-    """--seq-len, or when it is not given and the run resumes, the checkpoint's (said): the
-    default differs by plan kind (a sequence plan's tiny run 16, a layered one's 32), and a
-    checkpoint resumes under a plan of either kind."""
-    if resume is None or seq_len is not None or (found := newest_manifest(resume)) is None:
+def resumed_seq_len(peeked, seq_len: int | None) -> int | None:
+    """--seq-len, or when it is not given and the run resumes (`peeked`: the newest checkpoint's
+    folder and manifest), the checkpoint's (said): the default differs by plan kind (a sequence
+    plan's tiny run 16, a layered one's 32), and a checkpoint resumes under a plan of either kind."""
+    if peeked is None or seq_len is not None:
         return seq_len
-    trained = found[1].settings.get("seq_len")
+    trained = peeked[1].settings.get("seq_len")
     if trained is not None:
         console.print(f"note: --seq-len {trained}, as the checkpoint was trained", highlight=False)
     return trained
 
 
-def check_resume_early(prob, model: str, resume: Path | None, force: bool) -> None:
-    """A folder model's --resume of another model is refused before its text is tokenized (it
-    was refused only after); the resume itself checks everything again, verified."""
-    if resume is None or model != "problem" or (found := newest_manifest(resume)) is None:
-        return
-    refuse_other_model(prob.model, found[1], str(resume), force)
+def check_resume_early(prob, model: str, peeked, resume: Path | None, force: bool) -> None:
+    """A folder model's --resume of another model (`peeked`: the newest checkpoint's folder and
+    manifest) is refused before its text is tokenized (it was refused only after); the resume
+    itself checks everything again, verified."""
+    if peeked is not None and model == "problem":
+        refuse_other_model(prob.model, peeked[1], str(resume), force)
 
 
 def run_elastically(prob, job, the_plan):

@@ -105,6 +105,11 @@ class SeqPlan(Frozen):
                 for group in ring))
             for batch, ring in zip(batches, rings)))
 
+    def rings(self) -> list[list[list[tuple[int, int, int]]]]:
+        """Every replica's ring as `from_rings` takes it: per group, `(device, heads, tokens)` of
+        each member, in ring order (what the solvers work on)."""
+        return [[[(m.device, m.heads, m.tokens) for m in g.members] for g in r.ring] for r in self.replicas]
+
     @property
     def devices(self) -> list[int]:
         return [d for r in self.replicas for d in r.devices]

@@ -131,17 +131,12 @@ def shard_plan(spec: ModelSpec, itemsize: int, max_shard_bytes: int) -> list[lis
     return shards
 
 
-def stale_weights(out: Path, written: list[str], log: Callable[[str], None]) -> list[Path]:
+def stale_weights(out: Path, written: list[str]) -> list[Path]:
     """The weight files of an earlier save that this one does not write over (removed when it
     is published, and said): transformers loads model.safetensors before an index, and an index
     names its own shards, so a left-over one would be loaded instead of the new weights
     (save_pretrained removes its stale shards likewise)."""
-    stale = sorted(p for p in out.iterdir()
-                   if p.is_file() and STALE_WEIGHTS.fullmatch(p.name) and p.name not in written)
-    if stale:
-        log(f"removed from {out} the weight files of an earlier save, which this one does not write: "
-            + ", ".join(p.name for p in stale))
-    return stale
+    return sorted(p for p in out.iterdir() if p.is_file() and STALE_WEIGHTS.fullmatch(p.name) and p.name not in written)
 
 
 def write_hf_folder(out: str | Path, spec: ModelSpec, full_tensor: Callable[[str], torch.Tensor],
@@ -165,9 +160,13 @@ def write_hf_folder(out: str | Path, spec: ModelSpec, full_tensor: Callable[[str
         if spec.hf_folder and Path(spec.hf_folder).is_dir():
             copy_other_files(Path(spec.hf_folder), staging)
         write_weights(staging, files, shards, full_tensor, torch_dtype)
-        publish(staging, out, stale_weights(out, files + ([INDEX] if len(files) > 1 else []), log))
+        stale = stale_weights(out, files + ([INDEX] if len(files) > 1 else []))
+        publish(staging, out, stale)
     finally:  # stopped or refused: the staged files go, and `out` is as it was
         shutil.rmtree(staging, ignore_errors=True)
+    if stale:
+        log(f"removed from {out} the weight files of an earlier save, which this one does not write: "
+            + ", ".join(p.name for p in stale))
     return out
 
 

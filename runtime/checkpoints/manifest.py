@@ -221,13 +221,9 @@ def latest_checkpoint(root: str | Path, use: str = "resumed by naming it (--resu
     damaged newest one is not passed over for an older one (that would redo steps silently):
     the error names the older one, and how to `use` it by its own folder ({folder} in it)."""
     root = Path(root)
-    if (root / MANIFEST).is_file():  # the path of one checkpoint folder
-        folder, older = root, []
-    else:
-        steps = complete_steps(root)
-        if not steps:
-            raise CheckpointError(f"{root}: no complete checkpoint there")
-        folder, older = step_dir(root, steps[-1]), steps[:-1]
+    folder, older = _newest(root)
+    if folder is None:
+        raise CheckpointError(f"{root}: no complete checkpoint there")
     try:
         manifest = read_manifest(folder)
         verify(folder, manifest)
@@ -240,13 +236,20 @@ def latest_checkpoint(root: str | Path, use: str = "resumed by naming it (--resu
     return folder, manifest
 
 
+def _newest(root: Path) -> tuple[Path | None, list[int]]:
+    """The newest complete checkpoint's folder under `root` (`root` itself when it is one;
+    None: none there) and the older complete steps."""
+    if (root / MANIFEST).is_file():  # the path of one checkpoint folder
+        return root, []
+    steps = complete_steps(root)
+    return (step_dir(root, steps[-1]), steps[:-1]) if steps else (None, [])
+
+
 def newest_manifest(root: str | Path) -> tuple[Path, Manifest] | None:
     """The newest complete checkpoint's folder and manifest under `root`, not verified: a quick
     look before long work (None where there is none, or its manifest does not read: the
     resume itself says why)."""
-    root = Path(root)
-    steps = [] if (root / MANIFEST).is_file() else complete_steps(root)
-    folder = root if (root / MANIFEST).is_file() else step_dir(root, steps[-1]) if steps else None
+    folder, _ = _newest(Path(root))
     if folder is None:
         return None
     try:

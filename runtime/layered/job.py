@@ -60,8 +60,8 @@ def make_layered_job(problem: Problem, plan: Plan, model: str | ModelSpec = "tin
     settings.setdefault("schedule", training.schedule)
     settings.setdefault("sequence_parallel", training.sequence_parallel)  # §3.5, priced by the plan
     settings.setdefault("zero_stage", training.zero_stage)  # §11
-    return Job(plan=plan, config=RunConfig(model=spec, **settings), cluster=problem.cluster,
-               problem=problem, problem_hash=problem_hash(problem))
+    return Job(plan=plan, config=RunConfig(model=spec, **settings), problem=problem,
+               problem_hash=problem_hash(problem))
 
 
 def rank_devices(plan: Plan) -> list[int]:

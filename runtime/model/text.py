@@ -231,6 +231,11 @@ class TokenStream:
     def __init__(self, path: Path, tokens: int):
         self.path, self.tokens, self.key = path, tokens, path.stem
 
+    @classmethod
+    def of_file(cls, path: Path) -> TokenStream:
+        """A stream file already written (a cached one): its length from its size."""
+        return cls(path, path.stat().st_size // np.dtype(TOKEN_DTYPE).itemsize)
+
     def check_length(self, seq_len: int, option: str) -> None:
         """§12's offsets need len − s − 1 ≥ 1: at least one sequence and one more token."""
         if self.tokens < seq_len + 2:
@@ -283,9 +288,9 @@ def prepare_stream(path: str | Path, model_folder: str | Path, vocab: int,
     folder = cache_folder()
     stream = folder / f"{cache_key(files, tokenizer_file, eos)}.bin"
     if stream.is_file():
-        tokens = stream.stat().st_size // np.dtype(TOKEN_DTYPE).itemsize
-        log(f"tokens of {path}: {tokens:,} (cached in {stream})")
-        return TokenStream(stream, tokens)
+        cached = TokenStream.of_file(stream)
+        log(f"tokens of {path}: {cached.tokens:,} (cached in {stream})")
+        return cached
     partial = stream.with_suffix(f".partial-{os.getpid()}")
     start = time.monotonic()
     progress = Progress(sum(f.stat().st_size for f in files), log)

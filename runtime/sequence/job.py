@@ -163,8 +163,8 @@ def make_sequence_job(problem: Problem, plan: SeqPlan, model: str | ModelSpec = 
     problems = run_violations(scaled, spec, config.seq_len)
     if problems:
         raise RunError(f"the plan cannot run model {spec.name!r} at seq_len {config.seq_len}: " + "; ".join(problems))
-    return Job(plan=scaled, config=config, cluster=problem.cluster,
-               problem=problem, problem_hash=problem_hash(problem))
+    return Job(plan=scaled, config=config, problem=problem,
+               problem_hash=problem_hash(problem))
 
 
 def sequence_devices(plan: SeqPlan) -> list[int]:

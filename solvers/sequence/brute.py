@@ -95,7 +95,7 @@ def best_batches(micro_batches: int, tmb: list[float]) -> tuple[float, list[int]
 def _too_big(problem: Problem) -> str | None:
     n = problem.cluster.num_devices
     units = problem.training.seq_len // (2 * problem.training.token_block)
-    micro = problem.training.global_batch // problem.training.micro_batch
+    micro = problem.training.micro_batches
     if n > MAX_DEVICES or units > MAX_UNITS or micro > MAX_MICRO_BATCHES:
         return (f"brute force handles ≤ {MAX_DEVICES} devices, ≤ {MAX_UNITS} shard units s/(2q) and ≤ "
                 f"{MAX_MICRO_BATCHES} micro-batches B/b; this problem has {plural(n, 'device')}, {units} units and "

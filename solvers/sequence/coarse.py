@@ -213,8 +213,8 @@ def join_ring(problem: Problem, rings: list[Ring], r: int,
     if ring is None:
         return None
     joined = rings[:r] + [ring] + rings[r + 1:]
-    micro = problem.training.global_batch // problem.training.micro_batch
-    split = split_batches(micro, micro_batch_times(problem, table_of(joined, [1] * len(joined))))
+    times = micro_batch_times(problem, table_of(joined, [1] * len(joined)))
+    split = split_batches(problem.training.micro_batches, times)
     if split is None:
         return None
     batches = [m * problem.training.micro_batch for m in split]

@@ -21,7 +21,7 @@ def explain_idle(problem: Problem, plan: SeqPlan, deadline: float | None = None)
     """One explanation per machine with idle devices (at most MAX_MACHINES; none started after
     TIME_BUDGET_S or `deadline`, a `time.perf_counter` instant)."""
     deadline = min(deadline if deadline is not None else float("inf"), time.perf_counter() + TIME_BUDGET_S)
-    rings = [[[(m.device, m.heads, m.tokens) for m in g.members] for g in r.ring] for r in plan.replicas]
+    rings = plan.rings()
     out = []
     for m, idle in list(idle_devices(problem, plan).items())[:MAX_MACHINES]:
         if time.perf_counter() > deadline:

@@ -370,7 +370,7 @@ def best_repair(old: Problem, plan: SeqPlan, new: Problem, mapping: Mapping, fit
     repaired, changes, no_room = _repaired(old, plan, new, mapping, fit)
     if repaired is None:
         return None, None, changes, f"no memory-feasible repair ({no_room})" if no_room else ""
-    rings = [[[(m.device, m.heads, m.tokens) for m in g.members] for g in r.ring] for r in repaired.replicas]
+    rings = repaired.rings()
     state = polish(new, rings, deadline)  # memory overflow first, then T; batches split again
     polished = plan_of(new, state.batches, state.rings)
     candidates = [(priced(new, p, fit), i, p) for i, p in enumerate((repaired, polished))]

@@ -159,7 +159,7 @@ def _plans_of(problem: Problem, structures: list, size: int | None):
 
 def _too_big(problem: Problem) -> str | None:
     n, big_l = problem.cluster.num_devices, problem.model.layers
-    micro = problem.training.global_batch // problem.training.micro_batch
+    micro = problem.training.micro_batches
     if n > MAX_DEVICES or big_l > MAX_LAYERS or micro > MAX_MICRO_BATCHES:
         return (f"brute force handles ≤ {MAX_DEVICES} devices, ≤ {MAX_LAYERS} layers and ≤ {MAX_MICRO_BATCHES} "
                 f"micro-batches B/b; this problem has {plural(n, 'device')}, {plural(big_l, 'layer')} and "

@@ -37,8 +37,7 @@ OPTIMAL_TOL = 1e-9  # relative: a bound this close to T proves the plan optimal
 
 
 def rings_of_plan(plan) -> tuple[list[int], list]:
-    return ([r.batch for r in plan.replicas],
-            [[[(m.device, m.heads, m.tokens) for m in g.members] for g in r.ring] for r in plan.replicas])
+    return [r.batch for r in plan.replicas], plan.rings()
 
 
 class Search:
