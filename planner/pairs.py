@@ -173,6 +173,52 @@ class PairTable:
 
 
 
+    def toward(self, sources: np.ndarray, targets: np.ndarray, use_max: bool) -> np.ndarray:
+        """Per machine of `sources`: min (or max) of the figure to the machines of `targets`
+        (two disjoint arrays of distinct machines, targets non-empty), bridged like
+        `row_extremes`. Counted from the structure like `_plain_extremes`: O(S + T + links) where
+        the pairs are S·T (idle machines against 2,000 in use on 10^5 GPUs: 24M pairs, 5 s)."""
+        plain = self._plain_toward(sources, targets, use_max)
+        if self.bridge is None:
+            return plain
+        if use_max != (self.bridge.join == "add"):
+            raise ValueError("bridged extremes exist for the smallest bandwidth and the largest latency only")
+        reduce = np.maximum if use_max else np.minimum
+        for side in (0, 1):
+            mine, theirs = sources[self.bridge.side[sources] == side], targets[self.bridge.side[targets] == 1 - side]
+            if len(mine) and len(theirs):
+                where = np.isin(sources, mine)
+                plain[where] = reduce(plain[where], self.bridge.apply(self._plain_toward(mine, theirs, use_max)))
+        return plain
+
+    def _plain_toward(self, sources: np.ndarray, targets: np.ndarray, use_max: bool) -> np.ndarray:
+        """`toward` of the §1 figures: per source, the overridden pairs to a target (each seen),
+        its rack's value when some same-rack target is not overridden, and the default when
+        some other target is not."""
+        n, reduce = self.size, (np.maximum if use_max else np.minimum)
+        found = np.full(len(sources), -np.inf if use_max else np.inf)
+        index = np.full(n, -1)
+        index[sources] = np.arange(len(sources))
+        is_target = np.zeros(n, dtype=bool)
+        is_target[targets] = True
+        keyed_same, keyed_other = np.zeros(len(sources), dtype=np.int64), np.zeros(len(sources), dtype=np.int64)
+        x, y = np.divmod(self.keys, n)
+        for a, b in ((x, y), (y, x)):  # a key is one unordered pair: a source at either end
+            hit = (index[a] >= 0) & is_target[b]
+            src, ra, rb = index[a[hit]], self.rack[a[hit]], self.rack[b[hit]]
+            reduce.at(found, src, self.values[hit])
+            same = (ra >= 0) & (ra == rb)
+            np.add.at(keyed_same, src[same], 1)
+            np.add.at(keyed_other, src[~same], 1)
+        rack = self.rack[sources]
+        same_rack = np.zeros(len(sources), dtype=np.int64)
+        if len(self.rack_value):
+            target_racks = self.rack[targets]
+            per_rack = np.bincount(target_racks[target_racks >= 0], minlength=len(self.rack_value))
+            same_rack = np.where(rack >= 0, per_rack[np.maximum(rack, 0)], 0)
+            found = np.where(same_rack > keyed_same, reduce(found, self.rack_value[np.maximum(rack, 0)]), found)
+        return np.where(len(targets) - same_rack > keyed_other, reduce(found, self.default), found)
+
     def apart_extreme(self, machines: np.ndarray, colours: np.ndarray, use_max: bool) -> float:
         """min (or max) of the figure over the pairs of two distinct `machines` (unique) of
         different colours (non-negative ints), bridged like `row_extremes`; ±inf when there is

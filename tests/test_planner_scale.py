@@ -105,6 +105,52 @@ def test_holder_extremes_without_pairs_equal_the_pairwise_reading(seed):
         assert list(want_bw) == got_bw and list(want_lat) == got_lat
 
 
+@pytest.mark.parametrize("seed", range(16))
+def test_large_sets_read_from_the_structure_equal_their_pairs(seed, monkeypatch):
+    """`within_sets` reads a set of more than MANY_UNITS units from the pair tables' structure
+    (a replica striped over 10^5 GPUs); every set, large or small, bridged or not, gets the
+    value its size² pairs of units give."""
+    from planner.sequence import links
+    from test_vendor_planner import with_vendors
+
+    rng = np.random.default_rng(300 + seed)
+    cluster = random_cluster(rng, int(rng.integers(2, 40)))
+    if seed % 2:
+        cluster = with_vendors(cluster, rng)
+    n = cluster.num_devices
+    num_sets = int(rng.integers(1, min(n, 24) + 1))
+    set_of = np.concatenate([np.arange(num_sets), rng.integers(0, num_sets, n - num_sets)])
+    set_of = set_of[rng.permutation(n)]  # every set non-empty, members on random machines
+    units = links.Units.of(len(cluster.machines), set_of, cluster.machine_of_device, num_sets)
+    want_bw, want_lat = links.within_sets_by_pairs(cluster, units)
+    # the largest sets take the new route, the others (if any) the pairs or blocks
+    monkeypatch.setattr(links, "MANY_UNITS", max(0, int(units.size.max()) - 1 - int(rng.integers(0, 3))))
+    got_bw, got_lat = links.within_sets(cluster, units)
+    assert np.array_equal(got_bw, want_bw) and np.array_equal(got_lat, want_lat)
+    assert (units.size > links.MANY_UNITS).any()
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_extremes_toward_a_set_equal_the_dense_rows(seed):
+    """`PairTable.toward` (no sources × targets pairs) == the dense matrix's row extremes over
+    the targets, bridged or not."""
+    from test_vendor_planner import with_vendors
+
+    rng = np.random.default_rng(500 + seed)
+    cluster = random_cluster(rng, int(rng.integers(2, 40)))
+    if seed % 2:
+        cluster = with_vendors(cluster, rng)
+    n = len(cluster.machines)
+    for _ in range(10):
+        order = rng.permutation(n)
+        cut = int(rng.integers(1, n))
+        sources, targets = np.sort(order[:cut]), np.sort(order[cut:int(rng.integers(cut + 1, n + 1))])
+        assert np.array_equal(cluster.bw_table.toward(sources, targets, use_max=False),
+                              cluster.bw_matrix[np.ix_(sources, targets)].min(axis=1))
+        assert np.array_equal(cluster.lat_table.toward(sources, targets, use_max=True),
+                              cluster.lat_matrix[np.ix_(sources, targets)].max(axis=1))
+
+
 def test_generated_clusters_keep_their_links_as_racks():
     """Racks instead of every rack pair as a link: the same figures, a small file."""
     for gpus, seed in [(64, 0), (512, 3), (2048, 1)]:

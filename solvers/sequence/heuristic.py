@@ -24,6 +24,7 @@ proves it; `unknown` otherwise (its message says when the limit ran out before a
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from contextlib import nullcontext
 from functools import cached_property
@@ -123,8 +124,8 @@ class Coarse:
             return None
         if any(not shards_cover(self.problem, r) for r in dealt):
             return None  # what `coarse_ring` would find, before ordering thousands of rings
-        rings = coarse_rings(self.problem, dealt)
-        return rings if all(r is not None for r in rings) else None
+        rings = coarse_rings(self.problem, dealt, until=self.deadline if self.has_plan() else math.inf)
+        return rings if rings is not None and all(r is not None for r in rings) else None
 
     @cached_property
     def sets(self) -> list[list[int]]:
@@ -184,13 +185,17 @@ class Coarse:
     def machine_devices(self, machines: list[int]) -> list[int]:
         return [d for m in machines for d in self.problem.cluster.devices_of(m)]
 
+    def has_plan(self) -> bool:
+        """Whether some plan exists (a uniform start or a coarse plan): steps may then be cut."""
+        return self.have_plan or any(self.found.values())
+
     def out_of_time(self) -> bool:
         """Past the phase's deadline (a coarse plan as long as the longest so far, or before the
         first one half the uniform phase, would end after it) once some plan exists."""
         if self.clock.too_late():
             return True
         guess = self.clock.took.get("uniform", 0.0) / 2
-        return not self.clock.allows("coarse", self.deadline, guess) and (self.have_plan or any(self.found.values()))
+        return not self.clock.allows("coarse", self.deadline, guess) and self.has_plan()
 
     def ranked(self) -> list[Candidate]:
         return sorted((c for c in self.found.values() if c is not None), key=lambda c: (c[0], c[3]))
