@@ -53,6 +53,11 @@ SOLVERS_BY_KIND: dict[str, dict[str, str]] = {
     },
 }
 SOLVERS = SOLVERS_BY_KIND[DEFAULT_KIND]  # the layered plan's solvers: the default kind's
+
+
+def solvers_listed() -> str:
+    """Every registered solver by plan kind, for help texts: "layered: heuristic, …; sequence: …"."""
+    return "; ".join(f"{kind}: {', '.join(names)}" for kind, names in SOLVERS_BY_KIND.items())
 # the solvers that prove what they return: under a budget they solve every maximal affordable
 # machine set (or carry the budget themselves), and the cost objective over the exact frontier
 EXACT_SOLVERS = ("cpsat", "milp", "brute")

@@ -99,3 +99,30 @@ def test_the_runtime_readme_commands_run_as_written(tmp_path, short_tmpdir):
     done = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, env=short_tmpdir,
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
+
+
+def plan_examples() -> list[tuple[str, str]]:
+    """(doc name, JSON text) of every plan file example in docs/ (a ```json block with a plan format)."""
+    found = []
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        for block in blocks(doc, "json"):
+            if '"format": "hexiscale.' in block and "plan/1" in block:
+                found.append((doc.name, block))
+    return found
+
+
+@pytest.mark.parametrize("doc, block", plan_examples(), ids=[d for d, _ in plan_examples()])
+def test_every_plan_example_in_the_docs_is_valid_for_the_problem_it_names(doc, block, tmp_path):
+    """A reader who pastes an example plan gets a valid plan (two had named a problem that did
+    not exist, or broken its batch and memory rules)."""
+    import hexiscale as hx
+
+    (tmp_path / "plan.json").write_text(block)
+    plan = hx.load_plan(tmp_path / "plan.json")
+    assert hx.validate(hx.load_problem(plan.problem), plan) == []
+
+
+def test_the_docs_hold_both_kinds_of_plan_example():
+    import json
+
+    assert {json.loads(b)["format"] for _, b in plan_examples()} == {"hexiscale.plan/1", "hexiscale.seqplan/1"}

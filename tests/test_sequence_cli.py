@@ -119,3 +119,14 @@ def test_device_time_bars_add_up_to_t_and_memory_to_the_evaluator():
     assert np.allclose(total, est.iteration_s, rtol=1e-9)
     assert np.allclose(mem["total"], [m.memory_gib for m in est.members])
     assert (mem["reserve"] >= -1e-9).all()
+
+
+@pytest.mark.parametrize("command", ["solve", "frontier"])
+def test_the_solver_option_lists_every_kinds_solvers(command):
+    """`--help` named the layered solvers only, though `-s bound` and `-s seq-uniform` work."""
+    from solvers.registry import SOLVERS_BY_KIND
+
+    out = " ".join(CliRunner().invoke(app, [command, "--help"], terminal_width=400).output.split())
+    for names in SOLVERS_BY_KIND.values():
+        for name in names:
+            assert name in out

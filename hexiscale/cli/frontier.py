@@ -30,7 +30,7 @@ from solvers import frontier as frontiers
 from solvers.choose import AUTO_KIND, choose_kind
 from solvers.common import SolverOptions
 from solvers.kinds import solver_kind
-from solvers.registry import EXACT_SOLVERS, SOLVERS_BY_KIND, get, solvers_of
+from solvers.registry import EXACT_SOLVERS, SOLVERS_BY_KIND, get, solvers_listed, solvers_of
 
 EXACT_FRONTIER_DEVICES = 8  # clusters up to this many devices get the exact frontier by default
 AUTO_SOLVER = "auto"
@@ -52,7 +52,7 @@ def frontier(
     time_limit: float = time_limit_option("wall-clock budget of the whole command, s"),
     solver: str = typer.Option(AUTO_SOLVER, "--solver", "-s",
                                help=f"auto (cpsat up to {EXACT_FRONTIER_DEVICES} devices, else heuristic) or a "
-                                    f"registered solver"),
+                                    f"registered solver ({solvers_listed()})"),
     kind: str = typer.Option(AUTO_KIND, "--kind", help="plan kind: auto (by sequence length), "
                              + ", ".join(SOLVERS_BY_KIND)),
     threads: int = typer.Option(2, "--threads", min=1, help="worker threads"),

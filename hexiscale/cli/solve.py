@@ -25,7 +25,7 @@ from planner.problem import Problem
 from solvers.choose import AUTO_KIND
 from solvers.choose import solve as solve_any_kind
 from solvers.common import SolveResult, SolverOptions
-from solvers.registry import DEFAULT_KIND, SOLVERS, SOLVERS_BY_KIND, solvers_of
+from solvers.registry import DEFAULT_KIND, SOLVERS_BY_KIND, solvers_listed, solvers_of
 
 WARM_STARTED = ("cpsat", "milp")  # the solvers that read SolverOptions.hint
 LOGGED_PROGRESS = ("cpsat", "milp")  # the solvers whose progress is log lines, not a bar redrawn in place
@@ -36,7 +36,7 @@ STATUS_STYLE = {"optimal": "green", "feasible": "cyan", "unknown": "yellow", "in
 @friendly_errors
 def solve(
     problem: str = typer.Argument(..., help="problem file or bundled name"),
-    solver: str = typer.Option("heuristic", "--solver", "-s", help="registered solver: " + ", ".join(SOLVERS)),
+    solver: str = typer.Option("heuristic", "--solver", "-s", help="registered solver, by plan kind: " + solvers_listed()),
     kind: str = typer.Option(AUTO_KIND, "--kind", help="plan kind: auto (every kind that has the solver, the "
                              "better plan by the objective kept), " + ", ".join(SOLVERS_BY_KIND)),
     time_limit: float = time_limit_option("wall-clock budget of the whole command (loading, solving, output), s"),
