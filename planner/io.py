@@ -76,18 +76,27 @@ class _StrictYamlLoader(_SafeLoaderBase):
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
-            self.flatten_mapping(node)  # merge keys (<<) first: their keys may be overridden
-            first_line: dict[Any, int] = {}
-            for key_node, _ in node.value:
-                if isinstance(key_node, yaml.ScalarNode) and key_node.tag == "tag:yaml.org,2002:str":
-                    key = key_node.value  # a plain string key (nearly every key): no constructor call
-                else:
-                    key = self.construct_object(key_node, deep=deep)
-                line = key_node.start_mark.line + 1
-                if key in first_line:
-                    raise DuplicateKeyError(key, (first_line[key], line))
-                first_line[key] = line
+            self._refuse_repeated_keys(node, deep)
+            self.flatten_mapping(node)  # merge keys (<<): the mapping's own keys override theirs
         return super().construct_mapping(node, deep=deep)
+
+    def _refuse_repeated_keys(self, node, deep: bool) -> None:
+        """A key written twice in one mapping (not one that overrides a merged `<<` key, which
+        is what merging is for), or a key that is a list or mapping (unhashable)."""
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            line = key_node.start_mark.line + 1
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise NonScalarKeyError(line, "list" if isinstance(key_node, yaml.SequenceNode) else "mapping")
+            if key_node.tag == "tag:yaml.org,2002:str":
+                key = key_node.value  # a plain string key (nearly every key): no constructor call
+            else:
+                key = self.construct_object(key_node, deep=deep)
+            if key in first_line:
+                raise DuplicateKeyError(key, (first_line[key], line))
+            first_line[key] = line
 
     def construct_yaml_int(self, node):
         """YAML 1.1 reads `010` as octal 8; nobody writing a batch of 010 means 8, so a
@@ -128,6 +137,13 @@ def parse_text(text: str, suffix: str) -> Any:
     return yaml.load(text, Loader=_StrictYamlLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
+class NonScalarKeyError(ValueError):
+    """A mapping key that is a list or a mapping (`? [a, b]: 1`): no field is named so."""
+
+    def __init__(self, line: int, kind: str):
+        super().__init__(f"line {line}: a key is a {kind}; keys are names (text)")
+
+
 def read_mapping(path: Path) -> dict[str, Any]:
     """Parse a YAML or JSON file whose top level must be a mapping."""
     if path.exists() and not path.is_file():  # a FIFO would block the read until a writer came
@@ -145,6 +161,8 @@ def read_mapping(path: Path) -> dict[str, Any]:
         data = parse_text(text, path.suffix)
     except DuplicateKeyError as exc:
         raise InputError(path, exc.key, str(exc)) from None
+    except NonScalarKeyError as exc:
+        raise InputError(path, "", str(exc)) from None
     except json.JSONDecodeError as exc:
         raise InputError(path, "", f"JSON syntax error at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except yaml.YAMLError as exc:
@@ -206,14 +224,16 @@ def _resolve(ref: Any, kind: str, base: Path, file: Path, field: str) -> tuple[d
     """A cluster/model reference: inline mapping, relative path, or bundled name."""
     if isinstance(ref, dict):
         return ref, file
-    if not isinstance(ref, str):
-        raise InputError(file, field, f"expected a mapping, a file path or a bundled {kind[:-1]} name")
+    if not isinstance(ref, str) or not ref.strip():
+        raise InputError(file, field, f"expected a mapping, a file path or a bundled {kind[:-1]} name, got {ref!r}")
     for candidate in (base / ref, base / f"{ref}.yaml", bundled_dir(kind) / f"{ref}.yaml"):
         if candidate.is_file():
             return read_mapping(candidate), candidate
-    if (base / ref).exists():  # a folder or a pipe: read_mapping says which
+    if (base / ref).is_dir():
+        raise InputError(file, field, f"{ref!r} is a folder ({base / ref}), expected a {kind[:-1]} file")
+    if (base / ref).exists():  # a pipe or a device: read_mapping says which
         return read_mapping(base / ref), base / ref
-    raise InputError(file, field, f"no file or bundled {kind[:-1]} named {ref!r} "
+    raise InputError(file, field, f"no file {ref!r} in {base.resolve()} and no bundled {kind[:-1]} so named "
                                   f"(bundled: {', '.join(bundled_names(kind))})")
 
 
@@ -276,12 +296,15 @@ def load_problem(path: str | Path) -> Problem:
     """Read a problem file; its cluster and model may be inline, paths or bundled names."""
     path = _find(path, "problems")
     data = read_mapping(path)
+    other = _other_kind(data)
+    if other and not {"cluster", "model", "training"} & set(data):
+        raise InputError(path, "", f"{other}, not a problem file (a problem has cluster, model and training)")
+    unknown = sorted(set(data) - set(PROBLEM_FIELDS))  # first: `trainig:` is a typo, not a missing training
+    if unknown:
+        raise InputError(path, unknown[0], f"unknown field, a typo? (expected {', '.join(PROBLEM_FIELDS)})")
     missing = [k for k in ("cluster", "model", "training") if k not in data]
     if missing:
         raise InputError(path, missing[0], "field required")
-    unknown = sorted(set(data) - set(PROBLEM_FIELDS))
-    if unknown:
-        raise InputError(path, unknown[0], f"unknown field (expected {', '.join(PROBLEM_FIELDS)})")
     cluster_data, cluster_file = _resolve(data["cluster"], "clusters", path.parent, path, "cluster")
     name = _problem_name(data, path)
     inline = "cluster" if cluster_file == path else ""
@@ -292,6 +315,19 @@ def load_problem(path: str | Path) -> Problem:
     # the objective and the budget are checked against the cluster's prices here (§13)
     goal = {k: data[k] for k in ("objective", "budget_per_hour") if k in data}
     return build(Problem, {"name": name, "cluster": cluster, "model": model, "training": training, **goal}, path)
+
+
+def _other_kind(data: dict[str, Any]) -> str:
+    """What a file given where a problem is expected holds instead, by its fields ("" when it
+    looks like none): a cluster, a model, a plan, or training settings alone."""
+    keys = set(data) - {"name"}
+    if kind_of_format(data.get("format")) is not None:
+        return f"this is a plan file ({data['format']})"
+    for what, fields in (("a cluster", set(Cluster.model_fields)), ("a model", set(ModelSpec.model_fields)),
+                         ("training settings", set(TrainingSpec.model_fields))):
+        if keys and keys <= fields:
+            return f"this file holds {what}"
+    return ""
 
 
 _NAME = TypeAdapter(Name)

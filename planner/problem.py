@@ -7,7 +7,7 @@ from enum import Enum
 
 from pydantic import Field, model_validator
 
-from planner.base import Input, Name
+from planner.base import GIB, Input, Name
 
 from planner.hardware import Cluster
 from planner.workload import ModelSpec, TrainingSpec
@@ -36,6 +36,16 @@ class Problem(Input):
     budget_per_hour: float | None = Field(
         default=None, gt=0, allow_inf_nan=False,
         description="most the rented machines may cost per hour (Σ count·price over machines a plan uses)")
+
+    @model_validator(mode="after")
+    def _reserve_below_memory(self) -> Problem:
+        """A reserve at or above every device's memory leaves nothing for the model anywhere:
+        surely a mistake (GiB for MiB, or a total), said here rather than as "no plan fits"."""
+        largest = float(self.cluster.machine_memory_bytes.max()) / GIB
+        if self.training.reserved_gib >= largest:
+            raise ValueError(f"training.reserved_gib {self.training.reserved_gib:g} GiB is at least the largest "
+                             f"device's memory ({largest:g} GiB): no device keeps any memory for the model")
+        return self
 
     @model_validator(mode="after")
     def _prices_for_cost(self) -> Problem:

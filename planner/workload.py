@@ -55,6 +55,9 @@ class ModelSpec(Input):
             raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
         if self.heads % self.num_kv_heads:
             raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.num_kv_heads}")
+        if (self.hidden // self.heads) % 2:  # rotary embeddings turn pairs of a head's dimensions
+            raise ValueError(f"head dimension hidden/heads = {self.hidden}/{self.heads} = {self.hidden // self.heads} "
+                             f"is odd; rotary embeddings need it even")
         return self
 
     @property

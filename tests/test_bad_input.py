@@ -74,6 +74,13 @@ CASES = {
     # mixed vendors (docs/vendors.md §8); the layered plan is checked against tiny-mixed-4-tiny
     "cluster-unknown-vendor.yaml": ["gpu_types.0.vendor", "'nvidia', 'amd' or 'other'", "intel"],
     "cluster-negative-bridge.yaml": ["cross_vendor_bw_gbps", "greater than", "-10"],
+    # found by a QA pass: a traceback (exit 3), a typo reported as a missing field, a model the run
+    # could not build, a reserve no device can hold, an empty reference read as the folder "."
+    "cluster-list-key.yaml": ["line 4", "a key is a list"],
+    "problem-misspelled-training.yaml": ["trainig", "unknown field"],
+    "model-odd-head-dim.yaml": ["head dimension", "60/4 = 15", "odd"],
+    "problem-reserve-over-memory.yaml": ["training.reserved_gib", "500", "largest device's memory"],
+    "problem-empty-cluster.yaml": ["cluster", "got ''"],
     "vendorplan-mixed-stage.json": ["[machine]", "pipeline 0 stage 1", "mixes nvidia and amd devices"],
 }
 
@@ -118,3 +125,25 @@ def test_missing_file_is_one_line():
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
         f"error: {BAD / 'does-not-exist.yaml'}: no such file"]
+
+
+def test_a_key_overriding_a_merged_one_is_no_duplicate(tmp_path):
+    """`{<<: *m, name: n}` is what YAML merging is for; a key written twice is still refused."""
+    from planner.io import load_cluster
+
+    text = ("inter_bw_gbps: 3\nmachines:\n  - &m {name: m, gpu: H100, count: 1, intra_bw_gbps: 100}\n"
+            "  - {<<: *m, name: n, count: 2}\n")
+    (tmp_path / "c.yaml").write_text(text)
+    cluster = load_cluster(tmp_path / "c.yaml")
+    assert [(m.name, m.count) for m in cluster.machines] == [("m", 1), ("n", 2)]
+
+
+@pytest.mark.parametrize("source, words", [
+    ("instances/clusters/demo-4.yaml", "holds a cluster"), ("instances/models/tiny.yaml", "holds a model"),
+    ("instances/plans/demo-tiny.json", "is a plan file (hexiscale.plan/1)")])
+def test_another_kind_of_file_where_a_problem_is_expected_is_named(source, words, tmp_path):
+    """`evaluate plan.json problem.yaml` (arguments swapped) said "cluster: field required"."""
+    path = tmp_path / Path(source).name
+    path.write_text((Path(__file__).parents[1] / source).read_text())
+    result = CliRunner().invoke(app, ["solve", str(path), "-t", "1"])
+    assert result.exit_code == 2 and words in result.stderr and "not a problem file" in result.stderr

@@ -147,13 +147,15 @@ def test_a_cluster_beyond_four_million_devices_is_refused_before_its_arrays_are_
 
 
 def test_at_every_upper_limit_the_cost_model_still_prices_to_finite_numbers(tmp_path):
-    """The limits are low enough that nothing overflows: a problem at all of them is priced."""
+    """The limits are low enough that nothing overflows: a problem at all of them is priced (the
+    reserve 1 GiB below the memory: at or above it is refused)."""
     cluster = {"inter_bw_gbps": 1e6, "inter_latency_us": 1e9, "intra_latency_us": 1e9,
                "gpu_types": [{"name": "BIG", "peak_tflops": 1e6, "memory_gib": 1e6, "price_per_hour": 1e9}],
                "machines": [{"name": f"m{i}", "gpu": "BIG", "count": 4096, "intra_bw_gbps": 1e6} for i in range(2)]}
-    model = {"layers": 10**4, "hidden": 2**20, "heads": 2**20, "ffn_hidden": 2**20, "vocab": 2**24}
+    # heads 2^19: a head dimension of 2, the least rotary embeddings allow
+    model = {"layers": 10**4, "hidden": 2**20, "heads": 2**19, "ffn_hidden": 2**20, "vocab": 2**24}
     training = {"seq_len": 2**24, "global_batch": 2**40, "micro_batch": 2**40, "param_state_bytes": 1024,
-                "grad_bytes": 1024, "act_bytes": 1024, "reserved_gib": 1e6, "token_block": 2**24}
+                "grad_bytes": 1024, "act_bytes": 1024, "reserved_gib": 1e6 - 1, "token_block": 2**24}
     path = tmp_path / "max.yaml"
     save_yaml({"cluster": cluster, "model": model, "training": training}, path)
     problem = load_problem(path)
