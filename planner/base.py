@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, V
 
 GB = 1e9  # bandwidth unit: GB/s = 1e9 bytes/s
 GIB = 2**30  # memory unit
+MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is an int32 (a larger --seed was an internal error)
 TFLOPS = 1e12
 US = 1e-6  # latencies are written in microseconds
 

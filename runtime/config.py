@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-from planner.base import Frozen
+from planner.base import MAX_SEED, Frozen
 from planner.hardware import Cluster
 from planner.kinds import AnyPlan, kind_of
 from planner.problem import Problem
@@ -48,7 +48,7 @@ class RunConfig(Frozen):
     data: DataName = Field(default="synthetic", description="token source")
     lr: float = Field(default=1e-3, ge=0, description="AdamW learning rate (0: the weights stay as they are)")
     weight_decay: float = Field(default=0.01, ge=0, description="AdamW weight decay")
-    seed: int = Field(default=0, ge=0, description="seeds weights and data")
+    seed: int = Field(default=0, ge=0, le=MAX_SEED, description="seeds weights and data")
     backend: Backend = Field(default="gloo", description="torch.distributed backend")
     timeout_s: float = Field(default=60, gt=0, le=MAX_TIMEOUT_S, description="bound on any collective's wait "
                              "and on the rendezvous, seconds (at most a day)")

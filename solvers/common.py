@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field
 
-from planner.base import Frozen
+from planner.base import MAX_SEED, Frozen
 from planner.kinds import AnyPlan
 from planner.layered.plan import Plan
 from planner.solver_info import SolveStatus
@@ -25,7 +25,7 @@ class SolverOptions(Frozen):
     time_limit_s: float = Field(default=60.0, gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False,
                                 description="wall-clock budget, seconds (at most a week)")
     threads: int = Field(default=2, ge=1, description="worker threads where the solver uses them")
-    seed: int = Field(default=0, description="random seed; equal seeds give equal plans")
+    seed: int = Field(default=0, ge=0, le=MAX_SEED, description="random seed; equal seeds give equal plans")
     hint: Plan | None = Field(default=None, description="a plan to warm-start from")
     max_pipelines: int | None = Field(default=None, ge=1, description="limit on D (None: solver default)")
     max_stages: int | None = Field(default=None, ge=1, description="limit on stages per pipeline")

@@ -189,6 +189,13 @@ def test_profile_bad_options(tmp_path):
     one_error_line(invoke("profile", "-o", out, "--device", "tpu"), "--device")
     one_error_line(invoke("profile", "-o", out, "--statistic", "mode"), "--statistic")
     one_error_line(invoke("profile", "-o", out, "--for", "ring"), "--for")
+    # QA: each of these had started the measuring (inf failed in the ranks; the others were refused,
+    # or not, only when the file was written)
+    one_error_line(invoke("profile", "-o", out, "--timeout", "inf"), "--timeout", "got inf")
+    one_error_line(invoke("profile", "-o", out, "--max-bytes", str(10**15)), "--max-bytes")
+    one_error_line(invoke("profile", "-o", out, "--seq-len", str(10**8)), "--seq-len")
+    one_error_line(invoke("profile", "-o", out, "--name", "a\tb"), "--name", "printable")
+    one_error_line(invoke("profile", "-o", out, "--gpu-name", ""), "--gpu-name")
     one_error_line(invoke("calibrate", out, "-o", out, "--statistic", "mode"), "--statistic")
     # --testbed checked before any testbed or temporary folder is made (it had been built, then
     # refused in two lines with exit 1, leaving an empty hexiscale-profile-* folder)

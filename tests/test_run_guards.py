@@ -233,6 +233,16 @@ def test_an_empty_address_or_interface_is_refused_in_one_line(tmp_path, args):
     assert not (tmp_path / "job.json").exists()
 
 
+@pytest.mark.parametrize("option, value", [("--master-addr", "10.0.0.1"), ("--ifname", "eth0"), ("--seed", str(2**63))])
+def test_what_a_local_run_would_ignore_or_cannot_take_is_refused(tmp_path, option, value):
+    """QA: --master-addr and --ifname without --torchrun were ignored silently, and a seed past
+    2^63 failed inside the rank (torch's seed is a long long)."""
+    result = cli("demo-tiny", "demo-tiny", "--out", tmp_path / "out", "--steps", "1", option, value)
+    assert result.exit_code == 2 and len(error_lines(result)) == 1, result.output
+    assert option in error_lines(result)[0]
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("first, refused", [("box_1", True), ("0", True), ("box-1", False)])
 def test_a_first_machine_name_no_host_resolves_needs_a_master_addr(tmp_path, first, refused):
     """The default master address is the first machine's name: "box_1" (no host name) and "0"

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from hexiscale.interrupt import interrupted
+from planner.base import MAX_SEED
 from planner.violations import InvalidPlanError
 from planner.io import InputError
 from solvers.common import MAX_TIME_LIMIT_S
@@ -226,6 +227,11 @@ def checked_time_limit(param: typer.CallbackParam, value: float | None) -> float
         fail(f"{param.opts[0]}: expected seconds from {MIN_TIME_LIMIT_S:g} to {MAX_TIME_LIMIT_S:g} (one week), "
              f"got {value:g}")
     return value
+
+
+def seed_option(help: str = "random seed"):
+    """`--seed`, the same range on every command: 0 … MAX_SEED (what every solver and torch take)."""
+    return typer.Option(0, "--seed", min=0, max=MAX_SEED, help=help)
 
 
 def time_limit_option(help: str, default: float | None = 60.0, *names: str):

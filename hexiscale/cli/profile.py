@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import socket
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import typer
 import yaml
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -19,7 +20,7 @@ from planner.calibration import BandwidthError, CalibrationError
 from planner.io import load_cluster, load_model, load_problem
 from runtime.host import shared_cores_note, too_many_ranks
 from runtime.kinds import RUNTIME_KINDS
-from planner.base import plural, write_atomically
+from planner.base import FROM_FILE, Name, plural, write_atomically
 
 EXIT_PROFILE_FAILED = 1
 HONESTY = ("one host: 'inter' links join processes of simulated machines; on CPU every pair of processes "
@@ -127,6 +128,13 @@ def measure_on_testbed(spec, folder: Path, cluster, update):
         fail(f"--testbed: {exc}", EXIT_PROFILE_FAILED)
 
 
+def checked_timeout(value: float) -> float:
+    """--timeout from 1 s to a day, finite: inf had started the processes, which then failed."""
+    if not (math.isfinite(value) and 1 <= value <= 86400):
+        fail(f"--timeout: expected seconds from 1 to 86400 (a day), got {value:g}")
+    return value
+
+
 @app.command()
 @friendly_errors
 def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster file (YAML) to write"),
@@ -147,7 +155,8 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
             statistic: str = typer.Option("mean", help=STATISTIC_HELP),
             plans: str = typer.Option("layered", "--for", help="the kind of plans the cluster is for: layered (the "
                                       "all-reduce fit is written) | sequence (the all-to-all fit)"),
-            timeout: float = typer.Option(120.0, min=1, help="seconds any process waits on a peer"),
+            timeout: float = typer.Option(120.0, callback=checked_timeout,
+                                          help="seconds any process waits on a peer (1 to 86,400)"),
             testbed: str = typer.Option(None, help="cluster file or bundled name: profile across its machines, "
                                         "emulated on this host (network namespaces, shaped links; root: "
                                         "docs/testbed.md); --machines of them are used")) -> None:
@@ -161,6 +170,7 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
     if max_bytes < 2 * 1024:
         fail(f"--max-bytes: {max_bytes} leaves fewer than two message sizes from 1024 B (a fit needs two)")
     check_device(device, processes)
+    checked_names(name, gpu_name)
     spec_model, seq, micro = shapes_source(problem, model, seq_len, micro_batch)
     try:
         spec = ProfileSpec(device=device, machines=split_processes(processes, machines), model=spec_model,
@@ -182,6 +192,17 @@ def profile(output: Path = typer.Option(..., "-o", "--output", help="cluster fil
     write_profile(result, output, name or f"profiled-{socket.gethostname()}", gpu_type_name(device, gpu_name),
                   statistic, plans, raw=folder / "profile.json", honesty=TESTBED_NOTE if testbed else HONESTY)
     shutil.rmtree(folder, ignore_errors=True)  # written: the raw measurements are kept only when a failure names them
+
+
+def checked_names(name: str | None, gpu_name: str | None) -> None:
+    """--name and --gpu-name follow the cluster file's name rules, checked before the
+    measuring (the file written at its end would have refused them)."""
+    for option, value in (("--name", name), ("--gpu-name", gpu_name)):
+        if value is not None:
+            try:
+                TypeAdapter(Name).validate_python(value, context=FROM_FILE)
+            except ValidationError as exc:
+                fail(f"{option}: {exc.errors()[0]['msg']} (got {value!r})")
 
 
 def _larger_messages_hint(result, exc: Exception) -> str:

@@ -15,13 +15,14 @@ from hexiscale.cli.hf_run import (CLIP_GRAD, DATA, EVAL_DATA, EVAL_EVERY, INIT_F
                                   SAVE_HF, WEIGHT_DECAY, check_save_target, checked_model, model_file_settings,
                                   model_notes)
 from hexiscale.cli.precision import PRECISION, precision_settings, print_run_notes
-from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, writable_folder
+from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, seed_option, writable_folder
 from runtime.host import too_many_ranks
 from hexiscale.cli.show import write_loss_picture
 from hexiscale.cli.torchrun_views import print_torchrun
 from hexiscale.cli.views import views_for
 from planner.io import load_plan, load_problem
 from planner.kinds import kind_of
+from planner.workload import MAX_TOKENS
 from runtime.checkpoints.manifest import CheckpointError, incomplete_steps, newest_manifest, saved_steps, step_dir
 from runtime.checkpoints.staged_save import cut_short
 from runtime.launch.elastic import ELASTIC_LOG, attempts_folder, run_elastic
@@ -42,7 +43,8 @@ OPTION_OF_SETTING = {"steps": "--steps", "schedule": "--schedule", "recompute": 
                      "data": "--data", "seq_len": "--seq-len", "lr": "--lr", "seed": "--seed",
                      "timeout_s": "--timeout", "wait": "--wait", "backend": "--backend", "out_dir": "--out",
                      "micro_batch": "the problem's training.micro_batch", "save_every": "--save-every",
-                     "checkpoint_dir": "--checkpoint-dir", "clip_grad": "--clip-grad", "log_every": "--log-every"}
+                     "checkpoint_dir": "--checkpoint-dir", "clip_grad": "--clip-grad", "log_every": "--log-every",
+                     "weight_decay": "--weight-decay"}
 
 
 def settings_error(exc: ValidationError) -> str:
@@ -112,10 +114,10 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         recompute: bool = typer.Option(None, "--recompute/--no-recompute", help="default: the problem's setting"),
         data: str = DATA, eval_data: str = EVAL_DATA, eval_every: int = EVAL_EVERY,
         init_from: Path = INIT_FROM, save_hf: Path = SAVE_HF, save_dtype: str = SAVE_DTYPE,
-        seq_len: int = typer.Option(None, min=1, help="default: min(problem's, 32) for tiny"),
+        seq_len: int = typer.Option(None, min=1, max=MAX_TOKENS, help="default: min(problem's, 32) for tiny"),
         lr: float = typer.Option(1e-3, help="AdamW learning rate"), weight_decay: float = WEIGHT_DECAY,
         clip_grad: float = CLIP_GRAD, log_every: int = LOG_EVERY, precision: str = PRECISION,
-        seed: int = typer.Option(0, min=0, help="seeds weights and data"),
+        seed: int = seed_option("seeds weights and data"),
         timeout: float = typer.Option(60.0, help="seconds any rank waits on a peer before giving up (at most a day)"),
         wait: str = typer.Option("auto", help="CPU: auto (wait awake while the ranks fit the cores) | asleep"),
         backend: str = typer.Option("gloo", help="gloo (CPU) | nccl (CUDA)"),
@@ -134,7 +136,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
         force: bool = typer.Option(False, help="use a plan made for another problem; --resume: a checkpoint of "
                                    "another model (its model is trained)")) -> None:
     """Train PLAN for a few steps: one process per used device (gloo on this machine)."""
-    check_torchrun_options(master_addr, ifname)
+    check_torchrun_options(master_addr, ifname, torchrun)
     make_out_folder(out)
     checkpoint_dir = checkpoint_options(checkpoint_dir, save_every, resume, elastic, torchrun)
     prob, the_plan = load_problem(problem), load_plan(plan)
@@ -309,11 +311,15 @@ def print_save_note(config, first: int) -> None:
                   f"the last step ({config.steps}) is not saved", highlight=False, soft_wrap=True)
 
 
-def check_torchrun_options(master_addr: str | None, ifname: str | None) -> None:
+def check_torchrun_options(master_addr: str | None, ifname: str | None, torchrun: bool) -> None:
     """An address or interface name is never empty nor holds spaces: `--master-addr ""` was
-    printed into every command as `--master-addr=`."""
+    printed into every command as `--master-addr=`; and either without --torchrun would be
+    ignored (local processes meet on this host), which the user surely did not mean."""
     for option, value, what in (("--master-addr", master_addr, "a host name or address"),
                                 ("--ifname", ifname, "an interface name")):
+        if value is not None and not torchrun:
+            fail(f"{option} is for --torchrun commands (machines that meet over a network); this run's local "
+                 f"processes meet on this host: add --torchrun, or leave {option} out")
         if value is not None and (not value or any(c.isspace() for c in value)):
             fail(f"{option}: expected {what}, without spaces, got {value!r}")
 

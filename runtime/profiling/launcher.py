@@ -21,29 +21,32 @@ from pydantic import Field, model_validator
 
 from planner.base import Frozen
 from planner.calibration import Statistic
-from planner.workload import ModelSpec, TrainingSpec
+from planner.workload import MAX_TOKENS, ModelSpec, TrainingSpec
 
 ProfileDevice = Literal["cpu", "cuda"]
 LinkClassName = Literal["intra", "inter"]
 OpName = Literal["p2p", "all_reduce", "all_to_all"]
 GRACE_S = 15.0
+# 16 GiB: past any link's fit (the largest default is 256 MiB); a typo of 10^15 B allocated until it failed
+MAX_MESSAGE_BYTES = 1 << 34
 
 
 class ProfileSpec(Frozen):
     device: ProfileDevice = Field(default="cpu", description="cpu: gloo processes; cuda: NCCL, one GPU each")
     machines: tuple[int, ...] = Field(min_length=1, description="processes per simulated machine")
     model: ModelSpec = Field(description="the model whose shapes are timed")
-    seq_len: int = Field(ge=1, description="tokens per sequence of the timed shapes")
+    seq_len: int = Field(ge=1, le=MAX_TOKENS, description="tokens per sequence of the timed shapes")
     micro_batch: int = Field(ge=1, description="sequences per micro-batch of the timed shapes")
     accumulate: int = Field(default=4, ge=1, description="micro-batches accumulating gradients in each timed model pass")
     min_bytes: int = Field(default=1 << 10, ge=4, description="smallest message, bytes")
-    max_bytes: int = Field(default=1 << 28, ge=8, description="largest message, bytes")
+    max_bytes: int = Field(default=1 << 28, ge=8, le=MAX_MESSAGE_BYTES, description="largest message, bytes")
     warmup: int = Field(default=2, ge=0, description="untimed repetitions before each measurement")
     repeats: int = Field(default=15, ge=1, description="timed repetitions (summarized by mean, median and fastest)")
     rounds: int = Field(default=4, ge=1, description="rounds the model pass's repetitions are split into, spread "
                         "over the profile (the first before the links, the rest among them)")
     threads: int = Field(default=1, ge=1, description="torch threads per process (a run uses 1)")
-    timeout_s: float = Field(default=120.0, gt=0, description="bound on any collective's wait")
+    timeout_s: float = Field(default=120.0, gt=0, le=86400, allow_inf_nan=False,
+                             description="bound on any collective's wait, s (at most a day)")
     out: str = Field(default="", description="where rank 0 writes the ProfileResult JSON")
     progress: str = Field(default="", description="where rank 0 appends progress lines")
 
