@@ -26,6 +26,7 @@ from planner.base import MAX_NAME, Frozen, file_stem, format_runs, format_second
 from planner.hardware import Cluster
 from planner.kinds import AnyPlan, kind_of, validate
 from planner.problem import Problem
+from planner.violations import InvalidPlanError
 from planner.workload import ModelSpec
 from solvers.common import SolverOptions
 from solvers.kinds import solver_kind
@@ -181,6 +182,9 @@ def replan(problem: Problem, plan: Any, lost=(), *, lost_machines=(), solver: st
     model is not chosen: a layered plan's TP sizes must split it; a sequence plan's shares
     must scale to it (`solvers.sequence.replan.RunFit`)."""
     start = time.perf_counter()
+    broken = [v for v in validate(problem, plan) if v.rule != "memory"]  # over memory: still repaired
+    if broken:  # a device beyond the cluster was an IndexError inside the repair
+        raise InvalidPlanError(broken)
     gone = lost_devices(problem, lost, lost_machines)
     new, mapping = survivors(problem, gone)
     options = options or SolverOptions()

@@ -165,3 +165,23 @@ def test_the_tp_limit_is_a_power_of_two():
 
     with pytest.raises(ValidationError, match="max_tp must be a power of two, got 3"):
         HeuristicOptions(max_tp=3)
+
+
+@pytest.mark.parametrize("name, broken", [
+    ("demo-tiny", lambda d: d["pipelines"][1]["stages"][0].update(devices=[4])),
+    ("longctx-tiny", lambda d: d["replicas"][1]["ring"][0]["members"][0].update(device=9))])
+def test_a_plan_broken_for_its_problem_is_refused_before_the_repair(name, broken, tmp_path):
+    """QA: a device beyond the cluster was an IndexError inside the repair (exit 3); validate,
+    evaluate and run refused the same file in one line."""
+    import json
+
+    from planner.violations import InvalidPlanError
+
+    data = json.loads(load_plan(name).to_json())
+    broken(data)
+    (tmp_path / "p.json").write_text(json.dumps(data))
+    with pytest.raises(InvalidPlanError, match=r"\[device\].*do not exist"):
+        replan(load_problem(name), load_plan(tmp_path / "p.json"), [3 if name == "demo-tiny" else 0])
+    result = CliRunner().invoke(app, ["replan", name, str(tmp_path / "p.json"), "--lost", "0", "-t", "2",
+                                      "-o", str(tmp_path / "n.json")])
+    assert result.exit_code == 2 and "do not exist" in result.stderr and not (tmp_path / "n.json").exists()
