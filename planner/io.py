@@ -217,7 +217,10 @@ def _error_reason(error: dict) -> str:
 def _shown(value: Any, limit: int = 60) -> str:
     """repr(value), cut short: a 10^5-character name would otherwise fill the one-line message."""
     text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+    if len(text) <= limit:
+        return text
+    length = f"{len(value):,} characters" if isinstance(value, str) else f"{len(text):,} characters written"
+    return f"{text[:limit]}… ({length})"  # a string's own length, not its repr's with the quotes
 
 
 def _resolve(ref: Any, kind: str, base: Path, file: Path, field: str) -> tuple[dict[str, Any], Path]:
