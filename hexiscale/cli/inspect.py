@@ -207,8 +207,17 @@ SCHEMA_TYPES = {"problem": Problem, "cluster": Cluster, "model": ModelSpec, "tra
 
 
 def _schema(name: str) -> dict:
-    """A file type's JSON Schema; a problem's as files are read (cluster and model by name too)."""
-    return problem_schema() if name == "problem" else SCHEMA_TYPES[name].model_json_schema()
+    """A file type's JSON Schema; a problem's as files are read (cluster and model by name too),
+    a plan's with its `format` tag required (the reader tells the kinds apart by it)."""
+    if name == "problem":
+        return problem_schema()
+    schema = SCHEMA_TYPES[name].model_json_schema()
+    if name in PLAN_SCHEMA_NAMES:
+        schema["required"] = ["format", *schema.get("required", [])]
+    return schema
+
+
+PLAN_SCHEMA_NAMES = {kind.schema_name for kind in PLAN_KINDS.values()}
 
 
 @app.command()
