@@ -26,10 +26,12 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.budget import CommandBudget
+from hexiscale.cli.compare_files import (check_plan_files, check_tables, plan_file, refuse_repeated_solvers,
+                                         split_name)
 from hexiscale.cli.views import plain
 from hexiscale.cli.app import (app, console, err_console, fail, friendly_errors, progress_line, time_limit_option,
                                writable_file, writable_folder, writing)
-from planner.base import Frozen, file_stem, plural, write_atomically
+from planner.base import Frozen, plural, write_atomically
 from planner.io import load_problem, save_plan
 from planner.kinds import headline, kind_of, validate
 from planner.problem import Objective, Problem
@@ -62,11 +64,6 @@ class ComparisonRow(Frozen):
                                                                   "(docs/prices.md §13; None without prices)")
     cost_per_mtok: float | None = Field(default=None, description="cost per million tokens (None without prices)")
     message: str = ""
-
-
-def split_name(spec: str, kind: str = DEFAULT_KIND) -> tuple[str, str]:
-    """`KIND:NAME` → (KIND, NAME); a plain name is one of `kind`'s solvers."""
-    return tuple(spec.split(":", 1)) if ":" in spec else (kind, spec)  # type: ignore[return-value]
 
 
 def _call_solver(problem: Problem, kind: str, name: str, options: SolverOptions) -> SolveResult:
@@ -149,8 +146,7 @@ def compare_problem(problem: Problem, solvers: list[str], options: SolverOptions
         row, result = run_solver(problem, spec, opts, exact_max_devices, kind)
         rows.append(row)
         if plans_dir is not None and result is not None and result.plan is not None:
-            label = name if row_kind == kind else f"{row_kind}-{name}"
-            with writing(plans_dir / f"{file_stem(problem.name)}.{label}.json") as path:
+            with writing(plan_file(plans_dir, problem.name, spec, kind)) as path:
                 plans_dir.mkdir(parents=True, exist_ok=True)
                 save_plan(result.plan, path)
         if row_kind == kind and name == ref_name:
@@ -279,6 +275,7 @@ def parse_solvers(spec: str | None, kind: str = AUTO_KIND) -> list[str]:
              f"(KIND:NAME for another kind's)")
     if not names:
         fail("--solvers: give at least one solver name")
+    refuse_repeated_solvers(names, kind)
     return names
 
 
@@ -303,6 +300,7 @@ def solvers_for(problem: Problem, kind: str, names: list[str]) -> tuple[str, lis
     if missing:
         fail(f"--solvers: {problem.name} is compared in {kind} plans ({why or 'given by --kind'}), which have "
              f"no solver {', '.join(map(repr, missing))}; write KIND:NAME or pass --kind")
+    refuse_repeated_solvers(names, kind)  # `heuristic,layered:heuristic` is one solver twice in layered plans
     chosen = names or list(solver_kind(kind).default_solvers)
     return kind, with_cross_kind(chosen, kind), why
 
@@ -331,11 +329,13 @@ def compare(
     if kind != AUTO_KIND and kind not in SOLVERS_BY_KIND:
         fail(f"--kind: unknown plan kind {kind!r}; available: {AUTO_KIND}, {', '.join(SOLVERS_BY_KIND)}")
     names = parse_solvers(solvers, kind)
+    written = check_tables(problems, csv_path, json_path)  # neither over a problem file, nor over the other
     for path, option in ((csv_path, "--csv"), (json_path, "--json-file")):
         writable_file(path, option)  # before any solving, as bad problem files are
     writable_folder(plans_dir, "--plans")
     loaded = [load_problem(p) for p in problems]  # bad files fail before any solving
     plans = [solvers_for(p, kind, names) for p in loaded]  # and so do solvers of the wrong kind
+    check_plan_files(plans_dir, problems, loaded, [(k, s) for k, s, _ in plans], written)
     options = SolverOptions(time_limit_s=time_limit, seed=seed)
     exact = SolverOptions(time_limit_s=exact_time_limit, seed=seed) if exact_time_limit else None
     shared = SharedBudget(budget, sum(len(s) + (solver_kind(k).reference not in s) for k, s, _ in plans))

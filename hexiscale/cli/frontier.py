@@ -11,6 +11,7 @@ solving, the picture, the output).
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from rich.table import Table
 from hexiscale.cli.app import (EXIT_INFEASIBLE, app, console, err_console, fail, friendly_errors, progress_line,
                                time_limit_option, writable_folder, writing)
 from hexiscale.cli.budget import MIN_SOLVE_S, CommandBudget
+from hexiscale.cli.paths import file_read, same_file
 from hexiscale.cli.views import plain
 from planner.base import format_seconds, plural
 from planner.io import load_problem, save_plan
@@ -38,6 +40,8 @@ AUTO_SOLVER = "auto"
 # the budget counts it: 0.3-0.6 s on 2 shared cores): 0.15-0.26 s measured. Held back in full, not
 # within the budget's 20 % share for the output: `frontier -o -t 3` ended at 3.3 s when it was
 MATPLOTLIB_IMPORTED_PICTURE_S = 0.3
+# what a frontier writes into its -o folder: the picture and each point's plan, frontier-K.json
+FRONTIER_FILES = re.compile(r"frontier(?:-(\d+)\.json|\.png)")
 
 
 @app.command()
@@ -64,6 +68,7 @@ def frontier(
     dear and at most as slow, and better in one."""
     budget = CommandBudget(time_limit)
     writable_folder(out, "--out")
+    refuse_reading_an_output(problem, out)
     if out is not None:
         import hexiscale.viz.frontier  # noqa: F401 - matplotlib's import, counted before the solver's share
     prob = load_problem(problem)
@@ -165,8 +170,32 @@ def _write(problem: Problem, front, labels: list[str], out: Path) -> None:
 
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
+        remove_earlier_plans(out, len(front.points))
         path = draw_frontier(problem, front, labels, out)
         for i, p in enumerate(front.points, start=1):
             save_plan(p.plan, out / f"frontier-{i}.json")
     err_console.print(f"wrote {path} and {plural(len(front.points), 'plan')} (frontier-K.json)", highlight=False,
                       markup=False)
+
+
+def refuse_reading_an_output(problem: str, out: Path | None) -> None:
+    """The problem file is not one of the files -o writes or removes (frontier-K.json, frontier.png)."""
+    read = file_read(problem)
+    if out is not None and read is not None and FRONTIER_FILES.fullmatch(read.name) and same_file(read.parent, out):
+        fail(f"--out: {problem}, the problem file read, is in {out} under a name the frontier writes or removes "
+             f"there (frontier.png, frontier-K.json): write the frontier to another folder")
+
+
+def remove_earlier_plans(out: Path, points: int) -> None:
+    """Remove the plans of an earlier frontier that this one does not write over (frontier-K.json
+    past its `points`), said in one line: a 2-point frontier left the earlier one's frontier-3.json
+    beside its own, to be taken for a point of this problem's. Anything else there stays."""
+    numbered = ((p, FRONTIER_FILES.fullmatch(p.name)) for p in out.iterdir() if p.is_file())
+    stale = sorted((int(m[1]), p) for p, m in numbered if m and m[1] and not 1 <= int(m[1]) <= points)
+    for _, path in stale:
+        path.unlink()
+    if stale:
+        names = ", ".join(p.name for _, p in stale)
+        err_console.print(f"note: removed from {out} an earlier frontier's plans that this one "
+                          f"({plural(points, 'plan')}) does not write: {names}", highlight=False, markup=False,
+                          soft_wrap=True)

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from hexiscale.cli.inspect import no_sequence_plans
 from hexiscale.cli.app import LARGE_DEVICES, WorkLog, app, console, fail, friendly_errors, writable_file
+from hexiscale.cli.paths import file_read, refuse_same_file
 from planner.io import HF_PREFIX, hf_model
 from instances.generate import generate_cluster, generated_problem, write_cluster, write_problem
 from instances.price_table import priced
@@ -69,6 +70,15 @@ def _summary(cluster) -> str:
             f"{len(cluster.links)} link overrides{rent}")
 
 
+def model_file_read(model: str) -> Path | None:
+    """The file --model reads: a model file, or hf:PATH's config.json (PATH itself, or in the
+    folder PATH); None for a bundled name."""
+    if not model.startswith(HF_PREFIX):
+        return file_read(model)
+    folder = Path(model[len(HF_PREFIX):])
+    return file_read(folder if folder.is_file() else folder / "config.json")
+
+
 @generate_app.command("cluster")
 @friendly_errors
 def cluster_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path = OUTPUT,
@@ -95,6 +105,7 @@ def problem_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path
                 recompute: bool = typer.Option(True, help="full activation recomputation"),
                 prices: bool = PRICES) -> None:
     """Write a self-contained problem: a generated cluster paired with a model."""
+    refuse_same_file(output, "--output", {"the --model file read": model_file_read(model)})
     writable_file(output, "--output")
     work = WorkLog(gpus >= LARGE_DEVICES)
     work.step(f"generating {gpus:,} GPUs")

@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from hexiscale.cli.app import app, console, fail, friendly_errors, writable_folder
+from hexiscale.cli.paths import refuse_nested_folder
 from hexiscale.cli.precision import DTYPE_NAMES
 from hexiscale.interrupt import EXIT_INTERRUPTED
 from runtime.checkpoints.manifest import CheckpointError
@@ -33,7 +34,7 @@ INIT_FROM = typer.Option(None, help="start from this Hugging Face folder's safet
 SAVE_HF = typer.Option(None, help="after the last step, write the model here (Hugging Face layout)")
 SAVE_DTYPE = typer.Option(None, help="--save-hf tensors: float32 | bfloat16 | float16 (or fp32 | bf16 | fp16); "
                                      "default float32")
-WEIGHT_DECAY = typer.Option(0.01, min=0, help="AdamW weight decay")
+WEIGHT_DECAY = typer.Option(0.01, help="AdamW weight decay (≥ 0)")  # checked by RunConfig: nan named as nan
 CLIP_GRAD = typer.Option(None, help="clip the gradients' global norm to this before each step (torch's "
                                     "clip_grad_norm_ over the whole model, every plan alike; default: no clipping)")
 LOG_EVERY = typer.Option(1, min=1, help="print every N-th step's line (always the first, the last and eval steps)")
@@ -196,12 +197,14 @@ def export_hf(checkpoint: Path = typer.Argument(..., help="a checkpoint folder, 
               save_dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16 (or fp32 | bf16 | fp16)")
               ) -> None:
     """Write a plan-independent checkpoint (any plan, either kind) as a Hugging Face model folder."""
-    from runtime.checkpoints.hf_weights import export_checkpoint  # torch: only here
-
     dtype: SaveDtype = save_dtype_of(save_dtype)  # type: ignore[assignment]
     if not checkpoint.is_dir():
         fail(f"{checkpoint}: not a folder")
+    # not config.json and the weights among a checkpoint's files (the tree then holds what no run
+    # wrote), nor a model folder holding the checkpoints (copied or uploaded, they go with it)
+    refuse_nested_folder(output, "--output", checkpoint, "the checkpoint folder read")
     writable_folder(output, "--output")
+    from runtime.checkpoints.hf_weights import export_checkpoint  # torch: only here, after the checks
     try:
         folder, step = export_checkpoint(checkpoint, output, dtype,
                                          log=lambda line: console.print(line, highlight=False, soft_wrap=True))

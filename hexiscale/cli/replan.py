@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from hexiscale.cli.budget import CommandBudget
+from hexiscale.cli.paths import file_read, refuse_same_file, same_as
 from hexiscale.cli.app import (EXIT_INFEASIBLE, app, check_plan_is_for, console, fail, friendly_errors,
                                time_limit_option, writable_file, writing)
 from planner.base import file_stem, format_seconds, plural
@@ -77,8 +78,7 @@ def replan(problem: str = typer.Argument(..., help="problem file or bundled name
     The new plan is written in the survivors' device ids, and the survivors'
     problem beside it (the plan names it)."""
     budget = CommandBudget(time_limit)
-    writable_file(output, "--output")
-    writable_file(problem_out, "--problem-out")
+    taken = checked_outputs(problem, plan, output, problem_out)
     prob, old = load_problem(problem), load_plan(plan)
     check_plan_is_for(prob, old, plan, force)
     devices, machines = device_ids(lost), id_list(lost_machines, "--lost-machines")
@@ -87,7 +87,7 @@ def replan(problem: str = typer.Argument(..., help="problem file or bundled name
     try:  # what was lost is checked before the solve (an unknown or repeated id), in the options' names
         gone = lost_devices(prob, devices, machines, names=("--lost", "--lost-machines"))
         if problem_out is None and output is not None:  # its name says what was lost: known before the solve
-            problem_out = survivors_path(output, prob, gone)
+            problem_out = survivors_path(output, prob, gone, taken)
         result = replan_plan(prob, old, devices, lost_machines=machines, solver=solver,
                              options=SolverOptions(time_limit_s=replan_budget(budget, prob.cluster.num_devices)))
     except NoReplanError as exc:
@@ -96,6 +96,19 @@ def replan(problem: str = typer.Argument(..., help="problem file or bundled name
         fail(str(exc).strip("'\""))
     print_result(result)
     write_result(result, output, problem_out)
+
+
+def checked_outputs(problem: str, plan: str, output: Path | None,
+                    problem_out: Path | None) -> dict[str, Path | None]:
+    """Both outputs writable, neither over an input nor over the other (the problem was written,
+    then the plan over it); returns the files the survivors' default problem file must not be."""
+    taken = {"the problem file read": file_read(problem), "the plan file read": file_read(plan)}
+    refuse_same_file(output, "--output", taken)
+    taken["the --output plan file"] = output
+    refuse_same_file(problem_out, "--problem-out", taken)
+    writable_file(output, "--output")
+    writable_file(problem_out, "--problem-out")
+    return taken
 
 
 def write_result(result: ReplanResult, output: Path | None, problem_out: Path | None) -> None:
@@ -121,11 +134,16 @@ def replan_budget(budget: CommandBudget, devices: int) -> float:
     return max(0.05, budget.for_solver(devices, explain=False) - WRITE_PROBLEM_PER_DEVICE_S * devices)
 
 
-def survivors_path(output: Path, problem, lost: set[int]) -> Path:
+def survivors_path(output: Path, problem, lost: set[int], taken: dict[str, Path | None]) -> Path:
     """Where the survivors' problem goes by default: beside the plan, named as the plan names it
-    (by the lost devices). An existing file of that name that holds another problem (the problem
-    was edited since) is not overwritten: the plans judged by it would be judged wrongly."""
+    (by the lost devices). Not over a file the command reads or writes (`taken`: `-o X.yaml`
+    where X is that name wrote the problem, then the plan over it), nor over an existing file
+    that holds another problem (the problem was edited since): the plans judged by it would be
+    judged wrongly."""
     path = output.with_name(f"{file_stem(survivors_name(problem.name, lost))}.yaml")
+    if what := same_as(path, taken):
+        fail(f"--output: the survivors' problem goes beside the plan, to {path}, which is {what}: "
+             f"name it with --problem-out")
     if path.exists() and _mapping_or_none(path) != problem_to_dict(survivors(problem, lost)[0]):
         fail(f"{path} exists and holds another problem than the survivors' (a plan judged by it would be "
              f"judged wrongly): move it, or name the file with --problem-out")

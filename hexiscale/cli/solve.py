@@ -13,6 +13,7 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.budget import CommandBudget
+from hexiscale.cli.paths import file_read, refuse_same_file
 from hexiscale.cli.price_views import price_rows
 from hexiscale.cli.views import plain, views_for
 from hexiscale.cli.app import (EXIT_INFEASIBLE, app, check_plan_is_for, console, err_console, fail, friendly_errors,
@@ -54,6 +55,8 @@ def solve(
     """Find a plan with one solver; print it with its estimate and proof status."""
     budget = CommandBudget(time_limit)
     check_kind_and_solver(kind, solver)
+    refuse_same_file(output, "--output", {"the problem file read": file_read(problem),
+                                          "the --hint plan read": file_read(hint)})
     writable_file(output, "--output")
     prob = load_problem(problem)
     hint_plan = usable_hint(prob, hint, solver, kind, force)  # every input before any output
