@@ -144,6 +144,18 @@ def check_plan_is_for(problem, plan, plan_path, force: bool) -> None:
              f"(pass --force to use it anyway)")
 
 
+def check_plan_rules(problem, plan, plan_path, *, memory: bool = True) -> None:
+    """The plan keeps every rule for this problem (with `memory=False` the structural ones: a
+    re-plan repairs a plan over memory), or one line naming the plan file and the first broken
+    rule: run and replan had said "the plan is invalid for this problem", naming no file."""
+    from planner.kinds import validate
+
+    broken = [v for v in validate(problem, plan) if memory or v.rule != "memory"]
+    if broken:
+        fail(f"{plan_path}: plan is invalid for {problem.name}: {broken[0]}"
+             + (f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""))
+
+
 STATISTIC_HELP = ("mean | median | min of the repetitions (and of a run's steps) the fit uses: mean (a step adds "
                   "up many operations), median, min (the least disturbed, on shared cores)")
 

@@ -29,8 +29,8 @@ from hexiscale.cli.budget import CommandBudget
 from hexiscale.cli.compare_files import (check_plan_files, check_tables, plan_file, refuse_repeated_solvers,
                                          split_name)
 from hexiscale.cli.views import plain
-from hexiscale.cli.app import (app, console, err_console, fail, friendly_errors, progress_line, time_limit_option,
-                               writable_file, writable_folder, writing)
+from hexiscale.cli.app import (app, console, err_console, fail, friendly_errors, progress_line, seed_option,
+                               time_limit_option, writable_file, writable_folder, writing)
 from planner.base import Frozen, plural, write_atomically
 from planner.io import load_problem, save_plan
 from planner.kinds import headline, kind_of, validate
@@ -317,8 +317,8 @@ def compare(
                                           "equally (a quick run leaves its rest)"),
     exact_time_limit: float = time_limit_option("at most this many seconds per cpsat/milp run", None,
                                                 "--exact-time-limit"),
-    exact_max_devices: int = typer.Option(32, help="skip cpsat/milp on clusters larger than this"),
-    seed: int = typer.Option(0, help="random seed for the randomized solvers"),
+    exact_max_devices: int = typer.Option(32, min=0, help="skip cpsat/milp on clusters larger than this"),
+    seed: int = seed_option("random seed for the randomized solvers"),
     csv_path: Path = typer.Option(None, "--csv", help="write all rows as CSV"),
     json_path: Path = typer.Option(None, "--json-file", help="write all rows as JSON"),
     as_json: bool = typer.Option(False, "--json", help="print all rows as JSON instead of tables (as solve --json)"),

@@ -20,7 +20,7 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.app import (EXIT_INFEASIBLE, app, console, err_console, fail, friendly_errors, progress_line,
-                               time_limit_option, writable_folder, writing)
+                               seed_option, time_limit_option, writable_folder, writing)
 from hexiscale.cli.budget import MIN_SOLVE_S, CommandBudget
 from hexiscale.cli.paths import file_read, same_file
 from hexiscale.cli.views import plain
@@ -60,7 +60,7 @@ def frontier(
     kind: str = typer.Option(AUTO_KIND, "--kind", help="plan kind: auto (by sequence length), "
                              + ", ".join(SOLVERS_BY_KIND)),
     threads: int = typer.Option(2, "--threads", min=1, help="worker threads"),
-    seed: int = typer.Option(0, "--seed", help="random seed"),
+    seed: int = seed_option(),
 ) -> None:
     """List the Pareto-optimal plans by rent per hour and iteration time.
 

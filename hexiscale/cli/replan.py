@@ -10,7 +10,7 @@ import typer
 
 from hexiscale.cli.budget import CommandBudget
 from hexiscale.cli.paths import file_read, refuse_same_file, same_as
-from hexiscale.cli.app import (EXIT_INFEASIBLE, app, check_plan_is_for, console, fail, friendly_errors,
+from hexiscale.cli.app import (EXIT_INFEASIBLE, app, check_plan_is_for, check_plan_rules, console, fail, friendly_errors,
                                time_limit_option, writable_file, writing)
 from planner.base import file_stem, format_seconds, plural
 from planner.io import InputError, load_plan, load_problem, problem_to_dict, read_mapping, save_plan, save_yaml
@@ -81,6 +81,7 @@ def replan(problem: str = typer.Argument(..., help="problem file or bundled name
     taken = checked_outputs(problem, plan, output, problem_out)
     prob, old = load_problem(problem), load_plan(plan)
     check_plan_is_for(prob, old, plan, force)
+    check_plan_rules(prob, old, plan, memory=False)
     devices, machines = device_ids(lost), id_list(lost_machines, "--lost-machines")
     if not devices and not machines:
         fail("name what was lost: --lost 3,7 and/or --lost-machines NAME,...")

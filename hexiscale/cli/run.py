@@ -15,7 +15,7 @@ from hexiscale.cli.hf_run import (CLIP_GRAD, DATA, EVAL_DATA, EVAL_EVERY, INIT_F
                                   SAVE_HF, WEIGHT_DECAY, check_save_target, checked_model, model_file_settings,
                                   model_notes)
 from hexiscale.cli.precision import PRECISION, precision_settings, print_run_notes
-from hexiscale.cli.app import app, check_plan_is_for, console, fail, friendly_errors, seed_option, writable_folder
+from hexiscale.cli.app import app, check_plan_is_for, check_plan_rules, console, fail, friendly_errors, seed_option, writable_folder
 from runtime.host import too_many_ranks
 from hexiscale.cli.show import write_loss_picture
 from hexiscale.cli.torchrun_views import print_torchrun
@@ -141,6 +141,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     checkpoint_dir = checkpoint_options(checkpoint_dir, save_every, resume, elastic, torchrun)
     prob, the_plan = load_problem(problem), load_plan(plan)
     check_plan_is_for(prob, the_plan, plan, force)
+    check_plan_rules(prob, the_plan, plan, memory=False)  # memory: the run's model may be another (tiny)
     model = checked_model(prob, model)
     check_backend(backend, torchrun, len(the_plan.devices))
     peeked = newest_manifest(resume) if resume is not None else None  # unverified: resume_job verifies

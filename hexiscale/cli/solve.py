@@ -17,10 +17,10 @@ from hexiscale.cli.paths import file_read, refuse_same_file
 from hexiscale.cli.price_views import price_rows
 from hexiscale.cli.views import plain, views_for
 from hexiscale.cli.app import (EXIT_INFEASIBLE, app, check_plan_is_for, console, err_console, fail, friendly_errors,
-                               time_limit_option, writable_file, writing)
+                               seed_option, time_limit_option, writable_file, writing)
 from planner.kinds import evaluate, kind_of, validate
 from planner.io import load_plan, load_problem, save_plan
-from planner.base import Frozen, format_seconds
+from planner.base import Frozen, format_seconds, plural
 from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
 from solvers.choose import AUTO_KIND
@@ -42,7 +42,7 @@ def solve(
                              "better plan by the objective kept), " + ", ".join(SOLVERS_BY_KIND)),
     time_limit: float = time_limit_option("wall-clock budget of the whole command (loading, solving, output), s"),
     threads: int = typer.Option(2, "--threads", min=1, help="worker threads"),
-    seed: int = typer.Option(0, "--seed", help="random seed"),
+    seed: int = seed_option(),
     max_pipelines: int = typer.Option(None, "--max-pipelines", min=1, help="limit on D (reported if it may cut the optimum)"),
     max_stages: int = typer.Option(None, "--max-stages", min=1, help="limit on stages per pipeline"),
     hint: str = typer.Option(None, "--hint", help="layered plan file to warm-start cpsat or milp from"),
@@ -102,6 +102,11 @@ def usable_hint(problem: Problem, path: str | None, solver: str, kind: str, forc
     if why:
         err_console.print(f"note: --hint is ignored: {why}", highlight=False, markup=False, soft_wrap=True)
         return None
+    broken = validate(problem, plan)  # the solver would drop it with a progress line only
+    if broken:
+        more = f" (and {plural(len(broken) - 1, 'more')})" if len(broken) > 1 else ""
+        fail(f"--hint: {path}: the plan is invalid for {problem.name}, so it cannot warm-start {solver}: "
+             f"[{broken[0].rule}] {broken[0].message}{more}")
     return plan
 
 
