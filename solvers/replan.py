@@ -95,7 +95,7 @@ def _lost_ids(cluster: Cluster, devices: list, name: str) -> set[int]:
     lost: set[int] = set()
     for d in map(int, devices):
         if not 0 <= d < cluster.num_devices:
-            raise ReplanError(f"device {d} is not in the cluster (ids 0..{cluster.num_devices - 1})")
+            raise ReplanError(f"{name}: device {d} is not in the cluster (ids 0..{cluster.num_devices - 1})")
         if d in lost:
             raise ReplanError(f"{name}: device {d} is named twice")
         lost.add(d)
@@ -108,7 +108,7 @@ def _lost_machines(cluster: Cluster, machines: list, name: str) -> set[int]:
     for m in machines:
         key = int(m) if str(m).isascii() and str(m).isdigit() else index.get(str(m))  # not '²' or '٣'
         if key is None or not 0 <= key < len(cluster.machines):
-            raise ReplanError(f"machine {m!r} is not in the cluster (machines: {', '.join(index)})")
+            raise ReplanError(f"{name}: machine {m!r} is not in the cluster (machines: {', '.join(index)})")
         if key in named:
             spelled = f" (as {named[key]!r} and {m!r})" if str(named[key]) != str(m) else ""
             raise ReplanError(f"{name}: machine {cluster.machines[key].name!r} is named twice{spelled}")

@@ -56,3 +56,9 @@ def test_run_and_replan_name_the_invalid_plan_file(command, broken_plan, tmp_pat
 
 def test_a_negative_exact_device_limit_is_refused():
     assert "--exact-max-devices" in one_error("compare", "demo-asym", "-s", "heuristic", "--exact-max-devices", -1)
+
+
+@pytest.mark.parametrize("args, words", [(["--seq-len", 10**8], "--seq-len: Input should be less than or equal to"),
+                                         (["--global-batch", 10**16], "--global-batch:")])
+def test_generate_problem_names_the_option_out_of_range(args, words, tmp_path):
+    assert words in one_error("generate", "problem", "--gpus", 4, *args, "-o", tmp_path / "g.yaml")

@@ -74,9 +74,9 @@ def test_cli_replan_prints_the_change_and_writes_plan_and_problem(tmp_path):
     assert hx.validate(load_problem(prob), load_plan(out)) == []
 
 
-@pytest.mark.parametrize("args, message", [(["--lost", "7"], "device 7 is not in the cluster"),
+@pytest.mark.parametrize("args, message", [(["--lost", "7"], "--lost: device 7 is not in the cluster"),
                                            (["--lost", "x"], "--lost: device ids are integers"),
-                                           (["--lost-machines", "nope"], "machine 'nope' is not in the cluster"),
+                                           (["--lost-machines", "nope"], "--lost-machines: machine 'nope' is not in the cluster"),
                                            ([], "name what was lost")])
 def test_cli_replan_bad_input_is_one_line_exit_2(args, message):
     result = CliRunner().invoke(app, ["replan", "demo-tiny", "demo-tiny", *args])

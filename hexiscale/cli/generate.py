@@ -24,6 +24,8 @@ MAX_GPUS = 10**6
 GPUS = typer.Option(..., "--gpus", min=4, max=MAX_GPUS, help=f"number of GPUs (a multiple of 4, at most {MAX_GPUS:,})")
 MIX = typer.Option("A100-80G:0.25,RTX4090:0.5,H20:0.25", "--mix",
                    help="GPU types and weights, e.g. A100-80G:0.25,RTX4090:0.5,H20:0.25")
+# the training field each option sets, to name the option in errors
+OPTION_OF_FIELD = {"seq_len": "--seq-len", "global_batch": "--global-batch", "micro_batch": "--micro-batch"}
 SEED = typer.Option(0, "--seed", help="random seed (same seed, same cluster)")
 OUTPUT = typer.Option(..., "-o", "--output", help="YAML file to write")
 PRICES = typer.Option(False, "--prices", help="price every GPU type from instances/prices.yaml (public on-demand "
@@ -114,7 +116,9 @@ def problem_cmd(gpus: int = GPUS, mix: str = MIX, seed: int = SEED, output: Path
         spec = hf_model(model[len(HF_PREFIX):], seq_len) if model.startswith(HF_PREFIX) else model
         problem = generated_problem(cluster, spec, seq_len, global_batch, micro_batch, recompute)
     except ValidationError as exc:  # e.g. a global batch that is not a multiple of the micro-batch
-        fail("training: " + exc.errors()[0]["msg"].removeprefix("Value error, "))
+        error = exc.errors()[0]
+        where = OPTION_OF_FIELD.get(str(error["loc"][-1]) if error["loc"] else "", "training")
+        fail(f"{where}: " + error["msg"].removeprefix("Value error, ") + (f" (got {error['input']})" if error["loc"] else ""))
     work.step(f"writing {output}")
     write_problem(problem, output)
     work.finish()
