@@ -102,7 +102,7 @@ def test_many_scattered_lost_ids_still_make_a_short_distinct_name():
     # digits to str.isdigit that are no integers here: '²' had ended in an internal error, '٣' was device 3
     (["--lost", "²"], "--lost: device ids are integers ≥ 0, got ²"),
     (["--lost", "٣"], "--lost: device ids are integers ≥ 0, got ٣"),
-    (["--lost-machines", "²"], "machine '²' is not in the cluster (machines: r4090-0, r3090-0)"),
+    (["--lost-machines", "²"], "--lost-machines: machine '²' is not in the cluster (machines: r4090-0, r3090-0)"),
     (["--lost", "3,,4"], "--lost: expected a comma-separated list without empty items, got '3,,4'"),  # had been 3, 4
 ])
 def test_a_repeated_or_odd_lost_id_is_refused_before_the_solve(args, message, monkeypatch):
