@@ -7,7 +7,7 @@ from enum import Enum
 
 from pydantic import Field, model_validator
 
-from planner.base import GIB, Input, Name
+from planner.base import Input, Name
 
 from planner.hardware import Cluster
 from planner.workload import ModelSpec, TrainingSpec
@@ -41,7 +41,10 @@ class Problem(Input):
     def _reserve_below_memory(self) -> Problem:
         """A reserve at or above every device's memory leaves nothing for the model anywhere:
         surely a mistake (GiB for MiB, or a total), said here rather than as "no plan fits"."""
-        largest = float(self.cluster.machine_memory_bytes.max()) / GIB
+        # by GPU type, not machine_memory_bytes: a cached array in the cluster's __dict__ breaks
+        # pydantic's == between two equal problems (numpy's truth value of an array)
+        catalog = self.cluster.catalog
+        largest = max(catalog[gpu].memory_gib for gpu in {m.gpu for m in self.cluster.machines})
         if self.training.reserved_gib >= largest:
             raise ValueError(f"training.reserved_gib {self.training.reserved_gib:g} GiB is at least the largest "
                              f"device's memory ({largest:g} GiB): no device keeps any memory for the model")

@@ -182,10 +182,10 @@ def replan(problem: Problem, plan: Any, lost=(), *, lost_machines=(), solver: st
     model is not chosen: a layered plan's TP sizes must split it; a sequence plan's shares
     must scale to it (`solvers.sequence.replan.RunFit`)."""
     start = time.perf_counter()
+    gone = lost_devices(problem, lost, lost_machines)
     broken = [v for v in validate(problem, plan) if v.rule != "memory"]  # over memory: still repaired
     if broken:  # a device beyond the cluster was an IndexError inside the repair
         raise InvalidPlanError(broken)
-    gone = lost_devices(problem, lost, lost_machines)
     new, mapping = survivors(problem, gone)
     options = options or SolverOptions()
     found = solver_kind(kind_of(plan).name).replanner()(

@@ -114,7 +114,7 @@ def test_cli_refuses_an_invalid_plan_with_one_line(tmp_path):
     (tmp_path / "bad.json").write_text(bad.to_json())
     result = CliRunner().invoke(app, ["run", "demo-tiny", str(tmp_path / "bad.json")])
     assert result.exit_code == 2
-    assert "the plan is invalid for this problem" in " ".join(result.output.split())
+    assert f"{tmp_path / 'bad.json'}: plan is invalid for demo-tiny: [machine]" in " ".join(result.output.split())
     assert "Traceback" not in result.output
 
 

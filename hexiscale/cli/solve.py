@@ -20,7 +20,7 @@ from hexiscale.cli.app import (EXIT_INFEASIBLE, app, check_plan_is_for, console,
                                seed_option, time_limit_option, writable_file, writing)
 from planner.kinds import evaluate, kind_of, validate
 from planner.io import load_plan, load_problem, save_plan
-from planner.base import Frozen, format_seconds, plural
+from planner.base import Frozen, format_seconds
 from planner.solver_info import SolverInfo, SolveStatus
 from planner.problem import Problem
 from solvers.choose import AUTO_KIND
@@ -104,7 +104,7 @@ def usable_hint(problem: Problem, path: str | None, solver: str, kind: str, forc
         return None
     broken = validate(problem, plan)  # the solver would drop it with a progress line only
     if broken:
-        more = f" (and {plural(len(broken) - 1, 'more')})" if len(broken) > 1 else ""
+        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
         fail(f"--hint: {path}: the plan is invalid for {problem.name}, so it cannot warm-start {solver}: "
              f"[{broken[0].rule}] {broken[0].message}{more}")
     return plan
