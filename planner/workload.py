@@ -37,10 +37,11 @@ class ModelSpec(Input):
     kv_heads: int | None = Field(default=None, ge=1, le=MAX_WIDTH, description="k, kv heads (GQA); default a")
     ffn_hidden: int = Field(ge=1, le=MAX_WIDTH, description="f, MLP hidden size")
     vocab: int = Field(ge=1, le=MAX_VOCAB, description="V, vocabulary size")
-    gated: bool = Field(default=True, description="SwiGLU (three MLP matrices) or plain MLP (two)")
-    qkv_bias: bool = Field(default=False, description="biases on the q, k, v projections (Qwen2)")
+    # booleans strict: a quoted "false" or a 0 read as a switch is probably a mistake
+    gated: bool = Field(default=True, strict=True, description="SwiGLU (three MLP matrices) or plain MLP (two)")
+    qkv_bias: bool = Field(default=False, strict=True, description="biases on the q, k, v projections (Qwen2)")
     tied_embeddings: bool = Field(
-        default=False, description="the LM head shares the embedding's matrix (priced as two synced copies)")
+        default=False, strict=True, description="the LM head shares the embedding's matrix (priced as two synced copies)")
     # runtime only (docs/models-and-data.md §12): the numbers the runtime's decoder needs, no cost-model term
     rope_theta: float = Field(default=10000.0, gt=0, description="rotary embeddings' base (runtime only)")
     norm_eps: float = Field(default=1e-5, gt=0, le=1, description="RMSNorm epsilon (runtime only)")
@@ -119,7 +120,7 @@ class TrainingSpec(Input):
     seq_len: int = Field(ge=1, le=MAX_TOKENS, description="s, sequence length (tokens)")
     global_batch: int = Field(ge=1, le=MAX_BATCH, description="B, sequences per iteration")
     micro_batch: int = Field(default=1, ge=1, le=MAX_BATCH, description="b, sequences per micro-batch")
-    recompute: bool = Field(default=True, description="full activation recomputation")
+    recompute: bool = Field(default=True, strict=True, description="full activation recomputation")
     param_state_bytes: float = Field(
         default=16, gt=0, le=MAX_BYTES, description="μ, bytes of weights+grads+optimizer state per parameter"
     )
@@ -132,7 +133,7 @@ class TrainingSpec(Input):
     token_block: int = Field(default=64, ge=1, le=MAX_TOKENS,
                              description="q, sequence plans: every token count is a multiple of q (§7)")
     sequence_parallel: bool = Field(
-        default=False, description="Megatron sequence parallelism inside TP stages: norms, residuals and "
+        default=False, strict=True, description="Megatron sequence parallelism inside TP stages: norms, residuals and "
                                    "the kept layer input split over the t devices (§3.5 memory)")
     zero_stage: ZeroStage = Field(
         default=0, description="0: every pipeline keeps its whole optimizer state; 1: the D holders of a "

@@ -147,3 +147,12 @@ def test_another_kind_of_file_where_a_problem_is_expected_is_named(source, words
     path.write_text((Path(__file__).parents[1] / source).read_text())
     result = CliRunner().invoke(app, ["solve", str(path), "-t", "1"])
     assert result.exit_code == 2 and words in result.stderr and "not a problem file" in result.stderr
+
+
+@pytest.mark.parametrize("value", ['"false"', "0", "1.0", '"on"'])
+def test_a_switch_takes_a_boolean_only(value, tmp_path):
+    """QA: `recompute: "false"` (quoted) and `recompute: 0` had been read as switches."""
+    path = tmp_path / "p.yaml"
+    path.write_text(f"cluster: tiny-4\nmodel: tiny\ntraining: {{seq_len: 128, global_batch: 8, recompute: {value}}}\n")
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2 and "training.recompute: Input should be a valid boolean" in result.stderr
