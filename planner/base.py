@@ -59,6 +59,16 @@ class Frozen(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    def __eq__(self, other: object) -> bool:
+        """Equal when of one type with equal fields. pydantic's own == compares `__dict__` first,
+        which also holds `cached_property` values: two equal clusters that had computed their
+        device arrays raised numpy's "truth value of an array is ambiguous" there."""
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(self) is type(other) and all(getattr(self, f) == getattr(other, f) for f in type(self).model_fields)
+
+    __hash__ = BaseModel.__hash__  # defining __eq__ would otherwise drop it (frozen values are hashable)
+
 
 # Names are labels in tables, messages and plan files: one line of readable text. A name in a
 # file has at most MAX_NAME characters (a 10^5-character one made `validate` take over a minute

@@ -310,3 +310,15 @@ def test_racks_are_checked():
     with pytest.raises(ValueError, match="in racks\\[0\\] and racks\\[1\\]"):
         Cluster(machines=ms, inter_bw_gbps=1.0, racks=(Rack(machines=("m0", "m1"), bw_gbps=2.0),
                                                        Rack(machines=("m1", "m2"), bw_gbps=2.0)))
+
+
+def test_equal_problems_compare_equal_after_their_arrays_are_computed():
+    """pydantic's == compared __dict__ first, cached device arrays included: numpy's truth value
+    of an array raised there (a job checks its cluster against its problem's with !=)."""
+    from planner.io import load_problem
+
+    a, b, other = load_problem("demo-tiny"), load_problem("demo-tiny"), load_problem("demo-asym")
+    for problem in (a, b, other):
+        problem.cluster.machine_of_device, problem.cluster.machine_memory_bytes  # noqa: B018 (cached arrays)
+    assert a == b and a.cluster == b.cluster and hash(a.cluster) == hash(b.cluster)
+    assert a != other and a.cluster != other.cluster
