@@ -156,3 +156,13 @@ def test_a_switch_takes_a_boolean_only(value, tmp_path):
     path.write_text(f"cluster: tiny-4\nmodel: tiny\ntraining: {{seq_len: 128, global_batch: 8, recompute: {value}}}\n")
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 2 and "training.recompute: Input should be a valid boolean" in result.stderr
+
+
+def test_a_training_section_alone_is_named_as_such(tmp_path):
+    """QA: it was "read as a problem file (it has none of the fields …)", though `schema --type
+    training` exists."""
+    (tmp_path / "t.yaml").write_text("seq_len: 64\nglobal_batch: 8\n")
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / "t.yaml")])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {tmp_path / 't.yaml'}: this file holds training settings, not a problem " \
+                                    f"file (a problem has cluster, model and training)"

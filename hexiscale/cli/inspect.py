@@ -54,7 +54,7 @@ def _guessed(why: str, path: str, load):
     try:
         return load(path)
     except InputError as exc:
-        if not why or exc.file != str(Path(path)):
+        if not why or exc.file != str(Path(path)) or not exc.field:  # no field: it says what the file is
             raise
         raise InputError(exc.file, f"{why}: {exc.field}" if exc.field else why, exc.reason) from None
 
