@@ -136,6 +136,8 @@ def _reason(problem: Problem, best: str, results: dict[str, SolveResult], tried:
         return f"--kind auto: solved every kind ({listed}); none found a plan"
     if not others:
         return f"--kind auto: solved every kind ({listed}); only {best} plans were found"
+    if tried[best] == 0:  # free machines under objective cost: every plan costs $0 per Mtok
+        return f"--kind auto: solved every kind ({listed}); {best} is as cheap (free) and kept"
     ratio = min(others) / tried[best]
     if ratio <= 1 + 1e-9:  # one plan priced alike in both kinds (one device): the preferred kind is kept
         return f"--kind auto: solved every kind ({listed}); they tie, and the sequence length prefers {best}"

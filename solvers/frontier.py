@@ -117,8 +117,10 @@ class Frontier:
 
     @property
     def status_when_empty(self) -> SolveStatus:
-        # complete with no solve: no rent level holds the model states (exact levels), a proof too
-        proved = self.complete and (not self.solves or self.solves[-1].status == SolveStatus.infeasible)
+        # complete with no solve: no rent level holds the model states (exact levels), a proof too;
+        # otherwise every level must be proven infeasible (the last one alone was read: a heuristic's
+        # cheapest level, truly infeasible, turned its "unknown" levels above into a proof)
+        proved = self.complete and all(s.status == SolveStatus.infeasible for s in self.solves)
         return SolveStatus.infeasible if proved else SolveStatus.unknown
 
 

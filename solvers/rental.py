@@ -37,6 +37,7 @@ from planner.problem import Objective, Problem
 
 ENUMERATE_LIMIT = 200_000  # count vectors enumerated at most; beyond, greedy fills
 EXACT_LIMIT = 4096  # exact set lists are refused beyond this many count vectors
+NOISE = 1e-12  # relative: rents that differ by less are one rent (float sums of the same prices)
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,16 @@ def rent_levels(problem: Problem, budget: float | None = None) -> list[float]:
     ok = holds_states(problem, totals(groups, vectors, groups.memory)) & vectors.any(axis=1)
     if budget is not None:
         ok &= rents <= spendable(budget)
-    return sorted({round(float(r), 9) for r in rents[ok]})
+    levels: list[float] = []
+    for rent in sorted(float(r) for r in rents[ok]):
+        # sums of the same prices in another order differ by float noise: one level, the larger, so
+        # that it affords each such set (rounding to 9 decimals had cut $0.136986301369863 below
+        # its own machine's rent by more than the budget's slack: that set was then unaffordable)
+        if levels and rent <= levels[-1] * (1 + NOISE):
+            levels[-1] = rent
+        else:
+            levels.append(rent)
+    return levels
 
 
 def most_compute_within(problem: Problem, budget: float) -> float:

@@ -436,6 +436,9 @@ def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: floa
         log("configuration bound: usage tables too large, LP certificate over ranges of D")
         return None
     by_d, b, own, crossing = chosen
+    if not len(b):  # no stage time up to `top` (float noise at one micro-batch, one stage): no table
+        log("configuration bound: no breakpoints for usage tables, LP certificate over ranges of D")
+        return None
     log(f"configuration bound: usage tables over classes {by_d[d_values[0]].devices.tolist()}, {len(b)} breakpoints, "
         + ("every D's own" if len(own) == len(d_values) else f"own for D={sorted(own)}")
         + ("" if crossing else " (no crossing parts: memory)"))

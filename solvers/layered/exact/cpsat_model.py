@@ -328,7 +328,9 @@ class CpSatBuilder:
         # [C13] valid cuts: m_0 ≥ ⌈B/(b·D)⌉ (pipelines are ordered), and T_dp's floor
         m_low = -(-self.tb.total_micro // self.d)
         model.add(pipe_max >= times.bubble[0] + (m_low - 1) * times.slowest[0])
-        model.add(sync.t_dp >= sc.units(self.tb.dp_floor(self.d)))
+        # T_dp's floor gives way by the rounding of its floored parts, as [C14]'s cuts do (a plan
+        # at exactly that floor was cut off: D = 2 lost, a worse plan or "infeasible" called optimal)
+        model.add(sync.t_dp >= max(0, sc.units(self.tb.dp_floor(self.d)) - sc.error_units))
         if cutoff is not None:
             model.add(total <= math.ceil(cutoff / sc.unit))
         return pipe_max, total

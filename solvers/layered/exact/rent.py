@@ -3,11 +3,14 @@ a binary rented_M per machine, at least every layout variable that puts a layer 
 rented when any of its devices is used), and the budget Σ_M count_M·price_M·rented_M ≤ budget as
 one linear constraint. Both families are empty without a budget.
 
-CP-SAT needs integer coefficients: the rents and the budget are scaled by the least power of ten
-that makes every rent a whole number (prices written with up to `MAX_DIGITS` decimals, the usual
-case), which keeps "fits the budget" exactly the planner's test; rents with more decimals are
-rounded up at that scale (the model may then miss a plan that spends the budget to the last
-fraction, never admit one above it).
+CP-SAT needs integer coefficients: the rents are rounded up and the spendable budget down
+(`planner.prices.spendable`: the budget and its 1e-9 rounding slack) at a scale S large enough
+that the n roundings, under n units, stay inside a quarter of that slack. So every machine set
+within the budget is admitted, every set above `spendable` refused, as the planner's own test
+(`fits_budget`) decides; only a set whose rent lies in the slack's last quarter (rounding noise)
+may be decided the other way. A machine dearer than `spendable` alone weighs cap + 1. (A scale by
+the prices' decimals, as before, took 4.10958904109589 for whole at 10^5 and refused the set that
+spent the budget exactly, while calling the worse plan optimal.)
 """
 
 from __future__ import annotations
@@ -17,20 +20,16 @@ import math
 import numpy as np
 import pulp
 
-from planner.prices import fits_budget, rent_per_hour, spendable
+from planner.prices import BUDGET_SLACK, fits_budget, rent_per_hour, spendable
 from planner.problem import Problem
-
-MAX_DIGITS = 6
 
 
 def rent_units(rents: np.ndarray, budget: float) -> tuple[list[int], int]:
-    """Integer rents and budget at the least power of ten that makes every rent whole (module text)."""
-    for digits in range(MAX_DIGITS + 1):
-        scaled = np.asarray(rents, dtype=float) * 10**digits
-        if np.all(np.abs(scaled - np.rint(scaled)) <= 1e-6 * np.maximum(1.0, np.abs(scaled))):
-            return [int(x) for x in np.rint(scaled)], math.floor(spendable(budget) * 10**digits)
-    scale = 10**MAX_DIGITS
-    return [math.ceil(x * scale) for x in rents], math.floor(spendable(budget) * scale)
+    """Integer rents and budget that decide "within the budget" as `fits_budget` does (module text)."""
+    rents = [float(r) for r in np.asarray(rents, dtype=float)]
+    scale = 10 ** math.ceil(math.log10(4 * (len(rents) + 1) / (budget * BUDGET_SLACK)))
+    cap = math.floor(spendable(budget) * scale)
+    return [math.ceil(r * scale) if r <= spendable(budget) else cap + 1 for r in rents], cap
 
 
 def cpsat_rent(builder, z: dict) -> dict:
