@@ -17,6 +17,11 @@ FINEST_ROUNDING = 1e-8  # rounding error of T relative to the trivial lower boun
 # [0, incumbent] when there is one, is below 2^26
 LARGEST_T_UNITS = 2**26
 DP_KINDS = ("layer", "emb", "head")  # the layer and the pseudo-layers of §3.4
+# With a cutoff, no coefficient above max(this, the cutoff + 2) units: a larger one belongs only to
+# plans slower than the cutoff, which `total ≤ cutoff` excludes clipped or not; unclipped ones (an
+# unused link of 1,000 s latency beside a 10 µs plan) made domain tops past int64, which CP-SAT
+# refused (a TypeError that also stopped the heuristic's exact refinement)
+COEFFICIENT_CAP = 4 * LARGEST_T_UNITS
 
 
 # -- time units: every coefficient and every domain top, computed once per model ------------
@@ -53,7 +58,8 @@ def time_scale(sub: SubProblem) -> TimeScale:
         top = min(top, sub.cutoff / unit + 1)
     if top > LARGEST_T_UNITS:
         unit *= top / LARGEST_T_UNITS
-    return _scaled(sub, unit, error)
+    cap = None if sub.cutoff is None else max(COEFFICIENT_CAP, math.ceil(sub.cutoff / unit) + 2)
+    return _scaled(sub, unit, error, cap)
 
 
 def _error_units(sub: SubProblem) -> int:
@@ -62,11 +68,12 @@ def _error_units(sub: SubProblem) -> int:
     return (big_l + 1) + 2 * (sub.max_stages - 1) + steady + 2 * (big_l + 2)
 
 
-def _scaled(sub: SubProblem, unit: float, error: int) -> TimeScale:
+def _scaled(sub: SubProblem, unit: float, error: int, cap: int | None = None) -> TimeScale:
     tb, d, big_l, nk = sub.tables, sub.pipelines, sub.tables.layers, sub.tables.num_machines
 
     def units(seconds: float) -> int:
-        return int(math.floor(seconds / unit))
+        whole = int(math.floor(seconds / unit))
+        return whole if cap is None else min(whole, cap)
 
     pairs = [(a, b) for a in range(nk) for b in range(nk)]
     t1, th = tuple(map(units, tb.tau_layer)), tuple(map(units, tb.tau_head))
