@@ -67,8 +67,6 @@ class Frozen(BaseModel):
             return NotImplemented
         return type(self) is type(other) and all(getattr(self, f) == getattr(other, f) for f in type(self).model_fields)
 
-    __hash__ = BaseModel.__hash__  # defining __eq__ would otherwise drop it (frozen values are hashable)
-
 
 # Names are labels in tables, messages and plan files: one line of readable text. A name in a
 # file has at most MAX_NAME characters (a 10^5-character one made `validate` take over a minute
