@@ -113,6 +113,13 @@ def reserve_bytes(training: TrainingSpec) -> float:
     return training.reserved_gib * GIB
 
 
+def machine_usable_bytes(cluster, training) -> np.ndarray:
+    """Per machine, count × max(0, memory − R): what model states may fill there. A device with
+    less memory than the reserve adds nothing, not less than nothing (a negative share had made a
+    cluster, or a machine set holding that device, fail the states test its other devices pass)."""
+    return np.maximum(cluster.machine_memory_bytes - reserve_bytes(training), 0.0) * cluster.machine_counts
+
+
 def usable_memory_bytes(cluster, training) -> float:
     """The cluster's device memory past the per-device reserve R: what model states may fill."""
-    return float(np.sum((cluster.machine_memory_bytes - reserve_bytes(training)) * cluster.machine_counts))
+    return float(np.sum(machine_usable_bytes(cluster, training)))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import reserve_bytes
+from planner.cost import machine_usable_bytes
 from planner.hardware import Cluster
 from planner.layered import cost
 from planner.prices import rented_machines, spendable
@@ -65,7 +65,7 @@ class MachineGroups:
 def _per_machine(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     cluster = problem.cluster
     fastest = np.maximum(cluster.machine_flops, cluster.machine_attention_flops)
-    usable = (cluster.machine_memory_bytes - reserve_bytes(problem.training)) * cluster.machine_counts
+    usable = machine_usable_bytes(cluster, problem.training)
     return cluster.machine_rent.astype(float), cluster.machine_counts * fastest, usable
 
 

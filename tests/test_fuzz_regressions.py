@@ -88,3 +88,15 @@ def test_extreme_figures_solve_to_brute_forces_optimum(name, kind, solver):
     _, brute = solved(name, "brute", kind)
     _, result = solved(name, solver, kind)
     assert result.objective_s == pytest.approx(brute.objective_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["layered", "sequence"])
+@pytest.mark.parametrize("solver", ["cpsat", "milp", "heuristic"])
+def test_a_machine_below_the_reserve_hides_no_machine_set(kind, solver):
+    """A machine with less memory than the reserve counted negative memory: the maximal affordable
+    set holding it failed the model-states test, the subset that holds them was never solved, and
+    every solver said "infeasible" (second differential pass, 2,960 priced problems)."""
+    _, brute = solved("reserve-over-memory-machine", "brute", kind)
+    _, result = solved("reserve-over-memory-machine", solver, kind)
+    assert result.plan is not None
+    assert result.objective_s == pytest.approx(brute.objective_s, rel=1e-9)
