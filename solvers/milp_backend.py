@@ -62,6 +62,17 @@ def quiet_highs(threads: int = 1):
     return h
 
 
+def highs_solve_error(lp: pulp.LpProblem) -> bool:
+    """Whether HiGHS ended in kSolveError: its postsolve returned a solution that misses a row by
+    more than the feasibility tolerance asked (4e-9 against 1e-9 on rows of 1e8 coefficients)."""
+    highs = getattr(lp, "solverModel", None)
+    if highs is None:
+        return False
+    import highspy
+
+    return highs.getModelStatus() == highspy.HighsModelStatus.kSolveError
+
+
 def read_status(lp: pulp.LpProblem, solver) -> tuple[str, bool, float | None]:
     """(status, has a solution, lower bound in model units) from HiGHS or CBC."""
     highs = getattr(lp, "solverModel", None)

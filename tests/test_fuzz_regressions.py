@@ -100,3 +100,13 @@ def test_a_machine_below_the_reserve_hides_no_machine_set(kind, solver):
     _, result = solved("reserve-over-memory-machine", solver, kind)
     assert result.plan is not None
     assert result.objective_s == pytest.approx(brute.objective_s, rel=1e-9)
+
+
+def test_the_sequence_milp_proves_what_cpsat_proves_past_a_highs_solve_error():
+    """HiGHS's postsolve missed the 1e-9 tolerance by 4e-9 on rows of 1e8 coefficients
+    (kSolveError): the structure stayed unproven and the MILP said `feasible`; it solves again
+    at HiGHS's default tolerances."""
+    _, cpsat = solved("milp-solve-error", "cpsat", "sequence")
+    _, milp = solved("milp-solve-error", "milp", "sequence")
+    assert cpsat.status == milp.status == SolveStatus.optimal
+    assert milp.objective_s == pytest.approx(cpsat.objective_s, rel=1e-9)

@@ -24,7 +24,7 @@ import pulp
 from planner.problem import Problem
 from planner.sequence import cost
 from solvers.common import SolveResult, SolverOptions
-from solvers.milp_backend import quiet_stdout, read_status, highs_threads
+from solvers.milp_backend import highs_solve_error, highs_threads, quiet_stdout, read_status
 from solvers.sequence.exact import driver
 from solvers.sequence.exact.driver import SetOutcome
 from solvers.sequence.exact.model import Tables, _per_block, constant_time, shard_units, tables_of
@@ -34,6 +34,9 @@ from solvers.sequence.space import ring_overflow
 NAME = "milp"
 GAP = 1e-9  # relative MIP gap: "optimal" means optimal to float tolerance
 TOL = 1e-9  # feasibility and integrality tolerances
+# HiGHS's defaults, for a second solve where 1e-9 could not be met (rows with 1e8 coefficients: a slow
+# link beside fast GPUs); it had left the structure unproven, and the solve `feasible`
+RETRY_TOL = 1e-7
 # the model's T_mb and the planner's differ by HiGHS's feasibility tolerances (1e-7 on scaled rows,
 # so more on rows whose coefficients span 1e-5…1e4 GB/s: 1.9e-7 was seen); the priced one is kept
 PRICE_TOL = 1e-5
@@ -177,10 +180,10 @@ def time_unit(problem: Problem, devices) -> float:
     return float(problem.model.layers * blocks / np.sum(1 / lin) + blocks / np.sum(1 / head))
 
 
-def _solver(threads: int, seconds: float):
+def _solver(threads: int, seconds: float, tol: float = TOL):
     if pulp.HiGHS().available():
         return pulp.HiGHS(msg=False, timeLimit=seconds, threads=threads, gapRel=GAP, gapAbs=1e-12,
-                          mip_feasibility_tolerance=TOL, primal_feasibility_tolerance=TOL)
+                          mip_feasibility_tolerance=tol, primal_feasibility_tolerance=tol)
     return pulp.PULP_CBC_CMD(msg=False, timeLimit=seconds, threads=threads, gapRel=GAP)
 
 
@@ -201,10 +204,13 @@ def _solve_one(problem: Problem, out: SetOutcome, spec: RingSpec, tb: Tables, un
     out.models, out.variables, out.constraints = (out.models + 1, out.variables + len(lp.variables()),
                                                   out.constraints + lp.numConstraints())
     start = time.perf_counter()
-    solver = _solver(threads, min(1e6, max(0.01, deadline - start)))
-    highs_threads(threads)
-    with quiet_stdout(True):
-        lp.solve(solver)
+    for tol in (TOL, RETRY_TOL):  # the second only after HiGHS's solve error (`highs_solve_error`)
+        solver = _solver(threads, min(1e6, max(0.01, deadline - time.perf_counter())), tol)
+        highs_threads(threads)
+        with quiet_stdout(True):
+            lp.solve(solver)
+        if not highs_solve_error(lp) or time.perf_counter() > deadline:
+            break
     out.solve_s.append(time.perf_counter() - start)
     status, has, bound_units = read_status(lp, solver)
     if status == "infeasible":
