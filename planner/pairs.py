@@ -185,10 +185,10 @@ class PairTable:
             raise ValueError("bridged extremes exist for the smallest bandwidth and the largest latency only")
         reduce = np.maximum if use_max else np.minimum
         for side in (0, 1):
-            mine, theirs = sources[self.bridge.side[sources] == side], targets[self.bridge.side[targets] == 1 - side]
-            if len(mine) and len(theirs):
-                where = np.isin(sources, mine)
-                plain[where] = reduce(plain[where], self.bridge.apply(self._plain_toward(mine, theirs, use_max)))
+            mine, theirs = self.bridge.side[sources] == side, targets[self.bridge.side[targets] == 1 - side]
+            if mine.any() and len(theirs):
+                bridged = self.bridge.apply(self._plain_toward(sources[mine], theirs, use_max))
+                plain[mine] = reduce(plain[mine], bridged)
         return plain
 
     def _plain_toward(self, sources: np.ndarray, targets: np.ndarray, use_max: bool) -> np.ndarray:

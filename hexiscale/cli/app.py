@@ -144,16 +144,22 @@ def check_plan_is_for(problem, plan, plan_path, force: bool) -> None:
              f"(pass --force to use it anyway)")
 
 
+def invalid_plan_line(plan_path, problem_name: str, broken: list, listed: bool = False) -> str:
+    """The one line for a plan that breaks rules of its problem: the file, the first rule broken,
+    how many more (`listed`: printed above it, as `validate` does)."""
+    more = f" (and {len(broken) - 1} more{', listed above' if listed else ''})" if len(broken) > 1 else ""
+    return f"{plan_path}: plan is invalid for {problem_name}: {broken[0]}{more}"
+
+
 def check_plan_rules(problem, plan, plan_path, *, memory: bool = True) -> None:
-    """The plan keeps every rule for this problem (with `memory=False` the structural ones: a
-    re-plan repairs a plan over memory), or one line naming the plan file and the first broken
-    rule: run and replan had said "the plan is invalid for this problem", naming no file."""
+    """The plan keeps every rule for this problem (with `memory=False` the structural ones: the
+    run's model may be another), or one line naming the plan file and the first broken rule: run
+    had said "the plan is invalid for this problem", naming no file."""
     from planner.kinds import validate
 
     broken = [v for v in validate(problem, plan) if memory or v.rule != "memory"]
     if broken:
-        fail(f"{plan_path}: plan is invalid for {problem.name}: {broken[0]}"
-             + (f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""))
+        fail(invalid_plan_line(plan_path, problem.name, broken))
 
 
 STATISTIC_HELP = ("mean | median | min of the repetitions (and of a run's steps) the fit uses: mean (a step adds "

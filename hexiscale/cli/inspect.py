@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from hexiscale.cli.app import WorkLog, app, check_plan_is_for, console, fail, friendly_errors
+from hexiscale.cli.app import WorkLog, app, check_plan_is_for, console, fail, friendly_errors, invalid_plan_line
 from hexiscale.cli.price_views import partial_prices
 from hexiscale.cli.views import plain, views_for
 from planner.violations import InvalidPlanError
@@ -103,8 +103,7 @@ def validate(problem: str = typer.Argument(..., help="problem file or bundled na
     if violations:
         for v in violations:  # escape: "[device]" would otherwise read as rich markup
             console.print(f"[red]✗[/] {escape(str(v))}", highlight=False)
-        fail(f"{plan}: plan is invalid for {prob.name}: {violations[0]}"
-             + (f" (and {len(violations) - 1} more, listed above)" if len(violations) > 1 else ""))
+        fail(invalid_plan_line(plan, prob.name, violations, listed=True))
     console.print(f"[green]ok[/] plan {plain(plan)} is valid for {plain(prob.name)}")
 
 

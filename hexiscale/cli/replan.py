@@ -10,9 +10,10 @@ import typer
 
 from hexiscale.cli.budget import CommandBudget
 from hexiscale.cli.paths import file_read, refuse_same_file, same_as
-from hexiscale.cli.app import (EXIT_INFEASIBLE, app, check_plan_is_for, check_plan_rules, console, fail, friendly_errors,
-                               time_limit_option, writable_file, writing)
+from hexiscale.cli.app import (EXIT_INFEASIBLE, app, check_plan_is_for, console, fail, friendly_errors,
+                               invalid_plan_line, time_limit_option, writable_file, writing)
 from planner.base import file_stem, format_seconds, plural
+from planner.violations import InvalidPlanError
 from planner.io import InputError, load_plan, load_problem, problem_to_dict, read_mapping, save_plan, save_yaml
 from solvers.common import SolverOptions
 from solvers.replan import (NoReplanError, ReplanError, ReplanResult, lost_devices, replan as replan_plan,
@@ -81,7 +82,6 @@ def replan(problem: str = typer.Argument(..., help="problem file or bundled name
     taken = checked_outputs(problem, plan, output, problem_out)
     prob, old = load_problem(problem), load_plan(plan)
     check_plan_is_for(prob, old, plan, force)
-    check_plan_rules(prob, old, plan, memory=False)
     devices, machines = device_ids(lost), id_list(lost_machines, "--lost-machines")
     if not devices and not machines:
         fail("name what was lost: --lost 3,7 and/or --lost-machines NAME,...")
@@ -91,6 +91,8 @@ def replan(problem: str = typer.Argument(..., help="problem file or bundled name
             problem_out = survivors_path(output, prob, gone, taken)
         result = replan_plan(prob, old, devices, lost_machines=machines, solver=solver,
                              options=SolverOptions(time_limit_s=replan_budget(budget, prob.cluster.num_devices)))
+    except InvalidPlanError as exc:  # the re-plan checks the plan's structure (over memory it repairs)
+        fail(invalid_plan_line(plan, prob.name, exc.violations))
     except NoReplanError as exc:
         fail(str(exc), code=EXIT_INFEASIBLE)
     except (ReplanError, KeyError) as exc:
