@@ -18,6 +18,9 @@ from planner.problem import Problem
 from planner.workload import ModelSpec, ScheduleName
 
 BYTE_VOCAB = 256
+# the multiple the refusal of an unsplittable vocabulary suggests padding to: 64 covers every TP size
+# up to 64, as the padded vocabularies of public models do (GPT-NeoX 50,432; Qwen2 151,936)
+VOCAB_PAD_MULTIPLE = 64
 DataName = Literal["synthetic", "corpus", "text"]  # text: a tokenized corpus (token_file)
 SaveDtype = Literal["float32", "bfloat16", "float16"]
 # How a rank waits for an operation on CPU (runtime.communication.comm_types.Waiter): "auto" polls while the
@@ -131,8 +134,21 @@ class Job(Frozen):
 
 
 def check_model_fits(spec: ModelSpec, tp_sizes: list[int]) -> None:
-    """Every TP size must split heads, kv heads, ffn and vocabulary into equal blocks."""
+    """Every TP size must split heads, kv heads, ffn and vocabulary into equal blocks. The runtime
+    does not pad a vocabulary as Megatron does (the plan-independent checkpoints, the DP sync's
+    chunks and ZeRO-1's buckets are all cut from the model's own shapes), so a vocabulary that
+    does not split is refused with the remedy: padding it in the model folder."""
     for t in sorted(set(tp_sizes)):
         misfits = spec.tp_misfits(t)
         if misfits:
-            raise ValueError(f"TP size {t} does not divide the model's {misfits[0]} of model {spec.name!r}")
+            raise ValueError(f"TP size {t} does not divide the model's {misfits[0]} of model {spec.name!r}"
+                             + (_vocab_remedy(spec, t) if misfits[0].startswith("vocab") else ""))
+
+
+def _vocab_remedy(spec: ModelSpec, t: int) -> str:
+    """How to make a vocabulary split into t equal blocks: pad it, as Hugging Face does."""
+    padded = -(-spec.vocab // VOCAB_PAD_MULTIPLE) * VOCAB_PAD_MULTIPLE
+    return (f"; pad the vocabulary to a multiple of {t} first (in transformers: "
+            f"model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of={VOCAB_PAD_MULTIPLE}), then "
+            f"model.save_pretrained(FOLDER): vocab {spec.vocab} becomes {padded}), or use a plan whose TP sizes "
+            f"divide {spec.vocab}")
