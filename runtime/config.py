@@ -141,14 +141,23 @@ def check_model_fits(spec: ModelSpec, tp_sizes: list[int]) -> None:
     for t in sorted(set(tp_sizes)):
         misfits = spec.tp_misfits(t)
         if misfits:
-            raise ValueError(f"TP size {t} does not divide the model's {misfits[0]} of model {spec.name!r}"
-                             + (_vocab_remedy(spec, t) if misfits[0].startswith("vocab") else ""))
+            raise ValueError(f"TP size {t} does not divide the model's {misfits[0]} of model {spec.name!r}: "
+                             + (_vocab_remedy(spec, t) if misfits[0].startswith("vocab") else "")
+                             + "use a plan whose TP sizes divide it")
 
 
 def _vocab_remedy(spec: ModelSpec, t: int) -> str:
     """How to make a vocabulary split into t equal blocks: pad it, as Hugging Face does."""
     padded = -(-spec.vocab // VOCAB_PAD_MULTIPLE) * VOCAB_PAD_MULTIPLE
-    return (f"; pad the vocabulary to a multiple of {t} first (in transformers: "
+    return (f"pad the vocabulary to a multiple of {t} first (in transformers: "
             f"model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of={VOCAB_PAD_MULTIPLE}), then "
-            f"model.save_pretrained(FOLDER): vocab {spec.vocab} becomes {padded}), or use a plan whose TP sizes "
-            f"divide {spec.vocab}")
+            f"model.save_pretrained(FOLDER): vocab {spec.vocab} becomes {padded}), or ")
+
+
+def check_sequence_parallel(seq_len: int, sequence_parallel: bool, tp_sizes: list[int]) -> None:
+    """Sequence parallelism splits every sequence over the TP group: each TP size must divide s
+    (checked before any process starts, as the ranks check it again)."""
+    misfit = next((t for t in sorted(set(tp_sizes)) if sequence_parallel and seq_len % t), None)
+    if misfit:
+        raise ValueError(f"sequence parallelism: TP size {misfit} does not divide seq_len {seq_len}; "
+                         f"use a seq_len that {misfit} divides, or turn sequence_parallel off")

@@ -21,7 +21,7 @@ import yaml
 from typer.testing import CliRunner
 
 from hexiscale.cli import app
-from hexiscale.cli.solve import note_if_own_model_cannot_run
+from hexiscale.cli.hf_run import note_if_own_model_cannot_run
 from planner.io import load_plan, load_problem
 from runtime.config import VOCAB_PAD_MULTIPLE
 from runtime.model.data import CORPUS_PATH
@@ -87,6 +87,12 @@ def test_padded_as_the_refusal_says_the_plan_trains_as_transformers_does(work):
     assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(losses, reference)), (losses, reference)
 
 
+def test_validate_says_when_the_plan_cannot_run_the_users_model(work):
+    result = CliRunner().invoke(app, ["validate", str(work / "odd.yaml"), str(work / "tp.json")])
+    assert result.exit_code == 0 and "is valid for odd" in result.output
+    assert "note: `hexiscale run --model problem` would refuse this plan: TP size 2" in result.stderr
+
+
 def test_solve_says_when_its_plan_cannot_run_the_users_model(work, capsys):
     problem, plan = load_problem(work / "odd.yaml"), load_plan(work / "tp.json")
     note_if_own_model_cannot_run(problem, plan)
@@ -96,3 +102,28 @@ def test_solve_says_when_its_plan_cannot_run_the_users_model(work, capsys):
         plan.pipelines[0].stages[0].model_copy(update={"devices": [0], "layers": 4})]})]})
     note_if_own_model_cannot_run(problem, one_device)
     assert capsys.readouterr().err == ""
+
+
+def test_with_data_the_refusal_comes_before_the_text_is_tokenized(work, tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "fresh-cache"))  # nothing tokenized yet
+    result = run(work / "odd.yaml", work / "tp.json", "--init-from", work / "odd", "--data", work / "text.jsonl",
+                 "--steps", 1, "--out", tmp_path / "out")
+    assert result.exit_code == 2 and "pad the vocabulary" in result.output, result.output
+    assert "tokens of" not in result.output and not (tmp_path / "fresh-cache").exists()
+
+
+@pytest.mark.parametrize("training_seq_len, option", [(15, []), (16, ["--seq-len", "9"])])
+def test_sequence_parallelism_that_does_not_split_s_is_refused_before_any_process(tmp_path, training_seq_len, option):
+    """(It passed `validate` and failed in the ranks, exit 1 with a line per rank.)"""
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({
+        "name": "sp", "cluster": "demo-4", "model": "tiny",
+        "training": {"seq_len": training_seq_len, "global_batch": 2, "micro_batch": 1, "sequence_parallel": True}}))
+    (tmp_path / "plan.json").write_text(json.dumps({"format": "hexiscale.plan/1", "problem": "sp", "pipelines": [
+        {"batch": 2, "stages": [{"devices": [0, 1], "layers": 4}]}]}))
+    result = run(tmp_path / "p.yaml", tmp_path / "plan.json", "--steps", 1, "--out", tmp_path / "out", *option)
+    assert result.exit_code == 2, result.output
+    seq_len = 9 if option else training_seq_len
+    assert result.output.strip().splitlines()[-1] == (
+        f"error: sequence parallelism: TP size 2 does not divide seq_len {seq_len}; use a seq_len that 2 "
+        "divides, or turn sequence_parallel off")
+    assert "rank" not in result.output

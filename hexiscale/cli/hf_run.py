@@ -1,7 +1,8 @@
 """What `hexiscale run` adds for a Hugging Face model (docs/models-and-data.md §12): the run
 settings of --data PATH / --eval-data (tokenized once, from the cache after that),
 --init-from, --save-hf and --save-dtype, each checked before any process starts; and
-`hexiscale export-hf`, a plan-independent checkpoint in the Hugging Face layout."""
+`hexiscale export-hf`, a plan-independent checkpoint in the Hugging Face layout; and the note
+`solve` and `validate` print where a folder model could not run the plan."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from hexiscale.cli.app import app, console, fail, friendly_errors, writable_folder
+from hexiscale.cli.app import app, console, err_console, fail, friendly_errors, writable_folder
 from hexiscale.cli.paths import refuse_nested_folder
 from hexiscale.cli.precision import DTYPE_NAMES
 from hexiscale.interrupt import EXIT_INTERRUPTED
@@ -19,7 +20,7 @@ from runtime.checkpoints.manifest import CheckpointError
 from runtime.checkpoints.staged_save import cut_short
 from runtime.config import SaveDtype
 from runtime.errors import RunError
-from runtime.launch.launcher import MODELS
+from runtime.launch.launcher import MODELS, make_job
 
 SAVE_DTYPES = ("float32", "bfloat16", "float16")  # or fp32, bf16, fp16, as --precision is spelled
 # `run`'s options of this module (typer reads them from run's signature)
@@ -215,3 +216,17 @@ def export_hf(checkpoint: Path = typer.Argument(..., help="a checkpoint folder, 
         save = cut_short(output)
         fail("interrupted" + (f": {save}" if save else ""), EXIT_INTERRUPTED)
     console.print(f"[green]wrote[/] {output}: the model of {folder} (step {step}), {dtype}", highlight=False)
+
+
+def note_if_own_model_cannot_run(prob, plan) -> None:
+    """A problem whose model is a Hugging Face folder is one the user means to train: where
+    `run --model problem` would refuse the plan (a vocabulary its TP sizes cannot split, say),
+    `solve` and `validate` say so now, with the runtime's own reason, not after the user has set up
+    a run (the planner's rules do not hold f, V or sequence parallelism's s to the TP sizes)."""
+    if prob.model.hf_folder is None:
+        return
+    try:
+        make_job(prob, plan, "problem")
+    except (RunError, ValueError) as exc:
+        err_console.print(f"note: `hexiscale run --model problem` would refuse this plan: {exc}",
+                          highlight=False, markup=False, soft_wrap=True)

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from hexiscale.cli.app import WorkLog, app, check_plan_is_for, console, fail, friendly_errors, invalid_plan_line
+from hexiscale.cli.hf_run import note_if_own_model_cannot_run
 from hexiscale.cli.price_views import partial_prices
 from hexiscale.cli.views import plain, views_for
 from planner.violations import InvalidPlanError
@@ -105,6 +106,7 @@ def validate(problem: str = typer.Argument(..., help="problem file or bundled na
             console.print(f"[red]✗[/] {escape(str(v))}", highlight=False)
         fail(invalid_plan_line(plan, prob.name, violations, listed=True))
     console.print(f"[green]ok[/] plan {plain(plan)} is valid for {plain(prob.name)}")
+    note_if_own_model_cannot_run(prob, the_plan)
 
 
 # -- evaluate ----------------------------------------------------------------------------

@@ -28,11 +28,14 @@ def precision_settings(problem, plan, precision: str | None, backend: str) -> di
     return {"precision": chosen}
 
 
-def print_run_notes(problem, job) -> None:
-    """What the run does otherwise than the problem priced (its training bytes, its schedule):
-    said once every input has been checked, so that a bad input is still the only line."""
+def print_run_notes(problem, job, model_notes: list[str]) -> None:
+    """What the run does otherwise than the problem priced (its training bytes, its schedule),
+    then `model_notes` (hf_run.model_notes): said once every input has been checked, so that a
+    bad input is still the only line."""
     for note in training_byte_notes(problem.training, job.config.precision):
         console.print(note, highlight=False, soft_wrap=True)
     if job.config.schedule != problem.training.schedule:
         console.print(f"note: memory was priced for the problem's schedule {problem.training.schedule}; "
                       f"running {job.config.schedule}", highlight=False)
+    for note in model_notes:
+        console.print(note, highlight=False, soft_wrap=True, markup=False)

@@ -65,6 +65,14 @@ def make_out_folder(out: Path | None) -> None:
             fail(f"--out: cannot create {out}: {exc.strerror or exc}")
 
 
+def check_model_before_data(prob, the_plan, model: str, seq_len: int | None, resume: Path | None) -> None:
+    """The plan against the model it will train (TP sizes that split it, sequence parallelism's
+    s), before --data is tokenized: a refusal there took as long as the corpus's tokenizing. (A
+    resumed run trains its checkpoint's model, which `start_from_checkpoint` checks.)"""
+    if resume is None:
+        built_job(prob, the_plan, model, {"seq_len": seq_len} if seq_len is not None else {})
+
+
 def built_job(prob, the_plan, model, settings: dict):
     """The run's job, or one line naming the option whose value it refuses (exit 2)."""
     try:
@@ -147,6 +155,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
     peeked = newest_manifest(resume) if resume is not None else None  # unverified: resume_job verifies
     check_resume_early(prob, model, peeked, resume, force)
     seq_len = resumed_seq_len(peeked, seq_len)
+    check_model_before_data(prob, the_plan, model, seq_len, resume)
     settings = {"steps": steps, "lr": lr, "seed": seed, "weight_decay": weight_decay, **model_file_settings(
                     prob, model, steps, seq_len, data, eval_data, eval_every, init_from, save_hf, save_dtype),
                 "timeout_s": timeout, "wait": wait, "backend": backend, "out_dir": str(out) if out else "",
@@ -157,9 +166,7 @@ def run(problem: str = typer.Argument(..., help="problem file or bundled name"),
                      if v is not None})
     job = start_from_checkpoint(built_job(prob, the_plan, model, settings), resume, force)
     check_save_target(job)
-    print_run_notes(prob, job)
-    for note in model_notes(job.config, prob.training.global_batch):
-        console.print(note, highlight=False, soft_wrap=True, markup=False)
+    print_run_notes(prob, job, model_notes(job.config, prob.training.global_batch))
     job = clear_earlier_run(job, out, elastic, torchrun)
     if torchrun:
         return print_torchrun(job, prob, the_plan, master_addr, ifname, out, describe_job)

@@ -13,6 +13,7 @@ from rich import box
 from rich.table import Table
 
 from hexiscale.cli.budget import CommandBudget
+from hexiscale.cli.hf_run import note_if_own_model_cannot_run
 from hexiscale.cli.paths import file_read, refuse_same_file
 from hexiscale.cli.price_views import price_rows
 from hexiscale.cli.views import plain, views_for
@@ -90,20 +91,6 @@ def solve(
     if output is not None:
         console.print(f"plan written to [bold]{plain(output)}[/]")
 
-
-def note_if_own_model_cannot_run(prob: Problem, plan) -> None:
-    """A problem whose model is a Hugging Face folder is one the user means to train: where
-    `run --model problem` would refuse the plan (a vocabulary its TP sizes cannot split, say),
-    the solve says so now, with the runtime's own reason, not after the user has set up a run."""
-    if prob.model.hf_folder is None:
-        return
-    from runtime.launch.launcher import RunError, make_job
-
-    try:
-        make_job(prob, plan, "problem")
-    except (RunError, ValueError) as exc:
-        err_console.print(f"note: `hexiscale run --model problem` would refuse this plan: {exc}",
-                          highlight=False, markup=False, soft_wrap=True)
 
 
 def usable_hint(problem: Problem, path: str | None, solver: str, kind: str, force: bool):

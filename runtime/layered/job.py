@@ -13,7 +13,7 @@ from planner.layered.rules import structural_violations
 from planner.problem import Problem
 from planner.workload import ModelSpec
 from runtime.checkpoints.manifest import problem_hash
-from runtime.config import BYTE_VOCAB, Job, RunConfig, check_model_fits
+from runtime.config import BYTE_VOCAB, Job, RunConfig, check_model_fits, check_sequence_parallel
 from runtime.errors import RunError
 from runtime.layered.layout import rank_layout
 
@@ -60,8 +60,9 @@ def make_layered_job(problem: Problem, plan: Plan, model: str | ModelSpec = "tin
     settings.setdefault("schedule", training.schedule)
     settings.setdefault("sequence_parallel", training.sequence_parallel)  # §3.5, priced by the plan
     settings.setdefault("zero_stage", training.zero_stage)  # §11
-    return Job(plan=plan, config=RunConfig(model=spec, **settings), problem=problem,
-               problem_hash=problem_hash(problem))
+    config = RunConfig(model=spec, **settings)
+    check_sequence_parallel(config.seq_len, config.sequence_parallel, [s.tp for p in plan.pipelines for s in p.stages])
+    return Job(plan=plan, config=config, problem=problem, problem_hash=problem_hash(problem))
 
 
 def rank_devices(plan: Plan) -> list[int]:

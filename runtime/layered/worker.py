@@ -15,7 +15,7 @@ import torch
 
 from planner.schedules import get_schedule
 from runtime.communication.communicator import Communicator, RankPlace
-from runtime.config import Job, RunConfig, check_model_fits
+from runtime.config import Job, RunConfig, check_model_fits, check_sequence_parallel
 from runtime.model.data import BatchLoader, eval_due, eval_loader, run_source
 from runtime.errors import ConfigError
 from runtime.metrics.loss import check_loss
@@ -49,11 +49,9 @@ def check_job(job: Job, world_size: int) -> None:
                           f"world has {world_size} processes")
     try:
         check_model_fits(config.model, [s.tp for s in layout.stages])
+        check_sequence_parallel(config.seq_len, config.sequence_parallel, [s.tp for s in layout.stages])
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    misfit = next((s.tp for s in layout.stages if config.sequence_parallel and config.seq_len % s.tp), None)
-    if misfit:
-        raise ConfigError(f"sequence parallelism: TP size {misfit} does not divide seq_len {config.seq_len}")
 
 
 def plan_rank(job: Job, machine: int | None) -> int:
