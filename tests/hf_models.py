@@ -40,7 +40,7 @@ def make_model(folder: Path, family: str, tied: bool = False, seed: int = 0, **c
     torch.manual_seed(seed)
     config_type, model_type = {"llama": (LlamaConfig, LlamaForCausalLM),
                                "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[family]
-    model = model_type(config_type(**{**SIZES, **changes}, tie_word_embeddings=tied, rope_theta=5000.0))
+    model = model_type(config_type(**{"rope_theta": 5000.0, **SIZES, **changes}, tie_word_embeddings=tied))
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith(".bias") or "norm" in name:  # not the ones and zeros of a fresh model
