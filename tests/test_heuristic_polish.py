@@ -5,14 +5,16 @@ out-of-memory stage while keeping as many layers there as fit."""
 
 from __future__ import annotations
 
+import importlib
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from planner.layered.pricing import breakdown, iteration_time
 from planner.hardware import Cluster, Machine
-from planner.io import load_model, load_problem
+from planner.io import load_model, load_plan, load_problem
 from planner.layered.plan import Pipeline, Plan, Stage
 from planner.problem import Problem
 from planner.layered.table import stage_table
@@ -159,3 +161,43 @@ def test_memory_repair_reports_a_pool_that_cannot_hold_the_model():
     plan = Plan(pipelines=(Pipeline(batch=8, stages=(Stage(devices=(2,), layers=32),)),))
     assert repair_memory(problem, stage_table(problem, plan)) is None
     assert build_plan(problem, [[2]]) is None
+
+
+PLATEAU = Path(__file__).parent / "data" / "h800-h20-16-24-merged-unpolished.json"
+
+
+def test_on_a_plateau_of_t_a_layer_move_lets_a_micro_batch_follow(monkeypatch):
+    """h800-h20-16-24 after the heuristic's merge of the H20 pipeline's two t = 2 stages, as
+    assembled: the H800 pipeline is the slowest (T 68.7545 s). No single move lowers T: a
+    micro-batch more slows the H20 pipeline past it, a layer moved inside the H20 pipeline
+    leaves T as it is. Taking that layer move for the pipelines' summed time (`slack_gain`), a
+    micro-batch then follows: 68.659 s. Without the tie-break the polish stops where it starts."""
+    polish_module = importlib.import_module("solvers.layered.heuristic.polish")
+    problem, start = load_problem("h800-h20-16-24-llama2-70b"), load_plan(PLATEAU)
+    table = stage_table(problem, start)
+    assert iteration_time(problem, start) == pytest.approx(68.75447, abs=1e-4)
+    layers, micro, b = polish(problem, table)
+    assert b.iteration == pytest.approx(68.65902, abs=1e-4)
+    assert list(micro) != list(table.batch // problem.training.micro_batch)  # a micro-batch moved
+    assert validate(problem, plan_from_table(problem, start, with_split(table, layers, micro, 1))) == []
+    monkeypatch.setattr(polish_module, "slack_gain", lambda before, after: 0.0)
+    assert polish(problem, table)[2].iteration == pytest.approx(68.75447, abs=1e-4)
+
+
+def test_structure_moves_rank_ties_in_t_by_the_pipelines_summed_time():
+    """The merged structure above ties with the plan it came from on T; ranked by T alone, it was
+    one of many ties listed after the POLISHED_PER_ROUND that get polished."""
+    from solvers.layered.heuristic.moves import _Limits, structure_of
+
+    problem, merged = load_problem("h800-h20-16-24-llama2-70b"), load_plan(PLATEAU)
+    slower_h20 = merged.model_copy(update={"pipelines": (merged.pipelines[0], merged.pipelines[1].model_copy(
+        update={"stages": merged.pipelines[1].stages[:-2] + (
+            Stage(devices=merged.pipelines[1].stages[-2].devices[:2], layers=merged.pipelines[1].stages[-2].layers),
+            Stage(devices=merged.pipelines[1].stages[-2].devices[2:], layers=1),
+            Stage(devices=merged.pipelines[1].stages[-1].devices, layers=merged.pipelines[1].stages[-1].layers - 1))}))})
+    limits = _Limits(problem, float("inf"), (None, None, None), {}, 10)
+    ranked = limits.ranked([structure_of(problem, slower_h20), structure_of(problem, merged)])
+    times = [breakdown(problem, stage_table(problem, plan)) for _, _, plan in ranked]
+    assert times[0].iteration == pytest.approx(times[1].iteration)  # tied on T
+    assert np.sum(times[0].pipe_time) < np.sum(times[1].pipe_time)
+    assert len(ranked[0][2].pipelines[1].stages) == 6  # the merged one first, though listed second
