@@ -92,7 +92,6 @@ def solve(
         console.print(f"plan written to [bold]{plain(output)}[/]")
 
 
-
 def usable_hint(problem: Problem, path: str | None, solver: str, kind: str, force: bool):
     """The --hint plan when the solve can use it, else None with a note saying why not: only the
     layered cpsat and milp read a warm start (SolverOptions.hint is a layered plan). A plan made

@@ -61,7 +61,7 @@ def slack_gain(before: Breakdown, after: Breakdown) -> float:
     """How much a move lowers Σ_p T_pipe(p), as a share of it (0 unless by more than
     SLACK_GAIN): the tie-break on a plateau of T. A pipeline that is not the slowest can shed
     time there (a layer from a slow stage to a faster one), which T does not see until a
-    micro-batch then moves to it: h800-h20-16-24, 68.7545 s → 68.6643 s, where either move
+    micro-batch then moves to it: h800-h20-16-24, 68.7545 s → 68.659 s, where either move
     alone kept or raised T. Σ T_pipe falls with every such move and T never rises, so the
     polish still ends."""
     total = float(np.sum(before.pipe_time))
