@@ -1,11 +1,12 @@
-"""Random layered plans of random tiny Hugging Face models, trained by `hexiscale run` and by
+"""Random plans of random tiny Hugging Face models, trained by `hexiscale run` and by
 transformers' one-process loop (the independent judge; docs/models-and-data.md §12): the fixed
 combinations of test_hf_training.py, widened by a generator over the parts a plan and a model
 combine — Llama or Qwen2 (q/k/v biases), MHA, GQA or MQA, tied or untied embeddings, 1–5
 layers, rope and norm constants; one to three pipelines of uneven layer splits and TP 1, 2 or
 4 on two machines; sequence parallelism, ZeRO-1, recompute, GPipe or 1F1B, micro-batches of 1
-or 2, gradient clipping. Per-step losses and the saved weights equal the loop's to 1e-5, at lr
-1e-3 (a QA pass ran 96 such fp32 cases, layered and sequence plans, at lr 1e-3 and 3e-3: all
+or 2, gradient clipping; and sequence plans of one or two replicas, rings of one or two groups,
+head- and context-parallel members of uneven token shards. Per-step losses and the saved
+weights equal the loop's to 1e-5, at lr 1e-3 (a QA pass ran 96 such fp32 cases, layered and sequence plans, at lr 1e-3 and 3e-3: all
 within 1e-5 but two at 3e-3, at 2–3e-5, where the fp32 loop itself lay as far from an fp64 one:
 AdamW's step on near-zero gradients amplifies the order of a sum).
 """
@@ -30,6 +31,7 @@ CLUSTER = {"name": "two-machines", "inter_bw_gbps": 1.25,
            "machines": [{"name": "a", "gpu": "A100-80G", "count": 4, "intra_bw_gbps": 16},
                         {"name": "b", "gpu": "RTX4090", "count": 2, "intra_bw_gbps": 16}]}
 SEEDS = range(6)
+SEQUENCE_SEEDS = range(3)
 
 
 def model_config(r: random.Random) -> tuple[str, dict]:
@@ -82,6 +84,42 @@ def random_case(seed: int) -> dict:
             "clip": r.choice([None, 0.5])}
 
 
+def parts(r: random.Random, total: int, count: int) -> list[int]:
+    """`count` positive integers summing to `total`, cut at random."""
+    cuts = sorted(r.sample(range(1, total), count - 1))
+    return [b - a for a, b in zip([0] + cuts, cuts + [total])]
+
+
+def sequence_plan(r: random.Random, heads: int, kv: int, block: int) -> dict:
+    """One or two replicas, each a ring of one or two groups whose shards T_g (multiples of 2q)
+    cover s; a group's members hold whole kv heads (multiples of a/k, summing to a) and
+    multiples of q tokens, on devices of either machine (docs/sequence-plans.md §7.1)."""
+    devices, replicas = r.sample(range(6), 6), []
+    for _ in range(r.choice([1, 2])):
+        shards = [2 * block * n for n in parts(r, S // (2 * block), r.randint(1, 2))]
+        if len(devices) < len(shards):
+            break
+        ring = []
+        for g, shard in enumerate(shards):
+            spare = len(devices) - (len(shards) - g - 1)  # a device for each group after this one
+            count = r.randint(1, min(kv, shard // block, spare, 3))
+            ring.append({"members": [{"device": devices.pop(), "heads": h * heads // kv, "tokens": block * t}
+                                     for h, t in zip(parts(r, kv, count), parts(r, shard // block, count))]})
+        replicas.append({"batch": r.randint(1, 2), "ring": ring})
+    return {"format": "hexiscale.seqplan/1", "problem": "random", "replicas": replicas}
+
+
+def random_sequence_case(seed: int) -> dict:
+    r = random.Random(seed)
+    family, config = model_config(r)
+    block = r.choice([2, 4])
+    plan = sequence_plan(r, config["num_attention_heads"], config["num_key_value_heads"], block)
+    training = {"seq_len": S, "micro_batch": 1, "token_block": block, "recompute": r.random() < 0.5,
+                "global_batch": sum(p["batch"] for p in plan["replicas"])}
+    return {"family": family, "config": config, "tied": r.random() < 0.4, "plan": plan, "training": training,
+            "clip": r.choice([None, 0.5])}
+
+
 @pytest.fixture(scope="module")
 def text(tmp_path_factory):
     root = tmp_path_factory.mktemp("random-plans")
@@ -100,6 +138,9 @@ def test_the_generator_reaches_what_it_says(tmp_path):
     assert {len(c["plan"]["pipelines"]) for c in cases} == {1, 2, 3}
     assert {c["config"]["num_key_value_heads"] == 1 and c["config"]["num_attention_heads"] > 1 for c in cases} == {True, False}
     assert {c["family"] for c in cases} == {"llama", "qwen2"} and {c["tied"] for c in cases} == {True, False}
+    rings = [r["ring"] for s in range(60) for r in random_sequence_case(s)["plan"]["replicas"]]
+    assert {len(ring) for ring in rings} == {1, 2} and any(len(g["members"]) > 1 for ring in rings for g in ring)
+    assert {len(random_sequence_case(s)["plan"]["replicas"]) for s in range(60)} == {1, 2}
     seeds = [random_case(s) for s in SEEDS]
     assert any(len(c["plan"]["pipelines"]) > 1 and c["training"]["zero_stage"] == 1 for c in seeds)
     assert any(any(len(s["devices"]) > 1 for p in c["plan"]["pipelines"] for s in p["stages"])
@@ -107,9 +148,9 @@ def test_the_generator_reaches_what_it_says(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", SEEDS)
-def test_a_random_plan_trains_as_transformers_does(text, tmp_path, seed):
-    case = random_case(seed)
+@pytest.mark.parametrize("kind, seed", [("layered", s) for s in SEEDS] + [("sequence", s) for s in SEQUENCE_SEEDS])
+def test_a_random_plan_trains_as_transformers_does(text, tmp_path, kind, seed):
+    case = random_case(seed) if kind == "layered" else random_sequence_case(seed)
     folder = make_model(tmp_path / "model", case["family"], tied=case["tied"], seed=seed, **case["config"])
     (tmp_path / "p.yaml").write_text(yaml.safe_dump({"name": "random", "cluster": CLUSTER, "model": {"hf": "model"},
                                                      "training": case["training"]}))
