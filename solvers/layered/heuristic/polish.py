@@ -24,6 +24,9 @@ from solvers.layered.heuristic.assemble import with_split
 
 RELATIVE_GAIN = 1e-12  # a move must lower T by more than rounding noise
 SLACK_GAIN = 1e-9  # a move that keeps T must lower Σ T_pipe by more than this share (`slack_gain`)
+# plateau moves in a row before the polish stops: each costs a round of every move, and unbounded
+# they cost gen-64 seed 2 1.4 % at `solve -t 10` (fewer structures in the time); h800-h20-16-24 needs one
+PLATEAU_MOVES = 2
 
 
 @dataclass(frozen=True)
@@ -81,9 +84,10 @@ class Polisher:
     def fits(self, b: Breakdown) -> bool:
         return bool(np.all(b.memory <= b.capacity))
 
-    def best_of(self, moves, layers, micro, current: Breakdown):
-        """The move with the lowest full-evaluator T below `current`'s; where none lowers T, the
-        one that keeps T and lowers the pipelines' summed T_pipe most (`slack_gain`), if any."""
+    def best_of(self, moves, layers, micro, current: Breakdown, plateau: bool = True):
+        """The move with the lowest full-evaluator T below `current`'s; where none lowers T (and
+        `plateau`), the one that keeps T and lowers the pipelines' summed T_pipe most
+        (`slack_gain`), if any."""
         best = (current.iteration * (1 - RELATIVE_GAIN), None, None)
         level, most_slack = (None, None), 0.0
         for move in moves:
@@ -93,7 +97,7 @@ class Polisher:
                 continue
             if b.iteration < best[0]:
                 best = (b.iteration, move, b)
-            elif best[1] is None and b.iteration <= current.iteration and slack_gain(current, b) > most_slack:
+            elif plateau and best[1] is None and b.iteration <= current.iteration and slack_gain(current, b) > most_slack:
                 level, most_slack = (move, b), slack_gain(current, b)
         return (best[1], best[2]) if best[1] is not None else level
 
@@ -144,15 +148,16 @@ class Polisher:
 
     def run(self, layers: np.ndarray, micro: np.ndarray, rounds: int, deadline: float):
         """Polish until no move helps, `rounds` moves are made or the deadline passes."""
-        b = self.price(layers, micro)
+        b, flat = self.price(layers, micro), 0  # flat: plateau moves since T last dropped
         for _ in range(rounds):
             if time.perf_counter() > deadline:
                 break
             moves = (all_moves(self.base, layers, micro) if self.exhaustive
                      else self.bottleneck_moves(layers, micro, b))
-            move, nb = self.best_of(moves, layers, micro, b)
+            move, nb = self.best_of(moves, layers, micro, b, plateau=flat < PLATEAU_MOVES)
             if move is None:
                 break
+            flat = 0 if nb.iteration < b.iteration * (1 - RELATIVE_GAIN) else flat + 1
             layers, micro = apply_move(layers, micro, move)
             b = nb
         return layers, micro, b
