@@ -51,9 +51,7 @@ def layered_plan(r: random.Random, heads: int, kv: int, layers: int, micro: int)
     free, pipelines = [[0, 1, 2, 3], [4, 5]], []
     sizes = [t for t in (1, 2, 4) if heads % t == 0 and kv % t == 0]
     for _ in range(r.choice([1, 2, 3])):
-        count = r.randint(1, min(3, layers))
-        cuts = sorted(r.sample(range(1, layers), count - 1))
-        split = [b - a for a, b in zip([0] + cuts, cuts + [layers])]
+        split = parts(r, layers, r.randint(1, min(3, layers)))
         taken, stages = [list(m) for m in free], []
         for n in split:
             fits = [(t, m) for t in sizes for m in (0, 1) if len(taken[m]) >= t]

@@ -97,8 +97,10 @@ class Polisher:
                 continue
             if b.iteration < best[0]:
                 best = (b.iteration, move, b)
-            elif plateau and best[1] is None and b.iteration <= current.iteration and slack_gain(current, b) > most_slack:
-                level, most_slack = (move, b), slack_gain(current, b)
+            elif plateau and best[1] is None and b.iteration <= current.iteration:
+                gain = slack_gain(current, b)
+                if gain > most_slack:
+                    level, most_slack = (move, b), gain
         return (best[1], best[2]) if best[1] is not None else level
 
     # -- screened moves for large plans ----------------------------------------------------
