@@ -11,9 +11,12 @@ H20 stages of 40 layers that then count as local).
 
 For a cell μ_k ∈ [m_lo, m_hi]: every class-k type holds at most the n whose sync above stays
 below ω with μ_k = m_hi (`local_capped_types`), and every pipeline holds ≥ m_lo layers on class
-k, so it has at least ⌈m_lo / ρ_k⌉ of its devices (ρ_k: the most layers a device of the class
-holds, memory caps over t: `with_layers_on`). The cells cover 0 … L, so a case refuted in every
-cell is refuted.
+k, so it has at least ⌈m_lo / ρ_k(b)⌉ of its devices (`with_layers_on`). ρ_k(b), the most layers
+one device of the class holds in a stage whose τ ≤ b, is per breakpoint: a table entry at b only
+has stages with τ ≤ b, and those hold n ≤ (b − head)/τ_layer layers as well as the memory caps
+(h800-h20-16-24, D = 2: at b = 0.294 s an H20 device holds 0.625 layers, by memory alone 10, so
+a pipeline holding 8 layers there needs 13 H20s, not 1). The cells cover 0 … L, so a case refuted
+in every cell is refuted.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import replace
 import numpy as np
 
 from solvers.layered.bound.classes import ClassTypes
+from solvers.layered.bound.pricing import ROLES, layer_limits
 from solvers.layered.bound.usage import UsageTable
 
 CELL_EDGES = (0, 1, 2, 4, 8, 16, 32)  # μ_k cells [e_j, e_{j+1} − 1], the last up to L
@@ -49,16 +53,22 @@ def local_capped_types(types: ClassTypes, k: int, most_local: int, omega: float)
     return replace(types, caps=caps)
 
 
-def layers_per_device(types: ClassTypes, k: int) -> float:
-    """ρ_k: the most layers one device of class k holds in any stage (memory caps over t)."""
+def layers_per_device(types: ClassTypes, k: int, b: np.ndarray) -> np.ndarray:
+    """[K] ρ_k(b): the most layers one device of class k holds in a stage of τ ≤ b[j], over its
+    types and roles (the layer limits of time and memory, over t)."""
     mine = np.flatnonzero(types.cls == k)
-    return float(max(types.caps[i].max() / types.tp[i] for i in mine)) if len(mine) else 0.0
+    if not len(mine):
+        return np.zeros(len(b))
+    most = np.max([layer_limits(types, b, role)[:, mine] for role in ROLES], axis=0)  # [K, mine]
+    return (most / types.tp[mine][None, :]).max(axis=1)
 
 
-def with_layers_on(table: UsageTable, k: int, fewest_devices: int) -> UsageTable:
-    """`table` without the usages that have fewer than `fewest_devices` devices of class k."""
-    if fewest_devices <= 0:
+def with_layers_on(table: UsageTable, k: int, fewest_layers: int, rho: np.ndarray) -> UsageTable:
+    """`table` without the entries whose usage has too few class-k devices to hold
+    `fewest_layers` layers at their breakpoint: u_k·ρ_k(b) < `fewest_layers` (`rho`: [K])."""
+    if fewest_layers <= 0:
         return table
-    short = np.unravel_index(np.arange(int(np.prod(table.dims))), table.dims)[k] < fewest_devices
-    drop = lambda a: None if a is None else np.where(short[None, :], np.float32(np.inf), a)  # noqa: E731
+    on_class = np.unravel_index(np.arange(int(np.prod(table.dims))), table.dims)[k]
+    short = on_class[None, :] * rho[:, None] < fewest_layers * (1 - 1e-9)  # [K, U]
+    drop = lambda a: None if a is None else np.where(short, np.float32(np.inf), a)  # noqa: E731
     return replace(table, least=drop(table.least), crossing=drop(table.crossing), runs={}, hints={})
