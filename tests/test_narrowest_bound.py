@@ -12,11 +12,11 @@ import pytest
 
 from instances.random_small import random_small
 from planner.layered.pricing import breakdown
+from solvers.layered.bound import integer
 from solvers.layered.bound.classes import class_types, types_where
 from solvers.layered.bound.local_layers import cells, layers_per_device, local_capped_types, with_layers_on
 from solvers.layered.bound.narrowest import SYNC_FLOORS, case_widths, narrowed_types, width_case
 from solvers.layered.bound.plans import trace
-from solvers.layered.bound import sync_level
 from solvers.layered.bound.pricing import breakpoints
 from solvers.layered.bound.sync_level import SyncLevelSplit
 from solvers.layered.bound.usage import usage_tables
@@ -144,12 +144,12 @@ def test_a_run_of_widths_refuted_by_its_halves_is_not_taken_as_left_open(several
     refuted exactly for single widths."""
     _, types, b = several_widths[0]
     d = types.pipelines
-    tables = usage_tables({d: types}, b)[d]
-    split = SyncLevelSplit(types=types, b=b, own=tables, bare=tables, micro=8, levels=(1.0,), deadline=np.inf,
+    table = usage_tables({d: types}, b)[d]
+    split = SyncLevelSplit(types=types, b=b, own=table, bare=table, micro=8, levels=(1.0,), deadline=np.inf,
                            extended=True)
     singles = {width_case(types, (w,)) for w in case_widths(types)}
     monkeypatch.setattr(SyncLevelSplit, "_case_table", lambda self, lo, hi, unshared, w, local=None: w)
-    monkeypatch.setattr(sync_level.integer, "refuted_in_case", lambda w, *args, **kwargs: w in singles)
+    monkeypatch.setattr(integer, "refuted_in_case", lambda w, *args, **kwargs: w in singles)
     monkeypatch.setattr(SyncLevelSplit, "_local_refuted", lambda self, *args: False)
     asked = []
     width_refuted = SyncLevelSplit._width_refuted

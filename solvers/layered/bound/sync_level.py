@@ -178,8 +178,8 @@ class SyncLevelSplit:
             rho, key = layers_per_device(self.types, k, self.b), (lo, hi, w, case, k)
             for m_lo, m_hi in sorted(cells(self.types.layers), key=lambda cell: cell != self.hint.get(key)):
                 table = self._case_table(lo, hi, unshared, w, local=(k, m_hi))
-                if table is None or not integer.refuted_in_case(with_layers_on(table, k, m_lo, rho), case, d, self.micro,
-                                                                threshold, self.rent):
+                if table is None or not integer.refuted_in_case(with_layers_on(table, k, m_lo, rho), case, d,
+                                                                self.micro, threshold, self.rent):
                     self.hint[key] = (m_lo, m_hi)
                     break
             else:
