@@ -6,9 +6,10 @@ layers, rope and norm constants; one to three pipelines of uneven layer splits a
 4 on two machines; sequence parallelism, ZeRO-1, recompute, GPipe or 1F1B, micro-batches of 1
 or 2, gradient clipping; and sequence plans of one or two replicas, rings of one or two groups,
 head- and context-parallel members of uneven token shards. Per-step losses and the saved
-weights equal the loop's to 1e-5, at lr 1e-3 (a QA pass ran 96 such fp32 cases, layered and sequence plans, at lr 1e-3 and 3e-3: all
-within 1e-5 but two at 3e-3, at 2–3e-5, where the fp32 loop itself lay as far from an fp64 one:
-AdamW's step on near-zero gradients amplifies the order of a sum).
+weights equal the loop's to 1e-5, at lr 1e-3 (a QA pass ran 96 such fp32 cases, layered and
+sequence plans, at lr 1e-3 and 3e-3: all within 1e-5 but two at 3e-3, at 2–3e-5, where the fp32
+loop itself lay as far from an fp64 one: AdamW's step on near-zero gradients amplifies the order
+of a sum).
 """
 
 from __future__ import annotations

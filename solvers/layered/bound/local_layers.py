@@ -69,6 +69,7 @@ def with_layers_on(table: UsageTable, k: int, fewest_layers: int, rho: np.ndarra
     if fewest_layers <= 0:
         return table
     on_class = np.unravel_index(np.arange(int(np.prod(table.dims))), table.dims)[k]
-    short = on_class[None, :] * rho[:, None] < fewest_layers * (1 - 1e-9)  # [K, U]
+    # [K, U]; lenient by 1e-9: a usage whose u_k·ρ_k(b) meets the count only up to rounding stays
+    short = on_class[None, :] * rho[:, None] < fewest_layers * (1 - 1e-9)
     drop = lambda a: None if a is None else np.where(short, np.float32(np.inf), a)  # noqa: E731
     return replace(table, least=drop(table.least), crossing=drop(table.crossing), runs={}, hints={})
