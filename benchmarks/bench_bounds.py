@@ -46,15 +46,18 @@ def generated(gpus: int, seed: int) -> Problem:
     return generated_problem(cluster, "llama2-13b", name=f"gen-{gpus}-s{seed}-llama2-13b")
 
 
-def measure(problem: Problem, heuristic_limit: float, bound_limit: float) -> dict:
-    """The heuristic's plan (threads 1) and the configuration bound from it, with their times."""
+def measure(problem: Problem, heuristic_limit: float, bound_limit: float, verbose: bool = False) -> dict:
+    """The heuristic's plan (threads 1) and the configuration bound from it, with their times
+    (`verbose`: the bound's log on stderr, seconds since it started)."""
     start = time.perf_counter()
     own = own_search(problem, SolverOptions(time_limit_s=heuristic_limit, threads=1), HeuristicOptions())
     heuristic_s = time.perf_counter() - start
     tables = Tables(problem)
     d_values = list(range(1, tables.max_pipelines + 1))
     started = time.perf_counter()
-    bound = configuration_bound(tables, own.objective_s, d_values, started + bound_limit,
+    log = (lambda line: print(f"{time.perf_counter() - started:7.1f} s  {problem.name}: {line}", file=sys.stderr,
+                              flush=True)) if verbose else (lambda line: None)
+    bound = configuration_bound(tables, own.objective_s, d_values, started + bound_limit, log=log,
                                 first_d=len(own.plan.pipelines) if own.plan else None)
     bound_s = time.perf_counter() - started
     read = plans_from_bound(problem, bound, time.perf_counter() + PLAN_LIMIT_S)
@@ -118,7 +121,7 @@ def rows_for(problems: list[tuple[str, callable]], args) -> list[dict]:
         # `store` hands back the whole cache on disk; only this key's row is taken from it, so that
         # under --fresh the next problems are measured again rather than read back
         if key not in cache:
-            cache[key] = store(key, measure(make(), args.heuristic_limit, args.bound_limit))[key]
+            cache[key] = store(key, measure(make(), args.heuristic_limit, args.bound_limit, args.verbose))[key]
         elif args.redo_heuristic:
             cache[key] = store(key, with_heuristic(cache[key], make(), args.heuristic_limit))[key]
         if args.default_limit and cache[key].get("default_limit_s") != args.default_limit:
@@ -194,6 +197,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--big", default="128", help="generated sizes with --big-seeds seeds ('' for none)")
     parser.add_argument("--big-seeds", type=int, default=1)
     parser.add_argument("--fresh", action="store_true", help="ignore the cache")
+    parser.add_argument("--verbose", action="store_true", help="the bound's progress on stderr")
     args = parser.parse_args(argv)
     problems = [(n, lambda n=n: load_bench_problem(n)) for n in args.problems.split(",") if n]
     sizes = [int(g) for g in args.generated.split(",") if g]

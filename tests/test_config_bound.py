@@ -268,6 +268,73 @@ def test_the_bisection_never_claims_past_the_threshold_and_ends_within_its_toler
         assert every[gallop, FIRST_PASS_TOLERANCE] < 0.85 * every[gallop, RELATIVE_TOLERANCE], every
 
 
+def test_the_climb_never_claims_past_the_threshold_and_keeps_each_step_refuted() -> None:
+    """[U11]'s refinement climbs from below (`_climb`): on a test that refutes exactly v < r the
+    value reached is ≤ r, within the tolerance of min(r, ceiling), and done once it reaches the
+    ceiling; where the test stops answering (the deadline), what it refuted before stays."""
+    import random
+
+    from solvers.layered.bound.search import RELATIVE_TOLERANCE, DBound, _climb
+
+    rng = random.Random(11)
+    for _ in range(300):
+        lo = rng.uniform(1.0, 3.0)
+        ceiling = lo * (1 + rng.uniform(1e-4, 4e-3))
+        r = lo * (1 + rng.uniform(0, 5e-3))
+        entry, asked = DBound(1, lo), []
+        _climb(lambda v: asked.append(v) or v < r, entry, (lo, ceiling), float("inf"), (ceiling - lo) / 8)
+        target = min(r, ceiling)
+        assert entry.refuted <= r and entry.refuted >= target - 2 * RELATIVE_TOLERANCE * ceiling, (lo, r, ceiling)
+        assert entry.refuted >= lo and asked == sorted(set(asked), key=asked.index)
+        if r > ceiling:
+            assert entry.done and entry.refuted == ceiling
+    entry, answers = DBound(1, 1.0), iter([True, True, False])
+    _climb(lambda v: next(answers, False), entry, (1.0, 1.002), -1.0, 2.5e-4)  # past the deadline: nothing asked
+    assert entry.refuted == 1.0
+    entry, seen = DBound(1, 1.0), []
+    step = _climb(lambda v: seen.append(v) or len(seen) <= 2, entry, (1.0, 1.002), float("inf"), 2.5e-4)
+    assert entry.refuted == seen[1] and seen[0] < seen[1] < seen[2]  # two steps refuted, kept
+    assert seen[1] - seen[0] == pytest.approx(2 * (seen[0] - 1.0)) and step == pytest.approx(1e-3)
+
+
+def test_the_refinement_raises_tied_d_in_turn_and_stops_at_each_one_s_threshold(monkeypatch) -> None:
+    """[U11]'s refinement on fake tests (D refutes exactly v < r_D, every D tied at first): in
+    the first round each D is raised one step of RAISE_STEP·CLIMB_FIRST, so none gets further
+    ahead of the least (the rule the bound, their least, needs); no D ever gets more than
+    RAISE_STEP ahead; at the end the least value is within the tolerance of min(r_D, top) and
+    every D's value below its r_D."""
+    import random
+    from types import SimpleNamespace
+
+    from solvers.layered.bound import search
+
+    rng = random.Random(5)
+    for _ in range(20):
+        ds, top = list(range(1, rng.randint(3, 7))), 1.05
+        r = {d: 1.0 + rng.uniform(0.005, 0.04) for d in ds}
+        result = search.ConfigurationBound(per_d={d: search.DBound(d, 1.0, done=True) for d in ds}, floor=0.5)
+        spreads = []  # (tests asked before, spread of the D's values)
+
+        def fake_test(tables, route, d, rent=None, deadline=None):
+            def refuted(v: float) -> bool:
+                values = [e.refuted for e in result.per_d.values()]
+                if min(values) < min(r.values()) * (1 - search.RAISE_STEP):
+                    spreads.append((len(spreads), max(values) - min(values)))
+                return v < r[d]
+            refuted.split = None
+            return refuted
+
+        monkeypatch.setattr(search, "_test", fake_test)
+        route = SimpleNamespace(used={d: None for d in ds})
+        search._raise_by_levels(None, route, result, (top, float("inf")), lambda s: None, None, None)
+        first_round = [spread for asked, spread in spreads if asked <= len(ds)]
+        assert max(first_round) <= search.RAISE_STEP * search.CLIMB_FIRST * top * (1 + 1e-9)
+        assert max(spread for _, spread in spreads) <= search.RAISE_STEP * top * (1 + 1e-9)
+        least = min(min(r.values()), top)
+        assert min(e.refuted for e in result.per_d.values()) >= least * (1 - 2 * search.RELATIVE_TOLERANCE)
+        assert all(result.per_d[d].refuted < r[d] for d in ds)
+
+
 @pytest.mark.parametrize("seed", range(0, 40, 3))
 def test_the_lp_shortcut_refutes_exactly_what_the_integer_programme_does(seed: int, monkeypatch) -> None:
     """The LP relaxation only refutes where the integer programme also does: the test's answer

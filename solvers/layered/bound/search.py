@@ -37,6 +37,8 @@ TABLE_SHARE = 0.5  # of the time left, the most the usage tables may take (estim
 # `_bisect`'s first step down from another D's value (hetero-2 7B: D = 1…8 within 0.7 % of each other)
 GALLOP_STEP = 0.0025
 RAISE_STEP = 0.002  # [U11]'s refinement raises a D at most this share above where it stands, then the next
+# the refinement's first threshold lies this share of the raise step above where a D stands (`_climb`)
+CLIMB_FIRST = 0.125
 PENDING_TABLES = 4  # own tables the second pass is expected to build (memory estimate)
 OWN_AROUND = 2  # the first pass also builds the own tables of the D this close to the incumbent's
 # (closing a table costs a tenth of its prefix; on hetero-1 the D the bare table left were 5 and 6
@@ -153,11 +155,12 @@ def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBou
     from what it refuted up to the next D's value — with [U11]'s split on T_dp's level and [U12]
     (a D the first pass only tested at the least bound, on its bare table: with [U12] alone) —
     until one stops below that value: a refinement, so the bound is never weaker than without it
-    when the time runs out. Each bisection stops RAISE_STEP above where it started, so that D
-    tied at the least value are raised in turn (hetero-1 13B: D = 2 climbed 1.1 % above D = 3…8
-    in 530 s while they, which set the bound, waited). (Building own tables here for the bare D
+    when the time runs out. Each climb (`_climb`) stops RAISE_STEP above where it started (one
+    step where other D tie at the least value), so that D tied at the least value are raised
+    in turn (hetero-1 13B: D = 2 climbed 1.1 % above D = 3…8 in 530 s while they, which set the
+    bound, waited). (Building own tables here for the bare D
     cost gen-40 seed 2 300 s for 0.04 %.) `limits`: (the first threshold, the deadline)."""
-    (top, deadline), tests, settled, extended = limits, {}, set(), False
+    (top, deadline), tests, settled, extended, steps = limits, {}, set(), False, {}
     while time.perf_counter() < deadline:
         ranked = sorted((e.refuted, d) for d, e in result.per_d.items())
         before, d = ranked[0]
@@ -168,9 +171,14 @@ def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBou
                 return
             _extend(tests, settled, log)  # [U14] and [U15], in the time [U13] left
             extended = True
+            steps.clear()  # a threshold costs more with them: the steps start small again
             continue
-        # D tied with it are raised in turn, a step at a time: the bound is the least of them
-        ceiling = min(next((v for v, _ in ranked[1:] if v > before), top), before * (1 + RAISE_STEP))
+        # D tied with it are raised in turn, one step each, so that the bound, the least of them,
+        # rises (h800-h20-16-24: D = 2 climbed 0.18 % in 215 s while D = 3…20, which set it, waited);
+        # each D's step starts at CLIMB_FIRST of RAISE_STEP and doubles while it refutes (hetero-1 7B:
+        # a step cost D = 4 6–10 s whatever its size)
+        step = steps.setdefault(d, RAISE_STEP * CLIMB_FIRST * before)
+        ceiling = _ceiling(ranked, top, step)
         if ceiling <= before:
             return  # every D refuted at the first threshold already
         if d not in tests:
@@ -178,12 +186,21 @@ def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBou
             if extended and tests[d].split is not None:
                 tests[d].split.extend()
         entry = result.per_d[d]
-        _bisect(tests[d], entry, before, ceiling, deadline)
+        steps[d] = min(_climb(tests[d], entry, (before, ceiling), deadline, step), RAISE_STEP * before)
         _check_incumbent([d], entry.refuted, incumbent, first_d)
         entry.done = True  # examined before: a bisection the deadline cut keeps what it proved
         log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s (again, [U11])")
         if entry.refuted < ceiling:
             settled.add(d)
+
+
+def _ceiling(ranked: list[tuple[float, int]], top: float, step: float) -> float:
+    """Where the climb of the least D (`ranked`: (value, D), least first) stops: at the next D's
+    value above it (`top` if none), RAISE_STEP above its own, and one `step` above it where other
+    D tie with it."""
+    before = ranked[0][0]
+    ceiling = min(next((v for v, _ in ranked[1:] if v > before), top), before * (1 + RAISE_STEP))
+    return min(ceiling, before + step) if len(ranked) > 1 and ranked[1][0] == before else ceiling
 
 
 def _extend(tests: dict, settled: set[int], log) -> None:
@@ -460,6 +477,30 @@ def _bisect(refuted, entry: DBound, floor: float, top: float, deadline: float, g
         return
     entry.feasible_at = top
     _narrow(refuted, entry, max(floor, entry.refuted), deadline, tolerance, GALLOP_STEP * top if gallop else math.inf)
+
+
+def _climb(refuted, entry: DBound, bracket: tuple[float, float], deadline: float, step: float) -> float:
+    """Raise entry.refuted from lo (refuted) towards the ceiling, `bracket` = (lo, ceiling), from
+    below: lo + `step`, the step doubling while each threshold is refuted, then the bracket the
+    first threshold that stands leaves is bisected (`_narrow`). Why from below: in the refinement
+    the split's capped tables make a threshold just above a refuted one cheap to refute, while one
+    that stands costs a full pass over its cases; bisecting from the ceiling down
+    (h800-h20-16-24: 68.088 s stood, then the time ran out below it) kept nothing of the time.
+    Returns the step a next climb of this D starts with (doubled after each threshold refuted)."""
+    lo, ceiling = bracket
+    step = max(step, RELATIVE_TOLERANCE * ceiling)
+    while time.perf_counter() <= deadline:
+        v = min(lo + step, ceiling)
+        if not refuted(v):
+            entry.feasible_at = v
+            _narrow(refuted, entry, lo, deadline)
+            return step
+        lo = entry.refuted = max(entry.refuted, v)  # each threshold refuted stays proved
+        step *= 2
+        if v >= ceiling:
+            entry.done = True
+            return step
+    return step
 
 
 def _narrow(refuted, entry: DBound, lo: float, deadline: float, tolerance: float = RELATIVE_TOLERANCE,
