@@ -290,7 +290,7 @@ def test_the_climb_never_claims_past_the_threshold_and_keeps_each_step_refuted()
             assert entry.done and entry.refuted == ceiling
     entry, answers = DBound(1, 1.0), iter([True, True, False])
     _climb(lambda v: next(answers, False), entry, (1.0, 1.002), -1.0, 2.5e-4)  # past the deadline: nothing asked
-    assert entry.refuted == 1.0
+    assert entry.refuted == 1.0 and next(answers) is True
     entry, seen = DBound(1, 1.0), []
     step = _climb(lambda v: seen.append(v) or len(seen) <= 2, entry, (1.0, 1.002), float("inf"), 2.5e-4)
     assert entry.refuted == seen[1] and seen[0] < seen[1] < seen[2]  # two steps refuted, kept

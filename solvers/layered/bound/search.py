@@ -151,15 +151,15 @@ def _narrow_least(tables: Tables, route: UsageRoute, result: ConfigurationBound,
 
 def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBound, limits: tuple[float, float],
                      log, incumbent: float | None, first_d: int | None) -> None:
-    """With the time left once every D is examined, the D that sets the bound is bisected again
-    from what it refuted up to the next D's value — with [U11]'s split on T_dp's level and [U12]
+    """With the time left once every D is examined, the D that sets the bound is raised again
+    from what it refuted towards the next D's value — with [U11]'s split on T_dp's level and [U12]
     (a D the first pass only tested at the least bound, on its bare table: with [U12] alone) —
     until one stops below that value: a refinement, so the bound is never weaker than without it
     when the time runs out. Each climb (`_climb`) stops RAISE_STEP above where it started (one
     step where other D tie at the least value), so that D tied at the least value are raised
     in turn (hetero-1 13B: D = 2 climbed 1.1 % above D = 3…8 in 530 s while they, which set the
-    bound, waited). (Building own tables here for the bare D
-    cost gen-40 seed 2 300 s for 0.04 %.) `limits`: (the first threshold, the deadline)."""
+    bound, waited). (Building own tables here for the bare D cost gen-40 seed 2 300 s for
+    0.04 %.) `limits`: (the first threshold, the deadline)."""
     (top, deadline), tests, settled, extended, steps = limits, {}, set(), False, {}
     while time.perf_counter() < deadline:
         ranked = sorted((e.refuted, d) for d, e in result.per_d.items())
@@ -188,7 +188,7 @@ def _raise_by_levels(tables: Tables, route: UsageRoute, result: ConfigurationBou
         entry = result.per_d[d]
         steps[d] = min(_climb(tests[d], entry, (before, ceiling), deadline, step), RAISE_STEP * before)
         _check_incumbent([d], entry.refuted, incumbent, first_d)
-        entry.done = True  # examined before: a bisection the deadline cut keeps what it proved
+        entry.done = True  # examined before: a climb the deadline cut keeps what it proved
         log(f"configuration bound D={d}: no plan with T ≤ {entry.refuted:.6g} s (again, [U11])")
         if entry.refuted < ceiling:
             settled.add(d)
