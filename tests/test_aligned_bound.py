@@ -21,7 +21,7 @@ from planner.layered.evaluate import evaluate
 from planner.layered.pricing import breakdown
 from solvers.common import SolverOptions
 from solvers.layered.heuristic import HeuristicOptions, solve_with
-from solvers.layered.bound import aligned, integer, search, sync_level
+from solvers.layered.bound import aligned, integer, route, sync_level
 from solvers.layered.bound.aligned import AlignedTest
 from solvers.layered.bound.classes import class_types
 from solvers.layered.bound.pricing import breakpoints
@@ -181,7 +181,8 @@ def _gen24(seed: int, d: int, top: float) -> tuple[SyncLevelSplit, int]:
     tables = Tables(problem)
     # the classes and breakpoints the bound's route picks over every D, and D's own tables only
     # (the same arrays as the whole route's, a third of its time)
-    by_d, b, _, crossing = search._route_classes(tables, list(range(1, tables.max_pipelines + 1)), top, np.inf, {d})
+    by_d, b, _, crossing, _ = route._route_classes(tables, list(range(1, tables.max_pipelines + 1)), top, np.inf,
+                                                    {d})
     bare, own = route_tables({d: by_d[d]}, b, np.inf, {d}, crossing)
     split = SyncLevelSplit(types=by_d[d], b=b, own=own[d], bare=bare[d],
                            micro=tables.total_micro, levels=(0.172, 0.344), deadline=np.inf)

@@ -91,16 +91,16 @@ def test_only_machines_of_at_least_d_devices_are_shared_by_every_pipeline(cases)
 def test_crossing_parts_are_left_out_rather_than_coarser_classes_taken(monkeypatch) -> None:
     """Where the memory holds the tables the route needs but not their crossing parts too, the
     route keeps its classes of like machines and builds no crossing part."""
-    from solvers.layered.bound import search
+    from solvers.layered.bound import route
     from solvers.layered.bound.usage import usage_size
 
     tables = Tables(random_small(1, tiny=True))  # three machines of one GPU, unlike in size or links
     ds, own = list(range(1, tables.max_pipelines + 1)), {1, 2}
-    by_d, b, built, crossing = search._route_classes(tables, ds, 3 * tables.trivial_bound, 60.0, own)
+    by_d, b, built, crossing, _ = route._route_classes(tables, ds, 3 * tables.trivial_bound, 60.0, own)
     assert crossing and built == set(ds)  # every D's own table, with its crossing part, fits
-    groups = len({t.caps.tobytes() for t in by_d.values()}) + len(own) + search.PENDING_TABLES
-    monkeypatch.setattr(search, "MAX_TABLE_BYTES", 4.0 * len(b) * usage_size(by_d[1]) * (groups + 0.5))
-    tighter, _, built, crossing = search._route_classes(tables, ds, 3 * tables.trivial_bound, 60.0, own)
+    groups = len({t.caps.tobytes() for t in by_d.values()}) + len(own) + route.PENDING_TABLES
+    monkeypatch.setattr(route, "MAX_TABLE_BYTES", 4.0 * len(b) * usage_size(by_d[1]) * (groups + 0.5))
+    tighter, _, built, crossing, _ = route._route_classes(tables, ds, 3 * tables.trivial_bound, 60.0, own)
     assert not crossing and built == own
     assert tighter[1].class_of_machine.tolist() == by_d[1].class_of_machine.tolist() == [0, 1, 2]
 

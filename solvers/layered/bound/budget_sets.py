@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 
 from planner.problem import Problem
 from solvers import rental
-from solvers.layered.bound.search import ConfigurationBound, configuration_bound, usage_route_fits
+from solvers.layered.bound.route import usage_route_fits
+from solvers.layered.bound.search import ConfigurationBound, configuration_bound
 from solvers.layered.tables import Tables, explain_infeasible
 
 SETS_SHARE = 0.5  # of the time: the maximal sets' bounds (the rest, and what they leave: the whole's)

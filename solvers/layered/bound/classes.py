@@ -45,6 +45,10 @@ class ClassTypes:
     least_rent: np.ndarray  # [class] least rent per hour of one of its machines (NaN: unpriced) ([U6])
     device_price: np.ndarray  # [class] least price per device-hour of its machines (NaN: unpriced) ([P5])
     room: np.ndarray  # [class, z] Σ (count − D) over its z largest machines of ≥ D devices; −1 past them ([U10])
+    # [U16]: every stage's sync floor times this in its pipeline's bubble (1/s where some pipeline has
+    # s stages and none fewer; 0: the last stage's floor alone), and the fewest stages a pipeline has
+    stage_sync_share: float = 0.0
+    fewest_stages: int = 1
 
     @property
     def num_types(self) -> int:

@@ -50,9 +50,10 @@ def plans_from_bound(problem: Problem, bound: ConfigurationBound, deadline: floa
     for v, d in ranked[:MAX_D_TRIED]:
         if time.perf_counter() > deadline:
             break
-        pipes = read_back(bound.types[d], bound.usage[d], v, bound.rent)
-        if pipes:
-            found += priced_plans(problem, bound.types[d], pipes, deadline)
+        for types, table in [(bound.types[d], bound.usage[d])] + (bound.fewest.built(d) if bound.fewest else []):
+            pipes = read_back(types, table, v, bound.rent)  # the route's pipelines, and [U16]'s of few stages
+            if pipes:
+                found += priced_plans(problem, types, pipes, deadline)
     plans = [p for _, _, p in sorted(found, key=lambda x: (x[0], x[1]))]
     if plans and problem.cluster.num_devices <= HeuristicOptions().move_devices:
         moved = improve(problem, plans[0], polish=lambda p: polished(problem, p, deadline), deadline=deadline)

@@ -70,11 +70,14 @@ def layer_limits(types: ClassTypes, b: np.ndarray, role: str) -> np.ndarray:
 
 def stage_contribution(types: ClassTypes, role: str) -> np.ndarray:
     """[i, n] a stage's share of the bubble: n·τ_layer (+ receive unless first) (+ head and the
-    last stage's sync floors if last)."""
+    last stage's sync floors if last) — with a `stage_sync_share` σ > 0, every stage's sync floors
+    times σ instead of the last one's ([U16])."""
     first, last = _ROLE_FLAGS[role]
     n = np.arange(types.layers + 1)[None, :]
-    per = types.per_layer + (types.sync_layer if last else 0.0)
-    fixed = (0.0 if first else types.receive) + ((types.head + types.sync_head) if last else 0.0)
+    share = types.stage_sync_share
+    per = types.per_layer + (share * types.sync_layer if share > 0 else (types.sync_layer if last else 0.0))
+    head_sync = share * types.sync_head if share > 0 else types.sync_head
+    fixed = (0.0 if first else types.receive) + ((types.head + head_sync) if last else 0.0)
     return n * per[:, None] + np.asarray(fixed)[..., None] * np.ones_like(n)
 
 

@@ -15,15 +15,14 @@ import math
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from planner.prices import spendable
 from solvers.layered.bound import integer
 from solvers.layered.bound.classes import ClassTypes, class_types, range_types
 from solvers.layered.bound.master import Master
-from solvers.layered.bound.pricing import breakpoints
+from solvers.layered.bound.fewest_stages import FewestStagesCases
+from solvers.layered.bound.route import UsageRoute, _usage_route
 from solvers.layered.bound.sync_level import LEVEL_SHARES, SyncLevelSplit
-from solvers.layered.bound.usage import UsageTable, route_tables, usage_size, usage_tables
+from solvers.layered.bound.usage import UsageTable
 from solvers.layered.tables import Tables
 
 RELATIVE_TOLERANCE = 2e-4  # bisection stops when the bracket is this narrow
@@ -32,20 +31,11 @@ RELATIVE_TOLERANCE = 2e-4  # bisection stops when the bracket is this narrow
 # brackets are then narrowed to RELATIVE_TOLERANCE, `_narrow_least`, before [U11]'s refinement)
 FIRST_PASS_TOLERANCE = 2e-3
 FLOAT_SLACK = 1e-9  # relative: the bound is deflated by this against float noise (docs/bounds.md §5)
-SECONDS_PER_CELL = 7e-10  # measured: a usage table's DP costs 4–6e-10 s per (b, ℓ, u, type, n) on a shared core
-TABLE_SHARE = 0.5  # of the time left, the most the usage tables may take (estimated)
 # `_bisect`'s first step down from another D's value (hetero-2 7B: D = 1…8 within 0.7 % of each other)
 GALLOP_STEP = 0.0025
 RAISE_STEP = 0.002  # [U11]'s refinement raises a D at most this share above where it stands, then the next
 # the refinement's first threshold lies this share of the raise step above where a D stands (`_climb`)
 CLIMB_FIRST = 0.125
-PENDING_TABLES = 4  # own tables the second pass is expected to build (memory estimate)
-OWN_AROUND = 2  # the first pass also builds the own tables of the D this close to the incumbent's
-# (closing a table costs a tenth of its prefix; on hetero-1 the D the bare table left were 5 and 6
-# around the incumbent's 4, and a second pass costs a whole prefix again)
-CLOSE_SHARE = 0.1  # an own table's last stage and crossing part, as a share of the prefix's time
-MAX_TABLE_BYTES = 2.0e9  # every route table together (float32); 1.5e9 left hetero-2 13B's crossing parts out
-# (17 tables of 93 MB: 1.59 GB); the bounds report's process then peaked at 3.3 GB resident
 
 
 @dataclass
@@ -68,6 +58,7 @@ class ConfigurationBound:
     usage: dict[int, UsageTable] | None = field(default=None, repr=False)  # the usage route's tables per D
     types: dict[int, ClassTypes] | None = field(default=None, repr=False)  # their class-level types per D
     rent: integer.Rent | None = None  # the problem's budget over the usage route's classes ([U6])
+    fewest: FewestStagesCases | None = field(default=None, repr=False)  # [U16]'s cases of few stages (their tables)
 
     @property
     def unfinished(self) -> list[int]:
@@ -104,7 +95,7 @@ def configuration_bound(tables: Tables, incumbent: float | None, d_values: list[
     if route is None:
         _lp_ranges(tables, result, top, deadline, log, incumbent, first_d, d_values)
         return result
-    result.usage, result.types = route.used, route.types
+    result.usage, result.types, result.fewest = route.used, route.types, route.fewest
     result.rent = integer.Rent.of(route.types[d_values[0]], tables.budget)
     pending = []
     for d in outward(d_values, first_d):
@@ -233,17 +224,74 @@ def _least(result: ConfigurationBound, top: float, floor: float) -> float:
 
 
 def _test(tables: Tables, route: UsageRoute, d: int, rent: integer.Rent | None = None, deadline: float | None = None):
-    """`refuted(v)` of one D: its usage table's integer test (under the budget: [U6]); where it
+    """`refuted(v)` of one D: the route's test (`_case_test` on D's table), or every case of [U16]
+    refuted — pipelines of s = 1 … FEWEST_SPLIT stages at least, some of exactly s, and those of
+    more (`FewestStagesCases`; D's own tables where a refinement, with a `deadline`, asks) — each
+    by `_case_test` on its own tables. D = 1 has nothing to sync: the route's test alone. In the
+    refinement the cases only run for the D where they refuted a threshold the route's test left
+    open before (on hetero-1 7B they cost the refinement 0.4 %: 15.434 → 15.372 s in 600 s)."""
+    whole = _case_test(tables, d, route.used[d], route.types[d], route.bare_for(d), d in route.own, rent, deadline)
+    cases, built = route.fewest, {}
+    if cases is None or d == 1 or not cases.affordable():
+        return whole
+
+    def case(s: int):
+        if s not in built:  # at the first threshold the route leaves open: each table costs a prefix
+            table = cases.table(d, s, deadline)
+            if table is None:
+                return _refutes_nothing  # the time ran out before its table
+            built[s] = _case_test(tables, d, table, cases.types(d, s), cases.bare(d, s), cases.has_own(d, s), rent,
+                                  deadline)
+            if splits.extended and built[s].split is not None:
+                built[s].split.extend()
+        return built[s]
+
+    def refuted(v: float) -> bool:
+        if whole(v):
+            return True
+        if deadline is not None and d not in cases.helped:
+            return False  # the refinement's time goes to the route's test where the cases never helped
+        if not all(case(s)(v) for s in cases.cases()):
+            return False
+        cases.helped.add(d)
+        return True
+    splits = _CaseSplits(whole, built)
+    refuted.split = splits
+    return refuted
+
+
+def _refutes_nothing(v: float) -> bool:
+    return False
+
+
+@dataclass
+class _CaseSplits:
+    """[U11]'s splits of every case of [U16] of one D, extended together (`_raise_by_levels`)."""
+
+    whole: object  # the route's test
+    cases: dict  # s → case s's test, as built
+    extended: bool = False
+
+    def extend(self) -> None:
+        self.extended = True
+        for test in [self.whole, *self.cases.values()]:
+            if test.split is not None:
+                test.split.extend()
+
+
+def _case_test(tables: Tables, d: int, table: UsageTable, types: ClassTypes, bare: UsageTable | None, own: bool,
+               rent: integer.Rent | None, deadline: float | None):
+    """`refuted(v)` of one D on one usage table: its integer test (under the budget: [U6]); where it
     does not refute v, [U8]'s three cases may: no pipeline spans two machines and all sit on one
     (`one_machine_floor`), or on several (T_dp ≥ `crossing_sync_floor`, above the trivial
     bound or a bare table's T_pipe without any sync), or some pipeline spans two machines (the
     test with one such pipeline, `integer.refuted_spanning`); with a `deadline`, also [U11]'s split
     on T_dp's level with [U12] (a D with only the bare table: the split with [U12] alone)."""
-    table, types, micro, bare = route.used[d], route.types[d], tables.total_micro, route.bare_for(d)
+    micro = tables.total_micro
     alone, crossing = tables.one_machine_floor(d), tables.crossing_sync_floor(d)
     by_level = None
     if deadline is not None and d >= 2 and bare is not None:
-        by_level = SyncLevelSplit(types=types, b=route.b, own=table if d in route.own else None, bare=bare, micro=micro,
+        by_level = SyncLevelSplit(types=types, b=table.b, own=table if own else None, bare=bare, micro=micro,
                                   rent=rent, deadline=deadline,
                                   levels=tuple(share * tables.trivial_bound for share in LEVEL_SHARES))
 
@@ -373,96 +421,6 @@ def outward(d_values: list[int], first: int | None) -> list[int]:
     if first is None:
         return list(d_values)
     return sorted(d_values, key=lambda d: (abs(d - first), d))
-
-
-@dataclass
-class UsageRoute:
-    """Every D's class-level types and usage tables: its own where built, else the bare table
-    its caps group shares (`usage.usage_tables`); `used[d]` is the one its test reads."""
-
-    types: dict[int, ClassTypes]
-    b: np.ndarray
-    bare: dict[int, UsageTable]
-    own: dict[int, UsageTable] = field(default_factory=dict)
-    used: dict[int, UsageTable] = field(default_factory=dict)
-    crossing: bool = True  # own tables carry their crossing part ([U9]; off where the memory would not fit)
-
-    def __post_init__(self) -> None:
-        self.used.update(self.bare)
-        self.used.update(self.own)
-
-    def bare_for(self, d: int) -> UsageTable | None:
-        """A bare table (no sync floor) valid for D: one built for a D of the same memory caps."""
-        caps = self.types[d].caps.tobytes()
-        return next((t for e, t in self.bare.items() if self.types[e].caps.tobytes() == caps), None)
-
-    def build(self, ds: list[int], deadline: float) -> None:
-        """Own tables for `ds` (none when the deadline passes first)."""
-        built = usage_tables({d: self.types[d] for d in ds}, self.b, deadline, crossing=self.crossing)
-        if built is not None:
-            self.own.update(built)
-            self.used.update(built)
-
-
-def _route_classes(tables: Tables, d_values: list[int], top: float, seconds: float, near: set[int]):
-    """(classes per D, breakpoints, the D with own tables, whether those carry their crossing
-    part) of the finest classes whose usage tables' first pass fits `seconds` and the memory cap
-    (identical machines, else machines with the same GPU); None when neither does (the second
-    pass is optional). Every D gets its own table where that fits with the crossing parts (a
-    bare table left hetero-2 7B's D = 7 and 8 at 10.12 and 10.01 s, their own at 10.47 and
-    10.43); else the D in `near`."""
-    for by_gpu in (False, True):
-        any_types = class_types(tables, d_values[0], by_gpu)
-        b = breakpoints(any_types, top)
-        prefix_s = SECONDS_PER_CELL * len(b) * (tables.layers + 1) * usage_size(any_types) * any_types.num_types \
-            * tables.layers / 2
-        table_bytes = 4.0 * len(b) * usage_size(any_types)
-        if prefix_s > seconds * TABLE_SHARE or table_bytes > MAX_TABLE_BYTES:
-            continue  # not one table fits: every D's classes are not built (1,024 D took 58 s of a 5 s solve)
-        by_d = {d: class_types(tables, d, by_gpu) for d in d_values}
-        bare = len({t.caps.tobytes() for t in by_d.values()})
-
-        def fits(own, pending: int, crossing: bool) -> bool:
-            """Whether a first pass with these own tables fits the time and, with `pending`
-            tables of a second pass, the memory (the own ones twice with crossing parts)."""
-            extra_s = prefix_s * CLOSE_SHARE * len(set(own) - near)  # closings beyond the near D's
-            tables_kept = bare + (len(own) + pending) * (2 if crossing else 1)
-            return prefix_s + extra_s <= seconds * TABLE_SHARE and table_bytes * tables_kept <= MAX_TABLE_BYTES
-
-        if fits(d_values, 0, True):
-            return by_d, b, set(d_values), True
-        if fits(near, PENDING_TABLES, False):
-            # own tables carry their crossing part ([U9]) where the memory allows: never a coarser route for it
-            return by_d, b, near, fits(near, PENDING_TABLES, True)
-    return None
-
-
-def usage_route_fits(tables: Tables, incumbent: float | None, seconds: float) -> bool:
-    """Whether `configuration_bound` given `seconds` would take the usage route (not the LP's)."""
-    top = incumbent if incumbent is not None else 2 * tables.trivial_bound
-    return _route_classes(tables, list(range(1, tables.max_pipelines + 1)), top, seconds, set()) is not None
-
-
-def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: float, log,
-                 first_d: int | None) -> UsageRoute | None:
-    """The bare table of every D and the own tables of every D, or of the D around `first_d`
-    (one pass), on the classes `_route_classes` picks for the time left; None when none fits."""
-    near = set(range(first_d - OWN_AROUND, first_d + OWN_AROUND + 1)) & set(d_values) if first_d else set()
-    chosen = _route_classes(tables, d_values, top, deadline - time.perf_counter(), near)
-    if chosen is None:
-        log("configuration bound: usage tables too large, LP certificate over ranges of D")
-        return None
-    by_d, b, own, crossing = chosen
-    if not len(b):  # no stage time up to `top` (float noise at one micro-batch, one stage): no table
-        log("configuration bound: no breakpoints for usage tables, LP certificate over ranges of D")
-        return None
-    log(f"configuration bound: usage tables over classes {by_d[d_values[0]].devices.tolist()}, {len(b)} breakpoints, "
-        + ("every D's own" if len(own) == len(d_values) else f"own for D={sorted(own)}")
-        + ("" if crossing else " (no crossing parts: memory)"))
-    built = route_tables(by_d, b, deadline, own, crossing)
-    if built is None:
-        return None
-    return UsageRoute(types=by_d, b=b, bare=built[0], own=built[1], crossing=crossing)
 
 
 def _bisect(refuted, entry: DBound, floor: float, top: float, deadline: float, gallop: bool = False,

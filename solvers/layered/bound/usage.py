@@ -157,12 +157,14 @@ def own_bubbles(types: ClassTypes, b: np.ndarray, prefix: np.ndarray, crossing: 
 def _closed(types: ClassTypes, b: np.ndarray, prefix: np.ndarray, wide: Wide | None = None) -> np.ndarray:
     """[K, *usage]: the prefix closed by a last stage, or one single stage, priced by `types`.
     With `wide` (t, its prefix table): a wide prefix closed by any last stage, or any prefix by
-    a wide last stage, or one wide single stage."""
+    a wide last stage, or one wide single stage. No single stage where pipelines have two stages
+    or more ([U16]: the prefixes are then `_deepened` already)."""
     whole = _add_stage(types, prefix if wide is None else wide[1], layer_limits(types, b, "last"), "last",
                        types.layers)
     last = types if wide is None else types_where(types, types.tp >= wide[0])
-    np.minimum(whole, _lone_stage(last, layer_limits(last, b, "single"), "single", types.layers, prefix.shape[2:]),
-               out=whole)
+    if types.fewest_stages < 2:
+        np.minimum(whole, _lone_stage(last, layer_limits(last, b, "single"), "single", types.layers,
+                                      prefix.shape[2:]), out=whole)
     if wide is not None:
         np.minimum(whole, _add_stage(last, prefix, layer_limits(last, b, "last"), "last", types.layers), out=whole)
     return whole
@@ -294,11 +296,30 @@ def _tables(by_d: dict[int, ClassTypes], b: np.ndarray, keys: set[tuple], deadli
 
 
 def _prefixes(types: ClassTypes, b: np.ndarray, wide_from: int) -> tuple[np.ndarray, Wide | None]:
-    """The prefix table and, where some type is narrower than `wide_from`, the wide one."""
+    """The prefix table and, where some type is narrower than `wide_from`, the wide one; both of
+    at least fewest_stages − 1 stages ([U16])."""
     prefix = prefix_table(types, b)
-    if not (types.tp < wide_from).any():
-        return prefix, None  # every pipeline has a stage that wide
-    return prefix, (wide_from, wide_prefix_table(types, b, prefix, wide_from))
+    wide = None if not (types.tp < wide_from).any() else (wide_from, wide_prefix_table(types, b, prefix, wide_from))
+    for _ in range(types.fewest_stages - 2):
+        prefix, wide = _deepened(types, b, prefix, wide)
+    return prefix, wide
+
+
+def _deepened(types: ClassTypes, b: np.ndarray, prefix: np.ndarray, wide: Wide | None) -> tuple[np.ndarray, Wide | None]:
+    """Prefixes of one stage more than `prefix` (of k stages at least): a middle stage added to
+    each; the wide ones: a wide middle stage after any, or any middle stage after a wide one."""
+    middle = layer_limits(types, b, "middle")
+    deeper = np.full_like(prefix, np.inf)
+    for ell in range(1, types.layers + 1):
+        deeper[:, ell] = _add_stage(types, prefix, middle, "middle", ell)
+    if wide is None:
+        return deeper, None
+    narrow = types_where(types, types.tp >= wide[0])
+    wide_middle, wider = layer_limits(narrow, b, "middle"), np.full_like(prefix, np.inf)
+    for ell in range(1, types.layers + 1):
+        wider[:, ell] = np.minimum(_add_stage(narrow, prefix, wide_middle, "middle", ell),
+                                   _add_stage(types, wide[1], middle, "middle", ell))
+    return deeper, (wide[0], wider)
 
 
 def _deflated(blocks: list[np.ndarray]) -> np.ndarray:
@@ -309,6 +330,11 @@ def _deflated(blocks: list[np.ndarray]) -> np.ndarray:
 
 def bare_bubble(types: ClassTypes, b: np.ndarray, prefix: np.ndarray, wide: Wide | None = None) -> np.ndarray:
     """[K, *usage]: least bubble of a whole relaxed pipeline without any sync floor (T_dp ≥ 0):
-    below `least_bubble` of every D with these caps, since every floor it adds is ≥ 0."""
+    below `least_bubble` of every D with these caps, since every floor it adds is ≥ 0. `prefix`
+    (and `wide`) are `types`' own; where every stage carries a share of its sync ([U16]) they hold
+    it, so the bare prefixes are built again (the bare table plus a stage's floor would count that
+    stage's sync twice: a tiny problem's bound rose above brute force's optimum so)."""
     bare = replace(types, sync_layer=np.zeros_like(types.sync_layer), sync_head=np.zeros_like(types.sync_head))
+    if types.stage_sync_share > 0:
+        prefix, wide = _prefixes(bare, b, 0 if wide is None else wide[0])
     return _closed(bare, b, prefix, wide)
