@@ -14,8 +14,9 @@ import numpy as np
 from instances.generate import generate_cluster, generated_problem
 from instances.random_small import random_small
 from solvers.layered.bound import integer, route
-from solvers.layered.bound.classes import class_types
+from solvers.layered.bound.classes import class_types, types_where
 from solvers.layered.bound.fewest_stages import FEWEST_SPLIT, FewestStagesCases, case_types, with_fewest_stages
+from solvers.layered.bound.narrowest import case_widths
 from solvers.layered.bound.pricing import breakpoints, layer_limits, stage_contribution
 from solvers.layered.bound.usage import TABLE_SLACK, hop_floor, usage_tables, widest_stage_sync
 from solvers.layered.exact import brute
@@ -158,3 +159,21 @@ def test_on_gen24_seed2_d3_the_split_refutes_what_the_unsplit_table_does_not() -
     cases = FewestStagesCases(tables, by_gpu, b, [1, 2, 3], {3}, True)
     for s in cases.cases():
         assert integer.refuted(cases.table(d, s, np.inf), d, micro, v), s
+
+
+def test_deepened_wide_prefixes_and_the_narrow_types_make_the_whole_deepened_table() -> None:
+    """[U14]'s split with pipelines of ≥ 3 stages (the rest's tables in the refinement): those with
+    a stage of t ≥ w (`_deepened` wide prefixes) and those of the narrower types alone together
+    make the whole table of ≥ 3 stages exactly (every pipeline is one or the other)."""
+    compared = 0
+    for seed in range(12):
+        tables = Tables(random_small(seed))
+        types = with_fewest_stages(class_types(tables, min(2, tables.max_pipelines)), FEWEST_SPLIT + 1)
+        b, d = breakpoints(types, 3 * tables.trivial_bound)[::4], types.pipelines
+        whole = usage_tables({d: types}, b, own=set())[d].least
+        for w in case_widths(types)[1:]:
+            wide = usage_tables({d: types}, b, own=set(), wide_from=w)[d].least
+            narrow = usage_tables({d: types_where(types, types.tp < w)}, b, own=set())[d].least
+            np.testing.assert_array_equal(np.minimum(wide, narrow), whole, err_msg=f"seed {seed} w {w}")
+            compared += int(np.isfinite(whole).sum())
+    assert compared >= 100, compared
