@@ -7,13 +7,14 @@ threshold only the split refutes. The bound of the whole search against brute fo
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import replace
 
 import numpy as np
 
 from instances.generate import generate_cluster, generated_problem
 from instances.random_small import random_small
-from solvers.layered.bound import integer, route
+from solvers.layered.bound import integer, route, search
 from solvers.layered.bound.classes import class_types
 from solvers.layered.bound.fewest_stages import FEWEST_SPLIT, FewestStagesCases, case_types, with_fewest_stages
 from solvers.layered.bound.narrowest import case_widths
@@ -184,3 +185,20 @@ def test_deepened_wide_tables_are_the_least_over_an_enumeration() -> None:
             np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, err_msg=f"seed {seed} s {s} w {w}")
             compared += int(finite.sum())
     assert compared >= 100, compared
+
+
+def test_the_cases_run_only_where_their_first_tables_fit_half_the_time_left() -> None:
+    """`FewestStagesCases.affordable`: with an estimated prefix time that leaves no room (gen-40
+    seed 0: about 70 s a prefix, nine of them, in 600 s) the test of a D is the route's alone;
+    with room, the cases join it; once their first tables are built, they stay."""
+    tables = Tables(random_small(3))
+    ds = list(range(1, tables.max_pipelines + 1))
+    built = route._usage_route(tables, ds, 3 * tables.trivial_bound, float("inf"), lambda line: None, None)
+    d = ds[-1]
+    built.fewest.prefix_s, built.fewest.deadline = 10.0, time.perf_counter() + 100.0  # 90 s > 50 s
+    assert not isinstance(search._test(tables, built, d).split, search._CaseSplits)
+    built.fewest.prefix_s = 1.0  # 9 s ≤ 50 s
+    assert isinstance(search._test(tables, built, d).split, search._CaseSplits)
+    built.fewest.shared[1, (d, d)] = built.used[d]  # (any table: "built")
+    built.fewest.prefix_s = 10.0
+    assert isinstance(search._test(tables, built, d).split, search._CaseSplits)

@@ -85,7 +85,9 @@ class FewestStagesCases:
         return range(1, FEWEST_SPLIT + 2)
 
     def affordable(self) -> bool:
-        """Whether the cases' first tables fit CASE_TIME_SHARE of the time left (estimated)."""
+        """Whether the cases' first tables are built, or fit CASE_TIME_SHARE of the time left (estimated)."""
+        if self.shared or self.rest:
+            return True
         return CASE_PREFIXES * self.prefix_s <= CASE_TIME_SHARE * (self.deadline - time.perf_counter())
 
     def types(self, d: int, s: int) -> ClassTypes:
