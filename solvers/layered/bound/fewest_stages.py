@@ -33,7 +33,7 @@ from solvers.layered.tables import Tables
 FEWEST_SPLIT = 2  # cases s = 1, 2 of their own; the route's tables hold pipelines of 3 stages or more
 # prefixes the cases' first tables take (cases 1 and 2 shared, each with its bare prefix; the last
 # stage's floor of case 2; the rest; three bare tables), and the share of the time left they may
-# take: on gen-40 seed 0 (four classes, about 80 s a prefix) they would have taken the whole 600 s
+# take: on gen-40 seed 0 (four classes, about 70 s a prefix) they would have taken the whole 600 s
 CASE_PREFIXES = 9
 CASE_TIME_SHARE = 0.5
 
@@ -109,8 +109,9 @@ class FewestStagesCases:
             return self.rest.get(d)
         if (d, s) not in self.own and deadline is not None:
             built = usage_tables({d: self.types(d, s)}, self.b, deadline, own={d})
-            if built is not None:
-                self.own[d, s] = self._with_last_floor(d, s, built[d])
+            table = None if built is None else self._with_last_floor(d, s, built[d])
+            if table is not None:
+                self.own[d, s] = table
         if (d, s) in self.own:
             return self.own[d, s]
         span = _span(d, max(self.d_values))
