@@ -16,7 +16,7 @@ from instances.generate import generate_cluster, generated_problem
 from instances.random_small import random_small
 from solvers.layered.bound import integer, route, search
 from solvers.layered.bound.classes import class_types
-from solvers.layered.bound.fewest_stages import FEWEST_SPLIT, FewestStagesCases, case_types, with_fewest_stages
+from solvers.layered.bound.fewest_stages import FEWEST_SPLIT, FewestStagesCases, with_fewest_stages
 from solvers.layered.bound.narrowest import case_widths
 from solvers.layered.bound.pricing import breakpoints, layer_limits, stage_contribution
 from solvers.layered.bound.usage import TABLE_SLACK, hop_floor, usage_tables, widest_stage_sync
@@ -69,14 +69,14 @@ def test_tables_of_pipelines_of_s_stages_or_more_are_the_least_over_an_enumerati
         tables = Tables(random_small(seed, tiny=True))
         base = class_types(tables, min(2, tables.max_pipelines))
         b = breakpoints(base, 2 * tables.trivial_bound)[::3]
+        d, hops = base.pipelines, hop_floor(base).ravel()[None, :]
         for s in (1, 2, 3):
-            plain, shared = with_fewest_stages(base, s), case_types(base, s) if s <= 2 else with_fewest_stages(base, s, 1 / s)
-            hops = hop_floor(base).ravel()[None, :]
-            bare = usage_tables({base.pipelines: plain}, b, own=set())[base.pipelines].least / (1 - TABLE_SLACK) - hops
+            plain, shared = with_fewest_stages(base, s), with_fewest_stages(base, s, 1 / s)
+            bare = usage_tables({d: plain}, b, own=set())[d].least / (1 - TABLE_SLACK) - hops
             enumerated_bare = _enumerated(replace_sync(plain), b, s)
-            own = usage_tables({base.pipelines: shared}, b, crossing=False)[base.pipelines].least / (1 - TABLE_SLACK) - hops
+            own = usage_tables({d: shared}, b, crossing=False)[d].least / (1 - TABLE_SLACK) - hops
             want = _enumerated(shared, b, s)
-            if base.pipelines >= 2:
+            if d >= 2:
                 want = np.maximum(want, enumerated_bare + widest_stage_sync(shared, b)[:, None])
             for got, expected in ((bare, enumerated_bare), (own, want)):
                 finite = np.isfinite(expected)
@@ -136,7 +136,8 @@ def test_each_cases_table_is_above_the_unsplit_one_and_the_shared_ones_below_the
             continue
         b = breakpoints(class_types(tables, 1), 3 * tables.trivial_bound)
         ds = list(range(1, tables.max_pipelines + 1))
-        cases, fresh = (FewestStagesCases(tables, False, b, ds, set(ds), True) for _ in range(2))
+        by_d = {e: class_types(tables, e) for e in ds}
+        cases, fresh = (FewestStagesCases(tables, False, b, by_d, set(ds), True) for _ in range(2))
         d = ds[-1]
         one = usage_tables({d: class_types(tables, d)}, b)[d]
         own = cases.table(d, 1, float("inf"))
@@ -160,7 +161,7 @@ def test_on_gen24_seed2_d3_the_split_refutes_what_the_unsplit_table_does_not() -
     _, b, _, _, by_gpu = route._route_classes(tables, [d], 6.0, np.inf, {d})
     types, micro = class_types(tables, d, by_gpu), tables.total_micro
     assert not integer.refuted(usage_tables({d: types}, b)[d], d, micro, v)
-    cases = FewestStagesCases(tables, by_gpu, b, [1, 2, 3], {3}, True)
+    cases = FewestStagesCases(tables, by_gpu, b, {e: class_types(tables, e, by_gpu) for e in (1, 2, 3)}, {3}, True)
     for s in cases.cases():
         assert integer.refuted(cases.table(d, s, np.inf), d, micro, v), s
 

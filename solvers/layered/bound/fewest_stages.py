@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from solvers.layered.bound.classes import ClassTypes, class_types, range_types
+from solvers.layered.bound.classes import ClassTypes, range_types
 from solvers.layered.bound.usage import UsageTable, usage_tables
 from solvers.layered.tables import Tables
 
@@ -68,7 +68,7 @@ class FewestStagesCases:
     tables: Tables
     by_gpu: bool
     b: np.ndarray
-    d_values: list[int]
+    by_d: dict[int, ClassTypes]  # the route's class-level types of every D (no split)
     own_ds: set[int]
     crossing: bool
     deadline: float = float("inf")  # perf_counter: tables not built by then are not built
@@ -91,7 +91,7 @@ class FewestStagesCases:
         return CASE_PREFIXES * self.prefix_s <= CASE_TIME_SHARE * (self.deadline - time.perf_counter())
 
     def types(self, d: int, s: int) -> ClassTypes:
-        plain = class_types(self.tables, d, self.by_gpu)
+        plain = self.by_d[d]
         return case_types(plain, s) if s <= FEWEST_SPLIT else with_fewest_stages(plain, s)
 
     def has_own(self, d: int, s: int) -> bool:
@@ -103,7 +103,7 @@ class FewestStagesCases:
         one; None where the time ran out first."""
         if s > FEWEST_SPLIT:
             if not self.rest:
-                by_d = {e: self.types(e, s) for e in self.d_values}
+                by_d = {e: self.types(e, s) for e in self.by_d}
                 self.rest.update(usage_tables(by_d, self.b, self.deadline, own=self.own_ds, crossing=self.crossing)
                                  or {})
             return self.rest.get(d)
@@ -114,14 +114,14 @@ class FewestStagesCases:
                 self.own[d, s] = table
         if (d, s) in self.own:
             return self.own[d, s]
-        span = _span(d, max(self.d_values))
+        span = _span(d, max(self.by_d))
         if (s, span) not in self.shared:
             types = case_types(range_types(self.tables, *span, self.by_gpu), s)
             built = usage_tables({span[1]: types}, self.b, self.deadline, own={span[1]})
             if built is None:
                 return None
             self.shared[s, span] = built[span[1]]
-        table = replace(self.shared[s, span], room=class_types(self.tables, d, self.by_gpu).room, runs={}, hints={})
+        table = replace(self.shared[s, span], room=self.by_d[d].room, runs={}, hints={})
         return self._with_last_floor(d, s, table)
 
     def _with_last_floor(self, d: int, s: int, table: UsageTable) -> UsageTable | None:
@@ -133,7 +133,7 @@ class FewestStagesCases:
         if s == 1:
             return table  # every stage's whole floor: above the last stage's alone
         if s not in self.last_floor:
-            by_d = {e: with_fewest_stages(class_types(self.tables, e, self.by_gpu), s) for e in self.d_values}
+            by_d = {e: with_fewest_stages(types, s) for e, types in self.by_d.items()}
             built = usage_tables(by_d, self.b, self.deadline, crossing=False)
             if built is None:
                 return None
@@ -145,7 +145,7 @@ class FewestStagesCases:
     def bare(self, d: int, s: int) -> UsageTable | None:
         """A bare table (no sync floor) of pipelines of s stages or more, for D's memory caps
         (None where the time ran out first)."""
-        types = with_fewest_stages(class_types(self.tables, d, self.by_gpu), s)
+        types = with_fewest_stages(self.by_d[d], s)
         key = (s, types.caps.tobytes())
         if key not in self.bares:
             built = usage_tables({d: types}, self.b, self.deadline, own=set())
@@ -162,5 +162,5 @@ class FewestStagesCases:
     def _ready(self, d: int, s: int) -> bool:
         if s > FEWEST_SPLIT:
             return d in self.rest
-        shared = (s, _span(d, max(self.d_values))) in self.shared
+        shared = (s, _span(d, max(self.by_d))) in self.shared
         return ((d, s) in self.own or shared) and (s == 1 or s in self.last_floor)

@@ -118,6 +118,6 @@ def _usage_route(tables: Tables, d_values: list[int], top: float, deadline: floa
     built = route_tables(by_d, b, deadline, own, crossing)
     if built is None:
         return None
-    fewest = FewestStagesCases(tables, by_gpu, b, d_values, own, crossing, deadline=deadline,
+    fewest = FewestStagesCases(tables, by_gpu, b, by_d, own, crossing, deadline=deadline,
                                prefix_s=prefix_seconds(tables, by_d[d_values[0]], b))
     return UsageRoute(types=by_d, b=b, bare=built[0], own=built[1], crossing=crossing, fewest=fewest)
