@@ -422,3 +422,24 @@ def test_the_exact_bounds_skip_a_sweep_of_too_many_micro_batches(tmp_path):
         assert ((micro + 1) ** 2 * floors.num_allocations <= MAX_REACH_CELLS) is affordable
     result = cpsat.solve(big, SolverOptions(time_limit_s=5))
     assert result.plan is not None and iteration_time(big, result.plan) == pytest.approx(result.objective_s)
+
+
+@pytest.mark.parametrize("seed", range(0, 40, 5))
+def test_the_prefix_tables_of_shuffled_breakpoints_are_the_sorted_ones_shuffled(seed: int) -> None:
+    """The DP takes the breakpoints that admit a layer count as a run of rows where the limits rise
+    with b (every caller's sorted b), else as a mask: both give the same table, row for row."""
+    import numpy as np
+
+    from solvers.layered.bound.classes import class_types
+    from solvers.layered.bound.pricing import breakpoints
+    from solvers.layered.bound.usage import prefix_table, stage_sets
+
+    tables = Tables(random_small(seed, tiny=True))
+    types = class_types(tables, min(2, tables.max_pipelines))
+    b = breakpoints(types, 2 * tables.trivial_bound)
+    shuffled = np.random.default_rng(seed).permutation(len(b))
+    assert not (np.diff(b[shuffled]) >= 0).all()
+    np.testing.assert_array_equal(prefix_table(types, b[shuffled]), prefix_table(types, b)[shuffled])
+    sorted_sets, shuffled_sets = stage_sets(types, b), stage_sets(types, b[shuffled])
+    for role, table in sorted_sets.items():
+        np.testing.assert_array_equal(shuffled_sets[role], table[shuffled], err_msg=role)
