@@ -26,29 +26,33 @@ def bc(n, x, bw, a):
     return 0.0 if n <= 1 else (n - 1) / n * x / (bw * 1e9) + (n - 1) * a
 
 
-def reference(problem: Problem, plan: Plan) -> dict:
-    cl, mo, tr = problem.cluster, problem.model, problem.training
-    h, s, b, V = mo.hidden, tr.seq_len, tr.micro_batch, mo.vocab
-    d = h // mo.heads
-    k = mo.kv_heads or mo.heads
-    bias = (h + 2 * k * d) if mo.qkv_bias else 0
-    p_mm = h * (h + 2 * k * d) + h * h + (3 if mo.gated else 2) * h * mo.ffn_hidden
-    p_layer = p_mm + 2 * h + bias
-    p_emb, p_head = V * h, V * h + h
-    f_mm, f_att, f_head = 2 * p_mm, 2 * h * (s + 1), 2 * V * h
-    c, r = (4, 6) if tr.recompute else (3, 4)
-    A = b * s * h * tr.act_bytes
-    gpu = lambda dev: cl.catalog[cl.machines[machine(dev)].gpu]  # noqa: E731
+class Naive:
+    """The model's sizes and FLOPs of docs/cost-model.md §1 and device-level bw()/lat(), read from
+    the problem by hand."""
 
-    def machine(dev):
+    def __init__(self, problem: Problem):
+        self.cl, self.mo, self.tr = cl, mo, tr = problem.cluster, problem.model, problem.training
+        self.h, self.s, self.b, self.V = h, s, b, V = mo.hidden, tr.seq_len, tr.micro_batch, mo.vocab
+        d, k = h // mo.heads, mo.kv_heads or mo.heads
+        bias = (h + 2 * k * d) if mo.qkv_bias else 0
+        self.p_mm = h * (h + 2 * k * d) + h * h + (3 if mo.gated else 2) * h * mo.ffn_hidden
+        self.p_layer, self.p_emb, self.p_head = self.p_mm + 2 * h + bias, V * h, V * h + h
+        self.f_mm, self.f_att, self.f_head = 2 * self.p_mm, 2 * h * (s + 1), 2 * V * h
+        self.c, self.r = (4, 6) if tr.recompute else (3, 4)
+        self.A = b * s * h * tr.act_bytes
+
+    def machine(self, dev):
         acc = 0
-        for i, m in enumerate(cl.machines):
+        for i, m in enumerate(self.cl.machines):
             acc += m.count
             if dev < acc:
                 return i
 
-    def bw_lat(i, j):  # device-level bw(i,j), lat(i,j) of §1
-        mi, mj = machine(i), machine(j)
+    def gpu(self, dev):
+        return self.cl.catalog[self.cl.machines[self.machine(dev)].gpu]
+
+    def bw_lat(self, i, j):  # device-level bw(i,j), lat(i,j) of §1
+        cl, mi, mj = self.cl, self.machine(i), self.machine(j)
         if mi == mj:
             m = cl.machines[mi]
             return m.intra_bw_gbps, (m.intra_latency_us if m.intra_latency_us is not None else cl.intra_latency_us) * 1e-6
@@ -58,37 +62,51 @@ def reference(problem: Problem, plan: Plan) -> dict:
                 return ln.bw_gbps, lat * 1e-6
         return cl.inter_bw_gbps, cl.inter_latency_us * 1e-6
 
-    pipes, holders = [], {}  # holders[layer] = list of (pipeline, stage)
-    D = len(plan.pipelines)
+
+def reference(problem: Problem, plan: Plan) -> dict:
+    x = Naive(problem)
+    pipes, holders = pipeline_times(x, plan)
+    stage_dp = stage_syncs(x, plan, holders)
+    return {"T": max(pipes) + max(stage_dp.values()), "pipes": pipes, "dp": max(stage_dp.values()),
+            "stage_dp": stage_dp, "memory": memory(x, plan)}
+
+
+def pipeline_times(x: Naive, plan: Plan) -> tuple[list[float], dict]:
+    """Each pipeline's Σ τ + Σ pp + (m − 1)·max(τ, pp), and holders[layer] = [(pipeline, stage)]."""
+    pipes, holders, b = [], {}, x.b
     for p, pipe in enumerate(plan.pipelines):
         S, m = len(pipe.stages), pipe.batch // b
         taus, pps, start = [], [], 0
         for kk, st in enumerate(pipe.stages):
             t, n, dev0 = len(st.devices), st.layers, st.devices[0]
             last, first = kk == S - 1, kk == 0
-            g = gpu(dev0)
-            bw_s, a_s = bw_lat(dev0, dev0)
+            g = x.gpu(dev0)
+            bw_s, a_s = x.bw_lat(dev0, dev0)
             pi, eta_att = g.peak_tflops * 1e12, g.attention_efficiency or g.efficiency
-            C = c * b * s * (n * (f_mm / (pi * g.efficiency) + f_att / (pi * eta_att))
-                             + (f_head / (pi * g.efficiency) if last else 0)) / t
-            taus.append(C + n * r * ar(t, A, bw_s, a_s))
+            C = x.c * b * x.s * (n * (x.f_mm / (pi * g.efficiency) + x.f_att / (pi * eta_att))
+                                 + (x.f_head / (pi * g.efficiency) if last else 0)) / t
+            taus.append(C + n * x.r * ar(t, x.A, bw_s, a_s))
             if last:
                 pps.append(0.0)
             else:
                 nxt = pipe.stages[kk + 1]
-                bw_l, a_l = bw_lat(dev0, nxt.devices[0])
-                bw_n, a_n = bw_lat(nxt.devices[0], nxt.devices[0])
-                pps.append(2 * (A / (bw_l * 1e9) + a_l + bc(len(nxt.devices), A, bw_n, a_n)))
+                bw_l, a_l = x.bw_lat(dev0, nxt.devices[0])
+                bw_n, a_n = x.bw_lat(nxt.devices[0], nxt.devices[0])
+                pps.append(2 * (x.A / (bw_l * 1e9) + a_l + bc(len(nxt.devices), x.A, bw_n, a_n)))
             for layer in range(start, start + n):
                 holders.setdefault(layer, []).append((p, kk))
-            ends = ["tied"] if mo.tied_embeddings else ["emb", "head"]
+            ends = ["tied"] if x.mo.tied_embeddings else ["emb", "head"]
             if first:
                 holders.setdefault(ends[0], []).append((p, kk))
-            if last and not (mo.tied_embeddings and first):
+            if last and not (x.mo.tied_embeddings and first):
                 holders.setdefault(ends[-1], []).append((p, kk))
             start += n
-        pipes.append(sum(taus) + sum(pps) + (m - 1) * max(max(x, y) for x, y in zip(taus, pps)))
+        pipes.append(sum(taus) + sum(pps) + (m - 1) * max(max(a, c) for a, c in zip(taus, pps)))
+    return pipes, holders
 
+
+def stage_syncs(x: Naive, plan: Plan, holders: dict) -> dict:
+    """Per (pipeline, stage): the sum of the syncs of the layers it holds (T_dp is their max)."""
     tau_dp = {}
     for layer, hs in holders.items():
         n_sync = len(hs)  # D holders, or every first and last stage for the tied embedding
@@ -97,9 +115,10 @@ def reference(problem: Problem, plan: Plan) -> dict:
             continue
         stages = [plan.pipelines[p].stages[kk] for p, kk in hs]
         t_min = min(len(st.devices) for st in stages)
-        pairs = [bw_lat(x.devices[0], y.devices[0]) for i, x in enumerate(stages) for y in stages[i + 1:]]
+        pairs = [x.bw_lat(a.devices[0], c.devices[0]) for i, a in enumerate(stages) for c in stages[i + 1:]]
         bw, lat = min(q[0] for q in pairs), max(q[1] for q in pairs)
-        params = p_emb if layer in ("emb", "tied") else p_head if layer == "head" else p_layer
+        params = x.p_emb if layer in ("emb", "tied") else x.p_head if layer == "head" else x.p_layer
+        tr = x.tr
         if tr.zero_stage == 1 and layer != "tied":  # reduce-scatter the gradient, all-gather the weights
             tau_dp[layer] = (bc(n_sync, params * tr.grad_bytes / t_min, bw, lat)
                              + bc(n_sync, params * tr.weight_bytes / t_min, bw, lat))
@@ -109,9 +128,12 @@ def reference(problem: Problem, plan: Plan) -> dict:
     for layer, hs in holders.items():
         for key in hs:
             stage_dp[key] = stage_dp.get(key, 0.0) + tau_dp[layer]
-    t_dp = max(stage_dp.values())
+    return stage_dp
 
-    memory = {}
+
+def memory(x: Naive, plan: Plan) -> dict:
+    """Per (pipeline, stage): weights and optimizer state, activations in flight, reserved bytes."""
+    out, tr, s, b, h, D = {}, x.tr, x.s, x.b, x.h, len(plan.pipelines)
     for p, pipe in enumerate(plan.pipelines):
         S, m = len(pipe.stages), pipe.batch // b
         for kk, st in enumerate(pipe.stages):
@@ -119,14 +141,14 @@ def reference(problem: Problem, plan: Plan) -> dict:
             mu = tr.param_state_bytes
             if tr.zero_stage == 1 and D >= 2:
                 mu = mu - tr.optimizer_bytes + tr.optimizer_bytes / D
-            W = mu * (n * p_layer + first * p_emb + last * p_head) / t
+            W = mu * (n * x.p_layer + first * x.p_emb + last * x.p_head) / t
             a_full = 34 * s * b * h / t if tr.sequence_parallel else s * b * h * (10 + 24 / t)
             a_ckpt = 2 * s * b * h / t if tr.sequence_parallel else 2 * s * b * h
             q = min(S - kk, m)
             act = q * n * (a_ckpt if tr.recompute else a_full) + (a_full if tr.recompute else 0)
-            act += (4 * b * s * V / t) if last else 0
-            memory[(p, kk)] = W + act + tr.reserved_gib * 2**30
-    return {"T": max(pipes) + t_dp, "pipes": pipes, "dp": t_dp, "stage_dp": stage_dp, "memory": memory}
+            act += (4 * b * s * x.V / t) if last else 0
+            out[(p, kk)] = W + act + tr.reserved_gib * 2**30
+    return out
 
 
 def random_problem(rng: random.Random) -> Problem:
