@@ -15,7 +15,10 @@ from solvers.layered.bound.pricing import breakpoints
 from solvers.layered.bound.usage import UsageTable, route_tables, usage_size, usage_tables
 from solvers.layered.tables import Tables
 
-SECONDS_PER_CELL = 7e-10  # measured: a usage table's DP costs 4–6e-10 s per (b, ℓ, u, type, n) on a shared core
+# measured: a usage table's DP costs 2.4–4.4e-10 s per (b, ℓ, u, type, n) on a shared core since it skips the
+# breakpoints a layer count does not fit (4–6e-10 before; benchmarks/bench_usage_tables.py); kept above both,
+# since a busier machine is slower and an estimate too low lets the tables take the LP route's time
+SECONDS_PER_CELL = 7e-10
 TABLE_SHARE = 0.5  # of the time left, the most the usage tables may take (estimated)
 PENDING_TABLES = 4  # own tables the second pass is expected to build (memory estimate)
 OWN_AROUND = 2  # the first pass also builds the own tables of the D this close to the incumbent's

@@ -45,9 +45,8 @@ def _add_stage(types: ClassTypes, prefix: np.ndarray, limit: np.ndarray, role: s
     the stage's bubble share: [K, *usage]. The minimum over n is taken in place, one layer count
     at a time, on the usage cells that can take the stage (u_class ≥ t_i) and only on the
     breakpoints whose limit admits n: a [K, n, U] temporary made the DP memory-bound (5× slower
-    on hetero-1's 2,025 usage cells). Large tables are bound by memory traffic all the same
-    (gen-40's 34,425 cells: as fast as without the skipped rows); on small ones the skipped rows
-    and the reused buffers save about a fifth (gen-24's 729 cells)."""
+    on hetero-1's 2,025 usage cells); the skipped rows and the reused buffers take 18–33 % off
+    a prefix table on the report's rows (benchmarks/report/usage_tables.md)."""
     contrib = stage_contribution(types, role).astype(np.float32)  # [i, n]
     dims, rows_all = prefix.shape[2:], prefix.shape[0]
     best = np.full((rows_all,) + dims, np.inf, dtype=np.float32)
