@@ -36,7 +36,7 @@ CACHE = ROOT / "benchmarks" / "bounds_cache.json"
 REPORT = ROOT / "benchmarks/report/bounds.md"
 MIX = "A100-80G:1,RTX4090:1,H20:1"
 CACHE_VERSION = "bare-tables"  # rows measured before the bare tables (docs/bounds.md [U5]) are not reused
-BOUND_VERSION = "U16"  # rows whose bound was measured before the last change to it are marked in the report
+BOUND_VERSION = "U17"  # rows whose bound was measured before the last change to it are marked in the report
 PLAN_LIMIT_S = 30.0  # reading plans back from the bound's tables (and their structure moves)
 DEFAULT_LIMIT_S = 60.0  # `hexiscale solve --kind layered`'s default time limit
 
@@ -176,9 +176,10 @@ def markdown(rows: list[dict], args) -> str:
                       "a level of T_dp, [U13] per interval of T_dp, the caps of its top and the lift of its floor at once, "
                       "[U14] cases on the narrowest holder's width, [U15] local layers of a shared class at most the "
                       "fewest any pipeline holds there, [U16] cases on the fewest stages of any pipeline, every stage's "
-                      "sync floor shared out over them). "
+                      "sync floor shared out over them, [U17] a one-stage pipeline's layers that cannot stay on its "
+                      "machine). "
                       "Each version refutes every threshold the one before it did, so given the time "
-                      "to finish, these bounds are at least what the table shows. None of [U10]–[U16] changes the LP "
+                      "to finish, these bounds are at least what the table shows. None of [U10]–[U17] changes the LP "
                       "route (the 128-GPU rows)."]
     return "\n".join(lines) + "\n"
 

@@ -13,10 +13,14 @@ from dataclasses import replace
 import numpy as np
 
 from instances.generate import generate_cluster, generated_problem
+from planner.base import GIB
+from planner.hardware import Cluster, GpuType, Machine
+from planner.problem import Problem
+from planner.workload import ModelSpec, TrainingSpec
 from instances.random_small import random_small
 from solvers.layered.bound import integer, route, search
 from solvers.layered.bound.classes import class_types
-from solvers.layered.bound.fewest_stages import FEWEST_SPLIT, FewestStagesCases, with_fewest_stages
+from solvers.layered.bound.fewest_stages import FEWEST_SPLIT, FewestStagesCases, single_stage_floors, with_fewest_stages
 from solvers.layered.bound.narrowest import case_widths
 from solvers.layered.bound.pricing import breakpoints, layer_limits, stage_contribution
 from solvers.layered.bound.usage import TABLE_SLACK, hop_floor, usage_tables, widest_stage_sync
@@ -203,3 +207,50 @@ def test_the_cases_run_only_where_their_first_tables_fit_half_the_time_left() ->
     built.fewest.shared[1, (d, d)] = built.used[d]  # (any table: "built")
     built.fewest.prefix_s = 10.0
     assert isinstance(search._test(tables, built, d).split, search._CaseSplits)
+
+
+def test_a_one_stage_pipeline_syncs_at_least_its_layers_that_cannot_stay_local() -> None:
+    """[U17] on the plans brute force lists with D ≥ 2 pipelines, one of them a single stage: the
+    evaluator's T_dp is at least `single_stage_floors` of that stage's class-level type. On 10 tiny
+    and 10 small random problems (their first 1,000 plans) the memory or the machine sizes already
+    decide, and the floor is [U16]'s G_p/1; on machines of 5 and 3 like devices that hold 1–2 of 4
+    layers each, a stage of 4 devices leaves the other pipelines too few devices beside it for all
+    its layers to sync inside its machine: the floor is above G_p/1 there, and with every layer
+    taken as crossing it fails."""
+    random_problems = [random_small(seed, tiny=True) for seed in range(10)] + [random_small(seed) for seed in range(10)]
+    checked, _ = _one_stage_floors_hold(random_problems, 1000)
+    assert checked >= 500, checked
+    checked, stronger = _one_stage_floors_hold([_memory_tight(share) for share in (1.3, 2.2)], 12000)
+    assert checked >= 1500 and stronger >= 900, (checked, stronger)
+
+
+def _one_stage_floors_hold(problems, plans: int) -> tuple[int, int]:
+    """(plans × one-stage pipelines checked, those where the floor is above G_p/1)."""
+    checked = stronger = 0
+    for problem in problems:
+        tables, by_d = Tables(problem), {}
+        for pipes in itertools.islice(brute.enumerate_plans(problem), plans):
+            pipelines = _priced_stages(problem, pipes)
+            if len(pipes) < 2 or min(len(stages) for stages in pipelines) > 1:
+                continue
+            types = by_d.setdefault(len(pipes), class_types(tables, len(pipes)))
+            floors, t_dp = single_stage_floors(types), max(stage[3] for stages in pipelines for stage in stages)
+            for (machine, t, n, _, _), in (stages for stages in pipelines if len(stages) == 1):
+                i = int(np.flatnonzero((types.cls == types.class_of_machine[machine]) & (types.tp == t))[0])
+                assert t_dp >= floors[i] * (1 - 1e-9), (problem.name, pipes, t_dp, floors[i])
+                checked += 1
+                stronger += floors[i] > _floor(types, machine, t, n, True) * (1 + 1e-6)
+    return checked, stronger
+
+
+def _memory_tight(share: float) -> Problem:
+    """4 layers on machines of 5 and 3 like devices, each with `share` × one layer's model states."""
+    model = ModelSpec(name="four", layers=4, hidden=1024, heads=8, kv_heads=8, ffn_hidden=4096, vocab=1000, gated=True)
+    gpu = GpuType(name="G", peak_tflops=100.0, memory_gib=share * 16 * model.total_params / model.layers / GIB,
+                  efficiency=0.5)
+    machines = tuple(Machine(name=name, gpu="G", count=count, intra_bw_gbps=300.0, intra_latency_us=5.0)
+                     for name, count in (("a", 5), ("b", 3)))
+    return Problem(name=f"memory-tight-{share}", model=model,
+                   cluster=Cluster(name="five-three", machines=machines, inter_bw_gbps=1.25, inter_latency_us=30.0,
+                                   gpu_types=(gpu,)),
+                   training=TrainingSpec(seq_len=512, micro_batch=1, global_batch=4, recompute=True, reserved_gib=0.0))

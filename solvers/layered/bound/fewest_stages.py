@@ -49,6 +49,33 @@ def case_types(types: ClassTypes, s: int) -> ClassTypes:
     return with_fewest_stages(types, s, 1.0 / s)
 
 
+def single_stage_floors(types: ClassTypes) -> np.ndarray:
+    """[U17] [i]: a floor of T_dp in a plan of D ≥ 2 pipelines one of which is a single stage of
+    type i (class k, width t; inf where such a stage cannot hold all L layers). The stage holds
+    every layer and the head, so T_dp ≥ its summed syncs. A layer syncs within its machine only if
+    all D − 1 other pipelines hold it there, on the N_k − t devices left (N_k: the class's largest
+    machine): one of them has at most ⌊(N_k − t)/(D − 1)⌋ of those devices, holding at most ρ_k
+    layers each (ρ_k: the most layers per device any class-k stage holds within memory). So at most
+    λ = min(L, ⌊(N_k − t)/(D − 1)⌋·ρ_k) layers are local and the rest cross machines:
+    T_dp ≥ λ·sync_layer + (L − λ)·crossing_layer + sync_head."""
+    big_l, d = types.layers, types.pipelines
+    if d < 2:
+        return np.where(types.caps[:, 1, 1] >= big_l, 0.0, np.inf)
+    per_device = types.caps.max(axis=(1, 2)) / types.tp
+    rho = np.array([per_device[types.cls == k].max(initial=0.0) for k in range(len(types.devices))])
+    beside = (types.machine_size[types.cls] - types.tp) // (d - 1)
+    local = np.minimum(big_l, np.floor(beside * rho[types.cls] + 1e-9))
+    floor = local * types.sync_layer + (big_l - local) * types.crossing_layer + types.sync_head
+    return np.where(types.caps[:, 1, 1] >= big_l, floor, np.inf)
+
+
+def single_stage_floor(types: ClassTypes, threshold: float) -> float:
+    """[U17]: the least floor of T_dp over the types whose single stage of all L layers fits
+    τ ≤ `threshold` (inf: none does, so no plan of T ≤ threshold has a one-stage pipeline)."""
+    fits = types.layers * types.per_layer + types.head <= threshold * (1 + 1e-9)
+    return float(single_stage_floors(types)[fits].min(initial=np.inf))
+
+
 def _span(d: int, most: int) -> tuple[int, int]:
     """The range [2^j, 2^(j+1)) ∩ [.., most] that holds D (D = 1 alone)."""
     low = 1 << (d.bit_length() - 1)

@@ -19,7 +19,7 @@ from planner.prices import spendable
 from solvers.layered.bound import integer
 from solvers.layered.bound.classes import ClassTypes, class_types, range_types
 from solvers.layered.bound.master import Master
-from solvers.layered.bound.fewest_stages import FewestStagesCases
+from solvers.layered.bound.fewest_stages import FewestStagesCases, single_stage_floor
 from solvers.layered.bound.route import UsageRoute, _usage_route
 from solvers.layered.bound.sync_level import LEVEL_SHARES, SyncLevelSplit
 from solvers.layered.bound.usage import UsageTable
@@ -246,12 +246,16 @@ def _test(tables: Tables, route: UsageRoute, d: int, rent: integer.Rent | None =
                 built[s].split.extend()
         return built[s]
 
+    def single_refuted(v: float) -> bool:  # [U17]: case 1's one-stage pipeline syncs every layer
+        floor, bare = single_stage_floor(route.types[d], v), route.bare_for(d)
+        return floor == math.inf or (bare is not None and integer.refuted(bare, d, tables.total_micro, v - floor, rent))
+
     def refuted(v: float) -> bool:
         if whole(v):
             return True
         if deadline is not None and d not in cases.helped:
             return False  # the refinement's time goes to the route's test where the cases never helped
-        if not all(case(s)(v) for s in cases.cases()):
+        if not all(case(s)(v) or (s == 1 and single_refuted(v)) for s in cases.cases()):
             return False
         cases.helped.add(d)
         return True
