@@ -27,8 +27,8 @@ def bc(n, x, bw, a):
 
 
 class Naive:
-    """The model's sizes and FLOPs of docs/cost-model.md §1 and device-level bw()/lat(), read from
-    the problem by hand."""
+    """The model's sizes and FLOPs (docs/cost-model.md §3, its helpers and per-token work) and
+    device-level bw()/lat(), read from the problem by hand."""
 
     def __init__(self, problem: Problem):
         self.cl, self.mo, self.tr = cl, mo, tr = problem.cluster, problem.model, problem.training
