@@ -180,14 +180,19 @@ def move_split(space, pipes, rng, together):
     return pipes
 
 
-def move_merge(space, pipes, rng, together):
+def _stage_with_next(pipes, rng):
+    """(p, i): a random pipeline and one of its stages that has a next one (None: one stage)."""
     p = rng.randrange(len(pipes))
-    pipe = pipes[p]
-    if len(pipe) < 2:
+    if len(pipes[p]) < 2:
         return None
-    i = rng.randrange(len(pipe) - 1)
-    if pipe[i][0] != pipe[i + 1][0]:
+    return p, rng.randrange(len(pipes[p]) - 1)
+
+
+def move_merge(space, pipes, rng, together):
+    picked = _stage_with_next(pipes, rng)
+    if picked is None or pipes[picked[0]][picked[1]][0] != pipes[picked[0]][picked[1] + 1][0]:
         return None
+    p, i = picked
     keep = rng.random() < 0.5  # keep both groups' devices, or only the wider group
     for q in alike(pipes, p, together):
         a, b = pipes[q][i], pipes[q][i + 1]
@@ -197,16 +202,19 @@ def move_merge(space, pipes, rng, together):
 
 def move_swap(space, pipes, rng, together):
     """Two stages of a pipeline change places (their layer counts stay in place)."""
-    p = rng.randrange(len(pipes))
-    pipe = pipes[p]
-    if len(pipe) < 2:
+    picked = _stage_with_next(pipes, rng)
+    if picked is None:
         return None
-    i = rng.randrange(len(pipe) - 1)
-    j = i + 1 if rng.random() < 0.6 else rng.randrange(len(pipe))
+    p, i = picked
+    j = i + 1 if rng.random() < 0.6 else rng.randrange(len(pipes[p]))
     for q in alike(pipes, p, together):
-        a, b = pipes[q][i], pipes[q][j]
-        a[0], a[1], b[0], b[1] = b[0], b[1], a[0], a[1]
+        _swap_devices(pipes[q][i], pipes[q][j])
     return pipes
+
+
+def _swap_devices(a, b) -> None:
+    """Two stages exchange their machine and width; their layers stay."""
+    a[0], a[1], b[0], b[1] = b[0], b[1], a[0], a[1]
 
 
 def move_exchange(space, pipes, rng, together):
@@ -215,8 +223,7 @@ def move_exchange(space, pipes, rng, together):
         return None
     p, q = rng.sample(range(len(pipes)), 2)
     i, j = rng.randrange(len(pipes[p])), rng.randrange(len(pipes[q]))
-    a, b = pipes[p][i], pipes[q][j]
-    a[0], a[1], b[0], b[1] = b[0], b[1], a[0], a[1]
+    _swap_devices(pipes[p][i], pipes[q][j])
     return pipes
 
 
