@@ -24,9 +24,8 @@ from solvers.layered.bound.fewest_stages import FEWEST_SPLIT, FewestStagesCases,
 from solvers.layered.bound.narrowest import case_widths
 from solvers.layered.bound.pricing import breakpoints, layer_limits, stage_contribution
 from solvers.layered.bound.usage import TABLE_SLACK, hop_floor, usage_tables, widest_stage_sync
-from solvers.layered.exact import brute
 from solvers.layered.tables import Tables
-from tests.test_narrowest_bound import _priced_stages
+from tests.test_narrowest_bound import brute_plans_by_d, type_index
 
 
 def test_t_dp_is_at_least_every_pipelines_summed_floors_over_the_fewest_stages() -> None:
@@ -36,27 +35,21 @@ def test_t_dp_is_at_least_every_pipelines_summed_floors_over_the_fewest_stages()
     its last), their class-level types at D. G_p/s is more than p's largest stage floor (what [U4]
     alone gives) on many of them."""
     checked = stronger = 0
-    for problem in [random_small(seed, tiny=True) for seed in range(40)] + [random_small(seed) for seed in range(20)]:
-        tables, by_d = Tables(problem), {}
-        for pipes in itertools.islice(brute.enumerate_plans(problem), 2000):
-            if len(pipes) < 2:
-                continue
-            pipelines = _priced_stages(problem, pipes)
-            if len(pipes) not in by_d:
-                by_d[len(pipes)] = class_types(tables, len(pipes))
-            types, t_dp = by_d[len(pipes)], max(stage[3] for stages in pipelines for stage in stages)
-            fewest = min(len(stages) for stages in pipelines)
-            for stages in pipelines:
-                floors = [_floor(types, machine, t, n, last) for machine, t, n, _, last in stages]
-                assert t_dp >= sum(floors) / fewest * (1 - 1e-9), (problem.name, pipes)
-                checked += 1
-                stronger += sum(floors) / fewest > max(floors) * (1 + 1e-6)
+    problems = [random_small(seed, tiny=True) for seed in range(40)] + [random_small(seed) for seed in range(20)]
+    for problem, pipes, types, pipelines in brute_plans_by_d(problems, 2000):
+        t_dp = max(stage[3] for stages in pipelines for stage in stages)
+        fewest = min(len(stages) for stages in pipelines)
+        for stages in pipelines:
+            floors = [_floor(types, machine, t, n, last) for machine, t, n, _, last in stages]
+            assert t_dp >= sum(floors) / fewest * (1 - 1e-9), (problem.name, pipes)
+            checked += 1
+            stronger += sum(floors) / fewest > max(floors) * (1 + 1e-6)
     assert checked >= 2000 and stronger >= 200, (checked, stronger)
 
 
 def _floor(types, machine: int, t: int, n: int, last: bool) -> float:
     """[U4]'s floor of a stage of n layers on `machine` at width t (its class-level type's)."""
-    i = int(np.flatnonzero((types.cls == types.class_of_machine[machine]) & (types.tp == t))[0])
+    i = type_index(types, machine, t)
     return n * types.sync_layer[i] + (types.sync_head[i] if last else 0.0)
 
 
@@ -227,19 +220,15 @@ def test_a_one_stage_pipeline_syncs_at_least_its_layers_that_cannot_stay_local()
 def _one_stage_floors_hold(problems, plans: int) -> tuple[int, int]:
     """(plans × one-stage pipelines checked, those where the floor is above G_p/1)."""
     checked = stronger = 0
-    for problem in problems:
-        tables, by_d = Tables(problem), {}
-        for pipes in itertools.islice(brute.enumerate_plans(problem), plans):
-            pipelines = _priced_stages(problem, pipes)
-            if len(pipes) < 2 or min(len(stages) for stages in pipelines) > 1:
-                continue
-            types = by_d.setdefault(len(pipes), class_types(tables, len(pipes)))
-            floors, t_dp = single_stage_floors(types), max(stage[3] for stages in pipelines for stage in stages)
-            for (machine, t, n, _, _), in (stages for stages in pipelines if len(stages) == 1):
-                i = int(np.flatnonzero((types.cls == types.class_of_machine[machine]) & (types.tp == t))[0])
-                assert t_dp >= floors[i] * (1 - 1e-9), (problem.name, pipes, t_dp, floors[i])
-                checked += 1
-                stronger += floors[i] > _floor(types, machine, t, n, True) * (1 + 1e-6)
+    for problem, pipes, types, pipelines in brute_plans_by_d(problems, plans):
+        if min(len(stages) for stages in pipelines) > 1:
+            continue
+        floors, t_dp = single_stage_floors(types), max(stage[3] for stages in pipelines for stage in stages)
+        for (machine, t, n, _, _), in (stages for stages in pipelines if len(stages) == 1):
+            i = type_index(types, machine, t)
+            assert t_dp >= floors[i] * (1 - 1e-9), (problem.name, pipes, t_dp, floors[i])
+            checked += 1
+            stronger += floors[i] > _floor(types, machine, t, n, True) * (1 + 1e-6)
     return checked, stronger
 
 

@@ -161,6 +161,24 @@ def test_a_run_of_widths_refuted_by_its_halves_is_not_taken_as_left_open(several
     assert split._cases_refuted(0.9, 0.0, 1.0)
 
 
+def brute_plans_by_d(problems, plans: int):
+    """(problem, plan, class-level types at its D, `_priced_stages`) for the first `plans` plans brute
+    force lists of each problem that have D ≥ 2 pipelines; the types built once per D."""
+    for problem in problems:
+        tables, by_d = Tables(problem), {}
+        for pipes in itertools.islice(brute.enumerate_plans(problem), plans):
+            if len(pipes) < 2:
+                continue
+            if len(pipes) not in by_d:  # (not setdefault: it would build the types for every plan)
+                by_d[len(pipes)] = class_types(tables, len(pipes))
+            yield problem, pipes, by_d[len(pipes)], _priced_stages(problem, pipes)
+
+
+def type_index(types, machine: int, t: int) -> int:
+    """The class-level type of a stage of width t on `machine`."""
+    return int(np.flatnonzero((types.cls == types.class_of_machine[machine]) & (types.tp == t))[0])
+
+
 def _priced_stages(problem, pipes) -> list[list[tuple[int, int, int, float, bool]]]:
     """Per pipeline of the plan, per stage: (machine, t, layers, its sync τ_dp, last), τ_dp as the
     evaluator prices it (its breakdown, without the simulated schedule: a third of its time)."""
@@ -187,27 +205,19 @@ def test_every_real_stage_syncs_at_least_the_floors_of_the_narrowest_holder_and_
     their widest stage, every stage syncs at least n·s_W (+ the head's floor on a last stage), s_W
     its class's width-W floor; and at least n·s + max(0, n − μ_k)·(c − s) on class k."""
     raised = local = 0
-    for problem in [random_small(seed, tiny=True) for seed in range(40)] + [random_small(seed) for seed in range(20)]:
-        tables, by_d = Tables(problem), {}
-        for pipes in itertools.islice(brute.enumerate_plans(problem), 2000):
-            if len(pipes) < 2:
-                continue
-            if len(pipes) not in by_d:  # (not setdefault: it would build the types for every plan)
-                by_d[len(pipes)] = class_types(tables, len(pipes))
-            types = by_d[len(pipes)]
-            pipelines = _priced_stages(problem, pipes)
-            narrow = narrowed_types(types, min(max(t for _, t, _, _, _ in stages) for stages in pipelines))
-            fewest = _fewest_layers_per_class(pipelines, types.class_of_machine)
-            for machine, t, n, synced, last in (stage for stages in pipelines for stage in stages):
-                k = int(types.class_of_machine[machine])
-                i = int(np.flatnonzero((types.cls == k) & (types.tp == t))[0])
-                head = narrow.sync_head[i] if last else 0.0
-                at_w = n * narrow.sync_layer[i] + head
-                s, c = narrow.sync_layer[i], max(narrow.crossing_layer[i], narrow.sync_layer[i])
-                with_local = n * s + max(0, n - fewest[k]) * (c - s) + head
-                assert synced >= at_w * (1 - 1e-9) and synced >= with_local * (1 - 1e-9), (problem.name, pipes, i)
-                raised += at_w > (n * types.sync_layer[i] + (types.sync_head[i] if last else 0.0)) * (1 + 1e-6)
-                local += with_local > at_w * (1 + 1e-6)
+    problems = [random_small(seed, tiny=True) for seed in range(40)] + [random_small(seed) for seed in range(20)]
+    for problem, pipes, types, pipelines in brute_plans_by_d(problems, 2000):
+        narrow = narrowed_types(types, min(max(t for _, t, _, _, _ in stages) for stages in pipelines))
+        fewest = _fewest_layers_per_class(pipelines, types.class_of_machine)
+        for machine, t, n, synced, last in (stage for stages in pipelines for stage in stages):
+            k, i = int(types.class_of_machine[machine]), type_index(types, machine, t)
+            head = narrow.sync_head[i] if last else 0.0
+            at_w = n * narrow.sync_layer[i] + head
+            s, c = narrow.sync_layer[i], max(narrow.crossing_layer[i], narrow.sync_layer[i])
+            with_local = n * s + max(0, n - fewest[k]) * (c - s) + head
+            assert synced >= at_w * (1 - 1e-9) and synced >= with_local * (1 - 1e-9), (problem.name, pipes, i)
+            raised += at_w > (n * types.sync_layer[i] + (types.sync_head[i] if last else 0.0)) * (1 + 1e-6)
+            local += with_local > at_w * (1 + 1e-6)
     assert raised >= 50 and local >= 50, (raised, local)
 
 
