@@ -240,8 +240,10 @@ def _test(tables: Tables, route: UsageRoute, d: int, rent: integer.Rent | None =
             table = cases.table(d, s, deadline)
             if table is None:
                 return _refutes_nothing  # the time ran out before its table
-            built[s] = _case_test(tables, d, table, cases.types(d, s), cases.bare(d, s), cases.has_own(d, s), rent,
-                                  deadline)
+            # pipelines of ≥ 1 stage without floors: the route's bare table of D, where it has one
+            bare = route.bare_for(d) if s == 1 else None
+            bare = cases.bare(d, s) if bare is None else bare
+            built[s] = _case_test(tables, d, table, cases.types(d, s), bare, cases.has_own(d, s), rent, deadline)
             if splits.extended and built[s].split is not None:
                 built[s].split.extend()
         return built[s]
