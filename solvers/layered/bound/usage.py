@@ -86,6 +86,14 @@ def _rows_admitting(limit: np.ndarray, top: int):
             yield n, slice(None), np.where(limit >= n, 0.0, np.inf).astype(np.float32)[:, None, None, None]
 
 
+def _one_stage_more(types: ClassTypes, base: np.ndarray, limit: np.ndarray, role: str) -> np.ndarray:
+    """[K, L+1, *usage]: every set of stages of `base` with one stage of `role` added after it."""
+    out = np.full_like(base, np.inf)
+    for ell in range(1, types.layers + 1):
+        out[:, ell] = _add_stage(types, base, limit, role, ell)
+    return out
+
+
 def _lone_stage(types: ClassTypes, limit: np.ndarray, role: str, n: int, dims: tuple[int, ...]) -> np.ndarray:
     """[K, *usage]: one stage of n layers in `role` alone (usage t_i of its class)."""
     contrib = stage_contribution(types, role)[:, n]
@@ -135,10 +143,7 @@ def stage_sets(types: ClassTypes, b: np.ndarray) -> dict[str, np.ndarray]:
     limits = {role: layer_limits(types, b, role) for role in ("first", "middle", "last", "single")}
 
     def with_stage(base: np.ndarray, role: str) -> np.ndarray:
-        out = np.full_like(base, np.inf)
-        for ell in range(1, big_l + 1):
-            out[:, ell] = _add_stage(types, base, limits[role], role, ell)
-        return out
+        return _one_stage_more(types, base, limits[role], role)
 
     middle = np.full((len(b), big_l + 1) + dims, np.inf, dtype=np.float32)
     middle[(slice(None), 0) + (0,) * len(dims)] = 0.0
@@ -332,9 +337,7 @@ def _deepened(types: ClassTypes, b: np.ndarray, prefix: np.ndarray, wide: Wide |
     """Prefixes of one stage more than `prefix` (of k stages at least): a middle stage added to
     each; the wide ones: a wide middle stage after any, or any middle stage after a wide one."""
     middle = layer_limits(types, b, "middle")
-    deeper = np.full_like(prefix, np.inf)
-    for ell in range(1, types.layers + 1):
-        deeper[:, ell] = _add_stage(types, prefix, middle, "middle", ell)
+    deeper = _one_stage_more(types, prefix, middle, "middle")
     if wide is None:
         return deeper, None
     narrow = types_where(types, types.tp >= wide[0])
